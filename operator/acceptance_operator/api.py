@@ -1,0 +1,181 @@
+"""The AcceptanceTest API (gpu-acceptance.io/v1alpha1) as pydantic models.
+
+These models are the single source of truth: the CRD's schema is generated from
+them (crd.py), the operator validates specs with them, and the manifest
+builders read them. Spec fields are camelCase on the wire.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from acceptance_workload import __version__
+from acceptance_workload.checks import ChecksSpec
+from acceptance_workload.config import Fabric
+from acceptance_workload.profiles import ProfileName
+from acceptance_workload.report import Report
+from acceptance_workload.wire import ByteSize, WireModel
+from pydantic import Field, model_validator
+
+GROUP = "gpu-acceptance.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "AcceptanceTest"
+PLURAL = "acceptancetests"
+SINGULAR = "acceptancetest"
+SHORT_NAMES = ["at"]
+DEFAULT_IMAGE = f"ghcr.io/gpu-acceptance/workload:{__version__}"
+DEFAULT_INIT_IMAGE = "busybox:1.36"
+
+Backend = Literal["PyTorchJob", "MPIJob"]
+
+Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+# Free-form Kubernetes objects (affinity, tolerations, volumes) pass through unchanged.
+KubeObject = dict[str, Any]
+
+
+class Placement(WireModel):
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[KubeObject] = Field(default_factory=list)
+    affinity: KubeObject | None = Field(
+        None, description="Merged with the operator's required one-pod-per-node anti-affinity."
+    )
+    priority_class_name: str | None = None
+    scheduler_name: str | None = None
+
+
+class Resources(WireModel):
+    cpu: int | str | None = Field(None, description="CPU request and limit per pod, e.g. 32 or 90000m.")
+    memory: int | str | None = Field(None, description="Memory request and limit per pod, e.g. 512Gi.")
+    extra: dict[str, int | str] = Field(
+        default_factory=dict,
+        description='Extra device resources per pod, e.g. {"nvidia.com/hostdev": 8} or {"rdma/ib": 1}.',
+    )
+
+
+class Network(WireModel):
+    fabric: Fabric = "infiniband"
+    hcas: list[str] = Field(default_factory=list, description="HCA names for NCCL_IB_HCA, e.g. mlx5_0.")
+    socket_interface: str | None = Field(None, description="NCCL_SOCKET_IFNAME (bootstrap and sockets).")
+    gpu_direct_rdma: bool = Field(True, alias="gpuDirectRDMA", description="GPUDirect RDMA between NIC and GPU.")
+    gid_index: int | None = Field(None, ge=0, description="NCCL_IB_GID_INDEX for roce (default 3, RoCEv2).")
+    env: dict[str, str] = Field(default_factory=dict, description="Extra or overriding NCCL_*/UCX_* variables.")
+
+
+class Pod(WireModel):
+    shm_size: ByteSize = Field("64Gi", description="Size of the RAM-backed /dev/shm.")
+    ulimit_init: bool = Field(True, description="Privileged init container raising memlock and nofile.")
+    init_image: str = Field(DEFAULT_INIT_IMAGE, description="Image of the ulimit init container.")
+    host_network: bool = False
+    env: dict[str, str] = Field(default_factory=dict)
+    volumes: list[KubeObject] = Field(default_factory=list)
+    volume_mounts: list[KubeObject] = Field(default_factory=list)
+    image_pull_secrets: list[str] = Field(default_factory=list, description="Names of image pull Secrets.")
+    service_account_name: str | None = Field(
+        None, description="Default: the per-test ServiceAccount the operator creates."
+    )
+
+
+class AcceptanceTestSpec(WireModel):
+    backend: Backend = "PyTorchJob"
+    nodes: int = Field(1, ge=1, le=4096)
+    gpus_per_node: int = Field(8, ge=1, le=16)
+    image: str = Field(DEFAULT_IMAGE, description="Workload image; default: the operator's own version.")
+    profile: ProfileName = "h100-sxm"
+    placement: Placement = Field(default_factory=Placement)
+    resources: Resources = Field(default_factory=Resources)
+    network: Network = Field(default_factory=Network)
+    pod: Pod = Field(default_factory=Pod)
+    checks: ChecksSpec = Field(default_factory=ChecksSpec)
+    timeout_seconds: int = Field(3600, ge=60, description="The whole run, scheduling included.")
+    ttl_seconds_after_finished: int = Field(86400, ge=0, description="Child job cleanup after it finishes.")
+
+    @model_validator(mode="after")
+    def _one_check_at_least(self) -> AcceptanceTestSpec:
+        if not (self.checks.preflight.enabled or self.checks.nccl.enabled or self.checks.ddp.enabled):
+            raise ValueError("checks: enable at least one of preflight, nccl, ddp")
+        if self.network.fabric == "ethernet" and self.checks.nccl.require_transport in ("IB", "IB_GDR"):
+            raise ValueError("checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet")
+        return self
+
+
+# CEL rules the API server enforces at admission (the same rules as the validator above).
+SPEC_CEL_RULES: list[dict[str, str]] = [
+    {
+        "rule": "!has(self.checks) || "
+        "(!has(self.checks.preflight) || !has(self.checks.preflight.enabled) || self.checks.preflight.enabled) || "
+        "(!has(self.checks.nccl) || !has(self.checks.nccl.enabled) || self.checks.nccl.enabled) || "
+        "(!has(self.checks.ddp) || !has(self.checks.ddp.enabled) || self.checks.ddp.enabled)",
+        "message": "checks: enable at least one of preflight, nccl, ddp",
+        "fieldPath": ".checks",
+    },
+    {
+        "rule": "!has(self.network) || !has(self.network.fabric) || self.network.fabric != 'ethernet' || "
+        "!has(self.checks) || !has(self.checks.nccl) || !has(self.checks.nccl.requireTransport) || "
+        "!(self.checks.nccl.requireTransport in ['IB', 'IB_GDR'])",
+        "message": "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet",
+        "fieldPath": ".checks.nccl.requireTransport",
+    },
+]
+
+
+class Condition(WireModel):
+    """metav1.Condition."""
+
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    observed_generation: int | None = None
+    last_transition_time: datetime
+    reason: str
+    message: str = ""
+
+
+class JobRef(WireModel):
+    api_version: str
+    kind: Backend
+    name: str
+
+
+class Summary(WireModel):
+    result: Literal["Passed", "Failed"] | None = None
+    passed: int = 0
+    failed: int = 0
+    total: int = 0
+    all_reduce_busbw_gbps: float | None = Field(None, alias="allReduceBusbwGBps")
+    ddp_throughput_per_gpu: float | None = None
+    ddp_throughput_unit: str | None = None
+    scaling_efficiency: float | None = None
+    failed_nodes: list[str] = Field(default_factory=list)
+
+
+class AcceptanceTestStatus(WireModel):
+    phase: Phase | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    observed_generation: int | None = None
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    job: JobRef | None = None
+    summary: Summary | None = None
+    report: Report | None = Field(None, description="Written by the workload's rank 0.")
+
+
+class ObjectMeta(WireModel):
+    """The parts of metadata the builders use; the rest passes through untouched."""
+
+    model_config = {"extra": "allow"}
+    name: str
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class AcceptanceTest(WireModel):
+    api_version: Literal["gpu-acceptance.io/v1alpha1"] = API_VERSION
+    kind: Literal["AcceptanceTest"] = KIND
+    metadata: ObjectMeta
+    spec: AcceptanceTestSpec = Field(default_factory=AcceptanceTestSpec)
+    status: AcceptanceTestStatus | None = None

@@ -1,0 +1,77 @@
+"""`gpu-acceptance`: the one command line for the CRD, rendering, the operator and local runs.
+
+Each subcommand imports what it needs when it runs, so `crd`, `render` and
+`local` work without kopf or the Kubernetes client installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_crd(args: argparse.Namespace) -> int:
+    from acceptance_operator.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from acceptance_operator.manifests import render_file
+
+    return render_file(args.file, sys.stdout, sys.stderr)
+
+
+def _cmd_operator(args: argparse.Namespace) -> int:
+    from acceptance_operator.runner import run_operator
+
+    return run_operator(namespace=args.namespace, metrics_port=args.metrics_port,
+                        health_port=args.health_port, json_logs=args.json_logs, verbose=args.verbose)
+
+
+def _cmd_local(args: argparse.Namespace) -> int:
+    from acceptance_workload.local import run_local
+
+    return run_local(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpu-acceptance", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("crd", help="print the AcceptanceTest CRD generated from the models")
+    p.set_defaults(func=_cmd_crd)
+
+    p = sub.add_parser("render", help="print every object the operator would create for an AcceptanceTest")
+    p.add_argument("file", help="AcceptanceTest manifest (YAML), or - for standard input")
+    p.set_defaults(func=_cmd_render)
+
+    p = sub.add_parser("operator", help="run the operator against the current kubeconfig or in-cluster config")
+    p.add_argument("--namespace", action="append", default=None,
+                   help="watch only this namespace (repeatable); default: all namespaces")
+    p.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics (0: off)")
+    p.add_argument("--health-port", type=int, default=8081, help="port of the liveness endpoint /healthz")
+    p.add_argument("--json-logs", action="store_true", help="log one JSON object per line")
+    p.add_argument("--verbose", action="store_true")
+    p.set_defaults(func=_cmd_operator)
+
+    p = sub.add_parser("local", help="run the checks on this machine's GPUs (or a CPU smoke run)")
+    p.add_argument("--cpu", action="store_true", help="CPU smoke run with gloo (2 processes, small sizes)")
+    p.add_argument("--json", metavar="FILE", help="write the report object (as in status.report) to FILE")
+    p.add_argument("-f", "--file", metavar="MANIFEST",
+                   help="take checks, profile and thresholds from this AcceptanceTest manifest")
+    p.add_argument("--profile", help="threshold profile (default: the manifest's, else h100-sxm)")
+    p.add_argument("--gpus", type=int, help="GPUs to use (default: all visible)")
+    p.add_argument("--quick", action="store_true", help="short sweep and few steps (minutes, not tens)")
+    p.set_defaults(func=_cmd_local)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

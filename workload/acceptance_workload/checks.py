@@ -1,0 +1,141 @@
+"""What each check measures, with which parameters, and the thresholds it is judged by.
+
+These models are part of the AcceptanceTest API (spec.checks) and are also the
+configuration the workload receives. A threshold left unset in a spec comes from
+the profile (profiles.py); one set in the spec wins, field by field.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from acceptance_workload.wire import ByteSize, WireModel, parse_bytes
+
+Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"]
+COLLECTIVES: tuple[Collective, ...] = (
+    "all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv",
+)
+# How NCCL moved data, as its INFO log says: NVLink/PCIe peer-to-peer, shared
+# memory, InfiniBand/RoCE verbs with or without GPUDirect RDMA, or TCP sockets.
+Transport = Literal["P2P", "SHM", "IB", "IB_GDR", "SOCKET"]
+DType = Literal["float32", "bfloat16", "float16"]
+DdpModel = Literal["gpt", "resnet50"]
+
+
+class PreflightThresholds(WireModel):
+    """Per-node health limits; every one applies to every GPU of every node."""
+
+    gpu_model: str | None = Field(None, description="Text the NVML GPU name must contain, e.g. H100.")
+    min_driver_version: str | None = Field(None, description="Lowest NVIDIA driver version, e.g. 535.104.")
+    min_cuda_version: str | None = Field(None, description="Lowest CUDA runtime version torch was built for.")
+    min_nccl_version: str | None = Field(None, description="Lowest NCCL version, e.g. 2.18.")
+    max_gpu_temperature_c: float | None = Field(None, ge=0, description="Hottest a GPU may be at start, in C.")
+    max_uncorrected_ecc_errors: int | None = Field(None, ge=0, description="Volatile uncorrected ECC errors.")
+    max_pending_row_remaps: int | None = Field(None, ge=0, description="Row remaps waiting for a GPU reset.")
+    min_pcie_generation: int | None = Field(None, ge=1, description="Current PCIe link generation.")
+    min_pcie_width: int | None = Field(None, ge=1, description="Current PCIe link width (lanes).")
+    min_nvlink_active_links: int | None = Field(None, ge=0, description="Active NVLink links per GPU.")
+    min_ib_rate_gbps: float | None = Field(None, ge=0, description="Rate of each InfiniBand port, Gb/s.")
+    min_shm_bytes: ByteSize | None = Field(None, description="Size of /dev/shm.")
+    require_unlimited_memlock: bool | None = Field(
+        None, description="RLIMIT_MEMLOCK of the workload process must be unlimited (RDMA needs it)."
+    )
+    fail_on_throttle: bool | None = Field(
+        None, description="Fail when a GPU reports hardware, thermal or power-brake slowdown."
+    )
+
+
+class PreflightCheck(WireModel):
+    enabled: bool = True
+    thresholds: PreflightThresholds = Field(default_factory=PreflightThresholds)
+
+
+class NcclThresholds(WireModel):
+    """Lowest acceptable bus bandwidth (GB/s, 1e9 bytes) per collective.
+
+    Judged on the best busbw among message sizes >= referenceBytes, so a threshold
+    is never checked against a latency-bound small message.
+    """
+
+    reference_bytes: ByteSize | None = Field(None, description="Smallest message size the thresholds apply to.")
+    all_reduce_busbw_gbps: float | None = Field(None, ge=0, alias="allReduceBusbwGBps")
+    all_gather_busbw_gbps: float | None = Field(None, ge=0, alias="allGatherBusbwGBps")
+    reduce_scatter_busbw_gbps: float | None = Field(None, ge=0, alias="reduceScatterBusbwGBps")
+    alltoall_busbw_gbps: float | None = Field(None, ge=0, alias="alltoallBusbwGBps")
+    broadcast_busbw_gbps: float | None = Field(None, ge=0, alias="broadcastBusbwGBps")
+    sendrecv_busbw_gbps: float | None = Field(None, ge=0, alias="sendrecvBusbwGBps")
+    node_all_reduce_busbw_gbps: float | None = Field(None, ge=0, alias="nodeAllReduceBusbwGBps", description="all_reduce busbw inside each node (its GPUs alone); names the slow node."
+    )
+
+    def busbw_threshold(self, collective: Collective) -> float | None:
+        return getattr(self, f"{collective}_busbw_gbps")
+
+
+class NcclCheck(WireModel):
+    enabled: bool = True
+    collectives: list[Collective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1)
+    min_bytes: ByteSize = Field(8, description="First message size of the sweep.")
+    max_bytes: ByteSize = Field("4Gi", description="Last message size of the sweep.")
+    step_factor: int = Field(2, ge=2, description="Each size is the previous one times this.")
+    warmup_iters: int = Field(5, ge=0)
+    iters: int = Field(20, ge=1)
+    dtype: DType = "float32"
+    per_node: bool = Field(True, description="Also sweep each node's GPUs alone, to name a slow node.")
+    require_transport: Transport | None = Field(
+        None,
+        description="Transport NCCL must use between nodes; default: IB_GDR or IB from spec.network "
+        "for multi-node tests on infiniband or roce.",
+    )
+    collective_timeout_seconds: int = Field(
+        300, ge=10, description="A collective that takes longer means a hung or dead rank: the run ends."
+    )
+    thresholds: NcclThresholds = Field(default_factory=NcclThresholds)
+
+    @model_validator(mode="after")
+    def _sizes_in_order(self) -> NcclCheck:
+        if parse_bytes(self.min_bytes) < 1:
+            raise ValueError("minBytes must be at least 1")
+        if parse_bytes(self.min_bytes) > parse_bytes(self.max_bytes):
+            raise ValueError(f"minBytes ({self.min_bytes}) must not exceed maxBytes ({self.max_bytes})")
+        return self
+
+    def sizes(self) -> list[int]:
+        """Message sizes of the sweep in bytes, as nccl-tests' -b/-e/-f walk them."""
+        size, last, out = parse_bytes(self.min_bytes), parse_bytes(self.max_bytes), []
+        while size <= last:
+            out.append(size)
+            size *= self.step_factor
+        return out
+
+
+class DdpThresholds(WireModel):
+    min_throughput_per_gpu: float | None = Field(
+        None, ge=0, description="tokens/s per GPU for gpt, images/s per GPU for resnet50."
+    )
+    min_scaling_efficiency: float | None = Field(
+        None, ge=0, le=1, description="DDP throughput / (world size x mean one-GPU throughput)."
+    )
+    max_straggler_ratio: float | None = Field(
+        None, ge=1, description="Median rank throughput over the slowest rank's; above it names the straggler."
+    )
+
+
+class DdpCheck(WireModel):
+    enabled: bool = True
+    model: DdpModel = "gpt"
+    batch_size: int | None = Field(None, ge=1, description="Per-GPU batch; default 8 (gpt) or 64 (resnet50).")
+    seq_len: int = Field(1024, ge=16, description="Sequence length of the gpt model.")
+    steps: int = Field(30, ge=2, description="Timed steps, each for the one-GPU baseline and for DDP.")
+    warmup_steps: int = Field(5, ge=0)
+    thresholds: DdpThresholds = Field(default_factory=DdpThresholds)
+
+    def effective_batch_size(self) -> int:
+        return self.batch_size or (8 if self.model == "gpt" else 64)
+
+
+class ChecksSpec(WireModel):
+    preflight: PreflightCheck = Field(default_factory=PreflightCheck)
+    nccl: NcclCheck = Field(default_factory=NcclCheck)
+    ddp: DdpCheck = Field(default_factory=DdpCheck)

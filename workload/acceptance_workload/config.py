@@ -1,0 +1,63 @@
+"""What the operator hands the workload: the resolved checks and the facts of the run.
+
+The operator serialises a WorkloadConfig into the GPU_ACCEPTANCE_CONFIG variable
+of every workload container; `gpu-acceptance local` builds one itself.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import Field
+
+from acceptance_workload.checks import ChecksSpec, Transport
+from acceptance_workload.profiles import ProfileName, resolve_checks
+from acceptance_workload.wire import WireModel
+
+CONFIG_ENV = "GPU_ACCEPTANCE_CONFIG"
+Fabric = Literal["infiniband", "roce", "ethernet"]
+
+
+class TestRef(WireModel):
+    """The AcceptanceTest whose status subresource rank 0 patches."""
+
+    __test__ = False  # not a pytest test class
+    name: str
+    namespace: str
+    uid: str | None = None
+    generation: int | None = None
+
+
+class WorkloadConfig(WireModel):
+    test: TestRef | None = Field(None, description="Absent for `gpu-acceptance local`: nothing is patched.")
+    nodes: int = Field(1, ge=1)
+    gpus_per_node: int = Field(8, ge=1)
+    profile: ProfileName = "h100-sxm"
+    fabric: Fabric = "infiniband"
+    gpu_direct_rdma: bool = Field(True, alias="gpuDirectRDMA")
+    checks: ChecksSpec = Field(default_factory=ChecksSpec, description="Thresholds already resolved.")
+    timeout_seconds: int = 3600
+
+    @classmethod
+    def build(cls, *, checks: ChecksSpec, profile: ProfileName, nodes: int, **facts: object) -> WorkloadConfig:
+        """A config whose thresholds are the profile's, overridden by what the spec set."""
+        return cls(checks=resolve_checks(checks, profile, nodes), profile=profile, nodes=nodes, **facts)
+
+    def required_transport(self) -> Transport | None:
+        """The inter-node transport a run must show: explicit, or implied by the fabric."""
+        if self.checks.nccl.require_transport:
+            return self.checks.nccl.require_transport
+        if self.nodes > 1 and self.fabric in ("infiniband", "roce"):
+            return "IB_GDR" if self.gpu_direct_rdma else "IB"
+        return None
+
+    def to_env(self) -> str:
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> WorkloadConfig:
+        raw = (environ if environ is not None else os.environ).get(CONFIG_ENV)
+        if not raw:
+            raise RuntimeError(f"{CONFIG_ENV} is not set: the operator passes the run's configuration in it")
+        return cls.model_validate_json(raw)

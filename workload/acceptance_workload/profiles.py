@@ -1,0 +1,115 @@
+"""Threshold defaults per GPU model; docs/thresholds.md says where each number comes from.
+
+Bandwidth thresholds assume 8 GPUs a node on NVSwitch and, between nodes, one
+NIC per GPU at the generation's usual rate (NDR 400G for H100/H200/B200, HDR
+200G for A100); they sit about 8-10% under the ring all_reduce busbw such
+systems reach with nccl-tests, so a healthy system passes with margin and a
+degraded link does not. NVLink SHARP (NVLS) can add ~30% in one node; the
+defaults do not count on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, TypeVar
+
+from acceptance_workload.checks import (
+    ChecksSpec,
+    DdpModel,
+    DdpThresholds,
+    NcclThresholds,
+    PreflightThresholds,
+)
+from acceptance_workload.wire import WireModel
+
+ProfileName = Literal["h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom"]
+PROFILE_NAMES: tuple[ProfileName, ...] = ("h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: ProfileName
+    preflight: PreflightThresholds = field(default_factory=PreflightThresholds)
+    nccl_single_node: NcclThresholds = field(default_factory=NcclThresholds)
+    nccl_multi_node: NcclThresholds = field(default_factory=NcclThresholds)
+    ddp: dict[DdpModel, DdpThresholds] = field(default_factory=dict)
+
+
+def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, net_busbw: float,
+                 ib_rate: float, pcie_gen: int, nvlinks: int,
+                 gpt_tokens: float | None, resnet_images: float | None) -> Profile:
+    preflight = PreflightThresholds(
+        gpu_model=gpu,
+        min_driver_version=driver,
+        min_nccl_version="2.18",
+        max_gpu_temperature_c=85,
+        max_uncorrected_ecc_errors=0,
+        max_pending_row_remaps=0,
+        min_pcie_generation=pcie_gen,
+        min_pcie_width=16,
+        min_nvlink_active_links=nvlinks,
+        min_ib_rate_gbps=ib_rate,
+        min_shm_bytes="1Gi",
+        require_unlimited_memlock=True,
+        fail_on_throttle=True,
+    )
+    collective_share = 0.9  # all_gather / reduce_scatter reach about what all_reduce does
+    single = NcclThresholds(
+        reference_bytes="1Gi",
+        all_reduce_busbw_gbps=node_busbw,
+        all_gather_busbw_gbps=round(node_busbw * collective_share),
+        reduce_scatter_busbw_gbps=round(node_busbw * collective_share),
+        node_all_reduce_busbw_gbps=node_busbw,
+    )
+    multi = NcclThresholds(
+        reference_bytes="1Gi",
+        all_reduce_busbw_gbps=net_busbw,
+        all_gather_busbw_gbps=round(net_busbw * collective_share),
+        reduce_scatter_busbw_gbps=round(net_busbw * collective_share),
+        node_all_reduce_busbw_gbps=node_busbw,
+    )
+    ddp = {
+        "gpt": DdpThresholds(min_throughput_per_gpu=gpt_tokens, min_scaling_efficiency=0.90,
+                             max_straggler_ratio=1.10),
+        "resnet50": DdpThresholds(min_throughput_per_gpu=resnet_images, min_scaling_efficiency=0.90,
+                                  max_straggler_ratio=1.10),
+    }
+    return Profile(name=name, preflight=preflight, nccl_single_node=single, nccl_multi_node=multi, ddp=ddp)
+
+
+PROFILES: dict[ProfileName, Profile] = {
+    "h100-sxm": _hopper_like("h100-sxm", "H100", "535.54", node_busbw=340, net_busbw=340, ib_rate=400,
+                             pcie_gen=5, nvlinks=18, gpt_tokens=None, resnet_images=None),
+    "h200-sxm": _hopper_like("h200-sxm", "H200", "550.54", node_busbw=340, net_busbw=340, ib_rate=400,
+                             pcie_gen=5, nvlinks=18, gpt_tokens=None, resnet_images=None),
+    "b200": _hopper_like("b200", "B200", "570.86", node_busbw=650, net_busbw=340, ib_rate=400,
+                         pcie_gen=5, nvlinks=18, gpt_tokens=None, resnet_images=None),
+    "a100-sxm": _hopper_like("a100-sxm", "A100", "470.57", node_busbw=210, net_busbw=170, ib_rate=200,
+                             pcie_gen=4, nvlinks=12, gpt_tokens=None, resnet_images=None),
+    "custom": Profile(name="custom"),
+}
+
+M = TypeVar("M", bound=WireModel)
+
+
+def _overlay(defaults: M, overrides: M) -> M:
+    """Profile defaults with every field the spec set replacing the default."""
+    return defaults.model_copy(update=overrides.model_dump(exclude_none=True))
+
+
+def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int) -> ChecksSpec:
+    """The checks with every threshold the spec left unset taken from the profile."""
+    p = PROFILES[profile]
+    nccl_defaults = p.nccl_multi_node if nodes > 1 else p.nccl_single_node
+    ddp_defaults = p.ddp.get(checks.ddp.model, DdpThresholds())
+    return checks.model_copy(
+        update={
+            "preflight": checks.preflight.model_copy(
+                update={"thresholds": _overlay(p.preflight, checks.preflight.thresholds)}
+            ),
+            "nccl": checks.nccl.model_copy(
+                update={"thresholds": _overlay(nccl_defaults, checks.nccl.thresholds)}
+            ),
+            "ddp": checks.ddp.model_copy(update={"thresholds": _overlay(ddp_defaults, checks.ddp.thresholds)}),
+        }
+    )

@@ -1,0 +1,66 @@
+"""Base model for everything that travels as Kubernetes JSON.
+
+camelCase on the wire, snake_case in Python, and unknown fields rejected so a
+misspelled field in a manifest is an error instead of a silently ignored line.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON object as the API server stores it (camelCase, no nulls)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+_QUANTITY = re.compile(r"^(?P<num>[0-9]+(?:\.[0-9]+)?)(?P<suffix>Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$")
+_FACTORS = {
+    None: 1,
+    "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50,
+}
+
+
+def parse_bytes(value: int | str) -> int:
+    """A Kubernetes-style quantity ("64Gi", "1G", 8) as a whole number of bytes."""
+    if isinstance(value, bool):
+        raise ValueError("expected a size such as 1Gi or 1048576, not a boolean")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError(f"size must not be negative, got {value}")
+        return value
+    match = _QUANTITY.match(str(value).strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a size: use a whole number of bytes or a quantity such as 64Mi or 1Gi")
+    return int(float(match["num"]) * _FACTORS[match["suffix"]])
+
+
+def format_bytes(n: int) -> str:
+    """Shortest exact binary quantity for n bytes (8 -> "8", 1048576 -> "1Mi")."""
+    for suffix in ("Pi", "Ti", "Gi", "Mi", "Ki"):
+        factor = _FACTORS[suffix]
+        if n >= factor and n % factor == 0:
+            return f"{n // factor}{suffix}"
+    return str(n)
+
+
+def _check_quantity(value: Any) -> Any:
+    parse_bytes(value)
+    return value
+
+
+# A size on the wire: int or quantity string (x-kubernetes-int-or-string), kept as written.
+ByteSize = Annotated[int | str, BeforeValidator(_check_quantity)]
