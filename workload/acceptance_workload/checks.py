@@ -66,7 +66,9 @@ class NcclThresholds(WireModel):
     alltoall_busbw_gbps: float | None = Field(None, ge=0, alias="alltoallBusbwGBps")
     broadcast_busbw_gbps: float | None = Field(None, ge=0, alias="broadcastBusbwGBps")
     sendrecv_busbw_gbps: float | None = Field(None, ge=0, alias="sendrecvBusbwGBps")
-    node_all_reduce_busbw_gbps: float | None = Field(None, ge=0, alias="nodeAllReduceBusbwGBps", description="all_reduce busbw inside each node (its GPUs alone); names the slow node."
+    node_all_reduce_busbw_gbps: float | None = Field(
+        None, ge=0, alias="nodeAllReduceBusbwGBps",
+        description="all_reduce busbw inside each node (its GPUs alone); names the slow node."
     )
 
     def busbw_threshold(self, collective: Collective) -> float | None:
