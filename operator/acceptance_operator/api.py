@@ -7,6 +7,7 @@ builders read them. Spec fields are camelCase on the wire.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any, Literal
 
@@ -16,7 +17,7 @@ from acceptance_workload.config import Fabric
 from acceptance_workload.profiles import ProfileName
 from acceptance_workload.report import Report
 from acceptance_workload.wire import ByteSize, WireModel
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 GROUP = "gpu-acceptance.io"
 VERSION = "v1alpha1"
@@ -32,6 +33,24 @@ Backend = Literal["PyTorchJob", "MPIJob"]
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
+# What the operator does to the nodes a failed report blames (spec.onFailure).
+OnFailure = Literal["none", "label", "taint", "cordon"]
+
+SHM_PATH = "/dev/shm"
+# Label values (nodeSelector): at most 63 characters, alphanumeric at both ends, [-_.] inside.
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def _label_key_problem(key: str) -> str | None:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return f"key {key!r}: prefix must be a DNS subdomain"
+    if len(name) > 63 or not _LABEL_NAME.match(name):
+        return f"key {key!r}: name must be 1-63 characters, alphanumeric at both ends, [-_.] inside"
+    return None
+
 # Free-form Kubernetes objects (affinity, tolerations, volumes) pass through unchanged.
 KubeObject = dict[str, Any]
 
@@ -44,6 +63,21 @@ class Placement(WireModel):
     )
     priority_class_name: str | None = None
     scheduler_name: str | None = None
+
+    @field_validator("node_selector")
+    @classmethod
+    def _valid_labels(cls, selector: dict[str, str]) -> dict[str, str]:
+        """The schema cannot check label syntax; a bad one would only fail later, at job creation."""
+        for key, value in selector.items():
+            problem = _label_key_problem(key)
+            if problem:
+                raise ValueError(problem)
+            if len(value) > 63 or not _LABEL_VALUE.match(value):
+                raise ValueError(
+                    f"value {value!r} of {key!r} is not a label value: at most 63 characters, "
+                    "alphanumeric at both ends, [-_.] inside"
+                )
+        return selector
 
 
 class Resources(WireModel):
@@ -77,6 +111,19 @@ class Pod(WireModel):
         None, description="Default: the per-test ServiceAccount the operator creates."
     )
 
+    @field_validator("volume_mounts")
+    @classmethod
+    def _not_over_shm(cls, mounts: list[KubeObject]) -> list[KubeObject]:
+        """/dev/shm is the operator's RAM-backed volume; a mount over it would hide or shrink it."""
+        for i, mount in enumerate(mounts):
+            path = str(mount.get("mountPath", "")).rstrip("/")
+            if path == SHM_PATH or path.startswith(SHM_PATH + "/"):
+                raise ValueError(
+                    f"[{i}].mountPath {mount.get('mountPath')!r} is the operator's {SHM_PATH}: "
+                    "size it with pod.shmSize and mount your volume elsewhere"
+                )
+        return mounts
+
 
 class AcceptanceTestSpec(WireModel):
     backend: Backend = "PyTorchJob"
@@ -91,6 +138,12 @@ class AcceptanceTestSpec(WireModel):
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
     timeout_seconds: int = Field(3600, ge=60, description="The whole run, scheduling included.")
     ttl_seconds_after_finished: int = Field(86400, ge=0, description="Child job cleanup after it finishes.")
+    on_failure: OnFailure = Field(
+        "none",
+        description="What to do with the nodes a failed report blames: label (gpu-acceptance.io/status=failed), "
+        "taint (gpu-acceptance.io/failed=true:NoSchedule) or cordon. Needs the operator's node actions "
+        "(chart value nodeActions.enabled); otherwise an event says it was skipped.",
+    )
 
     @model_validator(mode="after")
     def _one_check_at_least(self) -> AcceptanceTestSpec:
