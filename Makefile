@@ -1,0 +1,52 @@
+# gpu-acceptance developer tasks. `make help` lists them.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON     ?= python3
+PIP        ?= $(PYTHON) -m pip
+PYTEST_ARGS ?=
+DEV_CLUSTER_DIR ?= .dev-cluster
+# PyTorch's CPU-only wheels (no ~3 GB of CUDA libraries), used when reachable.
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
+
+.PHONY: help install tools test lint dev-cluster dev-cluster-down crds
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+install: ## pip-install the project (operator + dev extras) and the workload's CPU test needs
+	$(PIP) install -e '.[operator,dev]'
+	$(PIP) install nvidia-ml-py
+	@if $(PYTHON) -c 'import urllib.request as u; u.urlopen("$(TORCH_CPU_INDEX)/torch/", timeout=5)' 2>/dev/null; then \
+	  echo "$(PIP) install torch --index-url $(TORCH_CPU_INDEX)"; \
+	  $(PIP) install torch --index-url $(TORCH_CPU_INDEX); \
+	else \
+	  echo "$(TORCH_CPU_INDEX) unreachable: $(PIP) install torch (PyPI)"; \
+	  $(PIP) install torch; \
+	fi
+
+tools: ## helm, lua5.4, kube-apiserver + etcd (built from Go modules), Kubeflow CRDs: cached outside the repo
+	bash hack/install-tools.sh
+	@bash hack/envtest-assets.sh assets >/dev/null
+	@bash hack/envtest-assets.sh crds >/dev/null
+
+test: ## run the test suite (cluster tests start their own kube-apiserver + etcd)
+	assets=$$(bash hack/envtest-assets.sh assets); \
+	PATH="$(TOOLS_BIN):$$PATH" KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m pytest $(PYTEST_ARGS)
+
+lint: ## ruff
+	$(PYTHON) -m ruff check .
+
+dev-cluster: ## start kube-apiserver + etcd in the background with the Kubeflow CRDs and ours; prints export KUBECONFIG=...
+	assets=$$(bash hack/envtest-assets.sh assets); \
+	KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.apiserver up --dir $(DEV_CLUSTER_DIR)
+
+dev-cluster-down: ## stop the dev cluster and remove its folder
+	$(PYTHON) -m tests.apiserver down --dir $(DEV_CLUSTER_DIR)
+
+crds: ## regenerate crds/acceptancetest.yaml and the chart's copy from the models
+	gpu-acceptance crd > crds/acceptancetest.yaml.tmp
+	mv crds/acceptancetest.yaml.tmp crds/acceptancetest.yaml
+	cp crds/acceptancetest.yaml charts/gpu-acceptance/crds/

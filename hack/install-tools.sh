@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Installs the non-Python tools the test suite needs, cached outside the repo:
+#   helm   built from its Go module (go install helm.sh/helm/v3/cmd/helm@<pin>)
+#          into ${GPU_ACCEPTANCE_CACHE:-~/.cache/gpu-acceptance}/bin
+#   lua5.4 the Debian package (Argo CD health checks are Lua), only if missing
+# and checks that kubectl is on PATH. Silent when everything is already there.
+#
+#   hack/install-tools.sh          install what is missing
+#   hack/install-tools.sh bindir   print the folder to put on PATH (helm)
+set -euo pipefail
+
+HELM_VERSION=${HELM_VERSION:-v3.21.4}
+
+cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptance}
+bin=${cache_root}/bin
+
+log() { printf '[install-tools] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" = 0 ]; then "$@"
+  elif command -v sudo >/dev/null 2>&1; then sudo -n "$@"
+  else die "need root (or sudo) to run: $*"
+  fi
+}
+
+install_helm() {
+  if [ -x "$bin/helm" ] && [ "$("$bin/helm" version --template '{{.Version}}' 2>/dev/null)" = "$HELM_VERSION" ]; then
+    return
+  fi
+  command -v go >/dev/null 2>&1 || die "go is not on PATH (needed to build helm ${HELM_VERSION})"
+  log "building helm ${HELM_VERSION} from its Go module into ${bin} (first run only; takes a few minutes)"
+  mkdir -p "$bin"
+  # Stamp version and Kubernetes capabilities as helm's own Makefile does; the
+  # Kubernetes minor comes from the client-go that release builds against.
+  local gomod k8s_minor ldflags
+  gomod=$(env -u GOFLAGS go mod download -json "helm.sh/helm/v3@${HELM_VERSION}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])')
+  k8s_minor=$(awk '$1 == "k8s.io/client-go" {split($2, v, "."); print v[2]; exit}' "$gomod")
+  [ -n "$k8s_minor" ] || die "no k8s.io/client-go in $gomod"
+  ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
+  ldflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  for pkg in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+    ldflags+=" -X ${pkg}.k8sVersionMajor=1 -X ${pkg}.k8sVersionMinor=${k8s_minor}"
+  done
+  GOBIN="$bin" CGO_ENABLED=0 env -u GOFLAGS \
+    go install -trimpath -ldflags "$ldflags" "helm.sh/helm/v3/cmd/helm@${HELM_VERSION}"
+  [ "$("$bin/helm" version --template '{{.Version}}')" = "$HELM_VERSION" ] || die "built helm does not report ${HELM_VERSION}"
+}
+
+install_lua() {
+  command -v lua5.4 >/dev/null 2>&1 && return
+  command -v apt-get >/dev/null 2>&1 || die "lua5.4 is missing and apt-get is not available; install Lua 5.4 by hand"
+  log "installing lua5.4 (apt-get)"
+  local out; out=$(mktemp)
+  if ! { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive \
+      apt-get install -y -qq --no-install-recommends lua5.4; } >"$out" 2>&1; then
+    cat "$out" >&2; rm -f "$out"; die "apt-get install lua5.4 failed"
+  fi
+  rm -f "$out"
+  command -v lua5.4 >/dev/null 2>&1 || die "lua5.4 still missing after apt-get install"
+}
+
+check_kubectl() {
+  command -v "${KUBECTL:-kubectl}" >/dev/null 2>&1 ||
+    die "kubectl is not on PATH; the cluster tests drive the API server with it (install kubectl >= 1.32)"
+}
+
+case "${1:-install}" in
+  install) install_helm; install_lua; check_kubectl ;;
+  bindir) echo "$bin" ;;
+  *) echo "usage: $0 [install|bindir]" >&2; exit 2 ;;
+esac

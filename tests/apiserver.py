@@ -1,0 +1,763 @@
+"""A real Kubernetes API server for tests and contributors (envtest-style).
+
+Starts etcd and kube-apiserver on 127.0.0.1 only, on free ports picked at
+runtime, with a throwaway PKI: a self-signed CA, a serving certificate, an
+admin client certificate (group ``system:masters``) and a service-account
+signing key. Authorization is RBAC; nothing else runs (no kubelet, no
+controller-manager, no scheduler), so objects are stored and validated by the
+real API machinery (schemas, CEL, RBAC, admission) but never reconciled.
+
+Binaries come from ``KUBEBUILDER_ASSETS`` when it names a folder holding
+``kube-apiserver`` and ``etcd`` (controller-runtime's convention), otherwise
+from ``hack/envtest-assets.sh assets`` (which builds them once from Go modules
+into a cache outside the repo). The pinned Kubeflow CRDs come from
+``hack/envtest-assets.sh crds``.
+
+Library use (see tests/conftest.py)::
+
+    server = ApiServer()
+    server.start()
+    server.install_crds(kubeflow_crd_paths())
+    ...
+    server.stop()
+
+Command line (a dev cluster in the background)::
+
+    python -m tests.apiserver up --dir .dev-cluster
+    export KUBECONFIG=$PWD/.dev-cluster/kubeconfig
+    python -m tests.apiserver down --dir .dev-cluster
+
+No pytest import here: the module is also a command line tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import contextlib
+import datetime as dt
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ASSETS_SCRIPT = REPO_ROOT / "hack" / "envtest-assets.sh"
+ADMIN_USER = "admin"
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+CLUSTER_NAME = "envtest"
+
+
+class ApiServerError(RuntimeError):
+    """The API server could not be started or did not answer as expected."""
+
+
+class ApiError(RuntimeError):
+    """A REST call answered with an unexpected HTTP status."""
+
+    def __init__(self, method: str, path: str, status: int, body: str):
+        self.method, self.path, self.status, self.body = method, path, status, body
+        super().__init__(f"{method} {path} -> HTTP {status}: {body[:500]}")
+
+
+# --------------------------------------------------------------------------- assets
+
+
+def _run_assets_script(what: str) -> Path:
+    if not ASSETS_SCRIPT.is_file():
+        raise ApiServerError(f"{ASSETS_SCRIPT} is missing")
+    proc = subprocess.run(
+        ["bash", str(ASSETS_SCRIPT), what], stdout=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL
+    )
+    if proc.returncode != 0:
+        raise ApiServerError(f"{ASSETS_SCRIPT} {what} failed with exit code {proc.returncode}")
+    lines = proc.stdout.strip().splitlines()
+    if not lines:
+        raise ApiServerError(f"{ASSETS_SCRIPT} {what} printed nothing")
+    return Path(lines[-1])
+
+
+def find_assets() -> Path:
+    """The folder holding ``kube-apiserver`` and ``etcd`` (built on first use)."""
+    env = os.environ.get("KUBEBUILDER_ASSETS")
+    if env and all(os.access(Path(env) / b, os.X_OK) for b in ("kube-apiserver", "etcd")):
+        return Path(env)
+    folder = _run_assets_script("assets")
+    for binary in ("kube-apiserver", "etcd"):
+        if not os.access(folder / binary, os.X_OK):
+            raise ApiServerError(f"{folder / binary} is missing after {ASSETS_SCRIPT} assets")
+    return folder
+
+
+def kubeflow_crd_paths() -> list[Path]:
+    """The pinned, published Kubeflow CRDs: PyTorchJob (kubeflow.org/v1) and MPIJob (v2beta1)."""
+    folder = _run_assets_script("crds")
+    paths = [folder / "kubeflow.org_pytorchjobs.yaml", folder / "kubeflow.org_mpijobs.yaml"]
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise ApiServerError(f"Kubeflow CRDs missing: {missing}")
+    return paths
+
+
+def repo_crd_paths() -> list[Path]:
+    """The project's own generated CRDs (crds/*.yaml), if any."""
+    folder = REPO_ROOT / "crds"
+    return sorted(p for p in folder.glob("*.y*ml") if p.is_file()) if folder.is_dir() else []
+
+
+def kubectl_binary() -> str:
+    kubectl = os.environ.get("KUBECTL") or shutil.which("kubectl")
+    if not kubectl:
+        raise ApiServerError("kubectl is not on PATH (set KUBECTL to its path)")
+    return kubectl
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on 127.0.0.1 right now (all held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """preexec_fn: SIGKILL the child when the process that started it dies (Linux)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (FileNotFoundError, IndexError, ProcessLookupError):
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not Path("/proc").is_dir()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _kill_group(pid: int, proc: subprocess.Popen | None = None, grace: float = 10.0) -> None:
+    """SIGTERM the process group led by pid; SIGKILL it if the leader outlives `grace` seconds."""
+
+    def gone() -> bool:
+        return proc.poll() is not None if proc is not None else not _alive(pid)
+
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while not gone() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if gone():
+            break
+    # The leader is gone; make sure nothing else of its group survives.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return f"(no log at {path})"
+
+
+# --------------------------------------------------------------------------- PKI
+
+
+def _write_pki(folder: Path) -> dict[str, Path]:
+    """CA, serving cert (127.0.0.1/localhost), admin client cert, SA key pair."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
+    until = now + dt.timedelta(days=365)
+
+    def key_pem(key) -> bytes:
+        return key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+    def name(cn: str, org: str | None = None) -> x509.Name:
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+        if org:
+            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+        return x509.Name(attrs)
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = name("gpu-acceptance-envtest-ca")
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now)
+        .not_valid_after(until)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def leaf(subject: x509.Name, usage, sans: list | None = None):
+        key = ec.generate_private_key(ec.SECP256R1())
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now)
+            .not_valid_after(until)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_encipherment=False,
+                    key_cert_sign=False,
+                    crl_sign=False,
+                    content_commitment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        return key, builder.sign(ca_key, hashes.SHA256())
+
+    serving_key, serving_cert = leaf(
+        name("kube-apiserver"),
+        ExtendedKeyUsageOID.SERVER_AUTH,
+        [
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
+            x509.DNSName("localhost"),
+            x509.DNSName("kubernetes"),
+            x509.DNSName("kubernetes.default"),
+            x509.DNSName("kubernetes.default.svc"),
+            x509.DNSName("kubernetes.default.svc.cluster.local"),
+        ],
+    )
+    admin_key, admin_cert = leaf(name(ADMIN_USER, "system:masters"), ExtendedKeyUsageOID.CLIENT_AUTH)
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+    files = {
+        "ca_cert": (folder / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM)),
+        "ca_key": (folder / "ca.key", key_pem(ca_key)),
+        "serving_cert": (folder / "apiserver.crt", serving_cert.public_bytes(serialization.Encoding.PEM)),
+        "serving_key": (folder / "apiserver.key", key_pem(serving_key)),
+        "admin_cert": (folder / "admin.crt", admin_cert.public_bytes(serialization.Encoding.PEM)),
+        "admin_key": (folder / "admin.key", key_pem(admin_key)),
+        "sa_key": (folder / "sa.key", key_pem(sa_key)),
+        "sa_pub": (
+            folder / "sa.pub",
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        ),
+    }
+    for path, data in files.values():
+        path.write_bytes(data)
+        path.chmod(0o600)
+    return {k: p for k, (p, _) in files.items()}
+
+
+def _b64(path: Path) -> str:
+    return base64.b64encode(path.read_bytes()).decode()
+
+
+def _write_kubeconfig(path: Path, server: str, ca_file: Path, user: str, user_entry: dict) -> Path:
+    import yaml
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": CLUSTER_NAME, "cluster": {"server": server, "certificate-authority-data": _b64(ca_file)}}
+        ],
+        "users": [{"name": user, "user": user_entry}],
+        "contexts": [{"name": CLUSTER_NAME, "context": {"cluster": CLUSTER_NAME, "user": user}}],
+        "current-context": CLUSTER_NAME,
+        "preferences": {},
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    path.chmod(0o600)
+    return path
+
+
+# --------------------------------------------------------------------------- the server
+
+
+class ApiServer:
+    """etcd + kube-apiserver on loopback, with RBAC and an admin kubeconfig.
+
+    ``directory``: where certs, etcd data, logs and the kubeconfig go (a new
+    temporary folder when None, removed by stop()). ``detached``: leave the
+    processes running when this Python process exits (the ``up`` command);
+    otherwise they are killed with their parent, even if it is SIGKILLed.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike | None = None,
+        assets: str | os.PathLike | None = None,
+        detached: bool = False,
+        start_timeout: float = 60.0,
+        verbosity: int = 0,
+    ):
+        self._own_dir = directory is None
+        self.dir = Path(directory).resolve() if directory is not None else None
+        self._assets = Path(assets) if assets else None
+        self.detached = detached
+        self.start_timeout = start_timeout
+        self.verbosity = verbosity
+        self.etcd_port = self.secure_port = self.peer_port = 0
+        self.server = ""
+        self.pki: dict[str, Path] = {}
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._ssl: ssl.SSLContext | None = None
+        self.started_seconds: float | None = None
+
+    # paths ---------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        assert self.dir is not None, "not started"
+        return self.dir / "kubeconfig"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.pki["ca_cert"]
+
+    @property
+    def kubectl_cache_dir(self) -> Path:
+        assert self.dir is not None, "not started"
+        return self.dir / "kubectl-cache"
+
+    def env(self, kubeconfig: str | os.PathLike | None = None) -> dict[str, str]:
+        """os.environ plus KUBECONFIG (the admin's unless given) and a private kubectl cache."""
+        env = dict(os.environ)
+        env["KUBECONFIG"] = str(kubeconfig or self.kubeconfig)
+        env["KUBECACHEDIR"] = str(self.kubectl_cache_dir)
+        return env
+
+    # lifecycle -----------------------------------------------------------
+    def start(self) -> ApiServer:
+        t0 = time.monotonic()
+        assets = self._assets or find_assets()
+        if self.dir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="gpu-acceptance-apiserver-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.pki = _write_pki(self.dir / "pki")
+        self.etcd_port, self.peer_port, self.secure_port = free_ports(3)
+        self.server = f"https://127.0.0.1:{self.secure_port}"
+        if not self.detached:
+            atexit.register(self.stop)
+
+        etcd_url = f"http://127.0.0.1:{self.etcd_port}"
+        peer_url = f"http://127.0.0.1:{self.peer_port}"
+        self._spawn(
+            "etcd",
+            [
+                str(assets / "etcd"),
+                "--name=default",
+                f"--data-dir={self.dir / 'etcd'}",
+                f"--listen-client-urls={etcd_url}",
+                f"--advertise-client-urls={etcd_url}",
+                f"--listen-peer-urls={peer_url}",
+                f"--initial-advertise-peer-urls={peer_url}",
+                f"--initial-cluster=default={peer_url}",
+                "--initial-cluster-state=new",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+        p = self.pki
+        self._spawn(
+            "kube-apiserver",
+            [
+                str(assets / "kube-apiserver"),
+                f"--etcd-servers={etcd_url}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--secure-port={self.secure_port}",
+                f"--tls-cert-file={p['serving_cert']}",
+                f"--tls-private-key-file={p['serving_key']}",
+                f"--client-ca-file={p['ca_cert']}",
+                f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+                f"--service-account-key-file={p['sa_pub']}",
+                f"--service-account-signing-key-file={p['sa_key']}",
+                f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+                "--authorization-mode=RBAC",
+                "--disable-admission-plugins=ServiceAccount",
+                "--allow-privileged=true",
+                "--endpoint-reconciler-type=none",
+                "--profiling=false",
+                f"--v={self.verbosity}",
+            ],
+        )
+        _write_kubeconfig(
+            self.kubeconfig,
+            self.server,
+            p["ca_cert"],
+            ADMIN_USER,
+            {"client-certificate-data": _b64(p["admin_cert"]), "client-key-data": _b64(p["admin_key"])},
+        )
+        self._write_state()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.started_seconds = time.monotonic() - t0
+        return self
+
+    def _spawn(self, name: str, argv: list[str]) -> None:
+        assert self.dir is not None
+        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,  # its own process group: killpg() reaches everything
+                preexec_fn=None if self.detached else _die_with_parent,
+                close_fds=True,
+            )
+        finally:
+            log.close()
+        self._procs[name] = proc
+        (self.dir / f"{name}.pid").write_text(f"{proc.pid}\n")
+
+    def _write_state(self) -> None:
+        assert self.dir is not None
+        state = {
+            "server": self.server,
+            "etcd": f"http://127.0.0.1:{self.etcd_port}",
+            "kubeconfig": str(self.kubeconfig),
+            "pids": {name: proc.pid for name, proc in self._procs.items()},
+        }
+        (self.dir / "state.json").write_text(json.dumps(state, indent=2) + "\n")
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        last = "no answer yet"
+        while time.monotonic() < deadline:
+            for name, proc in self._procs.items():
+                if proc.poll() is not None:
+                    raise ApiServerError(
+                        f"{name} exited with code {proc.returncode}:\n{_tail(self.dir / f'{name}.log')}"
+                    )
+            try:
+                status, body = self._http("GET", "/readyz")
+                if status == 200 and body.strip() == b"ok":
+                    return
+                last = f"HTTP {status}: {body[:300]!r}"
+            except (OSError, ssl.SSLError) as e:
+                last = repr(e)
+            time.sleep(0.2)
+        raise ApiServerError(
+            f"kube-apiserver not ready after {self.start_timeout:.0f}s ({last}):\n"
+            f"{_tail(self.dir / 'kube-apiserver.log')}"
+        )
+
+    def stop(self) -> None:
+        """Kill both process groups (apiserver first) and remove a temporary folder."""
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+        for name in ("kube-apiserver", "etcd"):
+            proc = self._procs.pop(name, None)
+            if proc is not None:
+                _kill_group(proc.pid, proc)
+                with contextlib.suppress(Exception):
+                    proc.wait(timeout=5)
+        if self.dir is not None:
+            for name in ("kube-apiserver", "etcd"):
+                with contextlib.suppress(OSError):
+                    (self.dir / f"{name}.pid").unlink()
+            if self._own_dir:
+                shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> ApiServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # REST ----------------------------------------------------------------
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            ctx = ssl.create_default_context(cafile=str(self.pki["ca_cert"]))
+            ctx.load_cert_chain(str(self.pki["admin_cert"]), str(self.pki["admin_key"]))
+            self._ssl = ctx
+        return self._ssl
+
+    def _http(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        token: str | None = None,
+        content_type: str = "application/json",
+        timeout: float = 10.0,
+    ) -> tuple[int, bytes]:
+        data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        req = urllib.request.Request(self.server + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", content_type)
+        if token is not None:
+            # Bearer auth only: no client certificate, so RBAC applies to the token's user.
+            req.add_header("Authorization", f"Bearer {token}")
+            ctx = ssl.create_default_context(cafile=str(self.pki["ca_cert"]))
+        else:
+            ctx = self._ssl_context()
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = None,
+        expect: tuple[int, ...] | None = (200, 201),
+        content_type: str = "application/json",
+    ) -> dict:
+        """A REST call as the admin (or as the bearer of `token`); returns the JSON answer.
+
+        Raises ApiError when the status is not in `expect` (None: accept any;
+        the answer then carries the status under the key ``"_status"``).
+        """
+        status, raw = self._http(method, path, body, token=token, content_type=content_type)
+        if expect is not None and status not in expect:
+            raise ApiError(method, path, status, raw.decode(errors="replace"))
+        try:
+            out = json.loads(raw) if raw else {}
+        except ValueError:
+            out = {"_raw": raw.decode(errors="replace")}
+        if not isinstance(out, dict):
+            out = {"_value": out}
+        out.setdefault("_status", status)
+        return out
+
+    # kubectl -------------------------------------------------------------
+    def kubectl(
+        self,
+        *args: str,
+        kubeconfig: str | os.PathLike | None = None,
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 120.0,
+    ) -> subprocess.CompletedProcess:
+        """Run kubectl against this server (admin unless `kubeconfig`); text output captured."""
+        proc = subprocess.run(
+            [kubectl_binary(), *args],
+            env=self.env(kubeconfig),
+            input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise ApiServerError(f"kubectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    # namespaces, service accounts, tokens --------------------------------
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+        meta: dict[str, Any] = {"name": name}
+        if labels:
+            meta["labels"] = labels
+        self.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": meta})
+        return name
+
+    def delete_namespace(self, name: str) -> None:
+        """Ask for deletion (no namespace controller runs, so it stays Terminating)."""
+        self.request("DELETE", f"/api/v1/namespaces/{name}", expect=(200, 202, 404, 409))
+
+    def ensure_service_account(self, namespace: str, name: str) -> None:
+        self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts",
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}},
+            expect=(201, 409),
+        )
+
+    def token_for_service_account(
+        self, namespace: str, name: str, *, expiration_seconds: int = 3600, create: bool = True
+    ) -> str:
+        """A bound token for the ServiceAccount from the TokenRequest API (created first if `create`)."""
+        if create:
+            self.ensure_service_account(namespace, name)
+        answer = self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": expiration_seconds},
+            },
+            expect=(200, 201),
+        )
+        return answer["status"]["token"]
+
+    def kubeconfig_for_token(self, token: str, path: str | os.PathLike, user: str = "token-user") -> Path:
+        """Write a kubeconfig that authenticates with `token` only (RBAC applies to its subject)."""
+        return _write_kubeconfig(Path(path), self.server, self.ca_file, user, {"token": token})
+
+    # CRDs ------------------------------------------------------------------
+    def install_crds(self, paths, timeout: float = 60.0) -> None:
+        """Apply CRD files (server-side: Kubeflow's exceed the client-side annotation limit), wait Established."""
+        files: list[str] = []
+        for p in paths:
+            p = Path(p)
+            if p.is_dir():
+                files += [str(f) for f in sorted(p.glob("*.y*ml"))]
+            elif p.is_file():
+                files.append(str(p))
+            else:
+                raise ApiServerError(f"no CRD file at {p}")
+        if not files:
+            return
+        file_args = [a for f in files for a in ("-f", f)]
+        self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=envtest", *file_args)
+        self.kubectl(
+            "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", *file_args, timeout=timeout + 30
+        )
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _up(directory: Path, with_crds: bool) -> int:
+    state = directory / "state.json"
+    if state.is_file():
+        pids = json.loads(state.read_text()).get("pids", {})
+        if pids and all(_alive(pid) for pid in pids.values()):
+            print(f"already running ({directory}); stop it with: python -m tests.apiserver down --dir {directory}")
+            return 0
+        _down(directory, quiet=True)
+    server = ApiServer(directory, detached=True)
+    try:
+        server.start()
+        if with_crds:
+            server.install_crds(kubeflow_crd_paths() + repo_crd_paths())
+    except BaseException:
+        server.stop()
+        raise
+    print(f"kube-apiserver {server.server} ready in {server.started_seconds:.1f}s; logs in {directory}")
+    print(f"export KUBECONFIG={server.kubeconfig}")
+    return 0
+
+
+def _down(directory: Path, quiet: bool = False) -> int:
+    if not directory.exists():
+        if not quiet:
+            print(f"nothing to stop: {directory} does not exist")
+        return 0
+    for name in ("kube-apiserver", "etcd"):
+        pid_file = directory / f"{name}.pid"
+        if not pid_file.is_file():
+            continue
+        with contextlib.suppress(ValueError):
+            pid = int(pid_file.read_text().strip())
+            # Only a process that still is ours (pid reuse): it runs the named binary.
+            if _alive(pid) and name in _cmdline(pid):
+                _kill_group(pid)
+    shutil.rmtree(directory, ignore_errors=True)
+    if not quiet:
+        print(f"stopped and removed {directory}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.apiserver", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start etcd + kube-apiserver in the background, install CRDs")
+    up.add_argument("--dir", default=".dev-cluster", type=Path)
+    up.add_argument("--no-crds", action="store_true", help="install no CRDs")
+    down = sub.add_parser("down", help="stop it and remove its folder")
+    down.add_argument("--dir", default=".dev-cluster", type=Path)
+    args = parser.parse_args(argv)
+    directory = args.dir.resolve()
+    try:
+        if args.command == "up":
+            return _up(directory, with_crds=not args.no_crds)
+        return _down(directory)
+    except ApiServerError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
