@@ -46,7 +46,15 @@ build_kube_apiserver() {
       go mod edit -replace "${mod}=${mod}@${version}"
     done
     go get "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}" >&2
-    go build -trimpath -o "$assets/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    # Stamp the version as Kubernetes' own build does (hack/lib/version.sh);
+    # without it the server reports v0.0.0-master to clients (kubectl, helm).
+    local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+    local ldflags="" pkg
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X ${pkg}.gitVersion=${K8S_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
+      ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
+    done
+    go build -trimpath -ldflags "$ldflags" -o "$assets/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
   )
   mv "$assets/kube-apiserver.tmp" "$assets/kube-apiserver"
   rm -rf "$work"
@@ -93,7 +101,11 @@ case "${1:-assets}" in
       echo "$KUBEBUILDER_ASSETS"; exit 0
     fi
     mkdir -p "$assets"
-    [ -x "$assets/kube-apiserver" ] || build_kube_apiserver
+    # A binary built before the version stamp reports v0.0.0-master: rebuild it.
+    if ! { [ -x "$assets/kube-apiserver" ] &&
+           [ "$("$assets/kube-apiserver" --version 2>/dev/null)" = "Kubernetes ${K8S_VERSION}" ]; }; then
+      build_kube_apiserver
+    fi
     [ -x "$assets/etcd" ] || build_etcd
     echo "$assets"
     ;;
