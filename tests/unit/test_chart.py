@@ -1,0 +1,330 @@
+"""The Helm chart, rendered by a real helm: lint, the objects it renders, and what values.schema.json rejects.
+
+Needs helm (hack/install-tools.sh); without it these tests fail rather than
+skip. That the API server accepts the objects, and that the ClusterRole grants
+what it says, is tests/cluster/test_chart.py.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helm import (
+    CHART,
+    NODE_ACTION_PERMISSIONS,
+    OPERATOR_PERMISSIONS,
+    REPO,
+    by_kind,
+    helm,
+    render,
+    rule_triples,
+    template,
+    values_file,
+)
+
+CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
+DEFAULT_VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
+ALL_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "nodeActions": {"enabled": True}}
+NAMESPACE = "gpu-acceptance-system"
+
+
+def deployment(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (dep,) = by_kind(objects)["Deployment"]
+    return dep
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = deployment(objects)["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+# --------------------------------------------------------------------------- lint
+
+
+def test_chart_metadata() -> None:
+    assert CHART_META["apiVersion"] == "v2"
+    assert CHART_META["name"] == "gpu-acceptance"
+    assert CHART_META["version"] == "0.1.0"
+    from acceptance_workload import __version__
+
+    assert CHART_META["appVersion"] == __version__, "appVersion is the image tag: it must be the package version"
+
+
+@pytest.mark.parametrize("values", [None, ALL_ON], ids=["defaults", "all-options"])
+def test_helm_lint_strict(values: dict | None, tmp_path: Path) -> None:
+    proc = helm("lint", "--strict", str(CHART), *values_file(values, tmp_path))
+    assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout
+
+
+def test_helm_lint_fails_on_a_bad_value(tmp_path: Path) -> None:
+    proc = helm("lint", str(CHART), *values_file({"logFormat": "xml"}, tmp_path), check=False)
+    assert proc.returncode != 0
+    assert "logFormat" in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------- what renders
+
+
+def test_default_render_has_exactly_the_operator_objects() -> None:
+    objects = render()
+    assert sorted(o["kind"] for o in objects) == [
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "gpu-acceptance"
+        assert labels["app.kubernetes.io/instance"] == "gpu-acceptance"
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert labels["app.kubernetes.io/version"] == CHART_META["appVersion"]
+        assert labels["helm.sh/chart"] == f"gpu-acceptance-{CHART_META['version']}"
+        if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert obj["metadata"]["namespace"] == NAMESPACE
+
+
+def test_deployment_one_replica_recreate() -> None:
+    dep = deployment(render())
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    selector = dep["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_operator_command_and_ports() -> None:
+    container = operator_container(render())
+    assert container["command"] + container["args"] == [
+        "gpu-acceptance", "operator", "--metrics-port=8080", "--health-port=8081", "--json-logs"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    probe = container["livenessProbe"]
+    assert probe["httpGet"]["path"] == "/healthz"
+    assert ports[probe["httpGet"]["port"]] == 8081, "the liveness probe must hit the health port"
+    assert probe["periodSeconds"] > 0 and probe["failureThreshold"] >= 1
+
+
+def test_image_tag_defaults_to_app_version_and_can_be_pinned() -> None:
+    assert operator_container(render())["image"] == f"ghcr.io/gpu-acceptance/operator:{CHART_META['appVersion']}"
+    pinned = render({"image": {"repository": "registry.local/op", "tag": "0.1.0-rc1", "pullPolicy": "Always"}})
+    assert operator_container(pinned)["image"] == "registry.local/op:0.1.0-rc1"
+    assert operator_container(pinned)["imagePullPolicy"] == "Always"
+
+
+def test_resources_and_hardened_security_context() -> None:
+    objects = render()
+    pod = deployment(objects)["spec"]["template"]["spec"]
+    container = operator_container(objects)
+    assert container["resources"]["requests"]["cpu"] and container["resources"]["requests"]["memory"]
+    assert container["resources"]["limits"]["memory"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532, "the uid of Dockerfile.operator's user"
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] is True
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "privileged" not in sc
+    # A read-only root filesystem needs a writable /tmp.
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert pod["serviceAccountName"] == by_kind(objects)["ServiceAccount"][0]["metadata"]["name"]
+
+
+def test_operator_env_defaults() -> None:
+    env = env_of(operator_container(render()))
+    assert env["GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS"] == "300"
+    assert env["GPU_ACCEPTANCE_NODE_ACTIONS"] == "false"
+    assert "GPU_ACCEPTANCE_DEFAULT_IMAGE" not in env, "empty workloadImage: the operator's own default"
+
+
+def test_values_reach_the_operator() -> None:
+    objects = render({
+        "logFormat": "text", "verbose": True, "watchNamespaces": ["gpu-a", "gpu-b"],
+        "workloadImage": "mirror.local/gpu-acceptance/workload:0.1.0", "unschedulableGraceSeconds": 900,
+        "nodeActions": {"enabled": True}, "metrics": {"port": 9090, "service": {"type": "ClusterIP", "port": 9090}},
+        "health": {"port": 9091}, "imagePullSecrets": ["regcred"], "nodeSelector": {"role": "system"},
+        "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
+        "priorityClassName": "system-cluster-critical",
+    })
+    container = operator_container(objects)
+    assert container["args"] == ["--metrics-port=9090", "--health-port=9091", "--verbose",
+                                 "--namespace=gpu-a", "--namespace=gpu-b"]
+    env = env_of(container)
+    assert env["GPU_ACCEPTANCE_DEFAULT_IMAGE"] == "mirror.local/gpu-acceptance/workload:0.1.0"
+    assert env["GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS"] == "900"
+    assert env["GPU_ACCEPTANCE_NODE_ACTIONS"] == "true"
+    assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 9090, "health": 9091}
+    pod = deployment(objects)["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"role": "system"}
+    assert pod["tolerations"] == [{"key": "CriticalAddonsOnly", "operator": "Exists"}]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    (service,) = by_kind(objects)["Service"]
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
+
+
+def test_metrics_service_selects_the_operator_pod() -> None:
+    objects = render()
+    (service,) = by_kind(objects)["Service"]
+    pod_labels = deployment(objects)["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    (port,) = service["spec"]["ports"]
+    assert port["targetPort"] == "metrics"
+    assert {p["name"] for p in operator_container(objects)["ports"]} >= {"metrics"}
+
+
+def test_existing_service_account() -> None:
+    objects = render({"serviceAccount": {"create": False, "name": "platform-operator"}})
+    kinds = by_kind(objects)
+    assert "ServiceAccount" not in kinds
+    assert deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == "platform-operator"
+    (binding,) = kinds["ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "platform-operator", "namespace": NAMESPACE}]
+    proc = template({"serviceAccount": {"create": False}}, check=False)
+    assert proc.returncode != 0 and "serviceAccount.name" in proc.stderr
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def test_cluster_role_grants_exactly_the_contract_and_no_wildcards() -> None:
+    kinds = by_kind(render())
+    (role,) = kinds["ClusterRole"]
+    for rule in role["rules"]:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[key], f"wildcard in {rule}"
+        assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+    assert rule_triples(role) == OPERATOR_PERMISSIONS
+    (binding,) = kinds["ClusterRoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": role["metadata"]["name"]}
+    (sa,) = kinds["ServiceAccount"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
+
+
+def test_node_permissions_only_with_node_actions() -> None:
+    (role,) = by_kind(render({"nodeActions": {"enabled": True}}))["ClusterRole"]
+    assert rule_triples(role) == OPERATOR_PERMISSIONS | NODE_ACTION_PERMISSIONS
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+def test_service_monitor_and_rule_only_when_enabled() -> None:
+    kinds = by_kind(render())
+    assert "ServiceMonitor" not in kinds and "PrometheusRule" not in kinds
+    kinds = by_kind(render({"serviceMonitor": {"enabled": True}}))
+    assert "ServiceMonitor" in kinds and "PrometheusRule" not in kinds
+    kinds = by_kind(render({"prometheusRule": {"enabled": True}}))
+    assert "PrometheusRule" in kinds and "ServiceMonitor" not in kinds
+
+
+def test_service_monitor_scrapes_the_metrics_service() -> None:
+    kinds = by_kind(render({"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}}}))
+    (monitor,) = kinds["ServiceMonitor"]
+    (service,) = kinds["Service"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == service["spec"]["ports"][0]["name"] == "metrics"
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["interval"] == "15s"
+    assert endpoint["honorLabels"] is True, "the per-test `namespace` label must not become exported_namespace"
+
+
+def test_prometheus_rule_alerts_on_a_failed_test() -> None:
+    extra = {"alert": "GpuAcceptanceRunsFailing",
+             "expr": 'increase(gpu_acceptance_runs_total{result="Failed"}[1h]) > 0'}
+    values = {"prometheusRule": {"enabled": True, "for": "5m", "severity": "critical", "labels": {"release": "kps"},
+                                 "additionalRules": [extra]}}
+    (rule,) = by_kind(render(values))["PrometheusRule"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    (group,) = rule["spec"]["groups"]
+    alert, added = group["rules"]
+    assert alert["alert"] == "GpuAcceptanceTestFailed"
+    assert alert["expr"] == 'gpu_acceptance_test_phase{phase="Failed"} == 1'
+    assert alert["for"] == "5m"
+    assert alert["labels"] == {"severity": "critical"}
+    # Prometheus templates survive Helm's own templating.
+    assert alert["annotations"]["summary"] == "AcceptanceTest {{ $labels.namespace }}/{{ $labels.name }} failed"
+    assert "kubectl describe acceptancetest" in alert["annotations"]["description"]
+    assert added == extra
+
+
+# --------------------------------------------------------------------------- what the schema and checks reject
+
+
+@pytest.mark.parametrize(
+    ("values", "field"),
+    [
+        ({"logFormat": "xml"}, "logFormat"),
+        ({"replicas": 2}, "replicas"),
+        ({"metrics": {"port": 0, "service": {"type": "ClusterIP", "port": 8080}}}, "/metrics/port"),
+        ({"health": {"port": "8081"}}, "/health/port"),
+        ({"image": {"repository": "r", "tag": "", "pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"watchNamespaces": ["GPU_Tests"]}, "/watchNamespaces/0"),
+        ({"unschedulableGraceSeconds": -1}, "/unschedulableGraceSeconds"),
+        ({"nodeActions": {"enabled": "yes"}}, "/nodeActions/enabled"),
+        ({"serviceMonitor": {"enabled": True, "interval": "often"}}, "/serviceMonitor/interval"),
+        ({"imagePullSecrets": [{"name": "regcred"}]}, "/imagePullSecrets/0"),
+    ],
+    ids=lambda v: v if isinstance(v, str) else None,
+)
+def test_schema_rejects_bad_values(values: dict, field: str) -> None:
+    proc = template(values, check=False)
+    assert proc.returncode != 0, f"accepted {values}"
+    assert field in proc.stderr, proc.stderr
+
+
+def test_metrics_and_health_ports_must_differ() -> None:
+    proc = template({"health": {"port": 8080}}, check=False)
+    assert proc.returncode != 0
+    assert "metrics.port and health.port must differ" in proc.stderr
+
+
+@pytest.mark.parametrize(("version", "ok"), [("1.26.9", False), ("1.27.0", True), ("1.33.13", True),
+                                              ("v1.30.4-eks-a737599", True), ("v1.29.1-gke.1589018", True)])
+def test_kube_version_constraint(version: str, ok: bool) -> None:
+    proc = template(kube_version=version, check=False)
+    assert (proc.returncode == 0) is ok, proc.stderr
+
+
+# --------------------------------------------------------------------------- CRDs and docs
+
+
+def test_chart_ships_the_generated_crd() -> None:
+    objects = render(include_crds=True)
+    crds = [o for o in objects if o["kind"] == "CustomResourceDefinition"]
+    assert [c["metadata"]["name"] for c in crds] == ["acceptancetests.gpu-acceptance.io"]
+    assert crds[0] == yaml.safe_load((REPO / "crds" / "acceptancetest.yaml").read_text())
+
+
+def _leaf_paths(values: dict[str, Any], prefix: str = "") -> list[str]:
+    paths = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        paths += _leaf_paths(value, path + ".") if isinstance(value, dict) and value else [path]
+    return paths
+
+
+def test_install_doc_documents_every_value() -> None:
+    """docs/install.md's values table names every setting of values.yaml (leaves, or their parent object)."""
+    doc = (REPO / "docs" / "install.md").read_text()
+    documented = set(re.findall(r"^\|\s*`([A-Za-z0-9_.]+)`", doc, flags=re.M))
+    missing = [p for p in _leaf_paths(DEFAULT_VALUES)
+               if not any(p == d or p.startswith(d + ".") for d in documented)]
+    assert not missing, f"values missing from docs/install.md's table: {missing}"
+    unknown = [d for d in documented if not any(p == d or p.startswith(d + ".") for p in _leaf_paths(DEFAULT_VALUES))]
+    assert not unknown, f"docs/install.md documents values the chart does not have: {unknown}"
