@@ -1,0 +1,618 @@
+"""Every object the operator creates for an AcceptanceTest, built as plain dicts.
+
+Pure functions from a validated AcceptanceTest to Kubernetes manifests: the
+handlers create what these return, `gpu-acceptance render` prints it, and the
+tests check it without a cluster. Nothing here talks to an API server.
+
+Children of one test: a per-test ServiceAccount, a Role that lets it patch only
+this test's status (rank 0 writes the report with it), a RoleBinding, and one
+job per generation: a Kubeflow PyTorchJob (torchrun on every node) or MPIJob
+(mpirun from a launcher, sshd on the GPU workers).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import re
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
+from pydantic import ValidationError
+
+from acceptance_operator.api import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    PLURAL,
+    RESERVED_VOLUME_PREFIX,
+    SHM_PATH,
+    AcceptanceTest,
+)
+from acceptance_operator.network import build_network_env
+
+LABEL_TEST = f"{GROUP}/test"
+LABEL_GENERATION = f"{GROUP}/generation"
+# gpu: a pod holding GPUs (one per node); launcher: the MPIJob's mpirun pod.
+LABEL_ROLE = f"{GROUP}/role"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "gpu-acceptance"
+
+PYTORCHJOB_API_VERSION = "kubeflow.org/v1"
+MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
+GPU_RESOURCE = "nvidia.com/gpu"
+HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
+
+# Kubeflow derives Service and pod names (<job>-worker-4095, <job>-master-0) from the
+# job name; 50 characters leaves room for those suffixes inside a 63-character DNS label.
+MAX_CHILD_NAME = 50
+MAX_LABEL_VALUE = 63
+
+PYTORCH_CONTAINER = "pytorch"  # the training-operator looks for a container of this name
+PYTORCH_PORT_NAME = "pytorchjob-port"  # and for this port on it (its rendezvous Service)
+PYTORCH_PORT = 23456
+MPI_LAUNCHER_CONTAINER = "launcher"
+MPI_WORKER_CONTAINER = "worker"
+MPI_SSH_AUTH_MOUNT_PATH = "/root/.ssh"  # mpi-operator's default: the image's sshd runs as root
+MPI_MASTER_PORT = 29500
+# sshd port on hostNetwork workers: 22 belongs to the node's own sshd there.
+HOST_NETWORK_SSHD_PORT = 2222
+
+SHM_VOLUME = f"{RESERVED_VOLUME_PREFIX}shm"
+RUN_VOLUME = f"{RESERVED_VOLUME_PREFIX}run"
+RUN_DIR = "/run/gpu-acceptance"
+# MPI ranks are children of the worker's sshd, not of the container's entrypoint, so
+# they do not see the container's env; the worker writes its pod-specific variables
+# here at start and every rank sources the file (see _mpi_worker_command).
+POD_ENV_FILE = f"{RUN_DIR}/pod.env"
+POD_SPECIFIC_ENV = ("NODE_NAME", "POD_NAME", "POD_NAMESPACE")
+
+NOFILE_LIMIT = 1048576
+LAUNCHER_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}}
+INIT_RESOURCES = {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}}
+
+# The workload reads NCCL's INFO log to see which transport it used; pod.env or network.env may
+# raise the detail (TRACE, ALL) but lowering it leaves the transport unknown, which fails a required one.
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET"}
+
+_DNS_LABEL_CHARS = re.compile(r"[^a-z0-9-]")
+
+
+# --------------------------------------------------------------------------- names and labels
+
+
+def _digest(text: str, length: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def _fit(base: str, suffix: str, limit: int) -> str:
+    """base + suffix within `limit` characters; a shortened base keeps a hash of the whole, so names stay unique."""
+    if len(base) + len(suffix) <= limit:
+        return base + suffix
+    keep = limit - len(suffix) - 9
+    return f"{base[:keep].rstrip('-.')}-{_digest(base)}{suffix}"
+
+
+def generation_of(test: AcceptanceTest) -> int:
+    """metadata.generation, 1 before the API server has assigned one (render, unit tests)."""
+    return test.metadata.generation or 1
+
+
+def job_name(test: AcceptanceTest) -> str:
+    """<name>-g<generation>: one job per generation, a valid DNS label for Kubeflow's Services.
+
+    A test name with dots or a leading digit (legal for a custom resource, not
+    for a Service) is turned into a DNS label and marked with a hash.
+    """
+    name = test.metadata.name
+    label = _DNS_LABEL_CHARS.sub("-", name)
+    if not label[:1].isalpha():
+        label = f"at-{label}"
+    if label != name:
+        label = f"{label.strip('-')}-{_digest(name)}"
+    return _fit(label, f"-g{generation_of(test)}", MAX_CHILD_NAME)
+
+
+def service_account_name(test: AcceptanceTest) -> str:
+    """<name>-workload: the identity rank 0 patches the test's status with; also names its Role and binding."""
+    return _fit(test.metadata.name, "-workload", MAX_CHILD_NAME)
+
+
+def test_label_value(test: AcceptanceTest) -> str:
+    """The test's name as a label value (names longer than 63 characters are shortened with a hash)."""
+    return _fit(test.metadata.name, "", MAX_LABEL_VALUE)
+
+
+test_label_value.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
+
+
+def test_labels(test: AcceptanceTest) -> dict[str, str]:
+    """Labels of the job and of every pod it runs: which test, which run."""
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_TEST: test_label_value(test),
+        LABEL_GENERATION: str(generation_of(test)),
+    }
+
+
+test_labels.__test__ = False  # type: ignore[attr-defined]
+
+
+def owner_references(test: AcceptanceTest) -> list[dict[str, Any]]:
+    """The AcceptanceTest as controller owner, so deleting it garbage-collects the children.
+
+    No blockOwnerDeletion: setting it needs update on acceptancetests/finalizers
+    where OwnerReferencesPermissionEnforcement is on, which the operator is not granted.
+    """
+    if not test.metadata.uid:
+        return []
+    return [{"apiVersion": API_VERSION, "kind": KIND, "name": test.metadata.name, "uid": test.metadata.uid,
+             "controller": True}]
+
+
+def _metadata(test: AcceptanceTest, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": test.metadata.namespace, "labels": labels}
+    owners = owner_references(test)
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+# --------------------------------------------------------------------------- workload configuration
+
+
+def build_workload_config(test: AcceptanceTest) -> WorkloadConfig:
+    """What the workload runs: the checks with the profile's thresholds filled in, and whose status to patch."""
+    spec, meta = test.spec, test.metadata
+    return WorkloadConfig.build(
+        checks=spec.checks,
+        profile=spec.profile,
+        nodes=spec.nodes,
+        test=TestRef(name=meta.name, namespace=meta.namespace, uid=meta.uid, generation=generation_of(test)),
+        gpus_per_node=spec.gpus_per_node,
+        fabric=spec.network.fabric,
+        gpu_direct_rdma=spec.network.gpu_direct_rdma,
+        timeout_seconds=spec.timeout_seconds,
+    )
+
+
+def workload_env(test: AcceptanceTest) -> dict[str, str]:
+    """Plain-value variables of the workload: config, NCCL debug, fabric, then network.env and pod.env on top."""
+    return {
+        **NCCL_DEBUG_ENV,
+        **build_network_env(test.spec.network),
+        **test.spec.pod.env,
+        CONFIG_ENV: build_workload_config(test).to_env(),
+    }
+
+
+def _downward_env() -> list[dict[str, Any]]:
+    def field(name: str, path: str) -> dict[str, Any]:
+        return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+    return [field("NODE_NAME", "spec.nodeName"), field("POD_NAME", "metadata.name"),
+            field("POD_NAMESPACE", "metadata.namespace")]
+
+
+def _env_list(values: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+# --------------------------------------------------------------------------- pods
+
+
+def _anti_affinity_term(test: AcceptanceTest) -> dict[str, Any]:
+    """No two GPU pods of this test on one node (any generation: an old run's pods still hold the GPUs)."""
+    return {
+        "labelSelector": {"matchLabels": {LABEL_TEST: test_label_value(test), LABEL_ROLE: "gpu"}},
+        "topologyKey": HOSTNAME_TOPOLOGY,
+    }
+
+
+def build_affinity(test: AcceptanceTest) -> dict[str, Any]:
+    """placement.affinity with the required one-pod-per-node anti-affinity added; the user's terms are kept."""
+    affinity = dict(test.spec.placement.affinity or {})
+    anti = dict(affinity.get("podAntiAffinity") or {})
+    required = list(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    required.append(_anti_affinity_term(test))
+    anti["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["podAntiAffinity"] = anti
+    return affinity
+
+
+def needs_ipc_lock(test: AcceptanceTest) -> bool:
+    """RDMA fabrics: the workload container gets CAP_IPC_LOCK and nothing more.
+
+    ib_umem_get() (memory registration for InfiniBand/RoCE verbs) ignores
+    RLIMIT_MEMLOCK for a process with CAP_IPC_LOCK, so NCCL can pin its buffers
+    even where the container runtime's memlock limit is low. Over plain Ethernet
+    NCCL uses sockets and pins nothing: no capability is added.
+    """
+    return test.spec.network.fabric in ("infiniband", "roce")
+
+
+def _gpu_resources(test: AcceptanceTest) -> dict[str, Any]:
+    """nvidia.com/gpu, cpu, memory and extra devices: requests equal limits (extended resources demand it)."""
+    r = test.spec.resources
+    amounts: dict[str, Any] = {GPU_RESOURCE: test.spec.gpus_per_node}
+    if r.cpu is not None:
+        amounts["cpu"] = r.cpu
+    if r.memory is not None:
+        amounts["memory"] = r.memory
+    amounts.update(r.extra)
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _ulimit_init_container(test: AcceptanceTest) -> dict[str, Any]:
+    """The privileged init container that raises memlock and nofile, and says what the workload will get.
+
+    Honest limits of what it can do: rlimits belong to a process and its
+    children, so raising them here changes nothing for the workload container,
+    which starts with the container runtime's defaults. What this container does
+    is prove that the node lets a container lift memlock to unlimited and nofile
+    to 1048576, and log the runtime's defaults (the limits the workload will
+    actually start with) where `kubectl logs -c ulimits` finds them. The
+    workload's preflight then judges the limits it really has, and the workload
+    container's CAP_IPC_LOCK lets RDMA pin memory regardless of memlock.
+    """
+    script = (
+        'echo "runtime defaults (what the workload container starts with): '
+        'memlock soft=$(ulimit -S -l) hard=$(ulimit -H -l), nofile soft=$(ulimit -S -n) hard=$(ulimit -H -n)"; '
+        f"if ulimit -l unlimited && ulimit -n {NOFILE_LIMIT}; then "
+        'echo "raised here: memlock=$(ulimit -l) nofile=$(ulimit -n)"; '
+        'else echo "could not raise memlock/nofile even in a privileged container"; fi; '
+        'echo "rlimits are per process: the workload preflight checks the limits it actually has"'
+    )
+    return {
+        "name": "ulimits",
+        "image": test.spec.pod.init_image,
+        "command": ["sh", "-c", script],
+        "securityContext": {"privileged": True},
+        "resources": copy.deepcopy(INIT_RESOURCES),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
+def _pod_spec(test: AcceptanceTest, containers: list[dict[str, Any]], *, gpu: bool,
+              extra_volumes: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Pod spec shared by every pod of the job; `gpu` adds placement, /dev/shm and the ulimit init container."""
+    spec, place, pod = test.spec, test.spec.placement, test.spec.pod
+    out: dict[str, Any] = {
+        "serviceAccountName": pod.service_account_name or service_account_name(test),
+        # Rank 0 (on a GPU pod) patches the status with this token; the launcher never calls the API.
+        "automountServiceAccountToken": gpu,
+    }
+    if place.node_selector:
+        out["nodeSelector"] = dict(place.node_selector)
+    if place.tolerations:
+        out["tolerations"] = [dict(t) for t in place.tolerations]
+    if gpu:
+        out["affinity"] = build_affinity(test)
+    if place.priority_class_name:
+        out["priorityClassName"] = place.priority_class_name
+    if place.scheduler_name:
+        out["schedulerName"] = place.scheduler_name
+    if gpu and pod.host_network:
+        out["hostNetwork"] = True
+        out["dnsPolicy"] = "ClusterFirstWithHostNet"  # Service names still resolve (MASTER_ADDR)
+    if pod.image_pull_secrets:
+        out["imagePullSecrets"] = [{"name": n} for n in pod.image_pull_secrets]
+    if gpu and pod.ulimit_init:
+        out["initContainers"] = [_ulimit_init_container(test)]
+    out["containers"] = containers
+    volumes: list[dict[str, Any]] = []
+    if gpu:
+        volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.pod.shm_size}})
+        volumes.extend(extra_volumes)
+        volumes.extend(dict(v) for v in pod.volumes)
+    if volumes:
+        out["volumes"] = volumes
+    return out
+
+
+def _gpu_container(test: AcceptanceTest, name: str, command: list[str], env: list[dict[str, Any]],
+                   extra_mounts: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    pod = test.spec.pod
+    container: dict[str, Any] = {
+        "name": name,
+        "image": test.spec.image,
+        "command": command,
+        "env": env,
+        "resources": _gpu_resources(test),
+        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}, *extra_mounts,
+                         *(dict(m) for m in pod.volume_mounts)],
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if needs_ipc_lock(test):
+        container["securityContext"] = {"capabilities": {"add": ["IPC_LOCK"]}}
+    return container
+
+
+def _template(test: AcceptanceTest, role: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"labels": {**test_labels(test), LABEL_ROLE: role}}, "spec": pod_spec}
+
+
+def _run_policy(test: AcceptanceTest) -> dict[str, Any]:
+    """No retries (a failed run is a verdict), the run's deadline, cleanup after the TTL.
+
+    cleanPodPolicy Running: when the job ends, pods still running (MPI workers'
+    sshd, ranks waiting on a dead peer) are deleted so they release their GPUs;
+    finished pods stay, with their logs, until the TTL.
+    """
+    return {
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": test.spec.timeout_seconds,
+        "ttlSecondsAfterFinished": test.spec.ttl_seconds_after_finished,
+        "cleanPodPolicy": "Running",
+    }
+
+
+# --------------------------------------------------------------------------- PyTorchJob
+
+
+def torchrun_command(test: AcceptanceTest) -> list[str]:
+    """torchrun takes nnodes, nproc-per-node, node rank and master from the training-operator's PET_* env."""
+    return ["torchrun", f"--rdzv-conf=timeout={test.spec.timeout_seconds}", "--max-restarts=0",
+            "-m", "acceptance_workload"]
+
+
+def build_pytorchjob(test: AcceptanceTest) -> dict[str, Any]:
+    """kubeflow.org/v1 PyTorchJob: a Master and nodes-1 Workers, each one pod of gpusPerNode processes."""
+    spec = test.spec
+
+    def replica(count: int) -> dict[str, Any]:
+        container = _gpu_container(
+            test, PYTORCH_CONTAINER, torchrun_command(test), [*_env_list(workload_env(test)), *_downward_env()]
+        )
+        container["ports"] = [{"name": PYTORCH_PORT_NAME, "containerPort": PYTORCH_PORT, "protocol": "TCP"}]
+        return {"replicas": count, "restartPolicy": "Never",
+                "template": _template(test, "gpu", _pod_spec(test, [container], gpu=True))}
+
+    replicas = {"Master": replica(1)}
+    if spec.nodes > 1:
+        replicas["Worker"] = replica(spec.nodes - 1)
+    return {
+        "apiVersion": PYTORCHJOB_API_VERSION,
+        "kind": "PyTorchJob",
+        "metadata": _metadata(test, job_name(test), test_labels(test)),
+        "spec": {
+            "nprocPerNode": str(spec.gpus_per_node),
+            "runPolicy": _run_policy(test),
+            "pytorchReplicaSpecs": replicas,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- MPIJob
+
+
+def mpi_master_addr(test: AcceptanceTest) -> str:
+    """worker-0's DNS name under mpi-operator's headless Service (named like the job); rank 0 runs there."""
+    name = job_name(test)
+    return f"{name}-worker-0.{name}.{test.metadata.namespace}.svc"
+
+
+def mpi_exported_env(test: AcceptanceTest) -> list[str]:
+    """Launcher variables mpirun forwards (-x) to every rank: ranks started by sshd inherit nothing else.
+
+    KUBERNETES_SERVICE_* let rank 0 find the API server with its in-cluster
+    config; PATH and LD_LIBRARY_PATH are the image's (the launcher runs the same image).
+    """
+    names = ["PATH", "LD_LIBRARY_PATH", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
+             "MASTER_ADDR", "MASTER_PORT", *workload_env(test)]
+    return list(dict.fromkeys(names))
+
+
+def mpirun_command(test: AcceptanceTest) -> list[str]:
+    """mpirun over nodes x gpusPerNode slots, gpusPerNode ranks per worker, each sourcing its pod's env first."""
+    spec = test.spec
+    cmd = ["mpirun", "--allow-run-as-root", "--tag-output",
+           "-np", str(spec.nodes * spec.gpus_per_node),
+           "--map-by", f"ppr:{spec.gpus_per_node}:node", "--bind-to", "none"]
+    if spec.pod.host_network:
+        cmd += ["--mca", "plm_rsh_args", f"-p {HOST_NETWORK_SSHD_PORT} -o ConnectionAttempts=10"]
+    for name in mpi_exported_env(test):
+        cmd += ["-x", name]
+    cmd += ["sh", "-c", f". {POD_ENV_FILE} && exec python -m acceptance_workload"]
+    return cmd
+
+
+def _mpi_worker_command(test: AcceptanceTest) -> list[str]:
+    """Write the pod's own NODE_NAME/POD_NAME/POD_NAMESPACE for the ranks, then run sshd as mpi-operator expects."""
+    values = " ".join(f'"{n}=${n}"' for n in POD_SPECIFIC_ENV)
+    sshd = "/usr/sbin/sshd -De"
+    if test.spec.pod.host_network:
+        sshd += f" -p {HOST_NETWORK_SSHD_PORT}"
+    return ["sh", "-c", f"printf 'export %s\\n' {values} > {POD_ENV_FILE} && exec {sshd}"]
+
+
+def build_mpijob(test: AcceptanceTest) -> dict[str, Any]:
+    """kubeflow.org/v2beta1 MPIJob: a GPU-less launcher running mpirun, one GPU worker per node running sshd."""
+    spec = test.spec
+    run_volume = {"name": RUN_VOLUME, "emptyDir": {}}
+    run_mount = {"name": RUN_VOLUME, "mountPath": RUN_DIR}
+    worker = _gpu_container(
+        test, MPI_WORKER_CONTAINER, _mpi_worker_command(test),
+        [*_env_list(workload_env(test)), *_downward_env()], extra_mounts=[run_mount],
+    )
+    launcher = {
+        "name": MPI_LAUNCHER_CONTAINER,
+        "image": spec.image,
+        "command": mpirun_command(test),
+        "env": [*_env_list({"MASTER_ADDR": mpi_master_addr(test), "MASTER_PORT": str(MPI_MASTER_PORT)}),
+                *_env_list(workload_env(test))],
+        "resources": copy.deepcopy(LAUNCHER_RESOURCES),
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return {
+        "apiVersion": MPIJOB_API_VERSION,
+        "kind": "MPIJob",
+        "metadata": _metadata(test, job_name(test), test_labels(test)),
+        "spec": {
+            "slotsPerWorker": spec.gpus_per_node,
+            "launcherCreationPolicy": "WaitForWorkersReady",
+            "mpiImplementation": "OpenMPI",
+            "sshAuthMountPath": MPI_SSH_AUTH_MOUNT_PATH,
+            "runPolicy": _run_policy(test),
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "restartPolicy": "Never",
+                             "template": _template(test, "launcher", _pod_spec(test, [launcher], gpu=False))},
+                "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
+                           "template": _template(test, "gpu", _pod_spec(test, [worker], gpu=True,
+                                                                         extra_volumes=[run_volume]))},
+            },
+        },
+    }
+
+
+def build_job(test: AcceptanceTest) -> dict[str, Any]:
+    """The run's job for spec.backend."""
+    return build_mpijob(test) if test.spec.backend == "MPIJob" else build_pytorchjob(test)
+
+
+# --------------------------------------------------------------------------- RBAC and all children
+
+
+def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
+    """ServiceAccount, Role (get+patch on this test's status only) and RoleBinding; shared by all generations."""
+    name = service_account_name(test)
+    labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TEST: test_label_value(test)}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _metadata(test, name, labels)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": _metadata(test, name, labels),
+            "rules": [{"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"],
+                       "resourceNames": [test.metadata.name], "verbs": ["get", "patch"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": _metadata(test, name, labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": test.metadata.namespace}],
+        },
+    ]
+
+
+def build_children(test: AcceptanceTest) -> list[dict[str, Any]]:
+    """Everything to create for one run, in creation order: RBAC first, so the pods start with their identity."""
+    return [*build_rbac(test), build_job(test)]
+
+
+# --------------------------------------------------------------------------- gpu-acceptance render
+
+
+class RenderError(Exception):
+    """A manifest that cannot be rendered; `lines` say what is wrong, one field each."""
+
+    def __init__(self, lines: list[str]):
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def _wire_path(loc: tuple[Any, ...], data: Any, error_type: str) -> str:
+    """The error's location in the manifest, e.g. spec.checks.nccl.minBytes or spec.placement.tolerations[0].
+
+    pydantic adds union-branch tags (int, str, ...) to locations; only steps that
+    exist in the input are kept, plus the last one of a missing-field error.
+    """
+    parts: list[str] = []
+    node = data
+    for i, step in enumerate(loc):
+        if isinstance(step, int) and isinstance(node, list) and 0 <= step < len(node):
+            parts.append(f"[{step}]")
+            node = node[step]
+        elif isinstance(step, str) and isinstance(node, dict) and step in node:
+            parts.append(f".{step}" if parts else step)
+            node = node[step]
+        elif error_type == "missing" and i == len(loc) - 1:
+            parts.append(f".{step}" if parts else str(step))
+    return "".join(parts)
+
+
+# Messages of cross-field rules start with the field they are about: "checks: ...", "[0].mountPath ...".
+_MESSAGE_PATH = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*): (.*)$", re.S)
+_MESSAGE_INDEX = re.compile(r"^(\[\d+\](?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*) (.*)$", re.S)
+
+
+def validation_messages(error: ValidationError, data: Any) -> list[str]:
+    """One `field: problem` line per error, the field in camelCase wire form as in the YAML."""
+    lines: list[str] = []
+    for e in error.errors():
+        path = _wire_path(tuple(e["loc"]), data, e["type"])
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field"
+        else:
+            msg = e["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
+            # Cross-field rules name their field first ("checks: enable ..."): fold it into the path.
+            m = _MESSAGE_PATH.match(msg) or _MESSAGE_INDEX.match(msg)
+            if m and not path.endswith(m[1]):
+                sep = "" if m[1].startswith("[") or not path else "."
+                path, msg = f"{path}{sep}{m[1]}", m[2]
+        line = f"{path or '(document)'}: {msg}"
+        if line not in lines:
+            lines.append(line)
+    return lines
+
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def parse_test(text: str) -> AcceptanceTest:
+    """The one AcceptanceTest in a YAML text, validated; RenderError says what is wrong, field by field."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as e:
+        raise RenderError([f"not valid YAML: {e}"]) from e
+    if len(docs) != 1:
+        raise RenderError([f"expected exactly one AcceptanceTest document, found {len(docs)}"])
+    data = docs[0]
+    if not isinstance(data, dict):
+        raise RenderError([f"expected an AcceptanceTest object, found a YAML {type(data).__name__}"])
+    try:
+        test = AcceptanceTest.model_validate(data)
+    except ValidationError as e:
+        raise RenderError(validation_messages(e, data)) from e
+    name = test.metadata.name
+    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+        raise RenderError([f"metadata.name: {name!r} is not a valid name: lowercase letters, digits, "
+                           "'-' and '.', starting and ending with a letter or digit"])
+    return test
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes repeated values out in full: no &anchors / *aliases in manifests people read and kubectl applies."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render(test: AcceptanceTest) -> str:
+    """The children as one YAML stream."""
+    return yaml.dump_all(build_children(test), Dumper=_PlainDumper, sort_keys=False, explicit_start=True,
+                         width=120)
+
+
+def render_file(path: str, out: TextIO, err: TextIO) -> int:
+    """`gpu-acceptance render`: 0 and the children on `out`; 1 invalid (errors on `err`); 2 unreadable."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        err.write(f"error: cannot read {path}: {e}\n")
+        return 2
+    try:
+        rendered = render(parse_test(text))
+    except RenderError as e:
+        source = "standard input" if path == "-" else path
+        err.write(f"error: {source} is not a valid AcceptanceTest:\n")
+        err.writelines(f"  {line}\n" for line in e.lines)
+        return 1
+    out.write(rendered)
+    return 0
