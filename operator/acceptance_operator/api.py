@@ -51,6 +51,20 @@ def _label_key_problem(key: str) -> str | None:
         return f"key {key!r}: name must be 1-63 characters, alphanumeric at both ends, [-_.] inside"
     return None
 
+# Variables the operator sets on the workload itself; pod.env / network.env must not replace them.
+RESERVED_ENV = ("GPU_ACCEPTANCE_CONFIG", "NODE_NAME", "POD_NAME", "POD_NAMESPACE", "MASTER_ADDR", "MASTER_PORT")
+# Volumes the operator adds to every GPU pod are named with this prefix.
+RESERVED_VOLUME_PREFIX = "gpu-acceptance-"
+
+
+def _no_reserved_env(env: dict[str, str]) -> dict[str, str]:
+    """The run's identity and rendezvous come from the operator; a user value would silently break them."""
+    taken = [k for k in env if k in RESERVED_ENV]
+    if taken:
+        raise ValueError(f"{', '.join(taken)}: set by the operator for every run; remove it from env")
+    return env
+
+
 # Free-form Kubernetes objects (affinity, tolerations, volumes) pass through unchanged.
 KubeObject = dict[str, Any]
 
@@ -97,6 +111,8 @@ class Network(WireModel):
     gid_index: int | None = Field(None, ge=0, description="NCCL_IB_GID_INDEX for roce (default 3, RoCEv2).")
     env: dict[str, str] = Field(default_factory=dict, description="Extra or overriding NCCL_*/UCX_* variables.")
 
+    _env_not_reserved = field_validator("env")(_no_reserved_env)
+
 
 class Pod(WireModel):
     shm_size: ByteSize = Field("64Gi", description="Size of the RAM-backed /dev/shm.")
@@ -110,6 +126,18 @@ class Pod(WireModel):
     service_account_name: str | None = Field(
         None, description="Default: the per-test ServiceAccount the operator creates."
     )
+
+    _env_not_reserved = field_validator("env")(_no_reserved_env)
+
+    @field_validator("volumes")
+    @classmethod
+    def _not_reserved_volume(cls, volumes: list[KubeObject]) -> list[KubeObject]:
+        """The operator's own volumes (/dev/shm, run files) use the gpu-acceptance- prefix."""
+        for i, volume in enumerate(volumes):
+            if str(volume.get("name", "")).startswith(RESERVED_VOLUME_PREFIX):
+                raise ValueError(f"[{i}].name {volume.get('name')!r}: names starting with "
+                                 f"{RESERVED_VOLUME_PREFIX!r} are the operator's; rename the volume")
+        return volumes
 
     @field_validator("volume_mounts")
     @classmethod
