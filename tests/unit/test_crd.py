@@ -1,0 +1,173 @@
+"""The CRD generated from the models: structural, complete, and identical to the committed copies."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from acceptance_operator import api
+from acceptance_operator.crd import build_crd, crd_yaml
+
+REPO = Path(__file__).resolve().parents[2]
+COMMITTED = [REPO / "crds" / "acceptancetest.yaml", REPO / "charts" / "gpu-acceptance" / "crds" / "acceptancetest.yaml"]
+
+
+@pytest.fixture(scope="module")
+def crd() -> dict[str, Any]:
+    return build_crd()
+
+
+@pytest.fixture(scope="module")
+def schema(crd: dict[str, Any]) -> dict[str, Any]:
+    (version,) = crd["spec"]["versions"]
+    return version["schema"]["openAPIV3Schema"]
+
+
+def schema_nodes(node: dict[str, Any], path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every schema node (properties, items, map values) with its dotted path."""
+    yield path or "(root)", node
+    for name, child in node.get("properties", {}).items():
+        yield from schema_nodes(child, f"{path}.{name}" if path else name)
+    if "items" in node:
+        yield from schema_nodes(node["items"], f"{path}[]")
+    if isinstance(node.get("additionalProperties"), dict):
+        yield from schema_nodes(node["additionalProperties"], f"{path}{{}}")
+
+
+def at(schema: dict[str, Any], dotted: str) -> dict[str, Any]:
+    node = schema
+    for part in dotted.split("."):
+        node = node["items"] if part == "[]" else node["properties"][part]
+    return node
+
+
+def test_schema_is_structural(schema: dict[str, Any]):
+    """What the API server's structural-schema rules forbid, or what pydantic would leak into it."""
+    nodes = list(schema_nodes(schema))
+    assert len(nodes) > 100  # the walk reaches the whole spec, status and report
+    for path, node in nodes:
+        for key in ("$ref", "$defs", "anyOf", "oneOf", "allOf", "not", "title", "const", "discriminator"):
+            assert key not in node, f"{key} at {path}"
+        assert node.get("additionalProperties") is not False, f"additionalProperties: false at {path}"
+        assert node.get("type") != "null", f"type null at {path} (use nullable)"
+        if "properties" in node:
+            assert node.get("type") == "object", f"properties without type object at {path}"
+            assert "additionalProperties" not in node, f"properties and additionalProperties at {path}"
+        typed = "type" in node or node.get("x-kubernetes-int-or-string") is True
+        assert typed or node.get("x-kubernetes-preserve-unknown-fields") is True, f"untyped schema at {path}"
+        if node.get("x-kubernetes-int-or-string"):
+            assert "type" not in node, f"int-or-string with a type at {path}"
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["spec.pod.shmSize", "spec.resources.cpu", "spec.resources.memory", "spec.checks.nccl.minBytes",
+     "spec.checks.nccl.maxBytes", "spec.checks.nccl.thresholds.referenceBytes",
+     "spec.checks.preflight.thresholds.minShmBytes"],
+)
+def test_sizes_and_quantities_are_int_or_string(schema: dict[str, Any], field: str):
+    node = at(schema, field)
+    assert node.get("x-kubernetes-int-or-string") is True
+    assert "type" not in node
+
+
+def test_extra_resources_are_a_map_of_quantities(schema: dict[str, Any]):
+    extra = at(schema, "spec.resources.extra")
+    assert extra["type"] == "object"
+    assert extra["additionalProperties"] == {"x-kubernetes-int-or-string": True}
+
+
+def test_defaults_let_the_server_complete_a_short_manifest(schema: dict[str, Any]):
+    assert at(schema, "spec")["default"] == {}
+    assert at(schema, "spec.backend")["default"] == "PyTorchJob"
+    assert at(schema, "spec.backend")["enum"] == ["PyTorchJob", "MPIJob"]
+    nodes = at(schema, "spec.nodes")
+    assert (nodes["type"], nodes["default"], nodes["minimum"]) == ("integer", 1, 1)
+    assert at(schema, "spec.gpusPerNode")["default"] == 8
+    assert at(schema, "spec.image")["default"] == api.DEFAULT_IMAGE
+    assert at(schema, "spec.profile")["default"] == "h100-sxm"
+    assert at(schema, "spec.timeoutSeconds")["default"] == 3600
+    assert at(schema, "spec.ttlSecondsAfterFinished")["default"] == 86400
+    assert at(schema, "spec.pod.shmSize")["default"] == "64Gi"
+    assert at(schema, "spec.network.fabric")["default"] == "infiniband"
+    assert at(schema, "spec.network.gpuDirectRDMA")["default"] is True
+    for nested in ("placement", "resources", "network", "pod", "checks", "checks.nccl", "checks.nccl.thresholds"):
+        assert at(schema, f"spec.{nested}")["default"] == {}, nested
+
+
+def test_free_form_kubernetes_objects_keep_their_fields(schema: dict[str, Any]):
+    assert at(schema, "spec.placement.affinity")["x-kubernetes-preserve-unknown-fields"] is True
+    assert at(schema, "spec.placement.affinity")["nullable"] is True
+    assert at(schema, "spec.placement.tolerations.[]")["x-kubernetes-preserve-unknown-fields"] is True
+    assert at(schema, "spec.pod.volumes.[]")["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_cel_rules_carry_the_cross_field_constraints(schema: dict[str, Any]):
+    rules = at(schema, "spec")["x-kubernetes-validations"]
+    assert rules == api.SPEC_CEL_RULES
+    messages = [r["message"] for r in rules]
+    assert "checks: enable at least one of preflight, nccl, ddp" in messages
+    assert "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet" in messages
+    for rule in rules:
+        assert rule["fieldPath"].startswith(".")
+
+
+def test_status_conditions_are_a_map_keyed_by_type(schema: dict[str, Any]):
+    conditions = at(schema, "status.conditions")
+    assert conditions["x-kubernetes-list-type"] == "map"
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+    assert at(schema, "status.conditions.[].lastTransitionTime")["format"] == "date-time"
+    assert "report" in at(schema, "status")["properties"]
+
+
+def test_names_scope_and_status_subresource(crd: dict[str, Any]):
+    spec = crd["spec"]
+    assert crd["metadata"]["name"] == f"{api.PLURAL}.{api.GROUP}"
+    assert spec["scope"] == "Namespaced"
+    assert spec["names"]["kind"] == "AcceptanceTest"
+    assert spec["names"]["shortNames"] == ["at"]
+    (version,) = spec["versions"]
+    assert version["name"] == api.VERSION and version["served"] and version["storage"]
+    assert version["subresources"] == {"status": {}}
+
+
+def test_printer_columns(crd: dict[str, Any]):
+    columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+    table = [(c["name"], c["jsonPath"], c.get("priority", 0)) for c in columns]
+    assert table == [
+        ("Phase", ".status.phase", 0),
+        ("Result", ".status.summary.result", 0),
+        ("Bus BW", ".status.summary.allReduceBusbwGBps", 0),
+        ("Nodes", ".spec.nodes", 0),
+        ("Age", ".metadata.creationTimestamp", 0),
+        ("Backend", ".spec.backend", 1),
+        ("Profile", ".spec.profile", 1),
+    ]
+
+
+def test_printer_column_paths_exist_in_the_schema(crd: dict[str, Any], schema: dict[str, Any]):
+    for column in crd["spec"]["versions"][0]["additionalPrinterColumns"]:
+        path = column["jsonPath"].lstrip(".")
+        if path.startswith("metadata."):
+            continue
+        at(schema, path)  # KeyError when a column points at nothing
+
+
+@pytest.mark.parametrize("committed", COMMITTED, ids=["crds", "chart"])
+def test_committed_crd_has_not_drifted_from_the_models(committed: Path):
+    assert committed.read_text() == crd_yaml(), (
+        f"{committed.relative_to(REPO)} is stale: run `gpu-acceptance crd > crds/acceptancetest.yaml && "
+        "cp crds/acceptancetest.yaml charts/gpu-acceptance/crds/`"
+    )
+
+
+def test_cli_prints_the_committed_crd():
+    out = subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "crd"], capture_output=True, text=True,
+                         check=True).stdout
+    assert out == COMMITTED[0].read_text()
+    assert yaml.safe_load(out)["kind"] == "CustomResourceDefinition"

@@ -1,0 +1,111 @@
+"""`gpu-acceptance render` as a user runs it: the installed command, files and stdin, exit codes, messages."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def command() -> str:
+    """The console script pip installed next to this interpreter (or on PATH)."""
+    beside = Path(sys.executable).parent / "gpu-acceptance"
+    found = str(beside) if beside.is_file() else shutil.which("gpu-acceptance")
+    assert found, "the gpu-acceptance console script is not installed: pip install -e '.[operator,dev]'"
+    return found
+
+
+def render(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([command(), "render", *args], input=stdin, capture_output=True, text=True, timeout=60,
+                          stdin=None if stdin is not None else subprocess.DEVNULL)
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "test.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def bad(spec: str) -> str:
+    return f"apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {{name: t}}\nspec: {spec}\n"
+
+
+def test_standard_example_renders_the_children():
+    proc = render(str(EXAMPLES / "standard.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.startswith("---\n")
+    docs = list(yaml.safe_load_all(proc.stdout))
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "PyTorchJob"]
+    job = docs[3]
+    assert job["metadata"]["name"] == "standard-g1"
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 1)
+    pod = replicas["Worker"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 8
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NCCL_IB_HCA"] == ",".join(f"mlx5_{i}" for i in range(8))
+    assert {"medium": "Memory", "sizeLimit": "64Gi"} in [v.get("emptyDir") for v in pod["volumes"]]
+    assert pod["initContainers"][0]["securityContext"]["privileged"] is True
+
+
+def test_mpijob_example_renders_a_launcher_and_workers():
+    proc = render(str(EXAMPLES / "mpijob.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    job = list(yaml.safe_load_all(proc.stdout))[-1]
+    assert job["kind"] == "MPIJob" and set(job["spec"]["mpiReplicaSpecs"]) == {"Launcher", "Worker"}
+
+
+def test_stdin_is_read_with_a_dash():
+    proc = render("-", stdin=(EXAMPLES / "quick.yaml").read_text())
+    assert proc.returncode == 0, proc.stderr
+    assert [d["kind"] for d in yaml.safe_load_all(proc.stdout)][-1] == "PyTorchJob"
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("{nodes: 0}", "spec.nodes: Input should be greater than or equal to 1"),
+        ("{backend: TFJob}", "spec.backend: Input should be 'PyTorchJob' or 'MPIJob'"),
+        ("{pod: {shmSize: -64}}", "spec.pod.shmSize: size must not be negative, got -64"),
+        ("{nodez: 2}", "spec.nodez: unknown field"),
+        ("{checks: {nccl: {minBytes: 1Gi, maxBytes: 1Ki}}}", "spec.checks.nccl: minBytes (1Gi) must not exceed"),
+    ],
+)
+def test_invalid_file_exits_1_naming_the_field_and_prints_nothing(tmp_path: Path, spec: str, message: str):
+    proc = render(write(tmp_path, bad(spec)))
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert f"  {message}" in proc.stderr
+    assert "is not a valid AcceptanceTest" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_every_error_is_listed(tmp_path: Path):
+    proc = render(write(tmp_path, bad("{nodes: 0, backend: TFJob, gpuPerNode: 8}")))
+    assert proc.returncode == 1 and proc.stdout == ""
+    for field in ("spec.nodes:", "spec.backend:", "spec.gpuPerNode: unknown field"):
+        assert field in proc.stderr
+
+
+def test_more_than_one_document_is_refused(tmp_path: Path):
+    text = (EXAMPLES / "quick.yaml").read_text()
+    proc = render(write(tmp_path, text + "\n---\n" + text))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "expected exactly one AcceptanceTest document, found 2" in proc.stderr
+
+
+def test_unreadable_file_exits_2(tmp_path: Path):
+    proc = render(str(tmp_path / "missing.yaml"))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "cannot read" in proc.stderr and "missing.yaml" in proc.stderr
+    proc = render(str(tmp_path))  # a folder
+    assert proc.returncode == 2 and proc.stdout == ""
