@@ -1,0 +1,136 @@
+"""The Helm chart against the real test API server: its manifests are accepted, and its RBAC grants the contract.
+
+ServiceMonitor and PrometheusRule are rendered (all options on) but not sent to
+the server: their CRDs belong to the Prometheus Operator, which cannot be
+downloaded here, so the server would only answer "no matches for kind". Their
+content is asserted in tests/unit/test_chart.py instead.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.apiserver import ApiServer
+from tests.helm import CHART, NODE_ACTION_PERMISSIONS, OPERATOR_PERMISSIONS, by_kind, helm, render, values_file
+
+ALL_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "nodeActions": {"enabled": True}}
+NOT_INSTALLABLE_HERE = {"ServiceMonitor", "PrometheusRule"}
+VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
+# Permissions the operator must not have, beside every verb the contract leaves out on its own resources.
+UNRELATED = [
+    ("", "secrets", "get"), ("", "secrets", "list"), ("", "configmaps", "create"), ("", "services", "create"),
+    ("", "pods/exec", "create"), ("", "pods/log", "get"), ("apps", "deployments", "get"),
+    ("coordination.k8s.io", "leases", "create"), ("kubeflow.org", "tfjobs", "create"),
+    ("rbac.authorization.k8s.io", "clusterroles", "create"), ("rbac.authorization.k8s.io", "roles", "escalate"),
+    ("rbac.authorization.k8s.io", "roles", "bind"), ("", "nodes", "update"), ("", "nodes", "delete"),
+]
+
+
+def release_name() -> str:
+    return f"ga-{uuid.uuid4().hex[:8]}"
+
+
+def dry_run(apiserver: ApiServer, namespace: str, objects: list[dict]) -> str:
+    proc = apiserver.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                             input=yaml.safe_dump_all(objects), check=False)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_rendered_chart_passes_server_side_dry_run(apiserver: ApiServer, namespace: str) -> None:
+    objects = render(ALL_ON, release=release_name(), namespace=namespace, include_crds=True)
+    kinds = by_kind(objects)
+    assert kinds.keys() >= NOT_INSTALLABLE_HERE, "rendered, and checked in the unit tests"
+    sent = [o for o in objects if o["kind"] not in NOT_INSTALLABLE_HERE]
+    assert sorted({o["kind"] for o in sent}) == [
+        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Service", "ServiceAccount"]
+    out = dry_run(apiserver, namespace, sent)
+    for obj in sent:
+        line = [line for line in out.splitlines() if f"/{obj['metadata']['name']} " in line
+                and line.lower().startswith(obj["kind"].lower())]
+        assert line and line[0].endswith("(server dry run)"), f"{obj['kind']} {obj['metadata']['name']}:\n{out}"
+
+
+def test_server_dry_run_rejects_what_the_api_rejects(apiserver: ApiServer, namespace: str) -> None:
+    """The dry run is a real check: a value the chart's schema lets through but the API refuses fails it."""
+    objects = render({"securityContext": {"runAsUser": "root"}}, release=release_name(), namespace=namespace)
+    proc = apiserver.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                             input=yaml.safe_dump_all(objects), check=False)
+    assert proc.returncode != 0
+    assert "runAsUser" in proc.stderr
+
+
+def can(apiserver: ApiServer, namespace: str, sa: str, group: str, resource: str, verb: str) -> bool:
+    """SubjectAccessReview for the ServiceAccount (as its token would be authorized), in another namespace."""
+    name, _, sub = resource.partition("/")
+    review = apiserver.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SubjectAccessReview",
+        "spec": {
+            "user": f"system:serviceaccount:{namespace}:{sa}",
+            "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+            "resourceAttributes": {"namespace": "some-tenant", "group": group, "resource": name,
+                                   "subresource": sub, "verb": verb},
+        },
+    })
+    return bool(review["status"].get("allowed"))
+
+
+def permission_matrix(apiserver: ApiServer, namespace: str, sa: str) -> tuple[set, set]:
+    """(granted, checked): every verb on the contract's resources, plus unrelated permissions."""
+    resources = {(g, r) for g, r, _ in OPERATOR_PERMISSIONS | NODE_ACTION_PERMISSIONS}
+    checked = {(g, r, v) for g, r in resources for v in VERBS} | set(UNRELATED)
+    return {p for p in checked if can(apiserver, namespace, sa, *p)}, checked
+
+
+@pytest.fixture
+def helm_env(apiserver: ApiServer, tmp_path: Path) -> dict[str, str]:
+    env = apiserver.env()
+    for var in ("HELM_CACHE_HOME", "HELM_CONFIG_HOME", "HELM_DATA_HOME"):
+        env[var] = str(tmp_path / var.lower())
+    return env
+
+
+def test_helm_install_grants_exactly_the_contract(
+    apiserver: ApiServer, namespace: str, helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A real `helm install` into the API server; the operator's ServiceAccount may do the contract and no more."""
+    release = release_name()
+    (sa,) = by_kind(render(release=release, namespace=namespace))["ServiceAccount"]
+    sa_name = sa["metadata"]["name"]
+    assert not can(apiserver, namespace, sa_name, "", "pods", "list"), "nothing is granted before the install"
+
+    # --skip-crds: the session's CRD is shared with other tests; its dry run is above.
+    install = helm("install", release, str(CHART), "-n", namespace, "--skip-crds", env=helm_env)
+    try:
+        notes = install.stdout
+        assert "NOTES:" in notes
+        assert "kubectl apply -f examples/quick.yaml" in notes
+        assert "kubectl get at -w" in notes
+        assert f"http://{release}-gpu-acceptance-metrics.{namespace}.svc:8080/metrics" in notes
+        assert "serviceMonitor.enabled=true" in notes
+        granted, checked = permission_matrix(apiserver, namespace, sa_name)
+        assert checked >= OPERATOR_PERMISSIONS
+        assert granted == OPERATOR_PERMISSIONS
+
+        # Node actions add get/patch on nodes, and nothing else.
+        upgrade = helm("upgrade", release, str(CHART), "-n", namespace, "--skip-crds",
+                       *values_file({"nodeActions": {"enabled": True}}, tmp_path), env=helm_env)
+        assert "label, taint or cordon" in upgrade.stdout
+        granted, _ = permission_matrix(apiserver, namespace, sa_name)
+        assert granted == OPERATOR_PERMISSIONS | NODE_ACTION_PERMISSIONS
+
+        deployment = apiserver.request(
+            "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{release}-gpu-acceptance")
+        assert deployment["spec"]["replicas"] == 1
+        assert deployment["spec"]["strategy"]["type"] == "Recreate"
+    finally:
+        helm("uninstall", release, "-n", namespace, env=helm_env)
+    cluster_role = apiserver.request(
+        "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{release}-gpu-acceptance", expect=None)
+    assert cluster_role["_status"] == 404, "helm uninstall removes the cluster-scoped RBAC"
+    assert not can(apiserver, namespace, sa_name, "", "pods", "list")
