@@ -1,0 +1,124 @@
+"""Where a run stands, decided from everything observed at one moment.
+
+A pure function of the test's report, its child job, the job's pods and their
+scheduling events, the clock and the operator's settings, so every path a run
+can take (passed, failed checks, job failed, report missing, unschedulable,
+image pull stuck, timeout) is unit-tested without a cluster. The handlers read
+the inputs and apply the outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from acceptance_workload.report import Report
+
+from acceptance_operator import diagnosis
+from acceptance_operator.api import Summary
+from acceptance_operator.conditions import (
+    CHECKS_FAILED,
+    JOB_FAILED,
+    PASSED,
+    REPORT_MISSING,
+    TIMEOUT,
+    RunState,
+)
+from acceptance_operator.verdict import report_for_generation, summarize, verdict_message
+
+KubeDict = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """The operator's patience, from its settings."""
+
+    unschedulable_grace_seconds: float = 600.0
+    report_grace_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class Assessment:
+    state: RunState
+    summary: Summary | None = None
+    report: Report | None = None
+    stop_job: bool = False  # the run ended while the job still holds (or waits for) GPUs
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the handler read for one run of one generation."""
+
+    generation: int
+    job_kind: str
+    job_name: str
+    timeout_seconds: int
+    gpus_per_node: int
+    start_time: datetime | None
+    raw_report: Any
+    job: KubeDict | None
+    pods: list[KubeDict]
+    events: list[KubeDict]
+
+
+def _failed(reason: str, message: str, *, stop_job: bool = False) -> Assessment:
+    return Assessment(RunState("Failed", reason, message), Summary(result="Failed"), stop_job=stop_job)
+
+
+def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
+    """The run's state; terminal outcomes say why, in-progress ones say what is awaited."""
+    report, report_problem = report_for_generation(obs.raw_report, obs.generation)
+    job = obs.job
+    state = diagnosis.job_state(job)
+    if report is not None:
+        summary = summarize(report)
+        passed = report.verdict()
+        run_state = RunState("Succeeded" if passed else "Failed", PASSED if passed else CHECKS_FAILED,
+                             verdict_message(report))
+        # A job still running after its report is exiting: it ends by itself and keeps its logs until the TTL.
+        return Assessment(run_state, summary, report)
+
+    job_text = f"{obs.job_kind} {obs.job_name}"
+    if job is None:
+        return _failed(JOB_FAILED, f"{job_text} was deleted before the run finished (no report was written)")
+
+    if state.finished:
+        waited = (now - state.since).total_seconds() if state.since else timing.report_grace_seconds
+        if waited < timing.report_grace_seconds:
+            return Assessment(RunState("Running", "AwaitingReport",
+                                       f"{job_text} is {state.state}; waiting for the workload's report"))
+        if state.state == "Succeeded":
+            why = f" ({report_problem})" if report_problem else ""
+            return _failed(
+                REPORT_MISSING,
+                f"{job_text} succeeded but no report for generation {obs.generation} was written{why}: "
+                "read the rank-0 pod's log, and check that its ServiceAccount may patch acceptancetests/status",
+            )
+        if state.deadline_exceeded:
+            return _failed(TIMEOUT, f"{job_text} was stopped at spec.timeoutSeconds={obs.timeout_seconds}: "
+                                    f"{state.message or state.reason}")
+        return _failed(JOB_FAILED, diagnosis.job_failure(job, obs.pods).message)
+
+    stuck = diagnosis.stuck_pod(obs.pods)
+    if stuck is not None:
+        finding, since = stuck
+        if since is None or (now - since).total_seconds() >= timing.unschedulable_grace_seconds:
+            return _failed(finding.reason, finding.message, stop_job=True)
+
+    pending = diagnosis.unschedulable(obs.pods, obs.events, now, timing.unschedulable_grace_seconds,
+                                      obs.gpus_per_node)
+    if pending is not None:
+        return _failed(pending.reason, pending.message, stop_job=True)
+
+    if obs.start_time is not None and (now - obs.start_time).total_seconds() >= obs.timeout_seconds:
+        return _failed(
+            TIMEOUT,
+            f"no verdict within spec.timeoutSeconds={obs.timeout_seconds}: {diagnosis.progress(job, obs.pods)}",
+            stop_job=True,
+        )
+
+    progress = diagnosis.progress(job, obs.pods)
+    if state.state in ("Running", "Restarting") or diagnosis.any_running(obs.pods):
+        return Assessment(RunState("Running", "JobRunning", progress))
+    return Assessment(RunState("Pending", "Pending", progress))

@@ -1,0 +1,118 @@
+"""Status conditions of an AcceptanceTest, with Kubernetes semantics.
+
+Three condition types tell a run's story: `JobCreated` (the child job exists),
+`Running` (its pods are running) and `Succeeded` (the summary: True passed,
+False failed, Unknown in progress). Each carries the generation it describes,
+and its lastTransitionTime moves only when its status flips, as
+metav1.Condition prescribes, so `kubectl describe` shows when things changed,
+not when the operator last looked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from acceptance_operator.api import Condition, Phase
+
+JOB_CREATED = "JobCreated"
+RUNNING = "Running"
+SUCCEEDED = "Succeeded"
+CONDITION_TYPES: tuple[str, ...] = (JOB_CREATED, RUNNING, SUCCEEDED)
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+# Reasons of the Succeeded condition when a run ends (docs/troubleshooting.md explains each).
+PASSED = "ChecksPassed"
+CHECKS_FAILED = "ChecksFailed"
+REPORT_MISSING = "ReportMissing"
+JOB_FAILED = "JobFailed"
+UNSCHEDULABLE = "Unschedulable"
+TIMEOUT = "Timeout"
+BACKEND_NOT_INSTALLED = "BackendNotInstalled"
+INVALID_SPEC = "InvalidSpec"
+FAILURE_REASONS: tuple[str, ...] = (
+    CHECKS_FAILED, REPORT_MISSING, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, BACKEND_NOT_INSTALLED, INVALID_SPEC,
+)
+# Failures that happen before any job exists: JobCreated is False with the same reason.
+BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)
+TERMINAL_PHASES: tuple[Phase, ...] = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Where a run stands: the phase and why, in words a user can act on."""
+
+    phase: Phase
+    reason: str
+    message: str = ""
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in TERMINAL_PHASES
+
+
+def find(conditions: list[Condition], type_: str) -> Condition | None:
+    return next((c for c in conditions if c.type == type_), None)
+
+
+def set_condition(
+    conditions: list[Condition],
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """A new list with `type_` set; its lastTransitionTime is kept unless the status flips."""
+    old = find(conditions, type_)
+    moved = old is None or old.status != status
+    new = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        last_transition_time=now.replace(microsecond=0) if moved else old.last_transition_time,
+    )
+    out = [c for c in conditions if c.type != type_]
+    out.append(new)
+    order = {t: i for i, t in enumerate(CONDITION_TYPES)}
+    return sorted(out, key=lambda c: order.get(c.type, len(order)))
+
+
+def conditions_for(
+    state: RunState, job_description: str, existing: list[Condition], generation: int | None, now: datetime
+) -> list[Condition]:
+    """All three conditions, consistent with one another and with the phase.
+
+    `job_description` names the child job (e.g. "PyTorchJob quick-g1") for the
+    JobCreated message.
+    """
+    out = list(existing)
+    if state.phase == "Failed" and state.reason in BEFORE_JOB:
+        out = set_condition(out, JOB_CREATED, "False", state.reason, state.message, generation, now)
+    else:
+        out = set_condition(out, JOB_CREATED, "True", "Created", f"{job_description} created", generation, now)
+
+    if state.phase == "Running":
+        out = set_condition(out, RUNNING, "True", state.reason, state.message, generation, now)
+    elif state.phase == "Pending":
+        out = set_condition(out, RUNNING, "Unknown", state.reason, state.message, generation, now)
+    else:
+        out = set_condition(out, RUNNING, "False", "Finished", "the run has ended", generation, now)
+
+    if state.phase == "Succeeded":
+        out = set_condition(out, SUCCEEDED, "True", state.reason, state.message, generation, now)
+    elif state.phase == "Failed":
+        out = set_condition(out, SUCCEEDED, "False", state.reason, state.message, generation, now)
+    else:
+        out = set_condition(out, SUCCEEDED, "Unknown", "InProgress", state.message, generation, now)
+    return out
+
+
+def same_conditions(a: list[Condition], b: list[Condition]) -> bool:
+    """Equal as the API would store them (times compared to the second)."""
+    return [c.to_wire() for c in a] == [c.to_wire() for c in b]

@@ -1,0 +1,261 @@
+"""Why a child job failed or cannot start, from the job, its pods and their events.
+
+Pure functions over the plain dicts the API returns, so every failure message
+can be unit-tested from a recorded pod status. Messages name the pod, the node,
+the container, the exit code and the Kubernetes reason (OOMKilled,
+ImagePullBackOff, Error), and end with what to do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from acceptance_operator.conditions import JOB_FAILED, UNSCHEDULABLE
+
+KubeDict = dict[str, Any]
+
+# Kubeflow job condition types (training-operator v1 and mpi-operator v2beta1 share them).
+JOB_CONDITION_ORDER = ("Failed", "Succeeded", "Restarting", "Running", "Created")
+# Container waiting reasons that do not go away by waiting.
+STUCK_WAITING = {
+    "ImagePullBackOff": "the image cannot be pulled: check spec.image, the registry and pod.imagePullSecrets",
+    "ErrImagePull": "the image cannot be pulled: check spec.image, the registry and pod.imagePullSecrets",
+    "InvalidImageName": "spec.image is not a valid image reference",
+    "CreateContainerConfigError": "the container cannot be configured: a referenced Secret/ConfigMap or "
+    "volume is missing",
+    "CreateContainerError": "the container runtime cannot create the container",
+    "CrashLoopBackOff": "the container keeps crashing: read its logs",
+    "RunContainerError": "the container runtime cannot start the container",
+}
+_INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9](?:[A-Za-z0-9./_-]*[A-Za-z0-9])?)")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    """A Kubernetes timestamp (RFC 3339, 'Z' suffix) as an aware datetime."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class JobState:
+    """The Kubeflow job's current condition: the most decisive one whose status is True."""
+
+    state: str | None  # Failed, Succeeded, Restarting, Running, Created; None before the controller saw it
+    reason: str = ""
+    message: str = ""
+    since: datetime | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("Failed", "Succeeded")
+
+    @property
+    def deadline_exceeded(self) -> bool:
+        """Kubeflow ended the job at runPolicy.activeDeadlineSeconds (= spec.timeoutSeconds)."""
+        text = f"{self.reason} {self.message}".lower()
+        return self.state == "Failed" and ("deadline" in text)
+
+
+def job_state(job: KubeDict | None) -> JobState:
+    conditions = ((job or {}).get("status") or {}).get("conditions") or []
+    true = {c.get("type"): c for c in conditions if c.get("status") == "True"}
+    for kind in JOB_CONDITION_ORDER:
+        if kind in true:
+            c = true[kind]
+            return JobState(kind, c.get("reason", ""), c.get("message", ""), parse_time(c.get("lastTransitionTime")))
+    return JobState(None)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A diagnosed problem: one of the documented failure reasons and a message to act on."""
+
+    reason: str
+    message: str
+
+
+def _name(pod: KubeDict) -> str:
+    return (pod.get("metadata") or {}).get("name", "?")
+
+
+def _node(pod: KubeDict) -> str | None:
+    return (pod.get("spec") or {}).get("nodeName")
+
+
+def _where(pod: KubeDict) -> str:
+    node = _node(pod)
+    return f"pod {_name(pod)} on node {node}" if node else f"pod {_name(pod)} (not scheduled)"
+
+
+def _statuses(pod: KubeDict) -> list[tuple[str, KubeDict]]:
+    status = pod.get("status") or {}
+    return [("init container", s) for s in status.get("initContainerStatuses") or []] + [
+        ("container", s) for s in status.get("containerStatuses") or []
+    ]
+
+
+def _sorted(pods: list[KubeDict]) -> list[KubeDict]:
+    return sorted(pods, key=_name)
+
+
+def pod_phases(pods: list[KubeDict]) -> str:
+    """'2 Running, 1 Pending' (or 'no pods')."""
+    if not pods:
+        return "no pods"
+    counts = Counter((p.get("status") or {}).get("phase") or "Pending" for p in pods)
+    return ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items()))
+
+
+def container_failure(pod: KubeDict) -> str | None:
+    """What ended a pod's container with an error, e.g. 'container pytorch exited with code 137 (OOMKilled)'."""
+    for what, s in _statuses(pod):
+        term = (s.get("state") or {}).get("terminated") or (s.get("lastState") or {}).get("terminated")
+        if term and (term.get("exitCode", 0) != 0 or term.get("reason") == "OOMKilled"):
+            reason = term.get("reason") or "Error"
+            text = f"{what} {s.get('name', '?')} exited with code {term.get('exitCode', '?')} ({reason})"
+            if reason == "OOMKilled":
+                text += ": it ran out of memory; raise spec.resources.memory or lower the checks' sizes/batch"
+            elif term.get("message"):
+                text += f": {term['message'].strip()[:300]}"
+            return text
+    status = pod.get("status") or {}
+    if status.get("phase") == "Failed":
+        reason = status.get("reason") or "Failed"
+        return f"the pod failed ({reason}){': ' + status['message'] if status.get('message') else ''}"
+    return None
+
+
+def failed_pod(pods: list[KubeDict]) -> Finding | None:
+    """The first pod whose container ended with an error."""
+    for pod in _sorted(pods):
+        failure = container_failure(pod)
+        if failure:
+            return Finding(JOB_FAILED, f"{_where(pod)}: {failure}")
+    return None
+
+
+def stuck_pod(pods: list[KubeDict]) -> tuple[Finding, datetime | None] | None:
+    """A pod whose container cannot start (ImagePullBackOff, ...) and since when its pod exists."""
+    for pod in _sorted(pods):
+        for what, s in _statuses(pod):
+            waiting = (s.get("state") or {}).get("waiting") or {}
+            hint = STUCK_WAITING.get(waiting.get("reason", ""))
+            if hint:
+                detail = (waiting.get("message") or "").strip()[:300]
+                image = f" (image {s['image']})" if s.get("image") else ""
+                text = f"{_where(pod)}: {what} {s.get('name', '?')} is {waiting['reason']}{image}"
+                text += f": {detail}" if detail else ""
+                since = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+                return Finding(JOB_FAILED, f"{text}; {hint}"), since
+    return None
+
+
+def missing_resources(message: str) -> list[str]:
+    """Resources the scheduler found insufficient, e.g. ['nvidia.com/gpu'] from 'Insufficient nvidia.com/gpu'."""
+    return sorted(set(_INSUFFICIENT.findall(message)))
+
+
+def scheduling_hint(message: str, gpus_per_node: int) -> str:
+    """What to do about a FailedScheduling message, in the user's terms."""
+    hints: list[str] = []
+    for resource in missing_resources(message):
+        if resource == "nvidia.com/gpu":
+            hints.append(
+                f"no node has {gpus_per_node} free nvidia.com/gpu: free GPUs, lower spec.gpusPerNode, "
+                "or check the NVIDIA device plugin"
+            )
+        elif resource in ("cpu", "memory"):
+            hints.append(f"no node has the requested {resource} free: lower spec.resources.{resource}")
+        else:
+            hints.append(f"no node has the requested {resource}: check spec.resources.extra and its device plugin")
+    text = message.lower()
+    if "anti-affinity" in text:
+        hints.append("one pod per node: spec.nodes must not exceed the eligible nodes")
+    if "node affinity/selector" in text or "node selector" in text:
+        hints.append("check spec.placement.nodeSelector and affinity against the nodes' labels")
+    if "untolerated taint" in text:
+        hints.append("add the nodes' taints to spec.placement.tolerations")
+    if "unschedulable" in text and "node(s) were unschedulable" in text:
+        hints.append("some nodes are cordoned")
+    return "; ".join(hints)
+
+
+def _pending_since(pod: KubeDict) -> datetime | None:
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return parse_time(c.get("lastTransitionTime")) or parse_time(pod["metadata"].get("creationTimestamp"))
+    return parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _scheduling_message(pod: KubeDict, events: list[KubeDict]) -> str | None:
+    """The scheduler's latest word on why this pod does not fit, from its events or its PodScheduled condition."""
+    name = _name(pod)
+    mine = [
+        e for e in events
+        if e.get("reason") == "FailedScheduling" and (e.get("involvedObject") or {}).get("name") == name
+    ]
+    if mine:
+        latest = max(mine, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return (latest.get("message") or "").strip()
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+            return (c.get("message") or "").strip()
+    return None
+
+
+def unschedulable(
+    pods: list[KubeDict], events: list[KubeDict], now: datetime, grace_seconds: float, gpus_per_node: int
+) -> Finding | None:
+    """A pod left Pending beyond the grace period with the scheduler saying why it does not fit."""
+    for pod in _sorted(pods):
+        status = pod.get("status") or {}
+        if status.get("phase", "Pending") != "Pending" or _node(pod):
+            continue
+        since = _pending_since(pod)
+        if since is None or (now - since).total_seconds() < grace_seconds:
+            continue
+        message = _scheduling_message(pod, events)
+        if message is None:
+            continue
+        hint = scheduling_hint(message, gpus_per_node)
+        waited = int((now - since).total_seconds())
+        text = f"pod {_name(pod)} has been Pending for {waited}s: {message}"
+        return Finding(UNSCHEDULABLE, f"{text}{' -> ' + hint if hint else ''}")
+    return None
+
+
+def job_failure(job: KubeDict | None, pods: list[KubeDict]) -> Finding:
+    """Why a job that Kubeflow marked Failed failed: the failed pod if any, else the job's own condition."""
+    from_pods = failed_pod(pods)
+    state = job_state(job)
+    kind, name = (job or {}).get("kind", "job"), ((job or {}).get("metadata") or {}).get("name", "?")
+    if from_pods:
+        return Finding(JOB_FAILED, f"{kind} {name} failed: {from_pods.message}")
+    detail = state.message or state.reason or "no reason given"
+    return Finding(
+        JOB_FAILED, f"{kind} {name} failed: {detail} (its pods are gone; `kubectl get events` may tell more)"
+    )
+
+
+def progress(job: KubeDict | None, pods: list[KubeDict]) -> str:
+    """A one-line account of where the job is, for in-progress and Timeout messages."""
+    state = job_state(job)
+    kind, name = (job or {}).get("kind", "job"), ((job or {}).get("metadata") or {}).get("name", "?")
+    if state.state is None:
+        job_text = f"{kind} {name} has no status yet (is the Kubeflow operator for {kind} running?)"
+    else:
+        job_text = f"{kind} {name} is {state.state}"
+    return f"{job_text}; pods: {pod_phases(pods)}"
+
+
+def any_running(pods: list[KubeDict]) -> bool:
+    return any((p.get("status") or {}).get("phase") == "Running" for p in pods)

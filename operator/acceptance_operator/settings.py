@@ -1,0 +1,96 @@
+"""The operator's own settings (environment variables the chart sets) and kopf's configuration.
+
+Environment, so the same settings apply under `gpu-acceptance operator` and
+under a plain `kopf run -m acceptance_operator.handlers`:
+
+- GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS (600): how long pods may stay
+  Pending with FailedScheduling (or a container stuck in ImagePullBackOff)
+  before the run fails as Unschedulable (or JobFailed).
+- GPU_ACCEPTANCE_NODE_ACTIONS (false): allow spec.onFailure to label, taint or
+  cordon nodes (the chart grants nodes get/patch only then).
+- GPU_ACCEPTANCE_DEFAULT_IMAGE: workload image for tests that keep the
+  built-in default spec.image.
+- GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS (5): how often a run in progress
+  is looked at.
+- GPU_ACCEPTANCE_REPORT_GRACE_SECONDS (30): how long after the job finished a
+  report may still arrive before ReportMissing/JobFailed.
+- GPU_ACCEPTANCE_METRICS_PORT (8080, 0 off): under `kopf run` only; the CLI
+  flag wins under `gpu-acceptance operator`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+
+import kopf
+
+from acceptance_operator.api import GROUP
+
+FINALIZER = f"{GROUP}/finalizer"
+ANNOTATION_PREFIX = GROUP
+
+
+def _env_float(name: str, default: float, minimum: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as e:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds") from e
+    if value < minimum:
+        raise ValueError(f"{name}={raw!r} must be at least {minimum:g}")
+    return value
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"{name}={raw!r}: use true or false")
+
+
+@dataclass
+class OperatorSettings:
+    unschedulable_grace_seconds: float = 600.0
+    report_grace_seconds: float = 30.0
+    reconcile_interval_seconds: float = 5.0
+    node_actions: bool = False
+    default_image: str | None = None
+    metrics_port: int = 8080
+    namespaces: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_env(cls) -> OperatorSettings:
+        return cls(
+            unschedulable_grace_seconds=_env_float("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", 600.0, 0),
+            report_grace_seconds=_env_float("GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", 30.0, 0),
+            reconcile_interval_seconds=_env_float("GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS", 5.0, 0.2),
+            node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", False),
+            default_image=os.environ.get("GPU_ACCEPTANCE_DEFAULT_IMAGE", "").strip() or None,
+            metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", 8080, 0)),
+        )
+
+
+def configure_kopf(settings: kopf.OperatorSettings) -> None:
+    """Our finalizer and annotations under gpu-acceptance.io, no peering, events for explicit posts only."""
+    settings.persistence.finalizer = FINALIZER
+    # Annotations only: status.kopf would be pruned by the CRD's structural schema.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
+    settings.peering.standalone = True
+    settings.posting.enabled = True
+    settings.posting.level = logging.INFO
+    settings.posting.reporting_component = "gpu-acceptance-operator"
+    settings.execution.max_workers = 16
+    # A watch that silently stalls (a dropped connection behind a load balancer) is restarted.
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330

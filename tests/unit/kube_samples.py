@@ -1,0 +1,63 @@
+"""Pod, job and event dicts shaped as the API server returns them, for the operator's pure functions."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+
+
+def ts(when: datetime) -> str:
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod(name: str, phase: str = "Pending", *, node: str | None = None, created: datetime = T0,
+        containers: list[dict[str, Any]] | None = None, init: list[dict[str, Any]] | None = None,
+        conditions: list[dict[str, Any]] | None = None, reason: str | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if containers is not None:
+        status["containerStatuses"] = containers
+    if init is not None:
+        status["initContainerStatuses"] = init
+    if conditions is not None:
+        status["conditions"] = conditions
+    if reason:
+        status["reason"] = reason
+    spec: dict[str, Any] = {"containers": [{"name": "pytorch", "image": "img"}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "creationTimestamp": ts(created)}, "spec": spec, "status": status}
+
+
+def terminated(name: str = "pytorch", code: int = 1, reason: str = "Error", message: str = "") -> dict[str, Any]:
+    term: dict[str, Any] = {"exitCode": code, "reason": reason}
+    if message:
+        term["message"] = message
+    return {"name": name, "image": "img", "ready": False, "restartCount": 0, "state": {"terminated": term}}
+
+
+def waiting(reason: str, message: str = "", name: str = "pytorch", image: str = "img") -> dict[str, Any]:
+    return {"name": name, "image": image, "ready": False, "restartCount": 0,
+            "state": {"waiting": {"reason": reason, "message": message}}}
+
+
+def unscheduled(message: str, since: datetime = T0) -> list[dict[str, Any]]:
+    return [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+             "lastTransitionTime": ts(since)}]
+
+
+def scheduling_event(pod_name: str, message: str, when: datetime = T0) -> dict[str, Any]:
+    return {"reason": "FailedScheduling", "message": message, "lastTimestamp": ts(when),
+            "involvedObject": {"kind": "Pod", "name": pod_name}}
+
+
+def job(kind: str = "PyTorchJob", name: str = "t-g1", conditions: list[tuple[str, str, str, str, datetime]] = ()):
+    """conditions: (type, status, reason, message, lastTransitionTime)."""
+    return {
+        "apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": name},
+        "status": {"conditions": [
+            {"type": t, "status": s, "reason": r, "message": m, "lastTransitionTime": ts(when)}
+            for t, s, r, m, when in conditions
+        ]},
+    }

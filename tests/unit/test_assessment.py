@@ -1,0 +1,121 @@
+"""Every way a run can end, decided from one observation: the reasons and when each applies."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from acceptance_operator.assessment import Observation, Timing, assess
+
+from tests.unit.kube_samples import T0, job, pod, scheduling_event, terminated, unscheduled, waiting
+from tests.unit.test_verdict import good_report, result
+
+TIMING = Timing(unschedulable_grace_seconds=600, report_grace_seconds=30)
+RUNNING_JOB = job(conditions=[("Created", "True", "", "", T0), ("Running", "True", "", "", T0)])
+
+
+def obs(**changes) -> Observation:
+    base = Observation(generation=2, job_kind="PyTorchJob", job_name="t-g2", timeout_seconds=3600, gpus_per_node=8,
+                       start_time=T0, raw_report=None, job=job(name="t-g2"), pods=[], events=[])
+    return replace(base, **changes)
+
+
+def test_no_status_yet_is_pending():
+    a = assess(obs(), T0 + timedelta(seconds=5), TIMING)
+    assert (a.state.phase, a.state.terminal) == ("Pending", False)
+    assert "has no status yet" in a.state.message
+
+
+def test_running_job_is_running():
+    a = assess(obs(job=RUNNING_JOB, pods=[pod("p", "Running", node="n")]), T0, TIMING)
+    assert a.state.phase == "Running"
+    assert "pods: 1 Running" in a.state.message
+
+
+def test_passing_report_of_this_generation_succeeds_even_while_the_job_exits():
+    a = assess(obs(job=RUNNING_JOB, raw_report=good_report(generation=2).to_wire()), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Succeeded", "ChecksPassed")
+    assert a.summary.result == "Passed" and a.summary.all_reduce_busbw_gbps == pytest.approx(371.46)
+    assert not a.stop_job  # it ends by itself and keeps its logs
+
+
+def test_failing_report_fails_with_checks_failed():
+    report = good_report(generation=2)
+    report.results.append(result("nccl", "all_reduce_busbw", 120, 360, passed=False, unit="GB/s"))
+    a = assess(obs(raw_report=report.to_wire()), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "ChecksFailed")
+    assert "nccl/all_reduce_busbw: 120 < 360 GB/s" in a.state.message
+    assert a.report is not None and a.summary.failed == 1
+
+
+def test_stale_report_is_ignored():
+    succeeded = job(name="t-g2", conditions=[("Succeeded", "True", "", "", T0)])
+    a = assess(obs(job=succeeded, raw_report=good_report(generation=1).to_wire()), T0 + timedelta(minutes=5),
+               TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "ReportMissing")
+    assert "generation 1, not 2" in a.state.message
+
+
+def test_job_succeeded_without_report_waits_the_grace_then_report_missing():
+    succeeded = job(name="t-g2", conditions=[("Succeeded", "True", "", "", T0)])
+    waiting_for_it = assess(obs(job=succeeded), T0 + timedelta(seconds=10), TIMING)
+    assert (waiting_for_it.state.phase, waiting_for_it.state.reason) == ("Running", "AwaitingReport")
+    a = assess(obs(job=succeeded), T0 + timedelta(seconds=31), TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "ReportMissing")
+    assert "PyTorchJob t-g2 succeeded but no report for generation 2" in a.state.message
+    assert "ServiceAccount" in a.state.message
+
+
+def test_job_failed_names_the_oom_killed_pod():
+    failed = job(name="t-g2", conditions=[("Failed", "True", "PyTorchJobFailed", "1 Worker failed", T0)])
+    pods = [pod("t-g2-worker-0", "Failed", node="gpu-7", containers=[terminated(code=137, reason="OOMKilled")])]
+    a = assess(obs(job=failed, pods=pods), T0 + timedelta(minutes=1), TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "JobFailed")
+    for part in ("t-g2-worker-0", "gpu-7", "137", "OOMKilled"):
+        assert part in a.state.message
+    assert not a.stop_job
+
+
+def test_kubeflow_deadline_is_a_timeout():
+    failed = job(name="t-g2", conditions=[("Failed", "True", "DeadlineExceeded", "active longer than deadline", T0)])
+    a = assess(obs(job=failed), T0 + timedelta(minutes=1), TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "Timeout")
+
+
+def test_deleted_job_fails():
+    a = assess(obs(job=None), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "JobFailed")
+    assert "was deleted" in a.state.message
+
+
+def test_unschedulable_after_grace_stops_the_job():
+    pods = [pod("t-g2-master-0", conditions=unscheduled("0/4 nodes", T0))]
+    events = [scheduling_event("t-g2-master-0", "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")]
+    assert assess(obs(pods=pods, events=events), T0 + timedelta(minutes=9), TIMING).state.phase == "Pending"
+    a = assess(obs(pods=pods, events=events), T0 + timedelta(minutes=11), TIMING)
+    assert (a.state.phase, a.state.reason, a.stop_job) == ("Failed", "Unschedulable", True)
+    assert "nvidia.com/gpu" in a.state.message
+
+
+def test_image_pull_backoff_after_grace_fails_the_job():
+    pods = [pod("t-g2-master-0", node="gpu-1", containers=[waiting("ImagePullBackOff", "not found")])]
+    assert not assess(obs(pods=pods), T0 + timedelta(minutes=5), TIMING).state.terminal
+    a = assess(obs(pods=pods), T0 + timedelta(minutes=10), TIMING)
+    assert (a.state.reason, a.stop_job) == ("JobFailed", True)
+    assert "ImagePullBackOff" in a.state.message and "gpu-1" in a.state.message
+
+
+def test_timeout_stops_the_job_and_says_where_it_was():
+    pods = [pod("p", "Running", node="n")]
+    assert not assess(obs(timeout_seconds=60, job=RUNNING_JOB, pods=pods), T0 + timedelta(seconds=59),
+                      TIMING).state.terminal
+    a = assess(obs(timeout_seconds=60, job=RUNNING_JOB, pods=pods), T0 + timedelta(seconds=60), TIMING)
+    assert (a.state.phase, a.state.reason, a.stop_job) == ("Failed", "Timeout", True)
+    assert "spec.timeoutSeconds=60" in a.state.message and "1 Running" in a.state.message
+
+
+def test_report_beats_timeout():
+    a = assess(obs(timeout_seconds=60, raw_report=good_report(generation=2).to_wire()), T0 + timedelta(hours=2),
+               TIMING)
+    assert a.state.phase == "Succeeded"

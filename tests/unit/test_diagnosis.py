@@ -1,0 +1,141 @@
+"""Failure messages name the pod, the node, the container, the exit code and the reason, and say what to do."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from acceptance_operator.diagnosis import (
+    failed_pod,
+    job_failure,
+    job_state,
+    missing_resources,
+    parse_time,
+    pod_phases,
+    progress,
+    scheduling_hint,
+    stuck_pod,
+    unschedulable,
+)
+
+from tests.unit.kube_samples import T0, job, pod, scheduling_event, terminated, unscheduled, waiting
+
+GPU_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available."
+
+
+def test_parse_time():
+    assert parse_time("2025-01-01T12:00:00Z") == T0
+    assert parse_time("2025-01-01T12:00:00") == T0
+    assert parse_time(None) is None
+    assert parse_time("yesterday") is None
+
+
+def test_job_state_picks_the_decisive_condition():
+    assert job_state(None).state is None
+    assert job_state(job(conditions=[])).state is None
+    created_running = job(conditions=[("Created", "True", "", "", T0), ("Running", "True", "", "", T0)])
+    assert job_state(created_running).state == "Running"
+    failed = job(conditions=[("Created", "True", "", "", T0), ("Running", "False", "", "", T0),
+                             ("Failed", "True", "PyTorchJobFailed", "boom", T0 + timedelta(seconds=5))])
+    state = job_state(failed)
+    assert (state.state, state.reason, state.message, state.since) == ("Failed", "PyTorchJobFailed", "boom",
+                                                                        T0 + timedelta(seconds=5))
+    assert state.finished and not state.deadline_exceeded
+    deadline = job(conditions=[("Failed", "True", "DeadlineExceeded", "active longer than deadline", T0)])
+    assert job_state(deadline).deadline_exceeded
+    assert job_state(job(conditions=[("Succeeded", "True", "", "", T0)])).finished
+
+
+def test_oom_killed_names_pod_node_exit_code_and_reason():
+    pods = [pod("t-g1-master-0", "Running", node="gpu-1"),
+            pod("t-g1-worker-0", "Failed", node="gpu-7", containers=[terminated(code=137, reason="OOMKilled")])]
+    finding = failed_pod(pods)
+    assert finding.reason == "JobFailed"
+    assert "pod t-g1-worker-0 on node gpu-7" in finding.message
+    assert "container pytorch exited with code 137 (OOMKilled)" in finding.message
+    assert "spec.resources.memory" in finding.message
+
+
+def test_error_exit_quotes_the_termination_message():
+    pods = [pod("p", "Failed", node="n", containers=[terminated(code=2, message="FAILED preflight: ECC\n")])]
+    assert "exited with code 2 (Error): FAILED preflight: ECC" in failed_pod(pods).message
+
+
+def test_init_container_failure_is_found():
+    pods = [pod("p", "Failed", node="n", init=[terminated(name="ulimit", code=1)])]
+    assert "init container ulimit exited with code 1" in failed_pod(pods).message
+
+
+def test_evicted_pod_without_container_status():
+    pods = [pod("p", "Failed", node="n", reason="Evicted")]
+    assert "the pod failed (Evicted)" in failed_pod(pods).message
+
+
+def test_healthy_pods_have_no_failure():
+    assert failed_pod([pod("p", "Running", node="n", containers=[])]) is None
+    assert failed_pod([pod("p", "Succeeded", node="n", containers=[terminated(code=0, reason="Completed")])]) is None
+
+
+def test_image_pull_backoff_is_stuck():
+    pull = waiting("ImagePullBackOff", 'Back-off pulling image "ghcr.io/x:bad"', image="ghcr.io/x:bad")
+    pods = [pod("p", "Pending", node="gpu-2", containers=[pull])]
+    finding, since = stuck_pod(pods)
+    assert finding.reason == "JobFailed"
+    assert "pod p on node gpu-2: container pytorch is ImagePullBackOff (image ghcr.io/x:bad)" in finding.message
+    assert "pod.imagePullSecrets" in finding.message
+    assert since == T0
+    assert stuck_pod([pod("p", "Pending", node="n", containers=[waiting("ContainerCreating")])]) is None
+
+
+def test_missing_resources():
+    assert missing_resources(GPU_MESSAGE) == ["nvidia.com/gpu"]
+    both = "0/3 nodes are available: 1 Insufficient memory, 2 Insufficient rdma/ib."
+    assert missing_resources(both) == ["memory", "rdma/ib"]
+    assert missing_resources("0/3 nodes are available: 3 node(s) had untolerated taint {a: b}.") == []
+
+
+def test_scheduling_hints():
+    assert "no node has 8 free nvidia.com/gpu" in scheduling_hint(GPU_MESSAGE, 8)
+    assert "spec.placement.tolerations" in scheduling_hint("3 node(s) had untolerated taint {x: y}", 8)
+    assert "nodeSelector" in scheduling_hint("2 node(s) didn't match Pod's node affinity/selector", 8)
+    assert "spec.nodes" in scheduling_hint("1 node(s) didn't match pod anti-affinity rules", 8)
+    assert "spec.resources.extra" in scheduling_hint("Insufficient rdma/ib", 8)
+
+
+def test_unschedulable_after_grace_names_resource_from_event():
+    pods = [pod("t-g1-master-0", conditions=unscheduled("0/4 nodes are available", T0))]
+    events = [scheduling_event("t-g1-master-0", GPU_MESSAGE, T0 + timedelta(seconds=30)),
+              scheduling_event("t-g1-master-0", "older", T0), scheduling_event("other-pod", "no", T0)]
+    assert unschedulable(pods, events, T0 + timedelta(seconds=59), 60, 8) is None  # within the grace
+    finding = unschedulable(pods, events, T0 + timedelta(seconds=61), 60, 8)
+    assert finding.reason == "Unschedulable"
+    assert "pod t-g1-master-0 has been Pending for 61s" in finding.message
+    assert "4 Insufficient nvidia.com/gpu" in finding.message
+    assert "no node has 8 free nvidia.com/gpu" in finding.message
+
+
+def test_unschedulable_from_condition_when_events_expired():
+    pods = [pod("p", conditions=unscheduled(GPU_MESSAGE, T0))]
+    assert "Insufficient nvidia.com/gpu" in unschedulable(pods, [], T0 + timedelta(minutes=20), 600, 4).message
+
+
+def test_pending_without_a_scheduler_word_is_not_unschedulable():
+    assert unschedulable([pod("p")], [], T0 + timedelta(hours=1), 60, 8) is None
+    scheduled = pod("p", node="n", conditions=unscheduled(GPU_MESSAGE, T0))
+    assert unschedulable([scheduled], [], T0 + timedelta(hours=1), 60, 8) is None
+
+
+def test_job_failure_prefers_the_pod_and_falls_back_to_the_job():
+    failed = job(conditions=[("Failed", "True", "PyTorchJobFailed", "PyTorchJob t-g1 is failed because 1 "
+                              "Worker replica(s) failed.", T0)])
+    pods = [pod("t-g1-worker-0", "Failed", node="gpu-7", containers=[terminated(code=137, reason="OOMKilled")])]
+    assert "PyTorchJob t-g1 failed: pod t-g1-worker-0 on node gpu-7" in job_failure(failed, pods).message
+    fallback = job_failure(failed, [])
+    assert "1 Worker replica(s) failed" in fallback.message and fallback.reason == "JobFailed"
+
+
+def test_progress_and_phase_counts():
+    pods = [pod("a", "Running", node="n"), pod("b"), pod("c", "Running", node="m")]
+    assert pod_phases(pods) == "1 Pending, 2 Running"
+    assert pod_phases([]) == "no pods"
+    assert "has no status yet (is the Kubeflow operator for PyTorchJob running?)" in progress(job(), [])
+    assert progress(job(conditions=[("Running", "True", "", "", T0)]), pods).startswith("PyTorchJob t-g1 is Running")

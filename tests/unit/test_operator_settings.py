@@ -1,0 +1,46 @@
+"""The operator's settings from the environment the chart sets; bad values are refused by name."""
+
+from __future__ import annotations
+
+import kopf
+import pytest
+from acceptance_operator.settings import FINALIZER, OperatorSettings, configure_kopf
+
+
+def test_defaults(monkeypatch):
+    for var in ("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "GPU_ACCEPTANCE_NODE_ACTIONS",
+                "GPU_ACCEPTANCE_DEFAULT_IMAGE", "GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS",
+                "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", "GPU_ACCEPTANCE_METRICS_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    s = OperatorSettings.from_env()
+    assert (s.unschedulable_grace_seconds, s.node_actions, s.default_image) == (600, False, None)
+    assert (s.reconcile_interval_seconds, s.report_grace_seconds, s.metrics_port) == (5, 30, 8080)
+
+
+def test_values(monkeypatch):
+    monkeypatch.setenv("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "90")
+    monkeypatch.setenv("GPU_ACCEPTANCE_NODE_ACTIONS", "true")
+    monkeypatch.setenv("GPU_ACCEPTANCE_DEFAULT_IMAGE", "registry.local/workload:dev")
+    s = OperatorSettings.from_env()
+    assert (s.unschedulable_grace_seconds, s.node_actions, s.default_image) == (90, True, "registry.local/workload:dev")
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "ten minutes"),
+    ("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "-1"),
+    ("GPU_ACCEPTANCE_NODE_ACTIONS", "maybe"),
+    ("GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS", "0"),
+])
+def test_bad_values_name_the_variable(monkeypatch, var, value):
+    monkeypatch.setenv(var, value)
+    with pytest.raises(ValueError, match=var):
+        OperatorSettings.from_env()
+
+
+def test_kopf_settings():
+    settings = kopf.OperatorSettings()
+    configure_kopf(settings)
+    assert settings.persistence.finalizer == FINALIZER == "gpu-acceptance.io/finalizer"
+    assert settings.peering.standalone is True
+    assert settings.persistence.progress_storage.prefix == "gpu-acceptance.io"
+    assert settings.persistence.diffbase_storage.prefix == "gpu-acceptance.io"
