@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 
@@ -62,5 +62,13 @@ def _check_quantity(value: Any) -> Any:
     return value
 
 
+# What the API server can check of a size at admission (the CRD carries it): a
+# non-negative integer, or a string parse_bytes accepts.
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$"
+
 # A size on the wire: int or quantity string (x-kubernetes-int-or-string), kept as written.
-ByteSize = Annotated[int | str, BeforeValidator(_check_quantity)]
+ByteSize = Annotated[
+    int | str,
+    BeforeValidator(_check_quantity),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "pattern": QUANTITY_PATTERN}),
+]
