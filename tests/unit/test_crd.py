@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import pytest
 import yaml
 from acceptance_operator import api
 from acceptance_operator.crd import build_crd, crd_yaml
+from acceptance_workload.wire import parse_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = [REPO / "crds" / "acceptancetest.yaml", REPO / "charts" / "gpu-acceptance" / "crds" / "acceptancetest.yaml"]
@@ -74,6 +76,24 @@ def test_sizes_and_quantities_are_int_or_string(schema: dict[str, Any], field: s
     node = at(schema, field)
     assert node.get("x-kubernetes-int-or-string") is True
     assert "type" not in node
+
+
+@pytest.mark.parametrize(
+    "field",
+    ["spec.pod.shmSize", "spec.checks.nccl.minBytes", "spec.checks.nccl.maxBytes",
+     "spec.checks.nccl.thresholds.referenceBytes", "spec.checks.preflight.thresholds.minShmBytes"],
+)
+def test_sizes_are_checked_at_admission_like_parse_bytes(schema: dict[str, Any], field: str):
+    """The pattern and minimum the server applies accept and refuse what parse_bytes does."""
+    node = at(schema, field)
+    assert node["minimum"] == 0
+    pattern = re.compile(node["pattern"])
+    for good in ("64Gi", "1.5Gi", "8", "1G", "512Mi", "4Ki"):
+        assert pattern.match(good) and parse_bytes(good) >= 0
+    for bad in ("-1Gi", "lots", "1gi", "", "1 Gi", "1e9"):
+        assert not pattern.match(bad)
+        with pytest.raises(ValueError):
+            parse_bytes(bad)
 
 
 def test_extra_resources_are_a_map_of_quantities(schema: dict[str, Any]):

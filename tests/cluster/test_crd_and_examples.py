@@ -1,0 +1,238 @@
+"""Our CRD in a real kube-apiserver: examples accepted and defaulted, bad specs refused, children valid, columns shown.
+
+One server for the session (the `apiserver` fixture); each test works in its own namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from acceptance_operator import api
+from acceptance_operator.api import AcceptanceTest
+from acceptance_operator.manifests import build_children, parse_test
+
+from tests.apiserver import ApiServer, repo_crd_paths
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+EXAMPLE_IDS = [p.stem for p in EXAMPLES]
+
+
+@pytest.fixture(scope="module")
+def server(apiserver: ApiServer) -> ApiServer:
+    """The session's API server with crds/acceptancetest.yaml installed (server-side apply: idempotent)."""
+    paths = repo_crd_paths()
+    assert [p.name for p in paths] == ["acceptancetest.yaml"]
+    apiserver.install_crds(paths)
+    return apiserver
+
+
+def apply(server: ApiServer, namespace: str, text: str, check: bool = True):
+    """kubectl apply with strict server-side field validation (unknown or duplicate fields are errors)."""
+    return server.kubectl("apply", "--validate=strict", "-n", namespace, "-f", "-", input=text, check=check)
+
+
+def get(server: ApiServer, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    return json.loads(server.kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)
+
+
+def manifest(spec: dict[str, Any], name: str = "bad") -> str:
+    return yaml.safe_dump({"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name},
+                           "spec": spec})
+
+
+def test_crd_is_established_with_short_name_and_category(server: ApiServer):
+    crd = json.loads(server.kubectl("get", "crd", "acceptancetests.gpu-acceptance.io", "-o", "json").stdout)
+    conditions = {c["type"]: c["status"] for c in crd["status"]["conditions"]}
+    assert conditions["Established"] == "True"
+    assert conditions.get("NonStructuralSchema", "False") == "False"
+    resources = server.request("GET", "/apis/gpu-acceptance.io/v1alpha1")["resources"]
+    main = next(r for r in resources if r["name"] == "acceptancetests")
+    assert main["shortNames"] == ["at"] and main["namespaced"] is True
+    assert "acceptancetests/status" in {r["name"] for r in resources}
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=EXAMPLE_IDS)
+def test_example_is_accepted_and_defaulted_by_the_server(server: ApiServer, namespace: str, example: Path):
+    apply(server, namespace, example.read_text())
+    name = yaml.safe_load(example.read_text())["metadata"]["name"]
+    stored = get(server, namespace, "acceptancetests", name)
+    spec = stored["spec"]
+    # Fields the example leaves out come back filled in by the schema's defaults.
+    expected = AcceptanceTest.model_validate(yaml.safe_load(example.read_text())).spec.to_wire()
+    for field in ("backend", "nodes", "gpusPerNode", "image", "profile", "timeoutSeconds",
+                  "ttlSecondsAfterFinished", "onFailure"):
+        assert spec[field] == expected[field], field
+    assert spec["pod"]["shmSize"] == expected["pod"]["shmSize"]
+    assert spec["pod"]["ulimitInit"] is True and spec["pod"]["initImage"] == api.DEFAULT_INIT_IMAGE
+    assert spec["network"]["fabric"] == expected["network"]["fabric"]
+    assert spec["network"]["gpuDirectRDMA"] is expected["network"]["gpuDirectRDMA"]
+    assert spec["checks"]["nccl"]["enabled"] is True and spec["checks"]["nccl"]["stepFactor"] == 2
+    assert spec["checks"]["nccl"]["minBytes"] == expected["checks"]["nccl"]["minBytes"]
+    assert spec["checks"]["ddp"]["model"] == expected["checks"]["ddp"]["model"]
+    # What the server stores is what our models read (the operator validates it the same way).
+    assert AcceptanceTest.model_validate(stored).spec == AcceptanceTest.model_validate(
+        yaml.safe_load(example.read_text())).spec
+
+
+def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namespace: str):
+    apply(server, namespace, "apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\n"
+                             "metadata: {name: tiny}\nspec: {}\n")
+    spec = get(server, namespace, "at", "tiny")["spec"]
+    assert (spec["backend"], spec["nodes"], spec["gpusPerNode"], spec["profile"]) == ("PyTorchJob", 1, 8, "h100-sxm")
+    assert spec["image"] == api.DEFAULT_IMAGE
+    assert spec["pod"]["shmSize"] == "64Gi" and spec["network"]["fabric"] == "infiniband"
+    assert spec["checks"]["nccl"]["maxBytes"] == "4Gi" and spec["checks"]["preflight"]["enabled"] is True
+
+
+@pytest.mark.parametrize(
+    ("spec", "fragments"),
+    [
+        ({"nodes": 0}, ["spec.nodes", "greater than or equal to 1"]),
+        ({"backend": "TFJob"}, ["spec.backend", "Unsupported value"]),
+        ({"pod": {"shmSize": -1}}, ["spec.pod.shmSize", "greater than or equal to 0"]),
+        ({"pod": {"shmSize": "-64Gi"}}, ["spec.pod.shmSize", "should match"]),
+        ({"checks": {"nccl": {"maxBytes": "lots"}}}, ["spec.checks.nccl.maxBytes", "should match"]),
+        ({"nodez": 2}, ['unknown field "spec.nodez"']),
+        ({"network": {"hca": ["mlx5_0"]}}, ['unknown field "spec.network.hca"']),
+        ({"checks": {"preflight": {"enabled": False}, "nccl": {"enabled": False}, "ddp": {"enabled": False}}},
+         ["spec.checks", "enable at least one of preflight, nccl, ddp"]),
+        ({"network": {"fabric": "ethernet"}, "checks": {"nccl": {"requireTransport": "IB"}}},
+         ["spec.checks.nccl.requireTransport", "IB cannot be required on network.fabric ethernet"]),
+    ],
+    ids=["nodes-0", "unknown-backend", "negative-size", "negative-quantity", "not-a-size", "misspelled-field",
+         "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet"],
+)
+def test_invalid_spec_is_rejected_by_the_server(server: ApiServer, namespace: str, spec: dict, fragments: list[str]):
+    proc = apply(server, namespace, manifest(spec), check=False)
+    assert proc.returncode != 0, proc.stdout
+    for fragment in fragments:
+        assert fragment in proc.stderr, proc.stderr
+    listed = server.kubectl("get", "acceptancetests", "-n", namespace, "-o", "name").stdout
+    assert listed.strip() == ""  # nothing was stored
+
+
+def test_cel_rules_allow_what_they_should(server: ApiServer, namespace: str):
+    """The rules are not simply always false: one check on, or IB required on infiniband, is fine."""
+    apply(server, namespace, manifest({"checks": {"nccl": {"enabled": False}, "ddp": {"enabled": False}}}, "one"))
+    apply(server, namespace, manifest({"network": {"fabric": "infiniband"},
+                                       "checks": {"nccl": {"requireTransport": "IB_GDR"}}}, "ib"))
+    apply(server, namespace, manifest({"network": {"fabric": "ethernet"},
+                                       "checks": {"nccl": {"requireTransport": "SOCKET"}}}, "eth"))
+
+
+def missing_from(sent: Any, stored: Any, path: str = "spec") -> list[str]:
+    """Paths where `stored` lacks or changed what was `sent` (extra fields in `stored` are fine)."""
+    if isinstance(sent, dict) and isinstance(stored, dict):
+        return [p for k, v in sent.items()
+                for p in (missing_from(v, stored[k], f"{path}.{k}") if k in stored else [f"{path}.{k} (dropped)"])]
+    if isinstance(sent, list) and isinstance(stored, list) and len(sent) == len(stored):
+        pairs = enumerate(zip(sent, stored, strict=True))
+        return [p for i, (a, b) in pairs for p in missing_from(a, b, f"{path}[{i}]")]
+    return [] if sent == stored else [f"{path}: sent {sent!r}, stored {stored!r}"]
+
+
+def stored_test(server: ApiServer, namespace: str, example: Path) -> AcceptanceTest:
+    apply(server, namespace, example.read_text())
+    name = parse_test(example.read_text()).metadata.name
+    return AcceptanceTest.model_validate(get(server, namespace, "acceptancetests", name))
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=EXAMPLE_IDS)
+def test_rendered_children_are_accepted_by_the_real_schemas(server: ApiServer, namespace: str, example: Path):
+    """RBAC objects and the Kubeflow job, created with strict field validation against the published CRDs."""
+    test = stored_test(server, namespace, example)
+    assert test.metadata.uid and test.metadata.generation == 1
+    children = build_children(test)
+    proc = server.kubectl("create", "--validate=strict", "-n", namespace, "-f", "-",
+                          input=yaml.safe_dump_all(children))
+    assert proc.returncode == 0
+    for child in children:
+        kind, name = child["kind"], child["metadata"]["name"]
+        stored = get(server, namespace, kind.lower() if kind != "RoleBinding" else "rolebinding", name)
+        assert stored["metadata"]["ownerReferences"][0]["uid"] == test.metadata.uid
+        assert stored["metadata"]["labels"]["gpu-acceptance.io/test"] == test.metadata.name
+    job = get(server, namespace, test.spec.backend.lower(), children[-1]["metadata"]["name"])
+    # Nothing we wrote was pruned as unknown or changed by the Kubeflow schema (it may add defaults).
+    assert missing_from(json.loads(json.dumps(children[-1]["spec"])), job["spec"]) == []
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=EXAMPLE_IDS)
+def test_pod_templates_pass_core_pod_validation(server: ApiServer, namespace: str, example: Path):
+    """Each replica's template as a Pod, through the API server's own validation and admission (dry run)."""
+    test = stored_test(server, namespace, example)
+    job = build_children(test)[-1]
+    replicas = job["spec"].get("pytorchReplicaSpecs") or job["spec"]["mpiReplicaSpecs"]
+    for role, replica in replicas.items():
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"{job['metadata']['name']}-{role.lower()}-0",
+                            "labels": replica["template"]["metadata"]["labels"]},
+               "spec": {**replica["template"]["spec"], "restartPolicy": replica["restartPolicy"]}}
+        proc = server.kubectl("create", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", "-",
+                              input=json.dumps(pod), check=False)
+        assert proc.returncode == 0, f"{role}: {proc.stderr}"
+
+
+def test_workload_service_account_may_patch_only_its_own_tests_status(server: ApiServer, namespace: str):
+    test = stored_test(server, namespace, REPO / "examples" / "quick.yaml")
+    server.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(build_children(test)[:3]))
+    who = f"system:serviceaccount:{namespace}:quick-workload"
+
+    def can(*args: str) -> str:
+        return server.kubectl("auth", "can-i", *args, "-n", namespace, f"--as={who}", check=False).stdout.strip()
+
+    assert can("patch", "acceptancetests/quick", "--subresource=status") == "yes"
+    assert can("get", "acceptancetests/quick", "--subresource=status") == "yes"
+    assert can("patch", "acceptancetests/other", "--subresource=status") == "no"
+    assert can("update", "acceptancetests/quick", "--subresource=status") == "no"
+    assert can("patch", "acceptancetests/quick") == "no"  # the spec is not the workload's
+    assert can("get", "pods") == "no"
+
+
+def table(server: ApiServer, namespace: str, *extra: str) -> list[list[str]]:
+    out = server.kubectl("get", "acceptancetests", "-n", namespace, *extra).stdout
+    # Columns are separated by 2+ spaces ("BUS BW" holds one).
+    return [[cell for cell in line.split("  ") if cell.strip()] for line in out.strip().splitlines()]
+
+
+def test_printer_columns_show_phase_result_bus_bw_and_wide_backend_profile(server: ApiServer, namespace: str):
+    apply(server, namespace, (REPO / "examples" / "standard.yaml").read_text())
+    apply(server, namespace, (REPO / "examples" / "mpijob.yaml").read_text())
+    status = {"status": {"phase": "Succeeded", "observedGeneration": 1,
+                         "summary": {"result": "Passed", "passed": 12, "failed": 0, "total": 12,
+                                     "allReduceBusbwGBps": 371.2}}}
+    server.kubectl("patch", "acceptancetests", "standard", "-n", namespace, "--subresource=status", "--type=merge",
+                   "-p", json.dumps(status))
+    stored = get(server, namespace, "at", "standard")
+    assert stored["status"]["summary"]["allReduceBusbwGBps"] == 371.2
+    assert stored["metadata"]["generation"] == 1  # a status write is not a new run
+
+    header, *rows = table(server, namespace)
+    assert [h.strip() for h in header] == ["NAME", "PHASE", "RESULT", "BUS BW", "NODES", "AGE"]
+    by_name = {r[0].strip(): [c.strip() for c in r] for r in rows}
+    assert by_name["standard"][1:5] == ["Succeeded", "Passed", "371.2", "2"]
+    # A test without a status yet shows blanks but still its node count.
+    assert by_name["mpijob"][1] == "2"
+
+    header, *rows = table(server, namespace, "-o", "wide")
+    assert [h.strip() for h in header] == ["NAME", "PHASE", "RESULT", "BUS BW", "NODES", "AGE", "BACKEND",
+                                           "PROFILE"]
+    wide = {r[0].strip(): [c.strip() for c in r] for r in rows}
+    assert wide["standard"][-2:] == ["PyTorchJob", "h100-sxm"]
+    assert wide["mpijob"][-2:] == ["MPIJob", "h100-sxm"]
+    # The short name reads the same table.
+    assert table(server, namespace)[0] == [c for c in server.kubectl("get", "at", "-n", namespace).stdout
+                                           .splitlines()[0].split("  ") if c.strip()]
+
+
+def test_status_schema_refuses_an_unknown_phase(server: ApiServer, namespace: str):
+    apply(server, namespace, manifest({}, "phase"))
+    proc = server.kubectl("patch", "at", "phase", "-n", namespace, "--subresource=status", "--type=merge",
+                          "-p", json.dumps({"status": {"phase": "Done"}}), check=False)
+    assert proc.returncode != 0 and "status.phase" in proc.stderr
