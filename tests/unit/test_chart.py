@@ -245,7 +245,7 @@ def test_service_monitor_scrapes_the_metrics_service() -> None:
 
 def test_prometheus_rule_alerts_on_a_failed_test() -> None:
     extra = {"alert": "GpuAcceptanceRunsFailing",
-             "expr": 'increase(gpu_acceptance_runs_total{result="Failed"}[1h]) > 0'}
+             "expr": 'increase(gpu_acceptance_runs_total{result="failed"}[1h]) > 0'}
     values = {"prometheusRule": {"enabled": True, "for": "5m", "severity": "critical", "labels": {"release": "kps"},
                                  "additionalRules": [extra]}}
     (rule,) = by_kind(render(values))["PrometheusRule"]
