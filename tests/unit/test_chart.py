@@ -141,7 +141,7 @@ def test_resources_and_hardened_security_context() -> None:
 
 def test_operator_env_defaults() -> None:
     env = env_of(operator_container(render()))
-    assert env["GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS"] == "300"
+    assert env["GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS"] == "600"
     assert env["GPU_ACCEPTANCE_NODE_ACTIONS"] == "false"
     assert "GPU_ACCEPTANCE_DEFAULT_IMAGE" not in env, "empty workloadImage: the operator's own default"
 
