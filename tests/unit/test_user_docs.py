@@ -1,0 +1,85 @@
+"""The user docs say what the code does: every spec field is described, every default threshold is the profile's."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import pytest
+from acceptance_operator.api import AcceptanceTestSpec
+from acceptance_workload.checks import DdpThresholds, NcclThresholds, PreflightThresholds
+from acceptance_workload.profiles import PROFILES, Profile
+from acceptance_workload.wire import WireModel
+
+REPO = Path(__file__).resolve().parents[2]
+WRITING = (REPO / "docs" / "writing-tests.md").read_text()
+THRESHOLDS = (REPO / "docs" / "thresholds.md").read_text()
+PROFILE_COLUMNS = ["h100-sxm", "h200-sxm", "b200", "a100-sxm"]
+
+
+def wire_fields(model: type[WireModel], prefix: str = "spec") -> list[str]:
+    """Dotted wire paths of every field under `model` (nested models included)."""
+    out = []
+    for name, field in model.model_fields.items():
+        path = f"{prefix}.{field.alias or name}"
+        out.append(path)
+        for candidate in (field.annotation, *typing.get_args(field.annotation)):
+            if isinstance(candidate, type) and issubclass(candidate, WireModel):
+                out += wire_fields(candidate, path)
+                break
+    return out
+
+
+@pytest.mark.parametrize("path", wire_fields(AcceptanceTestSpec))
+def test_every_spec_field_is_described_in_writing_tests(path: str):
+    leaf = path.rsplit(".", 1)[-1]
+    assert f"`{leaf}`" in WRITING or re.search(rf"^\s+{leaf}:", WRITING, re.M), f"{path} is not in writing-tests.md"
+
+
+def cell(value: object) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def rows(model: type[WireModel], pick: typing.Callable[[Profile], WireModel]) -> list[str]:
+    out = []
+    for name, field in model.model_fields.items():
+        values = " | ".join(cell(getattr(pick(PROFILES[p]), name)) for p in PROFILE_COLUMNS)
+        out.append(f"| `{field.alias or name}` | {values} |")
+    return out
+
+
+@pytest.mark.parametrize(
+    ("section", "model", "pick"),
+    [
+        ("### preflight", PreflightThresholds, lambda p: p.preflight),
+        ("### nccl, one-node test", NcclThresholds, lambda p: p.nccl_single_node),
+        ("### nccl, multi-node test", NcclThresholds, lambda p: p.nccl_multi_node),
+        ("### ddp", DdpThresholds, lambda p: p.ddp["gpt"]),
+    ],
+    ids=["preflight", "nccl-one-node", "nccl-multi-node", "ddp"],
+)
+def test_threshold_tables_match_the_profiles(section: str, model: type[WireModel], pick):
+    start = THRESHOLDS.index(section)
+    table = THRESHOLDS[start:THRESHOLDS.index("\n\n", THRESHOLDS.index("|---", start))]
+    header = "| threshold | " + " | ".join(f"`{p}`" for p in PROFILE_COLUMNS) + " |"
+    assert header in table
+    for row in rows(model, pick):
+        assert row in table, f"{section}: expected row {row}"
+
+
+def test_ddp_defaults_are_the_same_for_both_models():
+    """The doc shows one DDP table; that is only true while gpt and resnet50 share their defaults."""
+    for profile in PROFILE_COLUMNS:
+        assert PROFILES[profile].ddp["gpt"] == PROFILES[profile].ddp["resnet50"]
+
+
+def test_examples_named_in_the_docs_exist():
+    for name in re.findall(r"`(\w+\.yaml)`", WRITING):
+        assert (REPO / "examples" / name).is_file(), name
