@@ -224,14 +224,15 @@ def build_affinity(test: AcceptanceTest) -> dict[str, Any]:
 
 
 def needs_ipc_lock(test: AcceptanceTest) -> bool:
-    """RDMA fabrics: the workload container gets CAP_IPC_LOCK and nothing more.
+    """Multi-node RDMA tests: the workload container gets CAP_IPC_LOCK and nothing more.
 
     ib_umem_get() (memory registration for InfiniBand/RoCE verbs) ignores
     RLIMIT_MEMLOCK for a process with CAP_IPC_LOCK, so NCCL can pin its buffers
-    even where the container runtime's memlock limit is low. Over plain Ethernet
-    NCCL uses sockets and pins nothing: no capability is added.
+    even where the container runtime's memlock limit is low. Over Ethernet NCCL
+    uses sockets, and inside one node NVLink/shared memory: nothing is
+    registered with a NIC, so no capability is added.
     """
-    return test.spec.network.fabric in ("infiniband", "roce")
+    return test.spec.nodes > 1 and test.spec.network.fabric in ("infiniband", "roce")
 
 
 def _gpu_resources(test: AcceptanceTest) -> dict[str, Any]:

@@ -163,10 +163,11 @@ def test_ulimit_init_script_runs_and_reports_the_limits():
     assert "the workload preflight checks the limits it actually has" in proc.stdout
 
 
-@pytest.mark.parametrize(("fabric", "ipc_lock"), [("infiniband", True), ("roce", True), ("ethernet", False)])
+@pytest.mark.parametrize(("fabric", "nodes", "ipc_lock"), [
+    ("infiniband", 2, True), ("roce", 2, True), ("ethernet", 2, False), ("infiniband", 1, False)])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_workload_container_gets_ipc_lock_only_for_rdma(backend: str, fabric: str, ipc_lock: bool):
-    for spec in gpu_pod_specs(build_job(make({"backend": backend, "network": {"fabric": fabric}}))):
+def test_workload_container_gets_ipc_lock_only_for_rdma(backend: str, fabric: str, nodes: int, ipc_lock: bool):
+    for spec in gpu_pod_specs(build_job(make({"backend": backend, "nodes": nodes, "network": {"fabric": fabric}}))):
         security = main_container(spec).get("securityContext")
         if ipc_lock:
             assert security == {"capabilities": {"add": ["IPC_LOCK"]}}
