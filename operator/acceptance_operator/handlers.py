@@ -1,0 +1,421 @@
+"""kopf handlers: turn each AcceptanceTest into one job per generation and follow it to a verdict.
+
+The handlers only orchestrate: they read the test, its job, pods and events,
+let pure functions decide (manifests.build_children, assessment.assess,
+conditions.conditions_for, verdict.summarize, node_actions.node_patch) and
+write the outcome. Every entry point (create, resume, spec update, a timer
+while a run is in progress) calls the same level-based reconcile, which reads
+the test afresh and is safe to repeat: children are adopted when they exist,
+the job name carries the generation, and a finished generation is left alone,
+so an operator restart neither re-runs a finished test nor starts a second
+job for a running one.
+
+Works under `gpu-acceptance operator` and under `kopf run -m acceptance_operator.handlers`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timezone
+from typing import Any
+
+import kopf
+from acceptance_workload.report import Report
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from acceptance_operator import manifests
+from acceptance_operator.api import (
+    DEFAULT_IMAGE,
+    GROUP,
+    PLURAL,
+    VERSION,
+    AcceptanceTest,
+    Condition,
+    JobRef,
+    ObjectMeta,
+    Summary,
+)
+from acceptance_operator.assessment import Observation, Timing, assess
+from acceptance_operator.conditions import (
+    BACKEND_NOT_INSTALLED,
+    INVALID_SPEC,
+    TERMINAL_PHASES,
+    RunState,
+    conditions_for,
+)
+from acceptance_operator.diagnosis import parse_time
+from acceptance_operator.kubeapi import BACKENDS, Kube
+from acceptance_operator.metrics import OperatorMetrics
+from acceptance_operator.node_actions import describe, node_patch
+from acceptance_operator.settings import OperatorSettings, configure_kopf
+from acceptance_operator.verdict import measured_nodes
+
+KubeDict = dict[str, Any]
+log = logging.getLogger("gpu_acceptance.operator")
+
+# The runner adjusts these before kopf starts; `kopf run` uses the environment as is.
+SETTINGS = OperatorSettings.from_env()
+METRICS = OperatorMetrics()
+_locks: dict[tuple[str, str], threading.Lock] = {}
+_locks_guard = threading.Lock()
+_kube: Kube | None = None
+BACKENDS_API_VERSION = {"PyTorchJob": manifests.PYTORCHJOB_API_VERSION, "MPIJob": manifests.MPIJOB_API_VERSION}
+_metrics_served = False
+
+
+def kube() -> Kube:
+    global _kube
+    if _kube is None:
+        _kube = Kube()
+    return _kube
+
+
+def _lock_for(namespace: str, name: str) -> threading.Lock:
+    """One reconcile at a time per test: the timer and a spec update must not race to create jobs."""
+    with _locks_guard:
+        return _locks.setdefault((namespace, name), threading.Lock())
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def _timestamp(value: datetime | None) -> str | None:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+
+
+def is_finished(body: KubeDict) -> bool:
+    """The current generation has a verdict: nothing left to do until the spec changes."""
+    status = body.get("status") or {}
+    generation = (body.get("metadata") or {}).get("generation")
+    return status.get("observedGeneration") == generation and status.get("phase") in TERMINAL_PHASES
+
+
+# --------------------------------------------------------------------------- kopf entry points
+
+
+@kopf.on.startup()
+def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+    global _metrics_served
+    configure_kopf(settings)
+    if SETTINGS.metrics_port and not _metrics_served:
+        METRICS.serve(SETTINGS.metrics_port)
+        _metrics_served = True
+        log.info("serving /metrics on port %d", SETTINGS.metrics_port)
+
+
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+def on_change(namespace: str, name: str, **_: Any) -> None:
+    reconcile_safely(namespace, name)
+
+
+def _in_progress(body: KubeDict, **_: Any) -> bool:
+    return not is_finished(body)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.reconcile_interval_seconds, when=_in_progress)
+def follow(namespace: str, name: str, **_: Any) -> None:
+    reconcile_safely(namespace, name)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, backoff=5)
+def on_delete(namespace: str, name: str, meta: KubeDict, **_: Any) -> None:
+    """Delete every child; in a real cluster ownerReferences do it too, but nothing relies on a GC running."""
+    with _lock_for(namespace, name):
+        k = kube()
+        shell = _shell(namespace, name, meta.get("generation"))
+        selector = f"{manifests.LABEL_TEST}={manifests.test_label_value(shell)}"
+        for backend in BACKENDS:
+            for job in k.list_jobs(backend, namespace, selector):  # type: ignore[arg-type]
+                k.delete_job(backend, namespace, job["metadata"]["name"])  # type: ignore[arg-type]
+        for obj in manifests.build_rbac(shell):
+            k.delete(obj["kind"], namespace, obj["metadata"]["name"])
+        METRICS.forget(namespace, name)
+    with _locks_guard:
+        _locks.pop((namespace, name), None)
+
+
+def reconcile_safely(namespace: str, name: str) -> None:
+    """Reconcile; an error is counted and logged, and the next timer tick tries again."""
+    with _lock_for(namespace, name):
+        try:
+            reconcile(kube(), namespace, name, _now())
+        except ApiException as e:
+            METRICS.reconcile_error(f"http_{e.status}")
+            log.warning("reconcile %s/%s: API error %s %s: %s", namespace, name, e.status, e.reason,
+                        (e.body or "")[:500] if isinstance(e.body, str) else e.body)
+        except Exception as e:
+            METRICS.reconcile_error(type(e).__name__)
+            log.exception("reconcile %s/%s failed", namespace, name)
+
+
+# --------------------------------------------------------------------------- reconcile
+
+
+def _shell(namespace: str, name: str, generation: int | None) -> AcceptanceTest:
+    """A test with the default spec: enough to name the children when the real spec is invalid or gone."""
+    return AcceptanceTest(metadata=ObjectMeta(name=name, namespace=namespace, generation=generation))
+
+
+def _conditions(status: KubeDict) -> list[Condition]:
+    out = []
+    for raw in status.get("conditions") or []:
+        try:
+            out.append(Condition.model_validate(raw))
+        except ValidationError:
+            continue
+    return out
+
+
+def _effective(test: AcceptanceTest) -> AcceptanceTest:
+    """The test as the builders should see it: the chart's workload image replaces the built-in default."""
+    if SETTINGS.default_image and test.spec.image == DEFAULT_IMAGE:
+        spec = test.spec.model_copy(update={"image": SETTINGS.default_image})
+        return test.model_copy(update={"spec": spec})
+    return test
+
+
+def parse_test(obj: KubeDict) -> AcceptanceTest:
+    """Validate the stored object with the API models (raises ValidationError naming the field)."""
+    meta = obj.get("metadata") or {}
+    return AcceptanceTest.model_validate({
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "generation", "labels", "annotations")
+                     if k in meta},
+        "spec": obj.get("spec") or {},
+    })
+
+
+def reconcile(k: Kube, namespace: str, name: str, now: datetime) -> None:
+    obj = k.get_test(namespace, name)
+    if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return
+    status = obj.get("status") or {}
+    generation = obj["metadata"].get("generation") or 1
+    if is_finished(obj):
+        _refresh_metrics(namespace, name, status)
+        return
+    try:
+        test = _effective(parse_test(obj))
+    except ValidationError as e:
+        lines = manifests.validation_messages(e, {"spec": obj.get("spec") or {}})
+        _stop_other_runs(k, _shell(namespace, name, generation), generation)
+        _conclude(k, obj, None, RunState("Failed", INVALID_SPEC, "; ".join(lines) + " (fix the spec and apply "
+                  "it again)"), now=now)
+        return
+
+    job_name = manifests.job_name(test)
+    if status.get("observedGeneration") != generation or (status.get("job") or {}).get("name") != job_name:
+        _start_run(k, obj, test, now)
+    else:
+        _follow_run(k, obj, test, now)
+
+
+def _selector(test: AcceptanceTest) -> str:
+    labels = manifests.test_labels(test)
+    return ",".join(f"{key}={labels[key]}" for key in (manifests.LABEL_TEST, manifests.LABEL_GENERATION))
+
+
+def _stop_other_runs(k: Kube, test: AcceptanceTest, generation: int) -> list[str]:
+    """Delete the jobs of earlier generations: a changed spec stops the old run."""
+    selector = f"{manifests.LABEL_TEST}={manifests.test_label_value(test)}"
+    stopped = []
+    for backend in BACKENDS:
+        for job in k.list_jobs(backend, test.metadata.namespace, selector):  # type: ignore[arg-type]
+            labels = job["metadata"].get("labels") or {}
+            if labels.get(manifests.LABEL_GENERATION) != str(generation):
+                k.delete_job(backend, test.metadata.namespace, job["metadata"]["name"])  # type: ignore[arg-type]
+                stopped.append(f"{backend} {job['metadata']['name']}")
+    return stopped
+
+
+def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime) -> None:
+    namespace, name = test.metadata.namespace, test.metadata.name
+    generation = manifests.generation_of(test)
+    stopped = _stop_other_runs(k, test, generation)
+    problem = k.backend_problem(test.spec.backend)
+    if problem:
+        _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
+                                         f"{problem}; then apply the AcceptanceTest again"), now=now)
+        return
+
+    start, adopted = now, []
+    for child in manifests.build_children(test):
+        created_obj, created = k.create(child)
+        if not created:
+            adopted.append(f"{child['kind']} {child['metadata']['name']}")
+            if child["kind"] in BACKENDS:
+                # The job exists already (a restart between creating it and recording it): its run started then.
+                start = parse_time(created_obj.get("metadata", {}).get("creationTimestamp")) or now
+    job_name = manifests.job_name(test)
+    state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
+    _write_status(k, obj, state, test, start_time=start, completion_time=None, summary=None, now=now)
+    message = f"generation {generation}: {test.spec.backend} {job_name} " + ("adopted" if adopted else "created")
+    if stopped:
+        message += f"; stopped the previous run ({', '.join(stopped)})"
+    kopf.info(obj, reason="RunStarted", message=message)
+    METRICS.set_phase(namespace, name, "Pending")
+    METRICS.set_headline(namespace, name, None)
+    log.info("%s/%s: %s", namespace, name, message)
+
+
+def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime) -> None:
+    namespace, name = test.metadata.namespace, test.metadata.name
+    status = obj.get("status") or {}
+    backend, job_name = test.spec.backend, manifests.job_name(test)
+    job = k.get_job(backend, namespace, job_name)
+    pods = k.list_pods(namespace, _selector(test))
+    waiting = any(not (p.get("spec") or {}).get("nodeName") for p in pods)
+    events = k.scheduling_events(namespace) if waiting else []
+    observation = Observation(
+        generation=manifests.generation_of(test),
+        job_kind=backend,
+        job_name=job_name,
+        timeout_seconds=test.spec.timeout_seconds,
+        gpus_per_node=test.spec.gpus_per_node,
+        start_time=parse_time(status.get("startTime")),
+        raw_report=status.get("report"),
+        job=job,
+        pods=pods,
+        events=events,
+    )
+    timing = Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds)
+    outcome = assess(observation, now, timing)
+    if outcome.state.terminal:
+        if outcome.report is None:
+            # The report may have landed after our first read: judge it rather than the job.
+            fresh = k.get_test(namespace, name)
+            if fresh and (fresh.get("status") or {}).get("report") != status.get("report"):
+                return  # the next tick judges the new report
+        _conclude(k, obj, test, outcome.state, now=now, summary=outcome.summary, report=outcome.report,
+                  stop_job=outcome.stop_job)
+        return
+    previous = status.get("phase")
+    _write_status(k, obj, outcome.state, test, start_time=parse_time(status.get("startTime")),
+                  completion_time=None, summary=None, now=now)
+    if previous != outcome.state.phase:
+        kopf.info(obj, reason=outcome.state.phase, message=outcome.state.message)
+    METRICS.set_phase(namespace, name, outcome.state.phase)
+
+
+def _conclude(
+    k: Kube,
+    obj: KubeDict,
+    test: AcceptanceTest | None,
+    state: RunState,
+    *,
+    now: datetime,
+    summary: Summary | None = None,
+    report: Report | None = None,
+    stop_job: bool = False,
+) -> None:
+    """End the run: stop what still runs, drop the workload's write access, record the verdict, tell."""
+    meta = obj["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    status = obj.get("status") or {}
+    if test is not None:
+        if stop_job:
+            k.delete_job(test.spec.backend, namespace, manifests.job_name(test))
+        # The workload's identity was only for writing this run's report.
+        for child in manifests.build_rbac(test):
+            k.delete(child["kind"], namespace, child["metadata"]["name"])
+    start = parse_time(status.get("startTime")) if status.get("observedGeneration") == meta.get("generation") \
+        and test is not None else None
+    summary = summary or Summary(result="Failed" if state.phase == "Failed" else "Passed")
+    _write_status(k, obj, state, test, start_time=start or now, completion_time=now, summary=summary, now=now)
+
+    if state.phase == "Succeeded":
+        kopf.info(obj, reason=state.reason, message=state.message)
+    else:
+        kopf.warn(obj, reason=state.reason, message=state.message)
+    log.info("%s/%s: %s %s: %s", namespace, name, state.phase, state.reason, state.message)
+
+    METRICS.set_phase(namespace, name, state.phase)
+    METRICS.set_headline(namespace, name, summary)
+    METRICS.record_run(state.phase == "Succeeded", (now - start).total_seconds() if start else None)
+    if report is not None:
+        METRICS.set_nodes(measured_nodes(report))
+        if test is not None and state.phase == "Failed":
+            _act_on_nodes(k, obj, test, report)
+
+
+def _act_on_nodes(k: Kube, obj: KubeDict, test: AcceptanceTest, report: Report) -> None:
+    action, nodes = test.spec.on_failure, report.blamed_nodes()
+    if action == "none" or not nodes:
+        return
+    if not SETTINGS.node_actions:
+        kopf.warn(obj, reason="NodeActionSkipped", message=(
+            f"spec.onFailure={action}, but node actions are off in the operator (chart value "
+            f"nodeActions.enabled): nodes {', '.join(nodes)} were not touched"))
+        return
+    done, failed = [], []
+    for node in nodes:
+        try:
+            current = k.get_node(node)
+            if current is None:
+                failed.append(f"{node} (no such node)")
+                continue
+            patch = node_patch(action, current)
+            if patch is not None:
+                k.patch_node(node, patch)
+            done.append(node)
+        except ApiException as e:
+            failed.append(f"{node} (HTTP {e.status} {e.reason})")
+    if done:
+        kopf.info(obj, reason="NodeActionApplied", message=f"{describe(action)}: {', '.join(done)}")
+    if failed:
+        kopf.warn(obj, reason="NodeActionFailed", message=f"could not {action}: {', '.join(failed)}")
+
+
+def _write_status(
+    k: Kube,
+    obj: KubeDict,
+    state: RunState,
+    test: AcceptanceTest | None,
+    *,
+    start_time: datetime | None,
+    completion_time: datetime | None,
+    summary: Summary | None,
+    now: datetime,
+) -> None:
+    """Patch the operator-owned status fields, only if one of them changes (status.report is the workload's)."""
+    meta = obj["metadata"]
+    status = obj.get("status") or {}
+    generation = meta.get("generation") or 1
+    if test is not None:
+        job_name = manifests.job_name(test)
+        job: KubeDict | None = JobRef(api_version=BACKENDS_API_VERSION[test.spec.backend], kind=test.spec.backend,
+                                      name=job_name).to_wire()
+        job_text = f"{test.spec.backend} {job_name}"
+    else:
+        job, job_text = None, "the job"
+    conditions = conditions_for(state, job_text, _conditions(status), generation, now)
+    desired: KubeDict = {
+        "phase": state.phase,
+        "conditions": [c.to_wire() for c in conditions],
+        "observedGeneration": generation,
+        "startTime": _timestamp(start_time),
+        "completionTime": _timestamp(completion_time),
+        "job": job,
+        "summary": summary.to_wire() if summary is not None else None,
+    }
+    if all(status.get(key) == value for key, value in desired.items()):
+        return
+    k.patch_test_status(meta["namespace"], meta["name"], desired)
+    obj["status"] = {**status, **{key: v for key, v in desired.items() if v is not None}}
+
+
+
+def _refresh_metrics(namespace: str, name: str, status: KubeDict) -> None:
+    """After a restart, finished tests still show their phase and numbers."""
+    METRICS.set_phase(namespace, name, status["phase"])
+    try:
+        summary = Summary.model_validate(status["summary"]) if status.get("summary") else None
+    except ValidationError:
+        summary = None
+    METRICS.set_headline(namespace, name, summary)

@@ -1,0 +1,184 @@
+"""The API calls the operator makes, as plain JSON dicts in and out.
+
+Reads skip the client's typed models (raw JSON, camelCase, exactly what the
+API server sent), patches say their content type (merge patch), and a missing
+object reads as None, so the handlers and the pure functions they call only
+ever see the wire format.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from acceptance_operator.api import GROUP, PLURAL, VERSION, Backend
+
+KubeDict = dict[str, Any]
+MERGE_PATCH = "application/merge-patch+json"
+
+# The Kubeflow CRD each backend needs, the version the builders write, and who installs it.
+BACKENDS: dict[str, tuple[str, str, str, str]] = {
+    # backend: (CRD name, version, plural, what to install)
+    "PyTorchJob": ("pytorchjobs.kubeflow.org", "v1", "pytorchjobs",
+                   "the Kubeflow training-operator (v1.7 or later)"),
+    "MPIJob": ("mpijobs.kubeflow.org", "v2beta1", "mpijobs",
+               "the Kubeflow mpi-operator (v0.4 or later, which serves kubeflow.org/v2beta1)"),
+}
+_lock = threading.Lock()
+_api_client: client.ApiClient | None = None
+
+
+def api_client() -> client.ApiClient:
+    """One shared client: in-cluster config in a pod, else KUBECONFIG / ~/.kube/config."""
+    global _api_client
+    with _lock:
+        if _api_client is None:
+            try:
+                config.load_incluster_config()
+            except config.ConfigException:
+                config.load_kube_config()
+            _api_client = client.ApiClient()
+        return _api_client
+
+
+def _json(response: Any) -> KubeDict:
+    return json.loads(response.data)
+
+
+def _or_none(call: Any, *args: Any, **kwargs: Any) -> KubeDict | None:
+    try:
+        return _json(call(*args, _preload_content=False, **kwargs))
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
+
+
+def _ignore_missing(call: Any, *args: Any, **kwargs: Any) -> bool:
+    """Run a delete; False when there was nothing to delete."""
+    try:
+        call(*args, **kwargs)
+        return True
+    except ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+
+
+class Kube:
+    """The operator's view of the cluster."""
+
+    def __init__(self, api: client.ApiClient | None = None) -> None:
+        api = api or api_client()
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.rbac = client.RbacAuthorizationV1Api(api)
+        self.ext = client.ApiextensionsV1Api(api)
+
+    # AcceptanceTests ---------------------------------------------------------
+    def get_test(self, namespace: str, name: str) -> KubeDict | None:
+        return _or_none(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
+
+    def patch_test_status(self, namespace: str, name: str, status: KubeDict) -> KubeDict:
+        return self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH
+        )
+
+    # backends and jobs -------------------------------------------------------
+    def backend_problem(self, backend: Backend) -> str | None:
+        """None when the backend's CRD serves the version we write; otherwise what to install."""
+        crd_name, version, _, install = BACKENDS[backend]
+        crd = _or_none(self.ext.read_custom_resource_definition, crd_name)
+        if crd is None:
+            return f"the {backend} CRD {crd_name} is not installed: install {install}"
+        served = [v["name"] for v in crd.get("spec", {}).get("versions", []) if v.get("served")]
+        if version not in served:
+            return (f"the {backend} CRD {crd_name} does not serve kubeflow.org/{version} (it serves "
+                    f"{', '.join(served) or 'nothing'}): install {install}")
+        return None
+
+    def get_job(self, backend: Backend, namespace: str, name: str) -> KubeDict | None:
+        _, version, plural, _ = BACKENDS[backend]
+        return _or_none(self.custom.get_namespaced_custom_object, "kubeflow.org", version, namespace, plural, name)
+
+    def list_jobs(self, backend: Backend, namespace: str, selector: str) -> list[KubeDict]:
+        _, version, plural, _ = BACKENDS[backend]
+        try:
+            answer = self.custom.list_namespaced_custom_object(
+                "kubeflow.org", version, namespace, plural, label_selector=selector, _preload_content=False
+            )
+        except ApiException as e:
+            if e.status == 404:  # the CRD is not installed: no jobs of that kind
+                return []
+            raise
+        return _json(answer).get("items", [])
+
+    def delete_job(self, backend: Backend, namespace: str, name: str) -> bool:
+        _, version, plural, _ = BACKENDS[backend]
+        return _ignore_missing(
+            self.custom.delete_namespaced_custom_object, "kubeflow.org", version, namespace, plural, name,
+            propagation_policy="Background",
+        )
+
+    # children ---------------------------------------------------------------
+    def create(self, obj: KubeDict) -> tuple[KubeDict, bool]:
+        """Create a child; an existing one of the same name is read and returned (adopted): (object, created)."""
+        kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        try:
+            if kind == "ServiceAccount":
+                self.core.create_namespaced_service_account(ns, obj)
+            elif kind == "Role":
+                self.rbac.create_namespaced_role(ns, obj)
+            elif kind == "RoleBinding":
+                self.rbac.create_namespaced_role_binding(ns, obj)
+            elif kind in BACKENDS:
+                _, version, plural, _ = BACKENDS[kind]
+                return self.custom.create_namespaced_custom_object("kubeflow.org", version, ns, plural, obj), True
+            else:
+                raise ValueError(f"the operator does not create {kind} objects")
+        except ApiException as e:
+            if e.status != 409:
+                raise
+            existing = self.read(kind, ns, name)
+            if existing is None:  # deleted between our create and read: the next reconcile creates it
+                raise
+            return existing, False
+        return obj, True
+
+    def read(self, kind: str, namespace: str, name: str) -> KubeDict | None:
+        if kind == "ServiceAccount":
+            return _or_none(self.core.read_namespaced_service_account, name, namespace)
+        if kind == "Role":
+            return _or_none(self.rbac.read_namespaced_role, name, namespace)
+        if kind == "RoleBinding":
+            return _or_none(self.rbac.read_namespaced_role_binding, name, namespace)
+        return self.get_job(kind, namespace, name)  # type: ignore[arg-type]
+
+    def delete(self, kind: str, namespace: str, name: str) -> bool:
+        if kind == "ServiceAccount":
+            return _ignore_missing(self.core.delete_namespaced_service_account, name, namespace)
+        if kind == "Role":
+            return _ignore_missing(self.rbac.delete_namespaced_role, name, namespace)
+        if kind == "RoleBinding":
+            return _ignore_missing(self.rbac.delete_namespaced_role_binding, name, namespace)
+        return self.delete_job(kind, namespace, name)  # type: ignore[arg-type]
+
+    # pods, events, nodes ----------------------------------------------------
+    def list_pods(self, namespace: str, selector: str) -> list[KubeDict]:
+        return _json(self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                                   _preload_content=False)).get("items", [])
+
+    def scheduling_events(self, namespace: str) -> list[KubeDict]:
+        return _json(self.core.list_namespaced_event(
+            namespace, field_selector="reason=FailedScheduling,involvedObject.kind=Pod", _preload_content=False
+        )).get("items", [])
+
+    def get_node(self, name: str) -> KubeDict | None:
+        return _or_none(self.core.read_node, name)
+
+    def patch_node(self, name: str, patch: KubeDict) -> None:
+        self.core.patch_node(name, patch, _content_type=MERGE_PATCH)

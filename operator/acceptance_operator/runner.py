@@ -1,0 +1,46 @@
+"""`gpu-acceptance operator`: logging, settings and kopf, started the way the chart runs them."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import kopf
+
+
+class _QuietTimer(logging.Filter):
+    """Drop kopf's per-tick "Timer 'follow' succeeded." lines: one per test every few seconds is noise."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.levelno <= logging.INFO and str(record.msg).startswith("Timer 'follow' succeeded"))
+
+
+def run_operator(
+    namespace: list[str] | None, metrics_port: int, health_port: int, json_logs: bool, verbose: bool
+) -> int:
+    """Run until SIGTERM/SIGINT; 0 on a clean stop, 2 when the settings are unusable."""
+    kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL,
+                   log_refkey="object" if json_logs else None)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_QuietTimer())
+    try:
+        # Importing the handlers registers them with kopf and reads the environment settings.
+        from acceptance_operator import handlers
+    except ValueError as e:
+        print(f"gpu-acceptance operator: {e}", file=sys.stderr)
+        return 2
+    handlers.SETTINGS.metrics_port = metrics_port
+    handlers.SETTINGS.namespaces = list(namespace or [])
+    logging.getLogger("gpu_acceptance.operator").info(
+        "starting: %s, metrics port %s, health port %s, node actions %s, unschedulable grace %ss",
+        f"namespaces {', '.join(namespace)}" if namespace else "all namespaces",
+        metrics_port or "off", health_port or "off",
+        "on" if handlers.SETTINGS.node_actions else "off", f"{handlers.SETTINGS.unschedulable_grace_seconds:g}",
+    )
+    kopf.run(
+        standalone=True,
+        clusterwide=not namespace,
+        namespaces=list(namespace or []),
+        liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
+    )
+    return 0

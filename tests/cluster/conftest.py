@@ -1,0 +1,76 @@
+"""Fixtures for the operator's tests against the real API server: our CRD, the operator process, a namespace view."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.apiserver import REPO_ROOT, ApiServer, kubeflow_crd_paths
+from tests.cluster.operator_harness import Cluster, OperatorProcess
+
+AT_CRD = REPO_ROOT / "crds" / "acceptancetest.yaml"
+
+
+@pytest.fixture(scope="session")
+def acceptance_crd(apiserver: ApiServer) -> ApiServer:
+    """The shared server with the AcceptanceTest CRD (generated from the models) installed."""
+    apiserver.install_crds([AT_CRD])
+    return apiserver
+
+
+@pytest.fixture(scope="session")
+def pytorch_only_apiserver() -> Iterator[ApiServer]:
+    """A second server with our CRD and PyTorchJob's, but no MPIJob CRD (the mpi-operator is "not installed").
+
+    Also the place for a cluster-wide operator: no other test leaves objects here.
+    """
+    server = ApiServer()
+    server.start()
+    try:
+        pytorch = [p for p in kubeflow_crd_paths() if "pytorchjobs" in p.name]
+        server.install_crds([*pytorch, AT_CRD])
+        yield server
+    finally:
+        server.stop()
+
+
+StartOperator = Callable[..., OperatorProcess]
+
+
+@pytest.fixture
+def start_operator(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[StartOperator]:
+    """Start `gpu-acceptance operator` subprocesses; all are stopped after the test, their logs shown on failure."""
+    started: list[OperatorProcess] = []
+
+    def start(kubeconfig: Path, namespaces: list[str] | None, env: dict[str, str] | None = None) -> OperatorProcess:
+        proc = OperatorProcess(kubeconfig, tmp_path, namespaces, env or {})
+        started.append(proc)
+        return proc.start()
+
+    yield start
+    for proc in started:
+        proc.stop()
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for proc in started:
+            print(proc.log_tail(200))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, f"rep_{rep.when}", rep)
+
+
+@pytest.fixture
+def operator(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperator) -> OperatorProcess:
+    """The operator watching this test's namespace, as the admin, with short test timings."""
+    return start_operator(acceptance_crd.kubeconfig, [namespace])
+
+
+@pytest.fixture
+def cluster(acceptance_crd: ApiServer, namespace: str, operator: OperatorProcess) -> Cluster:
+    return Cluster(acceptance_crd, namespace, operator.log_tail)

@@ -1,0 +1,290 @@
+"""What the operator's cluster tests play: the operator process, the Kubeflow controller and the workload.
+
+No kubelet, scheduler or Kubeflow controller runs beside the test API server,
+so the tests do their part by hand, through the same API the real ones use:
+they patch the child job's status subresource (conditions, as the
+training-operator / mpi-operator would), create the job's pods with statuses
+and FailedScheduling events (as the scheduler and kubelet would), and patch
+status.report (as the workload's rank 0 would). The operator runs as a real
+`gpu-acceptance operator` subprocess, so a test can kill and restart it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tests.apiserver import ApiServer, _die_with_parent, free_ports
+
+T = TypeVar("T")
+MERGE = "application/merge-patch+json"
+GROUP_PATH = "/apis/gpu-acceptance.io/v1alpha1"
+JOBS = {"PyTorchJob": ("v1", "pytorchjobs"), "MPIJob": ("v2beta1", "mpijobs")}
+FAST_ENV = {
+    "GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS": "0.5",
+    "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "1",
+    "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "600",
+    "GPU_ACCEPTANCE_NODE_ACTIONS": "false",
+}
+
+
+def now_ts(delta: float = 0) -> str:
+    return (datetime.now(timezone.utc) + timedelta(seconds=delta)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def wait_for(probe: Callable[[], T], what: str, timeout: float = 60.0, interval: float = 0.2,
+             on_timeout: Callable[[], str] | None = None) -> T:
+    """Poll until probe() returns something truthy; fail naming what was awaited (and the operator's log tail)."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(interval)
+    extra = f"\n{on_timeout()}" if on_timeout else ""
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r}){extra}")
+
+
+class OperatorProcess:
+    """`gpu-acceptance operator` in a subprocess of its own process group, logging to a file."""
+
+    def __init__(self, kubeconfig: Path, log_dir: Path, namespaces: list[str] | None, env: dict[str, str]):
+        self.kubeconfig, self.log_dir, self.namespaces = kubeconfig, log_dir, namespaces
+        self.env = {**FAST_ENV, **env}
+        self.metrics_port, self.health_port = free_ports(2)
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / f"operator-{self.starts}.log"
+
+    def start(self) -> OperatorProcess:
+        self.starts += 1
+        args = [sys.executable, "-m", "acceptance_operator.cli", "operator", "--metrics-port",
+                str(self.metrics_port), "--health-port", str(self.health_port), "--verbose"]
+        for ns in self.namespaces or []:
+            args += ["--namespace", ns]
+        env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, start_new_session=True, preexec_fn=_die_with_parent)
+        wait_for(self._healthy, "the operator's liveness endpoint", timeout=90, on_timeout=self.log_tail)
+        return self
+
+    def _healthy(self) -> bool:
+        if self.proc is None or self.proc.poll() is not None:
+            raise AssertionError(f"the operator exited with {self.proc and self.proc.returncode}:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash or an evicted pod would end it: no cleanup code runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        self.proc = None
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.proc = None
+
+    def restart(self) -> OperatorProcess:
+        self.kill()
+        return self.start()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no operator log)"
+        return "operator log (tail):\n" + "\n".join(text[-lines:])
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+
+class Cluster:
+    """One namespace of the test API server, seen as the tests' stand-ins for Kubeflow, kubelet and workload."""
+
+    def __init__(self, server: ApiServer, namespace: str, operator_log: Callable[[], str] | None = None):
+        self.server, self.ns = server, namespace
+        self.operator_log = operator_log
+
+    # waiting -----------------------------------------------------------------
+    def wait(self, probe: Callable[[], T], what: str, timeout: float = 60.0) -> T:
+        return wait_for(probe, what, timeout=timeout, on_timeout=self.operator_log)
+
+    # AcceptanceTests ---------------------------------------------------------
+    def test_path(self, name: str = "") -> str:
+        return f"{GROUP_PATH}/namespaces/{self.ns}/acceptancetests" + (f"/{name}" if name else "")
+
+    def create_test(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        body = {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+                "metadata": {"name": name, "namespace": self.ns}, "spec": spec}
+        return self.server.request("POST", self.test_path(), body)
+
+    def get_test(self, name: str) -> dict[str, Any] | None:
+        answer = self.server.request("GET", self.test_path(name), expect=(200, 404))
+        return None if answer["_status"] == 404 else answer
+
+    def status(self, name: str) -> dict[str, Any]:
+        return (self.get_test(name) or {}).get("status") or {}
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return self.server.request("PATCH", self.test_path(name), {"spec": spec}, content_type=MERGE)
+
+    def patch_status(self, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        return self.server.request("PATCH", self.test_path(name) + "/status", {"status": status},
+                                   content_type=MERGE)
+
+    def write_report(self, name: str, report: dict[str, Any]) -> None:
+        """What the workload's rank 0 does at the end of a run."""
+        self.patch_status(name, {"report": report})
+
+    def delete_test(self, name: str) -> None:
+        self.server.request("DELETE", self.test_path(name), expect=(200, 202, 404))
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 60.0) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            obj = self.get_test(name) or {}
+            status = obj.get("status") or {}
+            generation = obj.get("metadata", {}).get("generation")
+            ok = status.get("phase") == phase and status.get("observedGeneration") == generation
+            return status if ok else None
+        return self.wait(probe, f"{self.ns}/{name} to reach phase {phase}", timeout)
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        return next(c for c in self.status(name).get("conditions", []) if c["type"] == type_)
+
+    def events(self, name: str) -> list[tuple[str, str, str]]:
+        """(type, reason, message) of the events about this test, oldest first."""
+        items = self.server.request(
+            "GET", f"/api/v1/namespaces/{self.ns}/events?fieldSelector=involvedObject.name%3D{name}"
+        )["items"]
+        items.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        return [(e.get("type", ""), e.get("reason", ""), e.get("message", "")) for e in items]
+
+    def wait_event(self, name: str, reason: str, timeout: float = 30.0) -> tuple[str, str, str]:
+        return self.wait(lambda: next((e for e in self.events(name) if e[1] == reason), None),
+                         f"event {reason} on {name}", timeout)
+
+    # jobs (the Kubeflow controller's side) -------------------------------------
+    def job_path(self, kind: str, name: str = "") -> str:
+        version, plural = JOBS[kind]
+        return f"/apis/kubeflow.org/{version}/namespaces/{self.ns}/{plural}" + (f"/{name}" if name else "")
+
+    def jobs(self, kind: str) -> list[dict[str, Any]]:
+        return self.server.request("GET", self.job_path(kind))["items"]
+
+    def job_names(self, kind: str) -> list[str]:
+        return sorted(j["metadata"]["name"] for j in self.jobs(kind))
+
+    def job(self, kind: str, name: str) -> dict[str, Any] | None:
+        answer = self.server.request("GET", self.job_path(kind, name), expect=(200, 404))
+        return None if answer["_status"] == 404 else answer
+
+    def wait_job(self, kind: str, name: str, timeout: float = 60.0) -> dict[str, Any]:
+        return self.wait(lambda: self.job(kind, name), f"{kind} {name} to be created", timeout)
+
+    def set_job_condition(self, kind: str, name: str, type_: str, reason: str = "", message: str = "") -> None:
+        """Mark the job as the Kubeflow controller does: the new condition True, the earlier ones False."""
+        job = self.job(kind, name)
+        assert job is not None, f"{kind} {name} does not exist"
+        conditions = [dict(c, status="False") if c["type"] in ("Running", "Restarting") else c
+                      for c in (job.get("status") or {}).get("conditions", []) if c["type"] != type_]
+        conditions.append({"type": type_, "status": "True", "reason": reason or f"{kind}{type_}",
+                           "message": message or f"{kind} {name} is {type_.lower()}.",
+                           "lastTransitionTime": now_ts(), "lastUpdateTime": now_ts()})
+        self.server.request("PATCH", self.job_path(kind, name) + "/status", {"status": {"conditions": conditions}},
+                            content_type=MERGE)
+
+    # pods and events (the scheduler's and kubelet's side) ------------------------
+    def create_pod(self, name: str, labels: dict[str, str], node: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": [{"name": "pytorch", "image": "ghcr.io/gpu-acceptance/workload:test"}],
+                                "restartPolicy": "Never"}
+        if node:
+            spec["nodeName"] = node
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
+        return self.server.request("POST", f"/api/v1/namespaces/{self.ns}/pods", body)
+
+    def set_pod_status(self, name: str, status: dict[str, Any]) -> None:
+        self.server.request("PATCH", f"/api/v1/namespaces/{self.ns}/pods/{name}/status", {"status": status},
+                            content_type=MERGE)
+
+    def scheduling_event(self, pod: str, message: str) -> None:
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{pod}.", "namespace": self.ns},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod, "namespace": self.ns},
+            "reason": "FailedScheduling", "message": message, "type": "Warning", "count": 1,
+            "firstTimestamp": now_ts(), "lastTimestamp": now_ts(), "source": {"component": "default-scheduler"},
+        }
+        self.server.request("POST", f"/api/v1/namespaces/{self.ns}/events", body)
+
+    # RBAC children -------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.server.request("GET", path, expect=(200, 404))["_status"] == 200
+
+    def service_account_path(self, name: str) -> str:
+        return f"/api/v1/namespaces/{self.ns}/serviceaccounts/{name}"
+
+    def role_path(self, name: str) -> str:
+        return f"/apis/rbac.authorization.k8s.io/v1/namespaces/{self.ns}/roles/{name}"
+
+    def kubectl_table(self, *extra: str) -> list[dict[str, str]]:
+        """`kubectl get at` as rows keyed by column header (headers like "BUS BW" hold single spaces)."""
+        out = self.server.kubectl("get", "at", "-n", self.ns, *extra).stdout.splitlines()
+        columns = [(m.start(), m.group()) for m in re.finditer(r"\S+(?: \S+)*", out[0])]
+        rows = []
+        for line in out[1:]:
+            rows.append({
+                title: line[start:(columns[i + 1][0] if i + 1 < len(columns) else None)].strip()
+                for i, (start, title) in enumerate(columns)
+            })
+        return rows
+
+
+def report(generation: int, *, passed: bool = True, busbw: float = 371.5, failed_node: str | None = None,
+           nodes: tuple[str, ...] = ("node-a",)) -> dict[str, Any]:
+    """A report as the workload writes it (the contract model, serialised)."""
+    from acceptance_workload.report import CheckResult, Report
+
+    results = [CheckResult(check="preflight", name="gpu_count", value=7 if node == failed_node else 8, threshold=8,
+                           comparison="eq", passed=node != failed_node, node=node) for node in nodes]
+    results += [
+        CheckResult(check="nccl", name="all_reduce_busbw", value=busbw, threshold=360, unit="GB/s",
+                    passed=passed),
+        CheckResult(check="ddp", name="throughput_per_gpu", value=41000.0, threshold=30000, unit="tokens/s",
+                    passed=True),
+        CheckResult(check="ddp", name="scaling_efficiency", value=0.93, threshold=0.9, passed=True),
+    ]
+    return Report(generation=generation, checks_run=["preflight", "nccl", "ddp"], results=results).finalize().to_wire()
+
+
+def json_dump(obj: Any) -> str:
+    return json.dumps(obj, indent=1, sort_keys=True)

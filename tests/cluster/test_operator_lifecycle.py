@@ -1,0 +1,102 @@
+"""Full runs against the real API server, for both backends: to Succeeded and to Failed on the report's verdict.
+
+The test plays the Kubeflow controller (job conditions through the status
+subresource), the kubelet (pods with statuses) and the workload (status.report);
+the operator is the real `gpu-acceptance operator` process.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.cluster.operator_harness import Cluster, report
+
+API_VERSIONS = {"PyTorchJob": "kubeflow.org/v1", "MPIJob": "kubeflow.org/v2beta1"}
+LABEL_TEST, LABEL_GEN = "gpu-acceptance.io/test", "gpu-acceptance.io/generation"
+
+
+def start_and_run(cluster: Cluster, name: str, backend: str, nodes: tuple[str, ...]) -> str:
+    """Create the test, check the run it starts, play Kubeflow and kubelet up to Running; return the job name."""
+    created = cluster.create_test(name, {"backend": backend, "nodes": len(nodes)})
+    status = cluster.wait_phase(name, "Pending")
+    job_name = f"{name}-g1"
+    assert status["job"] == {"apiVersion": API_VERSIONS[backend], "kind": backend, "name": job_name}
+    assert status["startTime"] and "completionTime" not in status
+    conditions = {c["type"]: (c["status"], c["observedGeneration"]) for c in status["conditions"]}
+    assert conditions == {"JobCreated": ("True", 1), "Running": ("Unknown", 1), "Succeeded": ("Unknown", 1)}
+
+    job = cluster.wait_job(backend, job_name)
+    assert job["metadata"]["labels"][LABEL_TEST] == name
+    assert job["metadata"]["labels"][LABEL_GEN] == "1"
+    owner = job["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["uid"]) == ("AcceptanceTest", name, created["metadata"]["uid"])
+    assert cluster.exists(cluster.service_account_path(f"{name}-workload"))
+    assert cluster.exists(cluster.role_path(f"{name}-workload"))
+
+    cluster.set_job_condition(backend, job_name, "Created")
+    cluster.set_job_condition(backend, job_name, "Running")
+    for i, node in enumerate(nodes):
+        pod = f"{job_name}-worker-{i}"
+        cluster.create_pod(pod, {LABEL_TEST: name, LABEL_GEN: "1"}, node=node)
+        cluster.set_pod_status(pod, {"phase": "Running"})
+    status = cluster.wait_phase(name, "Running")
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert running["status"] == "True"
+    assert f"{len(nodes)} Running" in running["message"]
+    return job_name
+
+
+@pytest.mark.parametrize("backend", ["PyTorchJob", "MPIJob"])
+def test_run_passes(cluster: Cluster, backend: str):
+    job_name = start_and_run(cluster, "accept", backend, ("node-a", "node-b"))
+    cluster.write_report("accept", report(1, nodes=("node-a", "node-b")))
+    cluster.set_job_condition(backend, job_name, "Succeeded")
+    status = cluster.wait_phase("accept", "Succeeded")
+
+    assert status["summary"] == {
+        "result": "Passed", "passed": 5, "failed": 0, "total": 5, "allReduceBusbwGBps": 371.5,
+        "ddpThroughputPerGpu": 41000.0, "ddpThroughputUnit": "tokens/s", "scalingEfficiency": 0.93,
+        "failedNodes": [],
+    }
+    assert status["completionTime"] >= status["startTime"]
+    succeeded = cluster.condition("accept", "Succeeded")
+    assert (succeeded["status"], succeeded["reason"]) == ("True", "ChecksPassed")
+    assert "all 5 checks passed" in succeeded["message"]
+    assert cluster.condition("accept", "Running")["status"] == "False"
+
+    (row,) = cluster.kubectl_table()
+    assert (row["NAME"], row["PHASE"], row["RESULT"], row["BUS BW"], row["NODES"]) == (
+        "accept", "Succeeded", "Passed", "371.5", "2")
+    (wide,) = cluster.kubectl_table("-o", "wide")
+    assert (wide["BACKEND"], wide["PROFILE"]) == (backend, "h100-sxm")
+
+    # The finished job stays for its logs (ttlSecondsAfterFinished); the workload's write access goes.
+    assert cluster.job(backend, job_name) is not None
+    cluster.wait(lambda: not cluster.exists(cluster.service_account_path("accept-workload")),
+                 "the workload ServiceAccount to be removed")
+    reasons = [reason for _, reason, _ in cluster.events("accept")]
+    assert {"RunStarted", "Running", "ChecksPassed"} <= set(reasons)
+    # kopf keeps its state under our prefix: our finalizer, our annotations, nothing of kopf.zalando.org.
+    meta = cluster.get_test("accept")["metadata"]
+    assert meta["finalizers"] == ["gpu-acceptance.io/finalizer"]
+    kopf_keys = [k for k in meta.get("annotations", {}) if "kopf" in k or "last-handled" in k]
+    assert kopf_keys and all(k.startswith("gpu-acceptance.io/") for k in kopf_keys)
+
+
+@pytest.mark.parametrize("backend", ["PyTorchJob", "MPIJob"])
+def test_run_fails_on_the_report(cluster: Cluster, backend: str):
+    job_name = start_and_run(cluster, "accept", backend, ("node-a", "node-b"))
+    cluster.write_report("accept", report(1, nodes=("node-a", "node-b"), failed_node="node-b"))
+    cluster.set_job_condition(backend, job_name, "Failed", message="1 Worker replica(s) failed")
+    status = cluster.wait_phase("accept", "Failed")
+
+    summary = status["summary"]
+    assert (summary["result"], summary["passed"], summary["failed"], summary["total"]) == ("Failed", 4, 1, 5)
+    assert summary["failedNodes"] == ["node-b"]
+    succeeded = cluster.condition("accept", "Succeeded")
+    assert (succeeded["status"], succeeded["reason"]) == ("False", "ChecksFailed")
+    assert "1 of 5 checks failed: preflight/gpu_count on node-b: 7 != 8" in succeeded["message"]
+    assert "nodes to blame: node-b" in succeeded["message"]
+    (row,) = cluster.kubectl_table()
+    assert (row["PHASE"], row["RESULT"], row["BUS BW"]) == ("Failed", "Failed", "371.5")
+    assert ("Warning", "ChecksFailed") in {(t, r) for t, r, _ in cluster.events("accept")}
