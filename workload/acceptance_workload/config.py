@@ -17,6 +17,7 @@ from acceptance_workload.wire import WireModel
 
 CONFIG_ENV = "GPU_ACCEPTANCE_CONFIG"
 Fabric = Literal["infiniband", "roce", "ethernet"]
+Mode = Literal["gpu", "cpu-smoke"]
 
 
 class TestRef(WireModel):
@@ -38,6 +39,8 @@ class WorkloadConfig(WireModel):
     gpu_direct_rdma: bool = Field(True, alias="gpuDirectRDMA")
     checks: ChecksSpec = Field(default_factory=ChecksSpec, description="Thresholds already resolved.")
     timeout_seconds: int = 3600
+    mode: Mode = Field("gpu", description="cpu-smoke: gloo on CPU, tiny sizes, judged without GPU thresholds.")
+    report_file: str | None = Field(None, description="Rank 0 also writes the report object (JSON) to this path.")
 
     @classmethod
     def build(cls, *, checks: ChecksSpec, profile: ProfileName, nodes: int, **facts: object) -> WorkloadConfig:

@@ -1,0 +1,231 @@
+"""`gpu-acceptance local`: the same checks on this machine, one process per GPU, without a cluster.
+
+It starts `python -m acceptance_workload` once per GPU with the variables
+torchrun would set, so a local run exercises exactly what runs in the pods.
+`--cpu` is a smoke run of the machinery (2 processes, gloo, tiny sizes),
+labelled as such and judged without GPU thresholds: correctness of every
+collective, a falling loss and every measurement being present still count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from acceptance_workload.checks import ChecksSpec
+from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.launch import free_port
+from acceptance_workload.profiles import PROFILE_NAMES, ProfileName
+from acceptance_workload.render import CPU_BANNER
+from acceptance_workload.wire import parse_bytes
+
+EXIT_ERROR = 2
+CPU_PROCESSES = 2
+CPU_MAX_BYTES = 1 << 20
+QUICK_MAX_BYTES = 1 << 30
+KILL_GRACE_SECONDS = 60
+
+
+class ManifestError(ValueError):
+    """The AcceptanceTest file given with -f cannot be used; the message names the field."""
+
+
+def _field_errors(prefix: str, error: ValidationError) -> str:
+    parts = []
+    for e in error.errors():
+        loc = ".".join(str(x) for x in (prefix, *e["loc"]))
+        parts.append(f"{loc}: {e['msg']}")
+    return "; ".join(parts)
+
+
+def read_manifest(path: str) -> dict[str, Any]:
+    """The parts of an AcceptanceTest a local run uses: checks, profile, network (validated)."""
+    try:
+        import yaml
+    except ImportError:
+        raise ManifestError("reading a manifest needs pyyaml (pip install pyyaml)") from None
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        doc = yaml.safe_load(text)
+    except (OSError, yaml.YAMLError) as e:
+        raise ManifestError(f"{path}: {e}") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "AcceptanceTest":
+        kind = doc.get("kind") if isinstance(doc, dict) else doc
+        raise ManifestError(f"{path}: kind: expected AcceptanceTest, got {kind!r}")
+    spec = doc.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise ManifestError(f"{path}: spec: expected an object")
+    try:
+        checks = ChecksSpec.model_validate(spec.get("checks") or {})
+    except ValidationError as e:
+        raise ManifestError(f"{path}: {_field_errors('spec.checks', e)}") from None
+    profile = spec.get("profile", "h100-sxm")
+    if profile not in PROFILE_NAMES:
+        raise ManifestError(f"{path}: spec.profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
+    network = spec.get("network") or {}
+    fabric = network.get("fabric", "infiniband")
+    if fabric not in ("infiniband", "roce", "ethernet"):
+        raise ManifestError(f"{path}: spec.network.fabric: {fabric!r} is not one of infiniband, roce, ethernet")
+    return {"checks": checks, "profile": profile, "fabric": fabric,
+            "gpu_direct_rdma": bool(network.get("gpuDirectRDMA", True))}
+
+
+def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
+    """The checks shrunk to a CPU smoke run: tiny sizes and steps, and no thresholds at all."""
+    nccl = checks.nccl
+    max_bytes = min(parse_bytes(nccl.max_bytes), CPU_MAX_BYTES)
+    return ChecksSpec.model_validate({
+        "preflight": {"enabled": checks.preflight.enabled},
+        "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
+                 "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
+                 "perNode": False, "collectiveTimeoutSeconds": 60},
+        "ddp": {"enabled": checks.ddp.enabled, "model": checks.ddp.model, "batchSize": 4, "seqLen": 64,
+                "steps": 6, "warmupSteps": 1},
+    })
+
+
+def quick_checks(checks: ChecksSpec) -> ChecksSpec:
+    """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps."""
+    nccl = checks.nccl.model_copy(update={
+        "max_bytes": min(parse_bytes(checks.nccl.max_bytes), QUICK_MAX_BYTES), "step_factor": 4,
+        "iters": min(checks.nccl.iters, 10), "warmup_iters": min(checks.nccl.warmup_iters, 3)})
+    ddp = checks.ddp.model_copy(update={"steps": min(checks.ddp.steps, 10),
+                                        "warmup_steps": min(checks.ddp.warmup_steps, 3)})
+    return checks.model_copy(update={"nccl": nccl, "ddp": ddp})
+
+
+def build_config(args: argparse.Namespace, processes: int) -> WorkloadConfig:
+    manifest = read_manifest(args.file) if args.file else {}
+    checks: ChecksSpec = manifest.get("checks") or ChecksSpec()
+    profile: ProfileName = args.profile or manifest.get("profile") or "h100-sxm"
+    if profile not in PROFILE_NAMES:
+        raise ManifestError(f"--profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
+    if checks.nccl.require_transport in ("IB", "IB_GDR", "SOCKET"):
+        print(f"note: requireTransport {checks.nccl.require_transport} is between nodes; a local run has one node, "
+              "so it is not required here", file=sys.stderr)
+        checks = checks.model_copy(update={"nccl": checks.nccl.model_copy(update={"require_transport": None})})
+    report_file = os.path.abspath(args.json) if args.json else None
+    if args.cpu:
+        return WorkloadConfig(checks=cpu_smoke_checks(checks), profile="custom", nodes=1, gpus_per_node=processes,
+                              fabric="ethernet", mode="cpu-smoke", report_file=report_file, timeout_seconds=900)
+    if args.quick:
+        checks = quick_checks(checks)
+    return WorkloadConfig.build(checks=checks, profile=profile, nodes=1, gpus_per_node=processes,
+                                fabric=manifest.get("fabric", "infiniband"),
+                                gpu_direct_rdma=manifest.get("gpu_direct_rdma", True), report_file=report_file)
+
+
+def visible_gpus() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def child_env(config: WorkloadConfig, rank: int, world: int, port: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({
+        CONFIG_ENV: config.to_env(),
+        "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
+        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+        "NODE_NAME": os.environ.get("NODE_NAME") or socket.gethostname(),
+    })
+    for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"):
+        env.pop(name, None)
+    if config.mode == "cpu-smoke":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
+def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.executable,
+                  deadline_seconds: float | None = None) -> int:
+    """Start every rank, stream rank 0's output, wait for all; rank 0's exit code is the run's."""
+    port = free_port()
+    logs = [None] + [tempfile.TemporaryFile(mode="w+") for _ in range(world - 1)]  # noqa: SIM115 (closed below)
+    procs = []
+    for rank in range(world):
+        out = None if rank == 0 else logs[rank]
+        procs.append(subprocess.Popen([python, "-m", "acceptance_workload"], env=child_env(config, rank, world, port),
+                                      stdout=subprocess.DEVNULL if rank else None, stderr=out,
+                                      stdin=subprocess.DEVNULL))
+    deadline = time.monotonic() + (deadline_seconds or config.timeout_seconds)
+    try:
+        while procs[0].poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if procs[0].poll() is None:
+            print(f"gpu-acceptance local: rank 0 did not finish within {deadline_seconds or config.timeout_seconds}s",
+                  file=sys.stderr)
+        grace = time.monotonic() + KILL_GRACE_SECONDS
+        while any(p.poll() is None for p in procs[1:]) and time.monotonic() < grace and procs[0].poll() is not None:
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        print("gpu-acceptance local: interrupted", file=sys.stderr)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    code = procs[0].returncode
+    if code not in (0, 1, 2):
+        for rank, log in enumerate(logs):
+            if log is None:
+                continue
+            log.seek(0)
+            tail = log.read()[-3000:]
+            if tail.strip():
+                print(f"--- rank {rank} stderr (tail) ---\n{tail}", file=sys.stderr)
+        print(f"gpu-acceptance local: rank 0 ended with {_describe_code(code)}: the run could not complete",
+              file=sys.stderr)
+        code = EXIT_ERROR
+    for log in logs:
+        if log is not None:
+            log.close()
+    return code
+
+
+def _describe_code(code: int) -> str:
+    if code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
+def run_local(args: argparse.Namespace) -> int:
+    if args.cpu:
+        world = CPU_PROCESSES
+        print(f"*** {CPU_BANNER} ***", file=sys.stderr)
+    else:
+        world = args.gpus or visible_gpus()
+        if world < 1:
+            print("gpu-acceptance local: no CUDA GPU is visible here (torch.cuda.device_count() is 0); "
+                  "run `gpu-acceptance local --cpu` for a CPU smoke run of the checks", file=sys.stderr)
+            return EXIT_ERROR
+        available = visible_gpus()
+        if world > available:
+            print(f"gpu-acceptance local: --gpus {world} but only {available} GPUs are visible", file=sys.stderr)
+            return EXIT_ERROR
+    try:
+        config = build_config(args, world)
+    except (ManifestError, ValidationError) as e:
+        print(f"gpu-acceptance local: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    what = "CPU processes (gloo)" if args.cpu else "GPUs (nccl)"
+    print(f"gpu-acceptance local: {world} {what}, profile {config.profile}"
+          + (", quick" if args.quick and not args.cpu else ""), file=sys.stderr)
+    return run_processes(config, world)

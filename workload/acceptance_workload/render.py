@@ -1,0 +1,162 @@
+"""The report for people: the verdict table, nccl-tests-shaped sweep tables and a one-line summary.
+
+Failed results are listed one by one (they name node and GPU); passed ones are
+folded per measurement so an 8 x 8 GPU cluster's report still fits a screen.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+
+from acceptance_workload.report import CheckResult, NcclSweep, Report
+from acceptance_workload.wire import format_bytes
+
+CPU_BANNER = "CPU SMOKE RUN (gloo on CPU, tiny sizes): NOT a GPU acceptance verdict"
+TERMINATION_LOG_LIMIT = 4000  # Kubernetes keeps 4096 bytes of a termination message
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5Ki', 25276502016 -> '23.5Gi' (format_bytes is exact, this is for reading)."""
+    for suffix, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+        if abs(n) >= factor:
+            return f"{n / factor:.4g}{suffix}"
+    return f"{n:.0f}"
+
+
+def _value(r: CheckResult) -> str:
+    if r.value is None:
+        return "missing"
+    if r.unit == "bytes":
+        return human_bytes(r.value)
+    if r.unit == "" and r.observed:  # a yes/no item: what was seen says more than 1 or 0
+        return r.observed
+    v = r.value
+    return f"{v:.0f}" if v == int(v) and abs(v) < 1e15 else f"{v:.4g}" if abs(v) < 100 else f"{v:,.1f}"
+
+
+def _threshold(r: CheckResult) -> str:
+    if r.threshold is None or r.comparison == "info":
+        return ""
+    sign = {"ge": ">=", "le": "<=", "eq": "=="}[r.comparison]
+    t = format_bytes(int(r.threshold)) if r.unit == "bytes" else f"{r.threshold:g}"
+    return f"{sign} {t}"
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def verdict_table(report: Report) -> str:
+    lines = []
+    if report.mode == "cpu-smoke":
+        lines += [f"*** {CPU_BANNER} ***", ""]
+    rows = [["RESULT", "CHECK", "MEASUREMENT", "NODE", "GPU", "VALUE", "THRESHOLD", "UNIT", "DETAIL"]]
+    for r in report.results:
+        if not r.passed:
+            rows.append(["FAIL", r.check, r.name, r.node or "-", "-" if r.gpu is None else str(r.gpu), _value(r),
+                         _threshold(r), r.unit, r.message])
+    folded: dict[tuple[str, str], list[CheckResult]] = defaultdict(list)
+    for r in report.results:
+        if r.passed:
+            folded[(r.check, r.name)].append(r)
+    for (check, name), group in folded.items():
+        values = [r.value for r in group if r.value is not None]
+        first = group[0]
+        if len(group) == 1:
+            value, detail, node = _value(first), first.message, first.node or "-"
+        else:
+            low, high = min(values), max(values)
+            value = _value(first.model_copy(update={"value": low}))
+            if high != low:
+                value += ".." + _value(first.model_copy(update={"value": high}))
+            nodes = {r.node for r in group if r.node}
+            detail, node = f"{len(group)} measurements passed", f"{len(nodes)} nodes" if len(nodes) > 1 else (
+                next(iter(nodes)) if nodes else "-")
+        rows.append(["pass", check, name, node, "-" if first.gpu is None or len(group) > 1 else str(first.gpu),
+                     value, _threshold(first), first.unit, detail])
+    lines.append(_table(rows))
+    for s in report.skipped:
+        lines.append(f"skipped  {s.check} {s.name}: {s.reason}")
+    missing = report.missing_checks()
+    if missing:
+        lines.append(f"missing  no result at all from: {', '.join(missing)} (fails)")
+    if report.error:
+        lines.append(f"ERROR    {report.error}")
+    env = report.environment
+    facts = [f"{k}={v}" for k, v in (("gpu", env.gpu_model), ("driver", env.driver_version), ("cuda", env.cuda_version),
+                                     ("nccl", env.nccl_version), ("torch", env.torch_version)) if v]
+    if env.transports:
+        facts.append("transports=" + ",".join(env.transports))
+    if facts:
+        lines.append("environment  " + " ".join(facts))
+    lines.append("")
+    lines.append(f"VERDICT: {'PASSED' if report.passed else 'FAILED'}" + (" (CPU smoke run)" if report.mode ==
+                                                                          "cpu-smoke" else "")
+                 + (f"; failed nodes: {', '.join(report.failed_nodes)}" if report.failed_nodes else ""))
+    return "\n".join(lines)
+
+
+def nccl_table(sweep: NcclSweep) -> str:
+    """The sweep as nccl-tests prints it (out-of-place columns)."""
+    where = f"node {sweep.node}" if sweep.scope == "node" else "job"
+    short = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}.get(sweep.dtype, sweep.dtype)
+    lines = [
+        f"# {sweep.collective} ({where}, {sweep.ranks} ranks, {sweep.dtype})",
+        f"#{'size':>12} {'count':>12} {'type':>8} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}",
+        f"#{'(B)':>12} {'(elements)':>12} {'':>8} {'(us)':>10} {'(GB/s)':>8} {'(GB/s)':>8} {'':>7}",
+    ]
+    for r in sweep.rows:
+        lines.append(f" {r.size:>12} {r.count:>12} {short:>8} {r.time_us:>10.2f} {r.algbw_gbps:>8.2f} "
+                     f"{r.busbw_gbps:>8.2f} {r.wrong:>7}")
+    if sweep.rows:
+        lines.append(f"# Avg bus bandwidth    : {statistics.fmean(r.busbw_gbps for r in sweep.rows):.3f}")
+    return "\n".join(lines)
+
+
+def ddp_table(report: Report) -> str:
+    d = report.ddp
+    if d is None:
+        return ""
+    rows = [["RANK", "NODE", "GPU", f"ONE-GPU ({d.unit})", f"DDP ({d.unit})"]]
+    for r in d.ranks:
+        rows.append([str(r.rank), r.node, str(r.gpu), f"{r.baseline_throughput:,.1f}", f"{r.ddp_throughput:,.1f}"])
+    head = (f"# ddp {d.model}: {d.world_size} GPUs, batch {d.batch_size} per GPU, loss {d.first_loss} -> "
+            f"{d.last_loss}")
+    return head + "\n" + _table(rows)
+
+
+def full_text(report: Report) -> str:
+    """Sweep tables, the DDP table, then the verdict table: what rank 0 prints at the end."""
+    parts = [nccl_table(s) for s in report.nccl]
+    if report.ddp:
+        parts.append(ddp_table(report))
+    parts.append(verdict_table(report))
+    return "\n\n".join(parts) + "\n"
+
+
+def summary(report: Report) -> str:
+    """A few lines for the container's termination message (kubectl describe pod shows it)."""
+    total = len(report.results)
+    failed = [r for r in report.results if not r.passed]
+    head = ("PASSED" if report.passed else "FAILED") + f": {total - len(failed)}/{total} checks passed"
+    if report.mode == "cpu-smoke":
+        head = "CPU SMOKE RUN " + head
+    lines = [head]
+    for r in report.results:
+        if r.name == "all_reduce_busbw" and r.value is not None:
+            lines.append(f"all_reduce busbw {r.value:.1f} GB/s")
+        if r.name in ("throughput_per_gpu", "scaling_efficiency") and r.value is not None:
+            lines.append(f"ddp {r.name} {r.value:g} {r.unit}".rstrip())
+    if report.error:
+        lines.append(f"error: {report.error}")
+    if report.failed_nodes:
+        lines.append("failed nodes: " + ", ".join(report.failed_nodes))
+    for r in failed[:10]:
+        where = f" [{r.node}" + (f" gpu {r.gpu}" if r.gpu is not None else "") + "]" if r.node else ""
+        lines.append(f"FAIL {r.check}/{r.name}{where}: {r.message}")
+    if len(failed) > 10:
+        lines.append(f"... and {len(failed) - 10} more failures (see status.report)")
+    text = "\n".join(lines)
+    return text if len(text) <= TERMINATION_LOG_LIMIT else text[: TERMINATION_LOG_LIMIT - 4] + "\n..."

@@ -1,0 +1,290 @@
+"""`python -m acceptance_workload`: join the job, run preflight -> nccl -> ddp, deliver the report.
+
+Every rank runs this. Rank 0 assembles the report and delivers it (stdout
+table, status.report, termination log, an optional JSON file); every rank
+exits with the code rank 0 decided: 0 passed, 1 a check failed, 2 the run
+could not complete. A hung or dead rank cannot make the run wait forever: the
+control plane's timeouts and the watchdog end it with a report naming the rank.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import threading
+import traceback
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+
+from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.control import Blamer, RankTimeout, Watchdog, hard_exit
+from acceptance_workload.launch import DistEnv, LaunchError, Session
+from acceptance_workload.render import full_text
+from acceptance_workload.report import CHECK_NAMES, Environment, Report, Skip
+
+EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+MIN_RENDEZVOUS_SECONDS = 600  # pods of a job can start minutes apart (image pulls)
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def exit_code(report: Report) -> int:
+    if report.error:
+        return EXIT_ERROR
+    return EXIT_PASSED if report.passed else EXIT_FAILED
+
+
+class Runner:
+    """One rank's run. Only rank 0's report is delivered; the lock keeps the watchdog and main thread apart."""
+
+    def __init__(self, config: WorkloadConfig, env: DistEnv, nccl_log: Path | None):
+        self.config = config
+        self.env = env
+        self.nccl_log = nccl_log
+        self.session: Session | None = None
+        self.blamer: Blamer | None = None
+        self.report = Report(
+            mode=config.mode,
+            generation=config.test.generation if config.test else None,
+            started_at=now(),
+            checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
+        )
+        self._lock = threading.Lock()
+        self._code: int | None = None
+
+    @property
+    def is_root(self) -> bool:
+        return self.env.rank == 0
+
+    def progress(self, message: str) -> None:
+        if self.is_root:
+            tag = "gpu-acceptance cpu-smoke" if self.config.mode == "cpu-smoke" else "gpu-acceptance"
+            print(f"[{tag}] {message}", file=sys.stderr, flush=True)
+
+    # delivery ------------------------------------------------------------------
+    def deliver(self) -> int:
+        """Finalize and deliver the report once (rank 0); later calls return the same exit code."""
+        with self._lock:
+            if self._code is not None:
+                return self._code
+            r = self.report
+            r.finished_at = now()
+            r.finalize()
+            code = exit_code(r)
+            sys.stdout.write(full_text(r))
+            sys.stdout.flush()
+            if self.config.report_file:
+                Path(self.config.report_file).write_text(json.dumps(r.to_wire(), indent=2) + "\n")
+            from acceptance_workload.status import StatusWriteError, patch_report, write_termination_log
+
+            write_termination_log(r)
+            if self.config.test is not None:
+                try:
+                    patch_report(self.config.test, r, log=self.progress)
+                    self.progress(f"report written to acceptancetests/{self.config.test.name}")
+                except StatusWriteError as e:
+                    print(f"gpu-acceptance: {e}", file=sys.stderr, flush=True)
+                    code = EXIT_ERROR
+            self._code = code
+            return code
+
+    def _on_fatal(self, message: str) -> None:
+        """Watchdog: a step hung or another rank failed. Deliver (rank 0) and leave."""
+        if self.is_root:
+            if self.report.error is None:
+                self.report.error = message
+            code = self.deliver()
+            if self.session is not None:
+                self.session.control.finish(code)
+            hard_exit(code)
+        print(f"gpu-acceptance: {self.env.describe()}: {message}", file=sys.stderr, flush=True)
+        code = EXIT_ERROR
+        if self.session is not None:
+            code = self.session.control.finish(EXIT_ERROR)
+        hard_exit(code)
+
+    def _on_final(self, code: int) -> None:
+        """Watchdog: rank 0 has already decided while this rank is still blocked."""
+        if self.blamer is not None:
+            with contextlib.suppress(Exception):
+                self.blamer.store.add("done", 1)
+        hard_exit(code)
+
+    # the run -------------------------------------------------------------------
+    def run(self) -> int:
+        from acceptance_workload import launch
+
+        nccl_cfg = self.config.checks.nccl
+        timeout = float(nccl_cfg.collective_timeout_seconds)
+        backend = "gloo" if self.config.mode == "cpu-smoke" else "nccl"
+        self.progress(f"{self.env.world_size} ranks, backend {backend}, launcher {self.env.launcher}")
+        try:
+            self.session = launch.start(
+                self.env, backend, collective_timeout=timeout,
+                rendezvous_timeout=min(float(self.config.timeout_seconds), max(MIN_RENDEZVOUS_SECONDS, timeout)))
+        except Exception as e:
+            message = f"could not join the job: {e}"
+            if not self.is_root:
+                print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
+                return EXIT_ERROR
+            self.report.error = message
+            return self.deliver()
+        session = self.session
+        control = session.control
+        self.blamer = Blamer.connect(control)
+        watchdog = Watchdog(control, self.blamer, on_fatal=self._on_fatal, on_final=self._on_final).start()
+        code: int | None = None
+        try:
+            self.checks(session, watchdog)
+        except Exception as e:
+            code = self._failed(e, session)
+        watchdog.stop()
+        # Rank 0's code is the run's; another rank keeps its own only if rank 0 never announces one.
+        fallback = self.deliver() if self.is_root else (EXIT_ERROR if code is None else code)
+        code = control.finish(fallback)
+        launch.stop(session)
+        return code
+
+    def _failed(self, error: Exception, session: Session) -> int:
+        """This rank raised: tell the others; rank 0 records who is to blame."""
+        if isinstance(error, RankTimeout):
+            message = str(error)
+        else:
+            message = f"{self.env.describe()} failed: {type(error).__name__}: {error}"
+            print(traceback.format_exc(), file=sys.stderr, flush=True)
+        session.control.report_error(message)
+        if not self.is_root:
+            print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
+            return EXIT_ERROR
+        if not isinstance(error, RankTimeout) and self.blamer is not None:
+            try:
+                who = self.blamer.culprits()
+            except Exception:
+                who = None
+            if who:
+                message = f"{who}; {message}"
+        self.report.error = message
+        return EXIT_ERROR
+
+    def checks(self, session: Session, watchdog: Watchdog) -> None:
+        from acceptance_workload import ddp, nccl, preflight, transport
+
+        cfg = self.config
+        root = self.is_root
+        versions = preflight.collect_versions() if session.env.local_rank == 0 else None
+        facts = session.control.gather("environment", None if versions is None else versions.__dict__)
+        if root:
+            self.report.environment = environment(session, [f for f in facts or [] if f])
+
+        if cfg.checks.preflight.enabled:
+            self.progress("preflight")
+            out = preflight.run_preflight(session, cfg, watchdog, versions)
+            failures = None
+            if root:
+                assert out is not None
+                self.report.results += out.results
+                self.report.skipped += out.skipped
+                bad = out.failures()
+                failures = [f"{r.name} on {r.node or 'the job'}" + (f" GPU {r.gpu}" if r.gpu is not None else "")
+                            for r in bad]
+                self.progress(f"preflight: {len(out.results)} measurements, {len(bad)} failed"
+                              + (f" ({', '.join(failures[:5])})" if bad else ""))
+            failures = session.control.broadcast("preflight verdict", failures)
+            if failures:
+                if root:
+                    reason = "preflight failed (" + ", ".join(failures[:5]) + "): collectives not run"
+                    for check in ("nccl", "ddp"):
+                        if getattr(cfg.checks, check).enabled:
+                            self.report.skipped.append(Skip(check=check, name=check, reason=reason))
+                return
+
+        if cfg.checks.nccl.enabled:
+            self.progress("nccl sweep")
+            out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=self.progress)
+            logs = None
+            if session.backend == "nccl" and self.nccl_log is not None:
+                logs = transport.parse_file(self.nccl_log).to_json()
+            gathered = session.control.gather("transport", logs)
+            if root:
+                assert out is not None and gathered is not None
+                self.report.nccl += out.sweeps
+                self.report.results += out.results
+                self.report.skipped += out.skipped
+                if session.backend != "nccl":
+                    self.report.skipped.append(Skip(check="nccl", name="transport",
+                                                    reason="gloo backend (CPU smoke run): no NCCL transport"))
+                else:
+                    per_node: dict[str, transport.TransportLog] = {}
+                    for info, log in zip(session.ranks, gathered, strict=True):
+                        part = transport.TransportLog.from_json(log) if log else transport.TransportLog()
+                        per_node[info.node] = per_node.get(info.node, transport.TransportLog()).merge(part)
+                    results = transport.judge(cfg.required_transport(), per_node, len(per_node) > 1)
+                    self.report.results += results
+                    seen = transport.TransportLog()
+                    for log in per_node.values():
+                        seen = seen.merge(log)
+                    self.report.environment.transports = seen.transports()
+                head = nccl.headline(out.sweeps)
+                self.progress("nccl done" + (f": {head}" if head else ""))
+
+        if cfg.checks.ddp.enabled:
+            self.progress(f"ddp {cfg.checks.ddp.model}: one-GPU baseline, then DDP")
+            out = ddp.run_ddp(session, cfg, watchdog, progress=self.progress)
+            if root:
+                assert out is not None
+                results, detail = out
+                self.report.results += results
+                self.report.ddp = detail
+
+
+def environment(session: Session, facts: list[dict]) -> Environment:
+    first = facts[0] if facts else {}
+    return Environment(
+        gpu_model=first.get("gpu_model"),
+        gpus_per_node=session.env.local_world_size,
+        nodes=len(session.nodes()),
+        world_size=session.world_size,
+        driver_version=first.get("driver"),
+        cuda_version=first.get("cuda"),
+        nccl_version=first.get("nccl"),
+        torch_version=first.get("torch"),
+        hostnames=session.nodes(),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "--check-install":
+        from acceptance_workload.installation import check_installation
+
+        return check_installation(args[1:])
+    if args:
+        print("usage: python -m acceptance_workload [--check-install [--mpi]]\n"
+              f"  runs the checks described by {CONFIG_ENV} (set by the operator or `gpu-acceptance local`)",
+              file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        config = WorkloadConfig.from_env()
+    except Exception as e:
+        print(f"gpu-acceptance: cannot read the run's configuration from {CONFIG_ENV}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        env = DistEnv.from_environ()
+    except LaunchError as e:
+        print(f"gpu-acceptance: cannot tell which rank this is: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    # Before torch (and NCCL) start: GPU indices as nvidia-smi numbers them, NCCL's log to a file we parse.
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # numpy is not used
+    nccl_log = None
+    if config.mode == "gpu":
+        from acceptance_workload.transport import configure_logging
+
+        nccl_log = configure_logging(os.environ, env.rank, Path(tempfile.gettempdir()) / "gpu-acceptance")
+    return Runner(config, env, nccl_log).run()

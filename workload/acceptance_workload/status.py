@@ -1,0 +1,130 @@
+"""Rank 0 writes the report into its AcceptanceTest's status, and a summary into the termination log.
+
+The patch is a JSON merge patch of {"status": {"report": ...}} on the status
+subresource, sent with the per-test ServiceAccount (in-cluster config, or
+KUBECONFIG when set). Fields the new report leaves empty are sent as null, so
+nothing of an earlier report survives the merge. Conflicts, throttling and
+server errors are retried with backoff for a bounded time; a refusal (403,
+404, 422) is final and said plainly. The Kubernetes client is imported only
+here, only when a report is written: the workload runs without it otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from acceptance_workload.config import TestRef
+from acceptance_workload.render import summary
+from acceptance_workload.report import Report
+
+GROUP = "gpu-acceptance.io"
+VERSION = "v1alpha1"
+PLURAL = "acceptancetests"
+RETRY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
+DEFAULT_DEADLINE_SECONDS = 120.0
+TERMINATION_LOG = "/dev/termination-log"
+
+
+class StatusWriteError(RuntimeError):
+    """The report could not be written into the AcceptanceTest's status."""
+
+
+def _nulls_outside_lists(value: Any) -> Any:
+    """Keep explicit nulls in objects (merge patch: delete the key) but drop them inside list items."""
+    if isinstance(value, dict):
+        return {k: _nulls_outside_lists(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_strip_nulls(v) for v in value]
+    return value
+
+
+def _strip_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_strip_nulls(v) for v in value]
+    return value
+
+
+def merge_patch(report: Report) -> dict[str, Any]:
+    """The body rank 0 sends: the whole report, with null for every field it leaves empty."""
+    full = report.model_dump(mode="json", by_alias=True, exclude_none=False)
+    return {"status": {"report": _nulls_outside_lists(full)}}
+
+
+def custom_objects_api(kubeconfig: str | None = None) -> Any:
+    """A CustomObjectsApi from KUBECONFIG (or `kubeconfig`) when given, else the pod's in-cluster config."""
+    from kubernetes import client, config
+
+    path = kubeconfig or os.environ.get("KUBECONFIG")
+    if path:
+        return client.CustomObjectsApi(config.new_client_from_config(config_file=path))
+    cfg = client.Configuration()
+    config.load_incluster_config(client_configuration=cfg)
+    return client.CustomObjectsApi(client.ApiClient(cfg))
+
+
+def _describe(test: TestRef) -> str:
+    return f"acceptancetests/{test.name} in namespace {test.namespace}"
+
+
+def patch_report(test: TestRef, report: Report, *, api: Any = None, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
+                 sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] | None = None) -> None:
+    """Merge-patch status.report of `test`; retries transient failures until the deadline."""
+    from kubernetes.client.exceptions import ApiException
+
+    api = api or custom_objects_api()
+    body = merge_patch(report)
+    deadline = time.monotonic() + deadline_seconds
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            api.patch_namespaced_custom_object_status(
+                GROUP, VERSION, test.namespace, PLURAL, test.name, body,
+                _content_type="application/merge-patch+json", _request_timeout=30)
+            return
+        except ApiException as e:
+            if e.status not in RETRY_STATUS:
+                raise StatusWriteError(_refusal(test, e.status, e.reason, e.body)) from e
+            why = f"HTTP {e.status} {e.reason}"
+        except Exception as e:  # connection refused / reset / timeout: the API server may be restarting
+            why = f"{type(e).__name__}: {e}"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise StatusWriteError(
+                f"could not write the report into {_describe(test)} within {deadline_seconds:.0f}s "
+                f"({attempt} attempts); last error: {why}")
+        pause = min(left, min(15.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
+        if log:
+            log(f"status write attempt {attempt} failed ({why}); retrying in {pause:.1f}s")
+        sleep(pause)
+
+
+def _refusal(test: TestRef, status: int, reason: str, body: Any) -> str:
+    text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    hint = {
+        401: "the ServiceAccount token was not accepted",
+        403: "the pod's ServiceAccount may not patch this test's status (the per-test Role allows get/patch "
+             "on acceptancetests/status of this test only; was spec.pod.serviceAccountName changed?)",
+        404: "the AcceptanceTest (or its CRD) does not exist any more",
+        422: "the API server rejected the report (schema mismatch between workload image and CRD version?)",
+    }.get(status, "the API server refused the patch")
+    return f"writing the report into {_describe(test)} failed: HTTP {status} {reason}: {hint}. {text[:500]}"
+
+
+def write_termination_log(report: Report, path: str | os.PathLike = TERMINATION_LOG) -> bool:
+    """A short summary where Kubernetes reads the container's termination message, if that file is writable."""
+    p = Path(path)
+    if not (p.exists() and os.access(p, os.W_OK)):
+        return False
+    try:
+        p.write_text(summary(report) + "\n")
+        return True
+    except OSError:
+        return False

@@ -1,0 +1,162 @@
+"""Which transport NCCL actually used, read from its INFO log.
+
+NCCL prints one line per connection it sets up, e.g.
+  `NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC`           (NVLink / PCIe peer-to-peer)
+  `NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct` (through host shared memory)
+  `NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA`  (InfiniBand/RoCE, GPUDirect RDMA)
+  `NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/Socket/0`     (TCP sockets)
+An InfiniBand test whose inter-node connections went through sockets has not
+tested the fabric: it fails with that reason. The log goes to a per-rank file
+(NCCL_DEBUG_FILE), set before the first communicator exists.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections import Counter
+from collections.abc import Iterable, MutableMapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from acceptance_workload.checks import Transport
+from acceptance_workload.report import CheckResult
+
+_VIA = re.compile(r"NCCL INFO Channel \d+(?:/\d+)?\s*:\s*\d+\[\d+\]\s*->\s*\d+\[\d+\].*?\bvia (\S+)")
+_USING_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
+_IB_DEVICES = re.compile(r"NCCL INFO NET/IB\S* : Using (.+?)(?: ; OOB|$)")
+NET_TRANSPORTS: frozenset[Transport] = frozenset({"IB", "IB_GDR", "SOCKET"})
+LOCAL_TRANSPORTS: frozenset[Transport] = frozenset({"P2P", "SHM"})
+
+
+def classify(via: str) -> Transport | None:
+    """The transport of one `via ...` token; None for a network plugin that is neither IB nor sockets."""
+    parts = via.split("/")
+    kind = parts[0]
+    if kind == "P2P":
+        return "P2P"
+    if kind == "SHM":
+        return "SHM"
+    if kind == "NET" and len(parts) > 1:
+        net = parts[1].lower()
+        if net.startswith("socket"):
+            return "SOCKET"
+        if net.startswith("ib"):  # IB, IBext, IBext_v8: the verbs transport (InfiniBand and RoCE)
+            return "IB_GDR" if "GDRDMA" in parts[2:] else "IB"
+    return None
+
+
+@dataclass
+class TransportLog:
+    """What one or more NCCL logs say about the connections made."""
+
+    connections: Counter[str] = field(default_factory=Counter)  # Transport -> connections
+    networks: set[str] = field(default_factory=set)  # "Using network IB" / "Socket"
+    ib_devices: set[str] = field(default_factory=set)
+    other_nets: set[str] = field(default_factory=set)  # e.g. an EFA plugin
+
+    def transports(self) -> list[Transport]:
+        order: list[Transport] = ["P2P", "SHM", "IB_GDR", "IB", "SOCKET"]
+        return [t for t in order if self.connections.get(t)]
+
+    def net(self) -> Counter[str]:
+        return Counter({t: n for t, n in self.connections.items() if t in NET_TRANSPORTS})
+
+    def local(self) -> Counter[str]:
+        return Counter({t: n for t, n in self.connections.items() if t in LOCAL_TRANSPORTS})
+
+    def merge(self, other: TransportLog) -> TransportLog:
+        return TransportLog(self.connections + other.connections, self.networks | other.networks,
+                            self.ib_devices | other.ib_devices, self.other_nets | other.other_nets)
+
+    def to_json(self) -> dict:
+        return {"connections": dict(self.connections), "networks": sorted(self.networks),
+                "ib_devices": sorted(self.ib_devices), "other_nets": sorted(self.other_nets)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TransportLog:
+        return cls(Counter(d["connections"]), set(d["networks"]), set(d["ib_devices"]), set(d["other_nets"]))
+
+
+def parse_lines(lines: Iterable[str]) -> TransportLog:
+    log = TransportLog()
+    for line in lines:
+        if m := _VIA.search(line):
+            kind = classify(m.group(1))
+            if kind is None:
+                log.other_nets.add(m.group(1))
+            else:
+                log.connections[kind] += 1
+        elif m := _USING_NETWORK.search(line):
+            log.networks.add(m.group(1))
+        elif m := _IB_DEVICES.search(line):
+            log.ib_devices.update(re.findall(r"\[\d+\](\S+)", m.group(1)))
+    return log
+
+
+def parse_file(path: str | os.PathLike) -> TransportLog:
+    try:
+        with open(path, errors="replace") as f:
+            return parse_lines(f)
+    except FileNotFoundError:
+        return TransportLog()
+
+
+def configure_logging(environ: MutableMapping[str, str], rank: int, directory: str | os.PathLike) -> Path:
+    """Point NCCL's INFO log at a per-rank file (before NCCL starts) and return that file's path.
+
+    A user's NCCL_DEBUG / NCCL_DEBUG_SUBSYS / NCCL_DEBUG_FILE are kept; without
+    INFO level, no transport can be seen and a required one fails.
+    """
+    environ.setdefault("NCCL_DEBUG", "INFO")
+    environ.setdefault("NCCL_DEBUG_SUBSYS", "INIT,NET")
+    if "NCCL_DEBUG_FILE" not in environ:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        environ["NCCL_DEBUG_FILE"] = str(Path(directory) / f"nccl-rank{rank}.log")
+    host = socket.gethostname().split(".")[0]
+    return Path(environ["NCCL_DEBUG_FILE"].replace("%h", host).replace("%p", str(os.getpid())))
+
+
+def _describe(counts: Counter[str]) -> str:
+    return ", ".join(f"{n} via {t}" for t, n in sorted(counts.items())) or "none"
+
+
+def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_node: bool) -> list[CheckResult]:
+    """One result per node when a transport is required (share of connections that used it), else one info."""
+    if required is None:
+        total = TransportLog()
+        for log in per_node.values():
+            total = total.merge(log)
+        seen = total.transports()
+        return [CheckResult(check="nccl", name="transport", value=sum(total.connections.values()),
+                            unit="connections", comparison="info", passed=True,
+                            observed=",".join(seen) or "none",
+                            message="transports NCCL used: " + (_describe(total.connections) or "none"))]
+    results = []
+    inter = required in NET_TRANSPORTS
+    for node, log in per_node.items():
+        relevant = log.net() if inter else log.local()
+        allowed = {"IB": {"IB", "IB_GDR"}}.get(required, {required})
+        used = sum(n for t, n in relevant.items() if t in allowed)
+        total = sum(relevant.values())
+        if total == 0:
+            what = "inter-node" if inter else "intra-node"
+            hint = (" (a single-node run has none)" if inter and not multi_node
+                    else "; NCCL_DEBUG=INFO with NCCL_DEBUG_SUBSYS including INIT is needed to see them")
+            msg = f"no {what} NCCL connection found in the log of node {node}{hint}"
+            value = None
+        else:
+            value = used / total
+            msg = f"{required} required between {'nodes' if inter else 'GPUs of a node'}; saw {_describe(relevant)}"
+            if "SOCKET" in relevant and required != "SOCKET":
+                msg += "; NCCL fell back to TCP sockets: check the RDMA devices in the pod, NCCL_IB_HCA and memlock"
+            elif required == "IB_GDR" and "IB" in relevant:
+                msg += "; GPUDirect RDMA not used: check nvidia-peermem / dma-buf and NCCL_NET_GDR_LEVEL"
+        if log.networks and inter:
+            msg += f" (NCCL: using network {', '.join(sorted(log.networks))})"
+        results.append(CheckResult(check="nccl", name="transport", value=value, unit="fraction", threshold=1.0,
+                                   comparison="ge", passed=value is not None and value >= 1.0,
+                                   observed=",".join(log.transports()) or "none", expected=required,
+                                   message=msg, node=node))
+    return results
