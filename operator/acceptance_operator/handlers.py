@@ -40,6 +40,7 @@ from acceptance_operator.api import (
 from acceptance_operator.assessment import Observation, Timing, assess
 from acceptance_operator.conditions import (
     BACKEND_NOT_INSTALLED,
+    BEFORE_JOB,
     INVALID_SPEC,
     TERMINAL_PHASES,
     RunState,
@@ -387,7 +388,7 @@ def _write_status(
     meta = obj["metadata"]
     status = obj.get("status") or {}
     generation = meta.get("generation") or 1
-    if test is not None:
+    if test is not None and state.reason not in BEFORE_JOB:
         job_name = manifests.job_name(test)
         job: KubeDict | None = JobRef(api_version=BACKENDS_API_VERSION[test.spec.backend], kind=test.spec.backend,
                                       name=job_name).to_wire()
