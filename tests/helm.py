@@ -28,7 +28,7 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [("gpu-acceptance.io", "acceptancetests/status", v) for v in ("get", "patch")]
     + [("kubeflow.org", r, v) for r in ("pytorchjobs", "mpijobs") for v in ("get", "list", "watch", "create", "delete")]
     + [("", "pods", v) for v in ("get", "list", "watch")]
-    + [("", "events", v) for v in ("create", "patch")]
+    + [("", "events", v) for v in ("create", "patch", "list")]  # list: the pods' FailedScheduling events
     + [("", "serviceaccounts", v) for v in ("get", "create", "delete")]
     + [("rbac.authorization.k8s.io", r, v) for r in ("roles", "rolebindings") for v in ("get", "create", "delete")]
     + [("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")]
