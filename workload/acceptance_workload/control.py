@@ -133,7 +133,7 @@ class Control:
     def set_final(self, code: int) -> None:
         self.store.set("final", str(code))
 
-    def finish(self, code: int, wait: float = 30.0) -> int:
+    def finish(self, code: int, wait: float = 10.0) -> int:
         """End of the run: rank 0 announces the exit code and waits (bounded) for the others to read it.
 
         Other ranks wait for the code and exit with it, so every process of the

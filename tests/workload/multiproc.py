@@ -1,0 +1,79 @@
+"""Start N ranks on this machine the way torchrun would, and collect what each wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Rank:
+    rank: int
+    returncode: int | None
+    data: dict[str, Any] | None
+    stderr: str
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank: int, world: int, port: int, node: str = "node-a", local_rank: int | None = None,
+             local_world: int | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_"))}
+    env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank if local_rank is None else local_rank),
+               LOCAL_WORLD_SIZE=str(world if local_world is None else local_world), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), NODE_NAME=node, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(extra or {})
+    return env
+
+
+def start(argvs: list[list[str]], envs: list[dict[str, str]]) -> list[subprocess.Popen]:
+    return [subprocess.Popen(argv, env=env, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for argv, env in zip(argvs, envs, strict=True)]
+
+
+def collect(procs: list[subprocess.Popen], outdir: Path, timeout: float, wait_for: list[int] | None = None,
+            ) -> list[Rank]:
+    """Wait for the ranks in `wait_for` (default all) to exit, then kill the rest; read rank{r}.json."""
+    wait_for = list(range(len(procs))) if wait_for is None else wait_for
+    outputs: dict[int, tuple[str, str]] = {}
+    try:
+        for r in wait_for:
+            outputs[r] = procs[r].communicate(timeout=timeout)
+    finally:
+        for r, p in enumerate(procs):
+            if p.poll() is None:
+                p.kill()
+            if r not in outputs:
+                outputs[r] = p.communicate()
+    ranks = []
+    for r, p in enumerate(procs):
+        path = outdir / f"rank{r}.json"
+        ranks.append(Rank(r, p.returncode, json.loads(path.read_text()) if path.exists() else None,
+                          outputs[r][1]))
+    return ranks
+
+
+def run_workers(scenario: str, world: int, outdir: Path, *, timeout: float = 90,
+                nodes: list[str] | None = None, wait_for: list[int] | None = None) -> list[Rank]:
+    """`python -m tests.workload.workers SCENARIO` on `world` ranks; nodes[r] is rank r's NODE_NAME."""
+    port = free_port()
+    nodes = nodes or ["node-a"] * world
+    envs = []
+    for r in range(world):
+        same = [i for i, n in enumerate(nodes) if n == nodes[r]]
+        envs.append(rank_env(r, world, port, nodes[r], same.index(r), len(same)))
+    argv = [sys.executable, "-m", "tests.workload.workers", scenario, str(outdir)]
+    return collect(start([argv] * world, envs), outdir, timeout, wait_for)

@@ -1,0 +1,171 @@
+"""The status writer: retries (unit), and against the real API server with the per-test Role only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
+from acceptance_workload.local import cpu_smoke_checks
+from acceptance_workload.report import CheckResult, DdpDetail, Report
+from acceptance_workload.status import (
+    StatusWriteError,
+    custom_objects_api,
+    merge_patch,
+    patch_report,
+    write_termination_log,
+)
+
+from tests.workload.multiproc import REPO
+
+ApiException = pytest.importorskip("kubernetes.client.exceptions").ApiException
+AT_CRD = REPO / "crds" / "acceptancetest.yaml"
+AT_PATH = "/apis/gpu-acceptance.io/v1alpha1/namespaces/{ns}/acceptancetests"
+REF = TestRef(name="t", namespace="ns", generation=2)
+
+
+def report(**kw) -> Report:
+    base = {"generation": 2, "checks_run": ["nccl"], "results": [
+        CheckResult(check="nccl", name="all_reduce_correctness", value=0, threshold=0, comparison="le",
+                    passed=True)]}
+    base.update(kw)
+    return Report(**base).finalize()
+
+
+class FakeApi:
+    def __init__(self, failures: list[Exception]):
+        self.failures = failures
+        self.calls: list[tuple] = []
+
+    def patch_namespaced_custom_object_status(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        if self.failures:
+            raise self.failures.pop(0)
+        return {}
+
+
+def test_conflicts_and_server_errors_are_retried_then_succeed() -> None:
+    api = FakeApi([ApiException(status=409, reason="Conflict"), ApiException(status=503, reason="Unavailable"),
+                   ConnectionResetError("reset")])
+    slept: list[float] = []
+    patch_report(REF, report(), api=api, sleep=slept.append)
+    assert len(api.calls) == 4 and len(slept) == 3
+    args, kwargs = api.calls[-1]
+    assert args[:5] == ("gpu-acceptance.io", "v1alpha1", "ns", "acceptancetests", "t")
+    assert kwargs["_content_type"] == "application/merge-patch+json"
+
+
+def test_a_refusal_is_final_and_says_why() -> None:
+    api = FakeApi([ApiException(status=403, reason="Forbidden")])
+    with pytest.raises(StatusWriteError, match="HTTP 403 Forbidden: the pod's ServiceAccount may not patch"):
+        patch_report(REF, report(), api=api, sleep=lambda s: None)
+    assert len(api.calls) == 1
+
+
+def test_retries_stop_at_the_deadline() -> None:
+    api = FakeApi([ApiException(status=500, reason="Internal")] * 1000)
+    with pytest.raises(StatusWriteError, match=r"within 0s \(\d+ attempts\); last error: HTTP 500"):
+        patch_report(REF, report(), api=api, deadline_seconds=0.2)
+    assert 1 < len(api.calls) < 10
+
+
+def test_merge_patch_clears_what_the_new_report_leaves_empty() -> None:
+    body = merge_patch(report())["status"]["report"]
+    assert body["error"] is None and body["ddp"] is None and body["environment"]["gpuModel"] is None
+    assert body["results"][0] == {"check": "nccl", "name": "all_reduce_correctness", "value": 0.0, "unit": "",
+                                  "threshold": 0.0, "comparison": "le", "passed": True, "message": ""}
+
+
+def test_termination_log_only_when_writable(tmp_path: Path) -> None:
+    path = tmp_path / "termination-log"
+    assert not write_termination_log(report(), path)
+    path.write_text("")
+    assert write_termination_log(report(), path)
+    assert path.read_text().startswith("PASSED: 1/1 checks passed")
+
+
+# ----------------------------------------------------------------------------- the real API server
+
+
+def _create_test(apiserver, namespace: str, name: str) -> dict:
+    body = {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest", "metadata": {"name": name},
+            "spec": {"nodes": 1, "gpusPerNode": 2}}
+    return apiserver.request("POST", AT_PATH.format(ns=namespace), body)
+
+
+def _per_test_role(apiserver, namespace: str, obj: dict) -> str:
+    from acceptance_operator.api import AcceptanceTest
+    from acceptance_operator.manifests import build_rbac
+
+    test = AcceptanceTest.model_validate({k: v for k, v in obj.items() if not k.startswith("_")})
+    sa = None
+    for child in build_rbac(test):
+        group = "api/v1" if child["apiVersion"] == "v1" else f"apis/{child['apiVersion']}"
+        plural = {"ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings"}[child["kind"]]
+        apiserver.request("POST", f"/{group}/namespaces/{namespace}/{plural}", child)
+        if child["kind"] == "ServiceAccount":
+            sa = child["metadata"]["name"]
+    assert sa is not None
+    return sa
+
+
+@pytest.fixture
+def own_test(apiserver, namespace, tmp_path):
+    """An AcceptanceTest, its per-test ServiceAccount/Role/RoleBinding, and a kubeconfig with that SA's token."""
+    apiserver.install_crds([AT_CRD])
+    obj = _create_test(apiserver, namespace, "mine")
+    sa = _per_test_role(apiserver, namespace, obj)
+    token = apiserver.token_for_service_account(namespace, sa, create=False)
+    kubeconfig = apiserver.kubeconfig_for_token(token, tmp_path / "sa.kubeconfig")
+    return obj, kubeconfig
+
+
+def _stored_report(apiserver, namespace: str, name: str) -> dict | None:
+    return apiserver.request("GET", f"{AT_PATH.format(ns=namespace)}/{name}").get("status", {}).get("report")
+
+
+def test_the_per_test_account_writes_its_own_report_and_nothing_else(apiserver, namespace, own_test) -> None:
+    obj, kubeconfig = own_test
+    api = custom_objects_api(str(kubeconfig))
+    ref = TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1)
+    first = report(error="rank 1 (node a, GPU 1) failed", ddp=DdpDetail(model="gpt", unit="tokens/s",
+                                                                         world_size=2, batch_size=8))
+    patch_report(ref, first, api=api)
+    stored = _stored_report(apiserver, namespace, "mine")
+    assert Report.model_validate(stored) == first
+    # a later report without error/ddp leaves no trace of the earlier ones
+    second = report(generation=1)
+    patch_report(ref, second, api=api)
+    stored = _stored_report(apiserver, namespace, "mine")
+    assert "error" not in stored and "ddp" not in stored
+    assert Report.model_validate(stored) == second
+
+    _create_test(apiserver, namespace, "other")
+    with pytest.raises(StatusWriteError, match="HTTP 403"):
+        patch_report(TestRef(name="other", namespace=namespace), second, api=api)
+    assert _stored_report(apiserver, namespace, "other") is None
+
+
+def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespace, own_test, tmp_path) -> None:
+    """`python -m acceptance_workload` (one CPU rank) with the SA's kubeconfig, as rank 0 runs in a pod."""
+    pytest.importorskip("torch")
+    obj, kubeconfig = own_test
+    checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
+    checks.preflight.enabled = checks.ddp.enabled = False
+    checks.nccl.collectives = ["all_reduce", "broadcast"]
+    config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=1, fabric="ethernet", checks=checks,
+                            test=TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "OMPI_", "PMI_"))}
+    env.update({CONFIG_ENV: config.to_env(), "KUBECONFIG": str(kubeconfig), "NODE_NAME": "cpu-node",
+                "CUDA_VISIBLE_DEVICES": ""})
+    proc = subprocess.run([sys.executable, "-m", "acceptance_workload"], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "VERDICT: PASSED (CPU smoke run)" in proc.stdout
+    stored = Report.model_validate(_stored_report(apiserver, namespace, "mine"))
+    assert stored.mode == "cpu-smoke" and stored.passed and stored.generation == 1
+    assert [s.collective for s in stored.nccl] == ["all_reduce", "broadcast"]
+    assert stored.environment.hostnames == ["cpu-node"]

@@ -1,0 +1,120 @@
+"""Rank programs for the multi-process tests: `python -m tests.workload.workers SCENARIO OUTDIR`.
+
+Each process is one rank (RANK / WORLD_SIZE / MASTER_ADDR set by the test, as
+torchrun would) and uses the workload's real modules over real gloo process
+groups. Rank r writes OUTDIR/rank{r}.json with what the test asserts on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from acceptance_workload import launch
+from acceptance_workload.checks import NcclCheck
+from acceptance_workload.control import Blamer, Watchdog, hard_exit
+from acceptance_workload.nccl import OPS, run_sweeps
+
+
+def small_check(**overrides: Any) -> NcclCheck:
+    base = {"minBytes": 8, "maxBytes": 4096, "stepFactor": 8, "warmupIters": 1, "iters": 2,
+            "collectiveTimeoutSeconds": 30, "perNode": True}
+    base.update(overrides)
+    return NcclCheck.model_validate(base)
+
+
+def write(outdir: Path, rank: int, data: Any) -> None:
+    tmp = outdir / f"rank{rank}.json.tmp"
+    tmp.write_text(json.dumps(data))
+    tmp.rename(outdir / f"rank{rank}.json")
+
+
+def session(timeout: float) -> launch.Session:
+    return launch.start(launch.DistEnv.from_environ(), "gloo", rendezvous_timeout=60, collective_timeout=timeout)
+
+
+def watchdog_for(s: launch.Session, outdir: Path) -> Watchdog:
+    def fatal(message: str) -> None:
+        write(outdir, s.rank, {"fatal": message})
+        hard_exit(3)
+
+    return Watchdog(s.control, Blamer.connect(s.control), on_fatal=fatal).start()
+
+
+def sweep(outdir: Path, ops: dict, check: NcclCheck) -> None:
+    s = session(check.collective_timeout_seconds)
+    wd = watchdog_for(s, outdir)
+    out = run_sweeps(s, check, wd, ops=ops)
+    wd.stop()
+    result: dict[str, Any] = {"rank": s.rank, "nodes": s.nodes()}
+    if out is not None:
+        result.update(sweeps=[x.to_wire() for x in out.sweeps], results=[r.to_wire() for r in out.results],
+                      skipped=[k.to_wire() for k in out.skipped])
+    s.control.finish(0)
+    launch.stop(s)
+    write(outdir, s.rank, result)
+
+
+def corrupting(collective: str) -> dict:
+    """The real operation, then one element of rank 1's result is off: the check must count it."""
+    base = OPS[collective]
+
+    def op(send, recv, group):
+        base(send, recv, group)
+        if group.rank == 1:
+            recv.view(-1)[0] += 1000
+
+    return {**OPS, collective: op}
+
+
+def unsupported(collective: str) -> dict:
+    def op(send, recv, group):
+        raise RuntimeError(f"ProcessGroupGloo does not support {collective}")
+
+    return {**OPS, collective: op}
+
+
+def hang(outdir: Path) -> None:
+    """Rank 1 joins the job, then never enters the collective; rank 0 sweeps under a 3 s watchdog."""
+    s = session(3)
+    if s.rank == 1:
+        write(outdir, 1, {"joined": True})
+        time.sleep(120)
+        return
+    wd = watchdog_for(s, outdir)
+    t0 = time.monotonic()
+    run_sweeps(s, small_check(collectives=["all_reduce"], perNode=False), wd)
+    write(outdir, s.rank, {"finished": time.monotonic() - t0})
+
+
+def join_then_sleep(outdir: Path) -> None:
+    """A rank that joins (rendezvous, rank exchange, process group) and then hangs."""
+    s = session(float(os.environ.get("HANG_TIMEOUT", "10")))
+    write(outdir, s.rank, {"joined": True})
+    time.sleep(120)
+
+
+def main() -> None:
+    scenario, outdir = sys.argv[1], Path(sys.argv[2])
+    if scenario == "sweep":
+        sweep(outdir, OPS, small_check())
+    elif scenario == "corrupt":
+        sweep(outdir, corrupting("all_gather"), small_check(collectives=["all_reduce", "all_gather"]))
+    elif scenario == "unsupported":
+        sweep(outdir, unsupported("alltoall"),
+              small_check(collectives=["all_reduce", "alltoall"], perNode=False,
+                          thresholds={"alltoallBusbwGBps": 0.000001}))
+    elif scenario == "hang":
+        hang(outdir)
+    elif scenario == "join-then-sleep":
+        join_then_sleep(outdir)
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+
+
+if __name__ == "__main__":
+    main()
