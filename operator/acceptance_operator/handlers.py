@@ -110,8 +110,8 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def on_change(namespace: str, name: str, **_: Any) -> None:
-    reconcile_safely(namespace, name)
+def on_change(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
+    reconcile_safely(namespace, name, logger)
 
 
 def _in_progress(body: KubeDict, **_: Any) -> bool:
@@ -119,8 +119,8 @@ def _in_progress(body: KubeDict, **_: Any) -> bool:
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.reconcile_interval_seconds, when=_in_progress)
-def follow(namespace: str, name: str, **_: Any) -> None:
-    reconcile_safely(namespace, name)
+def follow(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
+    reconcile_safely(namespace, name, logger)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, backoff=5)
@@ -140,18 +140,21 @@ def on_delete(namespace: str, name: str, meta: KubeDict, **_: Any) -> None:
         _locks.pop((namespace, name), None)
 
 
-def reconcile_safely(namespace: str, name: str) -> None:
-    """Reconcile; an error is counted and logged, and the next timer tick tries again."""
+def reconcile_safely(namespace: str, name: str, logger: logging.Logger = log) -> None:
+    """Reconcile; an error is counted and logged, and the next timer tick tries again.
+
+    `logger` is kopf's per-object logger, so JSON logs carry the object they are about.
+    """
     with _lock_for(namespace, name):
         try:
-            reconcile(kube(), namespace, name, _now())
+            reconcile(kube(), namespace, name, _now(), logger)
         except ApiException as e:
             METRICS.reconcile_error(f"http_{e.status}")
-            log.warning("reconcile %s/%s: API error %s %s: %s", namespace, name, e.status, e.reason,
+            logger.warning("reconcile %s/%s: API error %s %s: %s", namespace, name, e.status, e.reason,
                         (e.body or "")[:500] if isinstance(e.body, str) else e.body)
         except Exception as e:
             METRICS.reconcile_error(type(e).__name__)
-            log.exception("reconcile %s/%s failed", namespace, name)
+            logger.exception("reconcile %s/%s failed", namespace, name)
 
 
 # --------------------------------------------------------------------------- reconcile
@@ -192,7 +195,7 @@ def parse_test(obj: KubeDict) -> AcceptanceTest:
     })
 
 
-def reconcile(k: Kube, namespace: str, name: str, now: datetime) -> None:
+def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging.Logger = log) -> None:
     obj = k.get_test(namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return
@@ -207,14 +210,14 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime) -> None:
         lines = manifests.validation_messages(e, {"spec": obj.get("spec") or {}})
         _stop_other_runs(k, _shell(namespace, name, generation), generation)
         _conclude(k, obj, None, RunState("Failed", INVALID_SPEC, "; ".join(lines) + " (fix the spec and apply "
-                  "it again)"), now=now)
+                  "it again)"), now=now, logger=logger)
         return
 
     job_name = manifests.job_name(test)
     if status.get("observedGeneration") != generation or (status.get("job") or {}).get("name") != job_name:
-        _start_run(k, obj, test, now)
+        _start_run(k, obj, test, now, logger)
     else:
-        _follow_run(k, obj, test, now)
+        _follow_run(k, obj, test, now, logger)
 
 
 def _selector(test: AcceptanceTest) -> str:
@@ -235,14 +238,15 @@ def _stop_other_runs(k: Kube, test: AcceptanceTest, generation: int) -> list[str
     return stopped
 
 
-def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime) -> None:
+def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger) -> None:
     namespace, name = test.metadata.namespace, test.metadata.name
     generation = manifests.generation_of(test)
     stopped = _stop_other_runs(k, test, generation)
     problem = k.backend_problem(test.spec.backend)
     if problem:
         _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
-                                         f"{problem}; then apply the AcceptanceTest again"), now=now)
+                                         f"{problem}; then apply the AcceptanceTest again"), now=now,
+                  logger=logger)
         return
 
     start, adopted = now, []
@@ -262,10 +266,10 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime) -> N
     kopf.info(obj, reason="RunStarted", message=message)
     METRICS.set_phase(namespace, name, "Pending")
     METRICS.set_headline(namespace, name, None)
-    log.info("%s/%s: %s", namespace, name, message)
+    logger.info("%s/%s: %s", namespace, name, message)
 
 
-def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime) -> None:
+def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger) -> None:
     namespace, name = test.metadata.namespace, test.metadata.name
     status = obj.get("status") or {}
     backend, job_name = test.spec.backend, manifests.job_name(test)
@@ -294,7 +298,7 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime) -> 
             if fresh and (fresh.get("status") or {}).get("report") != status.get("report"):
                 return  # the next tick judges the new report
         _conclude(k, obj, test, outcome.state, now=now, summary=outcome.summary, report=outcome.report,
-                  stop_job=outcome.stop_job)
+                  stop_job=outcome.stop_job, logger=logger)
         return
     previous = status.get("phase")
     _write_status(k, obj, outcome.state, test, start_time=parse_time(status.get("startTime")),
@@ -314,6 +318,7 @@ def _conclude(
     summary: Summary | None = None,
     report: Report | None = None,
     stop_job: bool = False,
+    logger: logging.Logger = log,
 ) -> None:
     """End the run: stop what still runs, drop the workload's write access, record the verdict, tell."""
     meta = obj["metadata"]
@@ -334,7 +339,7 @@ def _conclude(
         kopf.info(obj, reason=state.reason, message=state.message)
     else:
         kopf.warn(obj, reason=state.reason, message=state.message)
-    log.info("%s/%s: %s %s: %s", namespace, name, state.phase, state.reason, state.message)
+    logger.info("%s/%s: %s %s: %s", namespace, name, state.phase, state.reason, state.message)
 
     METRICS.set_phase(namespace, name, state.phase)
     METRICS.set_headline(namespace, name, summary)

@@ -44,8 +44,10 @@ def start_operator(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[S
     """Start `gpu-acceptance operator` subprocesses; all are stopped after the test, their logs shown on failure."""
     started: list[OperatorProcess] = []
 
-    def start(kubeconfig: Path, namespaces: list[str] | None, env: dict[str, str] | None = None) -> OperatorProcess:
-        proc = OperatorProcess(kubeconfig, tmp_path, namespaces, env or {})
+    def start(kubeconfig: Path, namespaces: list[str] | None, env: dict[str, str] | None = None,
+              args: tuple[str, ...] = ("--verbose",)) -> OperatorProcess:
+        proc = OperatorProcess(kubeconfig, tmp_path / f"operator-{len(started)}", namespaces, env or {}, args)
+        proc.log_dir.mkdir()
         started.append(proc)
         return proc.start()
 

@@ -60,8 +60,9 @@ def wait_for(probe: Callable[[], T], what: str, timeout: float = 60.0, interval:
 class OperatorProcess:
     """`gpu-acceptance operator` in a subprocess of its own process group, logging to a file."""
 
-    def __init__(self, kubeconfig: Path, log_dir: Path, namespaces: list[str] | None, env: dict[str, str]):
-        self.kubeconfig, self.log_dir, self.namespaces = kubeconfig, log_dir, namespaces
+    def __init__(self, kubeconfig: Path, log_dir: Path, namespaces: list[str] | None, env: dict[str, str],
+                 args: tuple[str, ...] = ("--verbose",)):
+        self.kubeconfig, self.log_dir, self.namespaces, self.args = kubeconfig, log_dir, namespaces, args
         self.env = {**FAST_ENV, **env}
         self.metrics_port, self.health_port = free_ports(2)
         self.proc: subprocess.Popen | None = None
@@ -74,7 +75,7 @@ class OperatorProcess:
     def start(self) -> OperatorProcess:
         self.starts += 1
         args = [sys.executable, "-m", "acceptance_operator.cli", "operator", "--metrics-port",
-                str(self.metrics_port), "--health-port", str(self.health_port), "--verbose"]
+                str(self.metrics_port), "--health-port", str(self.health_port), *self.args]
         for ns in self.namespaces or []:
             args += ["--namespace", ns]
         env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}

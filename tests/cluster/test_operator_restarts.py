@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from acceptance_operator import manifests
 from acceptance_operator.handlers import parse_test
@@ -126,3 +128,23 @@ def test_deleting_the_test_removes_its_children(view: Cluster, proc: OperatorPro
     assert not view.exists(view.role_path("run-workload"))
     assert not view.exists(binding)
     assert 'name="run"' not in proc.metrics()
+
+
+def test_json_logs(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperator):
+    """--json-logs: one JSON object per line, our messages among them with the object they are about."""
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace], args=("--json-logs",))
+    view = Cluster(acceptance_crd, namespace, proc.log_tail)
+    view.create_test("run", {})
+    view.wait_job("PyTorchJob", "run-g1")
+    view.wait_phase("run", "Pending")
+
+    def records() -> list[dict]:
+        lines = [line for line in proc.log_path.read_text().splitlines() if line.strip()]
+        return [json.loads(line) for line in lines]  # fails on any line that is not JSON
+
+    started = view.wait(lambda: [r for r in records() if "PyTorchJob run-g1 created" in r.get("message", "")],
+                        "the run-started log record")
+    assert started[0]["severity"] == "info"
+    assert started[0]["object"] == {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+                                     "name": "run", "namespace": namespace,
+                                     "uid": view.get_test("run")["metadata"]["uid"]}
