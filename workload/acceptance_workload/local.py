@@ -96,8 +96,12 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
 
 def quick_checks(checks: ChecksSpec) -> ChecksSpec:
     """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps."""
+    top = min(parse_bytes(checks.nccl.max_bytes), QUICK_MAX_BYTES)
+    low = top
+    while low // 4 >= parse_bytes(checks.nccl.min_bytes):  # start where x4 steps land exactly on the top size
+        low //= 4
     nccl = checks.nccl.model_copy(update={
-        "max_bytes": min(parse_bytes(checks.nccl.max_bytes), QUICK_MAX_BYTES), "step_factor": 4,
+        "min_bytes": low, "max_bytes": top, "step_factor": 4,
         "iters": min(checks.nccl.iters, 10), "warmup_iters": min(checks.nccl.warmup_iters, 3)})
     ddp = checks.ddp.model_copy(update={"steps": min(checks.ddp.steps, 10),
                                         "warmup_steps": min(checks.ddp.warmup_steps, 3)})

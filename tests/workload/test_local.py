@@ -1,0 +1,100 @@
+"""`gpu-acceptance local`: the CPU smoke run end to end, manifests, and what it refuses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from acceptance_workload.local import ManifestError, build_config, cpu_smoke_checks, quick_checks, read_manifest
+from acceptance_workload.report import Report
+from acceptance_workload.wire import parse_bytes
+
+
+def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "OMPI_", "PMI_"))}
+    return subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "local", *args], cwd=cwd,
+                          env={**base, **(env or {})}, capture_output=True, text=True, timeout=240)
+
+
+def test_cpu_smoke_run_writes_the_report_object(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    proc = cli("--cpu", "--json", "r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
+    assert report.mode == "cpu-smoke" and report.passed and report.error is None
+    assert report.checks_run == ["preflight", "nccl", "ddp"] and report.missing_checks() == []
+    assert report.environment.world_size == 2
+    assert {s.collective for s in report.nccl} == {"all_reduce", "all_gather", "reduce_scatter", "alltoall",
+                                                  "broadcast", "sendrecv"}
+    assert max(r.size for s in report.nccl for r in s.rows) == 1 << 20
+    # no GPU thresholds: busbw is recorded, not judged; correctness and the loss are
+    assert all(r.threshold is None for r in report.results if r.name.endswith("_busbw"))
+    judged = {r.name for r in report.results if r.comparison != "info"}
+    assert {"all_reduce_correctness", "loss_decrease"} <= judged
+    assert report.ddp is not None and report.ddp.last_loss < report.ddp.first_loss
+    # labelled as a smoke run wherever a person looks
+    assert "CPU SMOKE RUN" in proc.stderr and "VERDICT: PASSED (CPU smoke run)" in proc.stdout
+    assert "[gpu-acceptance cpu-smoke] nccl done" in proc.stderr  # progress while it runs
+    assert json.loads((tmp_path / "r.json").read_text()) == report.to_wire()
+
+
+def test_without_gpus_a_gpu_run_is_refused_with_a_pointer_to_cpu(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    proc = cli("--quick", cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2
+    assert "no CUDA GPU is visible" in proc.stderr and "gpu-acceptance local --cpu" in proc.stderr
+
+
+def test_an_invalid_manifest_is_refused_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: x}\n"
+                   "spec:\n  checks:\n    nccl:\n      minBytes: -5\n      itres: 3\n")
+    proc = cli("--cpu", "-f", str(bad), cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "spec.checks.nccl.minBytes" in proc.stderr and "spec.checks.nccl.itres" in proc.stderr
+    with pytest.raises(ManifestError, match=r"spec\.profile: 'h900' is not one of"):
+        read_manifest(_manifest(tmp_path, "spec: {profile: h900}"))
+
+
+def _manifest(tmp_path: Path, spec: str) -> str:
+    path = tmp_path / "m.yaml"
+    path.write_text(f"apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {{name: x}}\n{spec}\n")
+    return str(path)
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = {"cpu": False, "json": None, "file": None, "profile": None, "gpus": None, "quick": False}
+    base.update(kw)
+    return argparse.Namespace(**base)
+
+
+def test_a_manifest_sets_checks_and_profile_with_profile_defaults_underneath(tmp_path: Path) -> None:
+    path = _manifest(tmp_path, "spec:\n  profile: h200-sxm\n  checks:\n    nccl:\n      collectives: [all_reduce]\n"
+                               "      thresholds: {allReduceBusbwGBps: 300}\n    ddp: {model: resnet50}")
+    config = build_config(_args(file=path), 8)
+    assert config.profile == "h200-sxm" and config.gpus_per_node == 8 and config.nodes == 1
+    th = config.checks.nccl.thresholds
+    assert th.all_reduce_busbw_gbps == 300 and th.node_all_reduce_busbw_gbps == 340  # spec wins, profile fills
+    assert config.checks.ddp.model == "resnet50"
+    assert config.checks.preflight.thresholds.gpu_model == "H200"
+    quick = build_config(_args(file=path, quick=True), 8)
+    assert parse_bytes(quick.checks.nccl.max_bytes) == 1 << 30 and quick.checks.ddp.steps == 10
+
+
+def test_cpu_smoke_checks_drop_every_threshold() -> None:
+    from acceptance_workload.checks import ChecksSpec
+    from acceptance_workload.profiles import resolve_checks
+
+    resolved = resolve_checks(ChecksSpec(), "h100-sxm", 2)
+    smoke = cpu_smoke_checks(resolved)
+    assert smoke.nccl.thresholds.model_dump(exclude_none=True) == {}
+    assert smoke.ddp.thresholds.model_dump(exclude_none=True) == {}
+    assert smoke.preflight.thresholds.model_dump(exclude_none=True) == {}
+    assert parse_bytes(smoke.nccl.max_bytes) == 1 << 20 and smoke.nccl.sizes()[-1] == 1 << 20
+    quick = quick_checks(resolved).nccl.sizes()
+    assert quick[-1] == 1 << 30 and quick[0] == 16 and len(quick) == 14  # the 1 GiB reference size is measured
