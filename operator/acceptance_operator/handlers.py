@@ -35,6 +35,7 @@ from acceptance_operator.api import (
     Condition,
     JobRef,
     ObjectMeta,
+    OnFailure,
     Summary,
 )
 from acceptance_operator.assessment import Observation, Timing, assess
@@ -361,21 +362,32 @@ def _act_on_nodes(k: Kube, obj: KubeDict, test: AcceptanceTest, report: Report) 
         return
     done, failed = [], []
     for node in nodes:
-        try:
-            current = k.get_node(node)
-            if current is None:
-                failed.append(f"{node} (no such node)")
-                continue
-            patch = node_patch(action, current)
-            if patch is not None:
-                k.patch_node(node, patch)
+        problem = _mark_node(k, action, node)
+        if problem:
+            failed.append(f"{node} ({problem})")
+        else:
             done.append(node)
-        except ApiException as e:
-            failed.append(f"{node} (HTTP {e.status} {e.reason})")
     if done:
         kopf.info(obj, reason="NodeActionApplied", message=f"{describe(action)}: {', '.join(done)}")
     if failed:
         kopf.warn(obj, reason="NodeActionFailed", message=f"could not {action}: {', '.join(failed)}")
+
+
+def _mark_node(k: Kube, action: OnFailure, node: str, attempts: int = 3) -> str | None:
+    """Apply the action to one node; None when done, else what went wrong. A taint race (409) is retried."""
+    for _ in range(attempts):
+        try:
+            current = k.get_node(node)
+            if current is None:
+                return "no such node"
+            patch = node_patch(action, current)
+            if patch is not None:
+                k.patch_node(node, patch)
+            return None
+        except ApiException as e:
+            if e.status != 409:
+                return f"HTTP {e.status} {e.reason}"
+    return "the node kept changing (HTTP 409)"
 
 
 def _write_status(

@@ -8,8 +8,17 @@ from datetime import timedelta
 import pytest
 from acceptance_operator.assessment import Observation, Timing, assess
 
-from tests.unit.kube_samples import T0, job, pod, scheduling_event, terminated, unscheduled, waiting
-from tests.unit.test_verdict import good_report, result
+from tests.unit.operator_samples import (
+    T0,
+    good_report,
+    job,
+    pod,
+    result,
+    scheduling_event,
+    terminated,
+    unscheduled,
+    waiting,
+)
 
 TIMING = Timing(unschedulable_grace_seconds=600, report_grace_seconds=30)
 RUNNING_JOB = job(conditions=[("Created", "True", "", "", T0), ("Running", "True", "", "", T0)])

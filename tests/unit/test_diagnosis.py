@@ -17,7 +17,7 @@ from acceptance_operator.diagnosis import (
     unschedulable,
 )
 
-from tests.unit.kube_samples import T0, job, pod, scheduling_event, terminated, unscheduled, waiting
+from tests.unit.operator_samples import T0, job, pod, scheduling_event, terminated, unscheduled, waiting
 
 GPU_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available."
 

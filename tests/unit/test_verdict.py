@@ -10,27 +10,9 @@ from acceptance_operator.verdict import (
     summarize,
     verdict_message,
 )
-from acceptance_workload.report import CheckResult, DdpDetail, DdpRank, NcclRow, NcclSweep, Report
+from acceptance_workload.report import DdpDetail, DdpRank, NcclRow, NcclSweep, Report
 
-
-def result(check, name, value, threshold=None, *, passed=True, node=None, unit="", gpu=None, comparison="ge"):
-    return CheckResult(check=check, name=name, value=value, threshold=threshold, passed=passed, node=node,
-                       unit=unit, gpu=gpu, comparison=comparison)
-
-
-def good_report(generation=1) -> Report:
-    return Report(
-        generation=generation,
-        checks_run=["preflight", "nccl", "ddp"],
-        results=[
-            result("preflight", "gpu_count", 8, 8, node="node-a", comparison="eq"),
-            result("preflight", "gpu_count", 8, 8, node="node-b", comparison="eq"),
-            result("nccl", "all_reduce_busbw", 355.0, 300, node="node-a", unit="GB/s"),
-            result("nccl", "all_reduce_busbw", 371.456, 360, unit="GB/s"),
-            result("ddp", "throughput_per_gpu", 41234.567, 30000, unit="tokens/s"),
-            result("ddp", "scaling_efficiency", 0.93456, 0.9),
-        ],
-    ).finalize()
+from tests.unit.operator_samples import good_report, result
 
 
 def test_passing_report_summary():

@@ -1,9 +1,11 @@
-"""Pod, job and event dicts shaped as the API server returns them, for the operator's pure functions."""
+"""Samples for the operator's pure functions: pod, job and event dicts as the API server returns them, reports."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 from typing import Any
+
+from acceptance_workload.report import CheckResult, Report
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -61,3 +63,24 @@ def job(kind: str = "PyTorchJob", name: str = "t-g1", conditions: list[tuple[str
             for t, s, r, m, when in conditions
         ]},
     }
+
+
+def result(check, name, value, threshold=None, *, passed=True, node=None, unit="", gpu=None, comparison="ge"):
+    return CheckResult(check=check, name=name, value=value, threshold=threshold, passed=passed, node=node,
+                       unit=unit, gpu=gpu, comparison=comparison)
+
+
+def good_report(generation: int = 1) -> Report:
+    """Two nodes, every check passed; job-wide busbw 371.456 GB/s beside a per-node 355."""
+    return Report(
+        generation=generation,
+        checks_run=["preflight", "nccl", "ddp"],
+        results=[
+            result("preflight", "gpu_count", 8, 8, node="node-a", comparison="eq"),
+            result("preflight", "gpu_count", 8, 8, node="node-b", comparison="eq"),
+            result("nccl", "all_reduce_busbw", 355.0, 300, node="node-a", unit="GB/s"),
+            result("nccl", "all_reduce_busbw", 371.456, 360, unit="GB/s"),
+            result("ddp", "throughput_per_gpu", 41234.567, 30000, unit="tokens/s"),
+            result("ddp", "scaling_efficiency", 0.93456, 0.9),
+        ],
+    ).finalize()
