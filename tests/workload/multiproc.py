@@ -34,7 +34,7 @@ def rank_env(rank: int, world: int, port: int, node: str = "node-a", local_rank:
     env.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank if local_rank is None else local_rank),
                LOCAL_WORLD_SIZE=str(world if local_world is None else local_world), MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(port), NODE_NAME=node, CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "workload"), os.environ.get("PYTHONPATH", "")]))
     env.update(extra or {})
     return env
 
@@ -67,13 +67,14 @@ def collect(procs: list[subprocess.Popen], outdir: Path, timeout: float, wait_fo
 
 
 def run_workers(scenario: str, world: int, outdir: Path, *, timeout: float = 90,
-                nodes: list[str] | None = None, wait_for: list[int] | None = None) -> list[Rank]:
+                nodes: list[str] | None = None, wait_for: list[int] | None = None,
+                extra: dict[str, str] | None = None) -> list[Rank]:
     """`python -m tests.workload.workers SCENARIO` on `world` ranks; nodes[r] is rank r's NODE_NAME."""
     port = free_port()
     nodes = nodes or ["node-a"] * world
     envs = []
     for r in range(world):
         same = [i for i, n in enumerate(nodes) if n == nodes[r]]
-        envs.append(rank_env(r, world, port, nodes[r], same.index(r), len(same)))
+        envs.append(rank_env(r, world, port, nodes[r], same.index(r), len(same), extra))
     argv = [sys.executable, "-m", "tests.workload.workers", scenario, str(outdir)]
     return collect(start([argv] * world, envs), outdir, timeout, wait_for)

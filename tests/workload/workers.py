@@ -34,7 +34,8 @@ def write(outdir: Path, rank: int, data: Any) -> None:
 
 
 def session(timeout: float) -> launch.Session:
-    return launch.start(launch.DistEnv.from_environ(), "gloo", rendezvous_timeout=60, collective_timeout=timeout)
+    backend = os.environ.get("WORKER_BACKEND", "gloo")  # nccl in the GPU tests
+    return launch.start(launch.DistEnv.from_environ(), backend, rendezvous_timeout=60, collective_timeout=timeout)
 
 
 def watchdog_for(s: launch.Session, outdir: Path) -> Watchdog:

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Accuracy check against NVIDIA nccl-tests on this machine's GPUs: build nccl-tests from a source tree you
+# bring (the GPU machine has no internet), run it and our sweep with the same sizes, print both side by side.
+#
+#   bench/compare_nccl_tests.sh NCCL_TESTS_SRC [OUT_DIR]
+#
+# NCCL_TESTS_SRC: a checkout of github.com/NVIDIA/nccl-tests. Needs nvcc (CUDA_HOME, default /usr/local/cuda).
+# nccl-tests is linked against the NCCL that torch uses (the nvidia-nccl pip package), so both measure the same
+# library. Environment: GPUS (default: all), MIN_BYTES (8), MAX_BYTES (4G), FACTOR (2), ITERS (20), WARMUP (5),
+# COLLECTIVES (all six), CUDA_GRAPHS=1 to run both with CUDA graphs (nccl-tests -G 1, ours --cuda-graphs).
+# Exit status 1 when any size >= 64 MiB differs by more than 3%.
+set -euo pipefail
+
+src=${1:?usage: $0 NCCL_TESTS_SRC [OUT_DIR]}
+out=${2:-bench-out}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+python=${PYTHON:-python3}
+gpus=${GPUS:-$("$python" -c 'import torch; print(torch.cuda.device_count())')}
+min=${MIN_BYTES:-8} max=${MAX_BYTES:-4G} factor=${FACTOR:-2} iters=${ITERS:-20} warmup=${WARMUP:-5}
+collectives=${COLLECTIVES:-all_reduce all_gather reduce_scatter alltoall broadcast sendrecv}
+mkdir -p "$out"
+log() { printf '[compare] %s\n' "$*" >&2; }
+# nccl-tests' K/M/G are binary (1G = 2^30); ours follow Kubernetes (G = 10^9, Gi = 2^30).
+binary() { case $1 in *[KMG]) echo "${1}i" ;; *) echo "$1" ;; esac; }
+
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+command -v nvcc >/dev/null || [ -x "$cuda_home/bin/nvcc" ] ||
+  { log "nvcc not found (CUDA_HOME=$cuda_home): nccl-tests cannot be built here"; exit 2; }
+
+# The NCCL torch loads: headers and library from the nvidia-nccl wheel (libnccl.so.2, no unversioned link).
+nccl_home=$("$python" - <<'PY'
+import importlib.util, os, sys
+spec = importlib.util.find_spec("nvidia.nccl")
+if spec is None or not spec.submodule_search_locations:
+    sys.exit("the nvidia-nccl pip package is not installed: set NCCL_HOME to an NCCL with include/ and lib/")
+print(list(spec.submodule_search_locations)[0])
+PY
+) || true
+nccl_home=${NCCL_HOME:-$nccl_home}
+[ -f "$nccl_home/include/nccl.h" ] || { log "no nccl.h under $nccl_home/include; set NCCL_HOME"; exit 2; }
+link_dir=$(mktemp -d)
+ln -sf "$nccl_home/lib/libnccl.so.2" "$link_dir/libnccl.so"
+
+log "building nccl-tests in $src against $nccl_home"
+make -C "$src" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" \
+  NVLDFLAGS="-L$link_dir -L$nccl_home/lib" >"$out/nccl-tests-build.log" 2>&1 ||
+  { tail -30 "$out/nccl-tests-build.log" >&2; log "build failed"; exit 2; }
+export LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}"
+
+graphs_flag=() ours_graphs=()
+if [ "${CUDA_GRAPHS:-0}" = 1 ]; then graphs_flag=(-G 1); ours_graphs=(--cuda-graphs); fi
+for c in $collectives; do
+  log "nccl-tests ${c}_perf on $gpus GPUs"
+  "$src/build/${c}_perf" -b "$min" -e "$max" -f "$factor" -g "$gpus" -n "$iters" -w "$warmup" -c 1 \
+    "${graphs_flag[@]}" >"$out/${c}_perf.txt"
+done
+log "ours: bench/nccl_ddp.py"
+"$python" "$repo/bench/nccl_ddp.py" --gpus "$gpus" --no-ddp \
+  --min-bytes "$(binary "$min")" --max-bytes "$(binary "$max")" \
+  --factor "$factor" --iters "$iters" --warmup "$warmup" --collectives "${collectives// /,}" \
+  "${ours_graphs[@]}" --out "$out/ours.json" >"$out/ours.txt"
+
+status=0
+for c in $collectives; do
+  "$python" "$repo/bench/compare_nccl_tests.py" "$out/${c}_perf.txt" "$out/ours.json" --collective "$c" || status=1
+  echo
+done
+exit $status

@@ -1,0 +1,89 @@
+"""The workload on real GPUs with NCCL (2 GPUs or more): `python -m pytest -m gpu tests/gpu`.
+
+These are the only tests of the CUDA paths (NVML preflight, NCCL sweeps and
+transport, bf16 DDP, CUDA-graph timing, the watchdog under NCCL); they fail,
+rather than skip, on a machine with fewer than two GPUs, since running them
+there is a mistake.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from acceptance_workload.checks import ChecksSpec
+from acceptance_workload.config import WorkloadConfig
+from acceptance_workload.local import run_processes
+from acceptance_workload.report import Report
+
+from tests.workload.multiproc import REPO, run_workers
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpus() -> int:
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    assert count >= 2, f"the GPU tests need at least 2 CUDA GPUs; torch sees {count}"
+    return 2
+
+
+def test_two_gpu_run_measures_checks_and_passes(gpus: int, tmp_path: Path) -> None:
+    checks = ChecksSpec.model_validate({
+        "preflight": {"thresholds": {"maxGpuTemperatureC": 90, "maxUncorrectedEccErrors": 0,
+                                     "maxPendingRowRemaps": 0, "minPcieWidth": 1}},
+        "nccl": {"maxBytes": "256Mi", "stepFactor": 4, "iters": 10, "warmupIters": 3, "requireTransport": "P2P",
+                 "thresholds": {"referenceBytes": "64Mi", "allReduceBusbwGBps": 50}},
+        "ddp": {"steps": 10, "warmupSteps": 3},
+    })
+    config = WorkloadConfig.build(checks=checks, profile="custom", nodes=1, gpus_per_node=gpus, fabric="ethernet",
+                                  report_file=str(tmp_path / "r.json"))
+    code = run_processes(config, gpus)
+    report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
+    failed = [r for r in report.results if not r.passed]
+    assert code == 0 and report.passed, (report.error, failed)
+    env = report.environment
+    assert env.world_size == gpus and env.gpu_model and env.driver_version and env.nccl_version
+    assert "P2P" in env.transports
+    assert len(report.nccl) == 6 and all(row.wrong == 0 for s in report.nccl for row in s.rows)
+    names = {r.name for r in report.results}
+    assert {"gpu_model", "temperature", "ecc_uncorrected", "pcie_generation", "nvlink_active_links",
+            "gpu_count", "driver_version", "nccl_version", "transport", "all_reduce_busbw"} <= names
+    gpus_seen = {(r.node, r.gpu) for r in report.results if r.name == "temperature"}
+    assert len(gpus_seen) == gpus  # every GPU inspected, named by node and index
+    assert report.ddp is not None and report.ddp.last_loss < report.ddp.first_loss
+    assert all(r.baseline_throughput > 0 and r.ddp_throughput > 0 for r in report.ddp.ranks)
+
+
+def _bench(tmp_path: Path, name: str, *extra: str) -> dict:
+    out = tmp_path / f"{name}.json"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "nccl_ddp.py"), "--gpus", "2", "--no-ddp",
+                           "--min-bytes", "1Mi", "--max-bytes", "64Mi", "--iters", "20", "--out", str(out), *extra],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_cuda_graph_timing_agrees_with_eager_timing(gpus: int, tmp_path: Path) -> None:
+    eager, graphs = _bench(tmp_path, "eager"), _bench(tmp_path, "graphs", "--cuda-graphs")
+    assert graphs["meta"]["cudaGraphs"] and not eager["meta"]["cudaGraphs"]
+    assert eager["meta"]["wrongElements"] == 0 == graphs["meta"]["wrongElements"]
+
+    def busbw_at_largest(run: dict) -> float:
+        sweep = next(s for s in run["report"]["nccl"] if s["collective"] == "all_reduce")
+        return sweep["rows"][-1]["busbwGBps"]
+
+    e, g = busbw_at_largest(eager), busbw_at_largest(graphs)
+    assert e > 0 and abs(g - e) / e < 0.10, (e, g)  # at 64 MiB launch overhead is negligible: same bandwidth
+
+
+def test_a_rank_that_never_joins_an_nccl_collective_is_named(gpus: int, tmp_path: Path) -> None:
+    ranks = run_workers("hang", 2, tmp_path, wait_for=[0], timeout=120,
+                        extra={"CUDA_VISIBLE_DEVICES": "0,1", "WORKER_BACKEND": "nccl"})
+    assert ranks[0].returncode == 3, ranks[0].stderr[-3000:]
+    assert "rank 1 (node node-a, GPU 1)" in ranks[0].data["fatal"]
