@@ -128,6 +128,16 @@ class OperatorProcess:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
             return r.read().decode()
 
+    def samples(self) -> dict[tuple[str, frozenset], float]:
+        """/metrics parsed: (sample name, labels) -> value."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        return {(s.name, frozenset(s.labels.items())): s.value
+                for family in text_string_to_metric_families(self.metrics()) for s in family.samples}
+
+    def sample(self, metric: str, **labels: str) -> float | None:
+        return self.samples().get((metric, frozenset(labels.items())))
+
 
 class Cluster:
     """One namespace of the test API server, seen as the tests' stand-ins for Kubeflow, kubelet and workload."""

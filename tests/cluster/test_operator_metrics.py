@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from tests.cluster.operator_harness import Cluster, OperatorProcess, report
-
-
-def scrape(proc: OperatorProcess) -> dict[tuple[str, frozenset], float]:
-    out = {}
-    for family in text_string_to_metric_families(proc.metrics()):
-        for s in family.samples:
-            out[(s.name, frozenset(s.labels.items()))] = s.value
-    return out
 
 
 def get(samples: dict, metric: str, **labels: str) -> float | None:
@@ -25,7 +15,7 @@ def test_metrics_after_a_pass_and_a_failure(cluster: Cluster, operator: Operator
     cluster.create_test("bad", {"nodes": 2})
     cluster.wait_job("PyTorchJob", "good-g1")
     cluster.wait_job("PyTorchJob", "bad-g1")
-    running = scrape(operator)
+    running = operator.samples()
     assert get(running, "gpu_acceptance_test_phase", namespace=ns, name="good", phase="Pending") == 1
     assert get(running, "gpu_acceptance_test_phase", namespace=ns, name="good", phase="Succeeded") == 0
 
@@ -33,7 +23,7 @@ def test_metrics_after_a_pass_and_a_failure(cluster: Cluster, operator: Operator
     cluster.write_report("bad", report(1, nodes=("m-3", "m-4"), failed_node="m-4", busbw=210.0))
     cluster.wait_phase("good", "Succeeded")
     cluster.wait_phase("bad", "Failed")
-    m = cluster.wait(lambda: (s := scrape(operator)) and get(s, "gpu_acceptance_runs_total", result="failed") == 1
+    m = cluster.wait(lambda: (s := operator.samples()) and get(s, "gpu_acceptance_runs_total", result="failed") == 1
                      and s, "the failed run to be counted")
 
     assert get(m, "gpu_acceptance_runs_total", result="passed") == 1
@@ -55,6 +45,6 @@ def test_metrics_after_a_pass_and_a_failure(cluster: Cluster, operator: Operator
 
     cluster.delete_test("bad")
     cluster.wait(lambda: cluster.get_test("bad") is None, "the deleted test to go")
-    after = scrape(operator)
+    after = operator.samples()
     assert not [k for k in after if ("name", "bad") in k[1]]
     assert get(after, "gpu_acceptance_test_phase", namespace=ns, name="good", phase="Succeeded") == 1

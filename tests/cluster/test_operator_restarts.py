@@ -104,8 +104,8 @@ def test_finished_run_is_not_rerun_after_restart(view: Cluster, proc: OperatorPr
     proc.start()
     # Witnesses that the restarted operator has looked: it re-exports the finished test's phase,
     # and it runs a test created after the restart.
-    view.wait(lambda: 'gpu_acceptance_test_phase{name="run"' in proc.metrics()
-              and f'namespace="{view.ns}",phase="Succeeded"}} 1.0' in proc.metrics(), "the resumed test's metrics")
+    view.wait(lambda: proc.sample("gpu_acceptance_test_phase", namespace=view.ns, name="run", phase="Succeeded") == 1,
+              "the resumed test's metrics")
     view.create_test("witness", {})
     view.wait_job("PyTorchJob", "witness-g1")
     assert view.job_names("PyTorchJob") == ["witness-g1"]
@@ -120,14 +120,15 @@ def test_deleting_the_test_removes_its_children(view: Cluster, proc: OperatorPro
     assert view.exists(view.service_account_path("run-workload"))
     binding = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{view.ns}/rolebindings/run-workload"
     assert view.exists(binding)
-    view.wait(lambda: 'gpu_acceptance_test_phase{name="run"' in proc.metrics(), "the test's metrics")
+    view.wait(lambda: proc.sample("gpu_acceptance_test_phase", namespace=view.ns, name="run", phase="Pending") == 1,
+              "the test's metrics")
     view.delete_test("run")
     view.wait(lambda: view.get_test("run") is None, "the test to be deleted (finalizer released)")
     assert view.jobs("MPIJob") == []
     assert not view.exists(view.service_account_path("run-workload"))
     assert not view.exists(view.role_path("run-workload"))
     assert not view.exists(binding)
-    assert 'name="run"' not in proc.metrics()
+    assert not [key for key in proc.samples() if ("name", "run") in key[1]]
 
 
 def test_json_logs(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperator):
