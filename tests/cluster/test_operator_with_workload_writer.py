@@ -1,0 +1,45 @@
+"""The operator and the workload meet through the API server: the workload's own status writer, with the
+identity the operator created, reports into the test the job's config names, and the operator judges it.
+
+Nothing is shared in-process: the test reads GPU_ACCEPTANCE_CONFIG out of the job the operator created,
+gets a token for the per-test ServiceAccount the operator created, and writes the report with
+acceptance_workload.status.patch_report, as rank 0 does in a pod.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.report import CheckResult, Report
+from acceptance_workload.status import custom_objects_api, patch_report
+
+from tests.cluster.operator_harness import Cluster
+
+
+def test_workload_report_decides_the_run(cluster: Cluster, tmp_path: Path):
+    cluster.create_test("e2e", {"nodes": 1, "checks": {"ddp": {"enabled": False}, "preflight": {"enabled": False}}})
+    job = cluster.wait_job("PyTorchJob", "e2e-g1")
+    master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    (container,) = [c for c in master["containers"] if c["name"] == "pytorch"]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    config = WorkloadConfig.from_env(env)
+    assert config.test is not None and (config.test.name, config.test.namespace) == ("e2e", cluster.ns)
+    assert config.test.generation == 1
+    assert CONFIG_ENV in env
+
+    account = master["serviceAccountName"]
+    token = cluster.server.token_for_service_account(cluster.ns, account, create=False)
+    kubeconfig = cluster.server.kubeconfig_for_token(token, tmp_path / "rank0.kubeconfig")
+    report = Report(
+        generation=config.test.generation,
+        checks_run=["nccl"],
+        results=[CheckResult(check="nccl", name="all_reduce_busbw", value=377.3, threshold=360, unit="GB/s",
+                             passed=True)],
+    ).finalize()
+    patch_report(config.test, report, api=custom_objects_api(str(kubeconfig)), deadline_seconds=20)
+
+    status = cluster.wait_phase("e2e", "Succeeded")
+    assert status["summary"]["allReduceBusbwGBps"] == 377.3
+    (row,) = cluster.kubectl_table()
+    assert (row["PHASE"], row["RESULT"], row["BUS BW"]) == ("Succeeded", "Passed", "377.3")
