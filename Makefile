@@ -11,7 +11,7 @@ DEV_CLUSTER_DIR ?= .dev-cluster
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
 
-.PHONY: help install tools test lint dev-cluster dev-cluster-down crds operator-install-check
+.PHONY: help install tools test lint dev-cluster dev-cluster-down crds operator-install-check workload-install-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -53,3 +53,6 @@ crds: ## regenerate crds/acceptancetest.yaml and the chart's copy from the model
 
 operator-install-check: ## install the operator as Dockerfile.operator does (hack/install-operator.sh) into a temp venv; smoke-test it
 	bash hack/install-operator.sh --check
+
+workload-install-check: ## install the workload as Dockerfile.workload does (hack/install-workload.sh) into a temp venv; CPU smoke run
+	PYTHON=$(PYTHON) bash hack/install-workload.sh --check
