@@ -44,6 +44,7 @@ from acceptance_operator.conditions import (
     BEFORE_JOB,
     INVALID_SPEC,
     TERMINAL_PHASES,
+    TIMEOUT,
     RunState,
     conditions_for,
 )
@@ -274,17 +275,28 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, log
     namespace, name = test.metadata.namespace, test.metadata.name
     status = obj.get("status") or {}
     backend, job_name = test.spec.backend, manifests.job_name(test)
-    job = k.get_job(backend, namespace, job_name)
-    pods = k.list_pods(namespace, _selector(test))
-    waiting = any(not (p.get("spec") or {}).get("nodeName") for p in pods)
-    events = k.scheduling_events(namespace) if waiting else []
+    start_time = parse_time(status.get("startTime"))
+    try:
+        job = k.get_job(backend, namespace, job_name)
+        pods = k.list_pods(namespace, _selector(test))
+    except ApiException as e:
+        # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout.
+        if start_time is None or (now - start_time).total_seconds() < test.spec.timeout_seconds:
+            raise
+        _conclude(k, obj, test, RunState("Failed", TIMEOUT, (
+            f"no verdict within spec.timeoutSeconds={test.spec.timeout_seconds}, and the operator cannot read "
+            f"{backend} {job_name} or its pods (HTTP {e.status} {e.reason}): check the operator's RBAC")),
+            now=now, stop_job=True, logger=logger)
+        return
+    events = _scheduling_events(k, namespace, logger) if any(
+        not (p.get("spec") or {}).get("nodeName") for p in pods) else []
     observation = Observation(
         generation=manifests.generation_of(test),
         job_kind=backend,
         job_name=job_name,
         timeout_seconds=test.spec.timeout_seconds,
         gpus_per_node=test.spec.gpus_per_node,
-        start_time=parse_time(status.get("startTime")),
+        start_time=start_time,
         raw_report=status.get("report"),
         job=job,
         pods=pods,
@@ -309,6 +321,29 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, log
     METRICS.set_phase(namespace, name, outcome.state.phase)
 
 
+def _scheduling_events(k: Kube, namespace: str, logger: logging.Logger) -> list[KubeDict]:
+    """FailedScheduling events; without them (no permission) the pods' PodScheduled condition still says why."""
+    try:
+        return k.scheduling_events(namespace)
+    except ApiException as e:
+        METRICS.reconcile_error(f"http_{e.status}")
+        logger.warning("cannot list events in %s (HTTP %s %s): judging scheduling from the pods alone",
+                       namespace, e.status, e.reason)
+        return []
+
+
+def _cleanup(k: Kube, obj: KubeDict, kind: str, name: str, logger: logging.Logger) -> None:
+    """Delete a child; a refusal is told (event, log) but does not keep the verdict from being written."""
+    namespace = obj["metadata"]["namespace"]
+    try:
+        k.delete(kind, namespace, name)
+    except ApiException as e:
+        METRICS.reconcile_error(f"http_{e.status}")
+        message = f"could not delete {kind} {name}: HTTP {e.status} {e.reason}"
+        logger.warning("%s/%s: %s", namespace, obj["metadata"]["name"], message)
+        kopf.warn(obj, reason="CleanupFailed", message=message)
+
+
 def _conclude(
     k: Kube,
     obj: KubeDict,
@@ -327,10 +362,10 @@ def _conclude(
     status = obj.get("status") or {}
     if test is not None:
         if stop_job:
-            k.delete_job(test.spec.backend, namespace, manifests.job_name(test))
+            _cleanup(k, obj, test.spec.backend, manifests.job_name(test), logger)
         # The workload's identity was only for writing this run's report.
         for child in manifests.build_rbac(test):
-            k.delete(child["kind"], namespace, child["metadata"]["name"])
+            _cleanup(k, obj, child["kind"], child["metadata"]["name"], logger)
     start = parse_time(status.get("startTime")) if status.get("observedGeneration") == meta.get("generation") \
         and test is not None else None
     summary = summary or Summary(result="Failed" if state.phase == "Failed" else "Passed")

@@ -1,4 +1,4 @@
-"""docs/troubleshooting.md explains every reason a run can end with, and every node-action event."""
+"""docs/troubleshooting.md explains every reason a run can end with, and every warning event besides."""
 
 from __future__ import annotations
 
@@ -16,6 +16,6 @@ def test_every_failure_reason_has_a_section():
     assert f"`{PASSED}`" in DOC
 
 
-def test_node_action_events_are_explained():
-    for reason in ("NodeActionSkipped", "NodeActionApplied", "NodeActionFailed"):
+def test_warning_events_are_explained():
+    for reason in ("NodeActionSkipped", "NodeActionApplied", "NodeActionFailed", "CleanupFailed"):
         assert f"`{reason}`" in DOC
