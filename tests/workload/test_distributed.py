@@ -108,3 +108,23 @@ def test_workload_run_with_a_hung_rank_reports_the_rank_and_exits_2(tmp_path: Pa
     assert not report.passed and report.error
     assert "rank 1 (node node-a, GPU 1)" in report.error and "within 10s" in report.error
     assert elapsed < 60
+
+
+def test_a_rank_that_fails_ends_the_run_at_once_with_its_error(tmp_path: Path) -> None:
+    """Rank 1's DDP check raises; rank 0, waiting for it inside DDP, reports rank 1's error well before any timeout."""
+    checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
+    checks.preflight.enabled = checks.nccl.enabled = False
+    config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=2, fabric="ethernet", checks=checks,
+                            report_file=str(tmp_path / "report.json"))
+    port = free_port()
+    envs = [rank_env(r, 2, port, extra={CONFIG_ENV: config.to_env()}) for r in range(2)]
+    argvs = [[sys.executable, "-m", "acceptance_workload"],
+             [sys.executable, "-m", "tests.workload.workers", "crash-in-ddp", str(tmp_path)]]
+    t0 = time.monotonic()
+    ranks = collect(start(argvs, envs), tmp_path, timeout=90)
+    assert time.monotonic() - t0 < 30  # the collective timeout is 60 s: the error travelled, not a timeout
+    assert [r.returncode for r in ranks] == [2, 2], ranks[0].stderr[-3000:]
+    report = Report.model_validate(json.loads((tmp_path / "report.json").read_text()))
+    assert report.error and "rank 1 (node node-a, GPU 1) failed: RuntimeError: CUDA error: an illegal memory" \
+        in report.error
+    assert not report.passed and report.checks_run == ["ddp"]

@@ -99,6 +99,17 @@ def join_then_sleep(outdir: Path) -> None:
     time.sleep(120)
 
 
+def crash_in_ddp() -> int:
+    """The real workload, except that this rank's DDP check raises, as a GPU fault would."""
+    from acceptance_workload import ddp, run
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    ddp.run_ddp = boom
+    return run.main([])
+
+
 def main() -> None:
     scenario, outdir = sys.argv[1], Path(sys.argv[2])
     if scenario == "sweep":
@@ -113,6 +124,8 @@ def main() -> None:
         hang(outdir)
     elif scenario == "join-then-sleep":
         join_then_sleep(outdir)
+    elif scenario == "crash-in-ddp":
+        sys.exit(crash_in_ddp())
     else:
         raise SystemExit(f"unknown scenario {scenario}")
 

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import Any
 
 MAX_NAMED_RANKS = 8
+FINAL_WAIT_SECONDS = 180  # how long other ranks wait for rank 0's verdict: the status writer retries for 120 s
 
 
 @dataclass(frozen=True)
@@ -133,25 +134,28 @@ class Control:
     def set_final(self, code: int) -> None:
         self.store.set("final", str(code))
 
-    def finish(self, code: int, wait: float = 10.0) -> int:
+    def finish(self, code: int, wait: float = 10.0, absent: int = 0) -> int:
         """End of the run: rank 0 announces the exit code and waits (bounded) for the others to read it.
 
         Other ranks wait for the code and exit with it, so every process of the
-        job agrees and none is torn down while rank 0 is still writing the report.
+        job agrees and none is torn down while rank 0 is still writing the report
+        (which may take the status writer's whole retry budget). `absent`: ranks
+        rank 0 already knows are gone, whose acknowledgement it does not wait for.
         """
         if self.rank == 0:
             self.set_final(code)
             deadline = time.monotonic() + wait
-            while time.monotonic() < deadline and self.world_size > 1:
+            expected = self.world_size - 1 - absent
+            while time.monotonic() < deadline and expected > 0:
                 try:
-                    if self.store.add("done", 0) >= self.world_size - 1:
+                    if self.store.add("done", 0) >= expected:
                         break
                 except Exception:
                     break
                 time.sleep(0.1)
             return code
         try:
-            self.store.wait(["final"], timedelta(seconds=max(wait, self.timeout)))
+            self.store.wait(["final"], timedelta(seconds=max(wait, self.timeout, FINAL_WAIT_SECONDS)))
             final = int(self.store.get("final"))
             self.store.add("done", 1)
             return final

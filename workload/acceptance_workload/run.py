@@ -57,6 +57,7 @@ class Runner:
         )
         self._lock = threading.Lock()
         self._code: int | None = None
+        self._absent: set[int] = set()  # ranks known to be gone: rank 0 does not wait for them at the end
 
     @property
     def is_root(self) -> bool:
@@ -147,7 +148,7 @@ class Runner:
         watchdog.stop()
         # Rank 0's code is the run's; another rank keeps its own only if rank 0 never announces one.
         fallback = self.deliver() if self.is_root else (EXIT_ERROR if code is None else code)
-        code = control.finish(fallback)
+        code = control.finish(fallback, absent=len(self._absent))
         launch.stop(session)
         return code
 
@@ -155,6 +156,7 @@ class Runner:
         """This rank raised: tell the others; rank 0 records who is to blame."""
         if isinstance(error, RankTimeout):
             message = str(error)
+            self._absent.update(error.ranks)
         else:
             message = f"{self.env.describe()} failed: {type(error).__name__}: {error}"
             print(traceback.format_exc(), file=sys.stderr, flush=True)
