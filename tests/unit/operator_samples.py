@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from acceptance_workload.report import CheckResult, Report
+from acceptance_workload.report import CheckName, CheckResult, Comparison, Report
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -54,7 +55,8 @@ def scheduling_event(pod_name: str, message: str, when: datetime = T0) -> dict[s
             "involvedObject": {"kind": "Pod", "name": pod_name}}
 
 
-def job(kind: str = "PyTorchJob", name: str = "t-g1", conditions: list[tuple[str, str, str, str, datetime]] = ()):
+def job(kind: str = "PyTorchJob", name: str = "t-g1",
+        conditions: Sequence[tuple[str, str, str, str, datetime]] = ()) -> dict[str, Any]:
     """conditions: (type, status, reason, message, lastTransitionTime)."""
     return {
         "apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": name},
@@ -65,7 +67,9 @@ def job(kind: str = "PyTorchJob", name: str = "t-g1", conditions: list[tuple[str
     }
 
 
-def result(check, name, value, threshold=None, *, passed=True, node=None, unit="", gpu=None, comparison="ge"):
+def result(check: CheckName, name: str, value: float | None, threshold: float | None = None, *,
+           passed: bool = True, node: str | None = None, unit: str = "", gpu: int | None = None,
+           comparison: Comparison = "ge") -> CheckResult:
     return CheckResult(check=check, name=name, value=value, threshold=threshold, passed=passed, node=node,
                        unit=unit, gpu=gpu, comparison=comparison)
 

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from acceptance_operator.node_actions import STATUS_LABEL, TAINT_KEY, describe, node_patch
 
 
-def node(labels=None, taints=None, unschedulable=False, rv="42"):
+def node(labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None,
+         unschedulable: bool = False, rv: str = "42") -> dict[str, Any]:
     return {"metadata": {"name": "gpu-1", "labels": labels or {}, "resourceVersion": rv},
             "spec": {"taints": taints or [], "unschedulable": unschedulable}}
 
