@@ -52,8 +52,10 @@ def test_two_gpu_run_measures_checks_and_passes(gpus: int, tmp_path: Path) -> No
     assert "P2P" in env.transports
     assert len(report.nccl) == 6 and all(row.wrong == 0 for s in report.nccl for row in s.rows)
     names = {r.name for r in report.results}
-    assert {"gpu_model", "temperature", "ecc_uncorrected", "pcie_generation", "nvlink_active_links",
-            "gpu_count", "driver_version", "nccl_version", "transport", "all_reduce_busbw"} <= names
+    assert {"gpu_model", "temperature", "ecc_uncorrected", "pcie_generation", "gpu_count", "driver_version",
+            "nccl_version", "transport", "all_reduce_busbw"} <= names
+    # NVLink: measured on SXM boards; a PCIe card has none, which is recorded as a skip, never as a pass
+    assert "nvlink_active_links" in names or any(s.name.startswith("nvlink") for s in report.skipped)
     gpus_seen = {(r.node, r.gpu) for r in report.results if r.name == "temperature"}
     assert len(gpus_seen) == gpus  # every GPU inspected, named by node and index
     assert report.ddp is not None and report.ddp.last_loss < report.ddp.first_loss

@@ -65,6 +65,13 @@ def test_no_rdma_device_fails_a_multi_node_test_and_is_skipped_on_one_node(tmp_p
     assert results == [] and "ethernet" in skip.reason
 
 
+def test_a_single_node_run_records_its_ports_without_judging_them(tmp_path: Path) -> None:
+    fake_port(tmp_path, "mlx5_0", 1, "1: DOWN", "10 Gb/sec (4X SDR)")
+    results, _ = ib_checks(H100, "box", fabric="infiniband", nodes=1, sys_root=tmp_path)
+    assert results and all(r.passed and r.comparison == "info" for r in results)
+    assert all("single node: not judged" in r.message for r in results)
+
+
 def test_shm_size_against_the_threshold(tmp_path: Path) -> None:
     ok = shm_check(PreflightThresholds(min_shm_bytes=1), "n", tmp_path)
     assert ok.passed and ok.value > 0 and ok.unit == "bytes"
@@ -83,6 +90,8 @@ def test_memlock_must_be_unlimited_and_the_message_says_where_to_fix_it() -> Non
     assert "init container's ulimit does not reach this container" in bad.message and "LimitMEMLOCK" in bad.message
     info = memlock_check(PreflightThresholds(), "n", (64 << 10, 64 << 10))
     assert info.passed and info.comparison == "info"
+    no_rdma = memlock_check(th, "n", (64 << 10, 64 << 10), rdma=False)
+    assert no_rdma.passed and "not judged: this run uses no RDMA" in no_rdma.message
 
 
 def healthy(index: int = 0) -> GpuSnapshot:

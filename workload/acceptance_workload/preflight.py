@@ -10,6 +10,7 @@ measurement a threshold needs but that cannot be taken fails (fail closed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 from collections.abc import Mapping
@@ -88,14 +89,18 @@ def shm_check(th: PreflightThresholds, node: str, shm_path: str | os.PathLike = 
                    node=node, message=msg, observed=human_bytes(size))
 
 
-def memlock_check(th: PreflightThresholds, node: str, limits: tuple[int, int] | None = None) -> CheckResult:
+def memlock_check(th: PreflightThresholds, node: str, limits: tuple[int, int] | None = None,
+                  rdma: bool = True) -> CheckResult:
+    """Judged only where RDMA is used (several nodes on infiniband/roce): verbs pin memory against this limit."""
     soft, _hard = limits if limits is not None else resource.getrlimit(resource.RLIMIT_MEMLOCK)
     unlimited = soft == resource.RLIM_INFINITY
     shown = "unlimited" if unlimited else f"{human_bytes(soft)} ({soft} bytes)"
-    required = bool(th.require_unlimited_memlock)
+    required = bool(th.require_unlimited_memlock) and rdma
     msg = f"RLIMIT_MEMLOCK of the workload process is {shown}"
     if required and not unlimited:
         msg += f"; {MEMLOCK_HINT}"
+    elif th.require_unlimited_memlock and not rdma:
+        msg += " (not judged: this run uses no RDMA)"
     return _flag("memlock_unlimited", unlimited, node=node, message=msg, observed=shown,
                  expected="unlimited" if required else None, judged=required)
 
@@ -166,13 +171,15 @@ def ib_checks(th: PreflightThresholds, node: str, *, fabric: str, nodes: int, sy
                         message=f"no RDMA port{where} under /sys/class/infiniband in the pod on node {node}: "
                         "request the RDMA device resource (spec.resources.extra) and check the device plugin")], []
     results = []
+    judged = nodes > 1  # a single-node run sends nothing over the fabric: its ports are recorded, not judged
+    note = "" if judged else " (single node: not judged)"
     for p in ports:
         name = f"{p.device}:{p.port}"
         active = p.state.upper().endswith("ACTIVE")
         results.append(_flag("ib_port_state", active, node=node, observed=f"{name} {p.state}", expected="ACTIVE",
-                             message=f"{name} ({p.link_layer}) state {p.state}"))
-        need = th.min_ib_rate_gbps
-        msg = f"{name} rate {p.rate_text or 'unknown'}"
+                             judged=judged, message=f"{name} ({p.link_layer}) state {p.state}{note}"))
+        need = th.min_ib_rate_gbps if judged else None
+        msg = f"{name} rate {p.rate_text or 'unknown'}{note}"
         if need is not None and (p.rate_gbps or 0) < need:
             msg += f"; needs >= {need:g} Gb/s (a degraded link or cable)"
         results.append(_result("ib_port_rate", p.rate_gbps, need, "ge", unit="Gb/s", node=node, message=msg,
@@ -410,7 +417,7 @@ def exercise_gpu(device: Any) -> None:
     import torch
 
     host = torch.empty(32 << 20, dtype=torch.uint8, pin_memory=True)
-    dev = torch.empty_like(host, device=device)
+    dev = torch.empty(host.shape, dtype=torch.uint8, device=device)
     a = torch.randn(2048, 2048, device=device)
     for _ in range(8):
         dev.copy_(host, non_blocking=True)
@@ -424,21 +431,20 @@ def own_gpu_handle(nvml: Any, device_index: int) -> Any:
     import torch
 
     props = torch.cuda.get_device_properties(device_index)
+    # nvidia-ml-py takes bytes in older releases and str in newer ones: try both.
     uuid = getattr(props, "uuid", None)
     if uuid is not None:
         text = str(uuid)
-        for candidate in (text, f"GPU-{text}"):
-            try:
+        text = text if text.startswith("GPU-") else f"GPU-{text}"
+        for candidate in (text, text.encode()):
+            with contextlib.suppress(Exception):
                 return nvml.nvmlDeviceGetHandleByUUID(candidate)
-            except Exception:
-                pass
     bus = getattr(props, "pci_bus_id", None)
     if bus is not None:
         pci = f"{getattr(props, 'pci_domain_id', 0):08x}:{bus:02x}:{getattr(props, 'pci_device_id', 0):02x}.0"
-        try:
-            return nvml.nvmlDeviceGetHandleByPciBusId(pci)
-        except Exception:
-            pass
+        for candidate in (pci, pci.encode()):
+            with contextlib.suppress(Exception):
+                return nvml.nvmlDeviceGetHandleByPciBusId(candidate)
     return nvml.nvmlDeviceGetHandleByIndex(device_index)
 
 
@@ -466,7 +472,7 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
     out = PreflightOutcome()
     if local_rank == 0:
         out.results.append(shm_check(th, node, shm_path))
-        out.results.append(memlock_check(th, node))
+        out.results.append(memlock_check(th, node, rdma=config.nodes > 1 and config.fabric != "ethernet"))
         if config.mode == "cpu-smoke":
             out.skipped.append(Skip(check="preflight", name="gpus", reason="CPU smoke run: no GPU checks"))
             out.skipped.append(Skip(check="preflight", name="ib_ports", reason="CPU smoke run: no fabric checks"))
