@@ -21,9 +21,19 @@ def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.
                           env={**base, **(env or {})}, capture_output=True, text=True, timeout=240)
 
 
+def without_modules(tmp_path: Path, *names: str) -> dict[str, str]:
+    """An environment in which importing `names` fails (the GPU machine has neither yaml nor kubernetes)."""
+    blocked = tmp_path / "blocked"
+    for name in names:
+        (blocked / name).mkdir(parents=True)
+        (blocked / name / "__init__.py").write_text(f"raise ImportError('{name} is not installed here')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(blocked), os.environ.get("PYTHONPATH", "")])}
+
+
 def test_cpu_smoke_run_writes_the_report_object(tmp_path: Path) -> None:
+    """End to end, with the Kubernetes client and pyyaml unimportable: a local run needs neither."""
     pytest.importorskip("torch")
-    proc = cli("--cpu", "--json", "r.json", cwd=tmp_path)
+    proc = cli("--cpu", "--json", "r.json", cwd=tmp_path, env=without_modules(tmp_path, "kubernetes", "yaml"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
     assert report.mode == "cpu-smoke" and report.passed and report.error is None
