@@ -26,7 +26,7 @@ def failed(cluster: Cluster, name: str, reason: str) -> dict:
     assert (succeeded["status"], succeeded["reason"]) == ("False", reason), succeeded
     assert status["summary"]["result"] == "Failed"
     assert status["completionTime"]
-    assert ("Warning", reason) in {(t, r) for t, r, _ in cluster.events(name)}
+    assert cluster.wait_event(name, reason)[0] == "Warning"
     return succeeded
 
 

@@ -39,10 +39,11 @@ def start_and_run(cluster: Cluster, name: str, backend: str, nodes: tuple[str, .
         pod = f"{job_name}-worker-{i}"
         cluster.create_pod(pod, {LABEL_TEST: name, LABEL_GEN: "1"}, node=node)
         cluster.set_pod_status(pod, {"phase": "Running"})
-    status = cluster.wait_phase(name, "Running")
-    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    cluster.wait_phase(name, "Running")
+    running = cluster.wait(lambda: (c := cluster.condition(name, "Running")) and f"pods: {len(nodes)} Running"
+                           in c["message"] and c, "the Running condition to count the pods")
     assert running["status"] == "True"
-    assert f"{len(nodes)} Running" in running["message"]
+    assert running["message"] == f"{backend} {job_name} is Running; pods: {len(nodes)} Running"
     return job_name
 
 
@@ -74,6 +75,7 @@ def test_run_passes(cluster: Cluster, backend: str):
     assert cluster.job(backend, job_name) is not None
     cluster.wait(lambda: not cluster.exists(cluster.service_account_path("accept-workload")),
                  "the workload ServiceAccount to be removed")
+    assert cluster.wait_event("accept", "ChecksPassed")[0] == "Normal"  # events are posted asynchronously
     reasons = [reason for _, reason, _ in cluster.events("accept")]
     assert {"RunStarted", "Running", "ChecksPassed"} <= set(reasons)
     # kopf keeps its state under our prefix: our finalizer, our annotations, nothing of kopf.zalando.org.
@@ -99,4 +101,4 @@ def test_run_fails_on_the_report(cluster: Cluster, backend: str):
     assert "nodes to blame: node-b" in succeeded["message"]
     (row,) = cluster.kubectl_table()
     assert (row["PHASE"], row["RESULT"], row["BUS BW"]) == ("Failed", "Failed", "371.5")
-    assert ("Warning", "ChecksFailed") in {(t, r) for t, r, _ in cluster.events("accept")}
+    assert cluster.wait_event("accept", "ChecksFailed")[0] == "Warning"

@@ -76,8 +76,9 @@ def test_spec_change_stops_the_old_run_and_starts_a_new_one(view: Cluster):
     job = view.job("PyTorchJob", "run-g2")
     assert job["metadata"]["labels"]["gpu-acceptance.io/generation"] == "2"
     assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 1
-    started = [m for _, r, m in view.events("run") if r == "RunStarted"]
-    assert any("generation 2" in m and "stopped the previous run (PyTorchJob run-g1)" in m for m in started)
+    started = view.wait(lambda: [m for _, r, m in view.events("run") if r == "RunStarted" and "generation 2" in m],
+                        "the generation-2 RunStarted event")
+    assert "stopped the previous run (PyTorchJob run-g1)" in started[0]
 
     # A report of the old run does not decide the new one.
     view.write_report("run", report(1))
