@@ -23,8 +23,16 @@ def test_metrics_after_a_pass_and_a_failure(cluster: Cluster, operator: Operator
     cluster.write_report("bad", report(1, nodes=("m-3", "m-4"), failed_node="m-4", busbw=210.0))
     cluster.wait_phase("good", "Succeeded")
     cluster.wait_phase("bad", "Failed")
-    m = cluster.wait(lambda: (s := operator.samples()) and get(s, "gpu_acceptance_runs_total", result="failed") == 1
-                     and s, "the failed run to be counted")
+    def recorded() -> dict | None:
+        # Metrics are recorded just after the verdict is written: wait for the last ones of both runs.
+        s = operator.samples()
+        done = (get(s, "gpu_acceptance_runs_total", result="failed") == 1
+                and get(s, "gpu_acceptance_runs_total", result="passed") == 1
+                and get(s, "gpu_acceptance_node_passed", node="m-1") is not None
+                and get(s, "gpu_acceptance_node_passed", node="m-4") is not None)
+        return s if done else None
+
+    m = cluster.wait(recorded, "both runs to be counted")
 
     assert get(m, "gpu_acceptance_runs_total", result="passed") == 1
     assert get(m, "gpu_acceptance_test_phase", namespace=ns, name="good", phase="Succeeded") == 1
