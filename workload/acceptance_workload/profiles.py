@@ -15,6 +15,7 @@ from typing import Literal, TypeVar
 
 from acceptance_workload.checks import (
     ChecksSpec,
+    DdpCheck,
     DdpModel,
     DdpThresholds,
     NcclThresholds,
@@ -100,11 +101,21 @@ def _overlay(defaults: M, overrides: M) -> M:
     return defaults.model_copy(update=overrides.model_dump(exclude_none=True))
 
 
+def _default_ddp_workload(ddp: DdpCheck) -> bool:
+    default = DdpCheck(model=ddp.model)
+    return ddp.effective_batch_size() == default.effective_batch_size() and (
+        ddp.model != "gpt" or ddp.seq_len == default.seq_len
+    )
+
+
 def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int) -> ChecksSpec:
     """The checks with every threshold the spec left unset taken from the profile."""
     p = PROFILES[profile]
     nccl_defaults = p.nccl_multi_node if nodes > 1 else p.nccl_single_node
     ddp_defaults = p.ddp.get(checks.ddp.model, DdpThresholds())
+    if not _default_ddp_workload(checks.ddp):
+        # The profile's throughput floor was measured on the default model shape only.
+        ddp_defaults = ddp_defaults.model_copy(update={"min_throughput_per_gpu": None})
     return checks.model_copy(
         update={
             "preflight": checks.preflight.model_copy(

@@ -1,0 +1,56 @@
+"""Profile resolution: the spec wins field by field, the right NCCL table per node count, DDP floors only where valid."""
+
+from __future__ import annotations
+
+import pytest
+from acceptance_workload.checks import ChecksSpec
+from acceptance_workload.profiles import PROFILE_NAMES, PROFILES, resolve_checks
+
+
+def test_spec_threshold_wins_and_the_rest_come_from_the_profile():
+    checks = ChecksSpec.model_validate({"nccl": {"thresholds": {"allReduceBusbwGBps": 100}}})
+    resolved = resolve_checks(checks, "h100-sxm", 1).nccl.thresholds
+    assert resolved.all_reduce_busbw_gbps == 100
+    assert resolved.all_gather_busbw_gbps == PROFILES["h100-sxm"].nccl_single_node.all_gather_busbw_gbps
+    assert resolved.reference_bytes == "1Gi"
+
+
+def test_multi_node_tests_take_the_network_table():
+    a100 = PROFILES["a100-sxm"]
+    assert a100.nccl_multi_node.all_reduce_busbw_gbps != a100.nccl_single_node.all_reduce_busbw_gbps
+    one = resolve_checks(ChecksSpec(), "a100-sxm", 1).nccl.thresholds
+    two = resolve_checks(ChecksSpec(), "a100-sxm", 2).nccl.thresholds
+    assert one.all_reduce_busbw_gbps == a100.nccl_single_node.all_reduce_busbw_gbps
+    assert two.all_reduce_busbw_gbps == a100.nccl_multi_node.all_reduce_busbw_gbps
+    assert two.node_all_reduce_busbw_gbps == a100.nccl_single_node.all_reduce_busbw_gbps
+
+
+def test_custom_profile_sets_nothing():
+    resolved = resolve_checks(ChecksSpec(), "custom", 4)
+    assert resolved.nccl.thresholds.model_dump(exclude_none=True) == {}
+    assert resolved.preflight.thresholds.model_dump(exclude_none=True) == {}
+    assert resolved.ddp.thresholds.model_dump(exclude_none=True) == {}
+
+
+@pytest.mark.parametrize("model", ["gpt", "resnet50"])
+def test_ddp_floor_applies_to_the_default_model_shape_only(model: str):
+    default = resolve_checks(ChecksSpec.model_validate({"ddp": {"model": model}}), "h200-sxm", 1)
+    assert default.ddp.thresholds.min_throughput_per_gpu == PROFILES["h200-sxm"].ddp[model].min_throughput_per_gpu
+    smaller = resolve_checks(ChecksSpec.model_validate({"ddp": {"model": model, "batchSize": 2}}), "h200-sxm", 1)
+    assert smaller.ddp.thresholds.min_throughput_per_gpu is None
+    # the shape-independent thresholds still apply
+    assert smaller.ddp.thresholds.min_scaling_efficiency == 0.9
+
+
+def test_ddp_floor_dropped_for_another_sequence_length_but_an_explicit_one_kept():
+    longer = resolve_checks(ChecksSpec.model_validate({"ddp": {"seqLen": 2048}}), "h100-sxm", 1)
+    assert longer.ddp.thresholds.min_throughput_per_gpu is None
+    explicit = ChecksSpec.model_validate({"ddp": {"seqLen": 2048, "thresholds": {"minThroughputPerGpu": 5}}})
+    assert resolve_checks(explicit, "h100-sxm", 1).ddp.thresholds.min_throughput_per_gpu == 5
+
+
+@pytest.mark.parametrize("name", [n for n in PROFILE_NAMES if n != "custom"])
+def test_every_gpu_profile_names_its_gpu_and_judges_all_reduce(name: str):
+    p = PROFILES[name]
+    assert p.preflight.gpu_model
+    assert p.nccl_single_node.all_reduce_busbw_gbps and p.nccl_multi_node.all_reduce_busbw_gbps
