@@ -7,14 +7,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import CheckResult, NcclSweep, Report
 
 from tests.workload.multiproc import collect, free_port, rank_env, run_workers, start
-
-pytest.importorskip("torch")
 
 
 def _root(ranks) -> dict:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import pytest
-
-torch = pytest.importorskip("torch")
-
-from acceptance_workload.nccl import count_wrong, expected_chunk, fill  # noqa: E402
+import torch
+from acceptance_workload.nccl import count_wrong, expected_chunk, fill
 
 
 def _inputs(n: int, elems: int) -> list:

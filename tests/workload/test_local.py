@@ -32,7 +32,6 @@ def without_modules(tmp_path: Path, *names: str) -> dict[str, str]:
 
 def test_cpu_smoke_run_writes_the_report_object(tmp_path: Path) -> None:
     """End to end, with the Kubernetes client and pyyaml unimportable: a local run needs neither."""
-    pytest.importorskip("torch")
     proc = cli("--cpu", "--json", "r.json", cwd=tmp_path, env=without_modules(tmp_path, "kubernetes", "yaml"))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
@@ -54,7 +53,6 @@ def test_cpu_smoke_run_writes_the_report_object(tmp_path: Path) -> None:
 
 
 def test_without_gpus_a_gpu_run_is_refused_with_a_pointer_to_cpu(tmp_path: Path) -> None:
-    pytest.importorskip("torch")
     proc = cli("--quick", cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 2
     assert "no CUDA GPU is visible" in proc.stderr and "gpu-acceptance local --cpu" in proc.stderr

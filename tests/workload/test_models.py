@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-torch = pytest.importorskip("torch")
-
-from acceptance_workload import models  # noqa: E402
-from acceptance_workload.checks import DdpCheck  # noqa: E402
-from acceptance_workload.control import Control, Watchdog  # noqa: E402
-from acceptance_workload.ddp import train, workload_for  # noqa: E402
+import torch
+from acceptance_workload import models
+from acceptance_workload.checks import DdpCheck
+from acceptance_workload.control import Control, Watchdog
+from acceptance_workload.ddp import train, workload_for
 
 
 def test_resnet50_has_resnet50s_parameter_count() -> None:

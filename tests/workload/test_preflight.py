@@ -152,7 +152,6 @@ def test_versions_against_minimums() -> None:
 
 
 def test_preflight_without_gpus_fails_closed_with_a_clear_message() -> None:
-    pytest.importorskip("torch")
     config = WorkloadConfig.build(checks=WorkloadConfig().checks, profile="h100-sxm", nodes=1, gpus_per_node=8)
     out = local_preflight(config, "cpu-box", 0, None, None)
     failed = {r.name: r for r in out.failures()}

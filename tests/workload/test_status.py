@@ -18,10 +18,10 @@ from acceptance_workload.status import (
     patch_report,
     write_termination_log,
 )
+from kubernetes.client.exceptions import ApiException
 
 from tests.workload.multiproc import REPO
 
-ApiException = pytest.importorskip("kubernetes.client.exceptions").ApiException
 AT_CRD = REPO / "crds" / "acceptancetest.yaml"
 AT_PATH = "/apis/gpu-acceptance.io/v1alpha1/namespaces/{ns}/acceptancetests"
 REF = TestRef(name="t", namespace="ns", generation=2)
@@ -151,7 +151,6 @@ def test_the_per_test_account_writes_its_own_report_and_nothing_else(apiserver, 
 
 def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespace, own_test, tmp_path) -> None:
     """`python -m acceptance_workload` (one CPU rank) with the SA's kubeconfig, as rank 0 runs in a pod."""
-    pytest.importorskip("torch")
     obj, kubeconfig = own_test
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
     checks.preflight.enabled = checks.ddp.enabled = False

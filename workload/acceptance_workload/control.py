@@ -131,33 +131,32 @@ class Control:
             self.store.set(f"error/{self.rank}", message[:2000])
             self.store.add("errors", 1)
 
-    def set_final(self, code: int) -> None:
-        self.store.set("final", str(code))
-
-    def finish(self, code: int, wait: float = 10.0, absent: int = 0) -> int:
+    def finish(self, code: int, wait: float = 10.0, absent: int = 0, via: Any = None) -> int:
         """End of the run: rank 0 announces the exit code and waits (bounded) for the others to read it.
 
         Other ranks wait for the code and exit with it, so every process of the
         job agrees and none is torn down while rank 0 is still writing the report
         (which may take the status writer's whole retry budget). `absent`: ranks
-        rank 0 already knows are gone, whose acknowledgement it does not wait for.
+        rank 0 already knows are gone, whose acknowledgement it does not wait for. `via`: another
+        connection to the store, for a thread other than the (possibly blocked) main one.
         """
+        store = self.store if via is None else via
         if self.rank == 0:
-            self.set_final(code)
+            store.set("final", str(code))
             deadline = time.monotonic() + wait
             expected = self.world_size - 1 - absent
             while time.monotonic() < deadline and expected > 0:
                 try:
-                    if self.store.add("done", 0) >= expected:
+                    if store.add("done", 0) >= expected:
                         break
                 except Exception:
                     break
                 time.sleep(0.1)
             return code
         try:
-            self.store.wait(["final"], timedelta(seconds=max(wait, self.timeout, FINAL_WAIT_SECONDS)))
-            final = int(self.store.get("final"))
-            self.store.add("done", 1)
+            store.wait(["final"], timedelta(seconds=max(wait, self.timeout, FINAL_WAIT_SECONDS)))
+            final = int(store.get("final"))
+            store.add("done", 1)
             return final
         except Exception:
             return code

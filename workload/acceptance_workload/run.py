@@ -101,13 +101,14 @@ class Runner:
             if self.report.error is None:
                 self.report.error = message
             code = self.deliver()
-            if self.session is not None:
-                self.session.control.finish(code)
+            if self.session is not None and self.blamer is not None:
+                self.session.control.finish(code, via=self.blamer.store)
             hard_exit(code)
         print(f"gpu-acceptance: {self.env.describe()}: {message}", file=sys.stderr, flush=True)
         code = EXIT_ERROR
-        if self.session is not None:
-            code = self.session.control.finish(EXIT_ERROR)
+        if self.session is not None and self.blamer is not None:
+            # The watchdog's own connection: the main thread may be blocked inside the shared one.
+            code = self.session.control.finish(EXIT_ERROR, via=self.blamer.store)
         hard_exit(code)
 
     def _on_final(self, code: int) -> None:
