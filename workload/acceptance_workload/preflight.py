@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -412,18 +412,22 @@ def _num(x: int | float | None) -> float | None:
     return None if x is None else float(x)
 
 
-def exercise_gpu(device: Any) -> None:
-    """A short load (host-to-device copies and a matmul) so NVML reports the working PCIe link, not the idle one."""
+@contextlib.contextmanager
+def gpu_under_load(device: Any) -> Iterator[None]:
+    """Keep host-to-device copies and matmuls in flight while NVML is read, so the PCIe link reports its
+    working generation and width rather than its idle power-saving state."""
     import torch
 
     host = torch.empty(32 << 20, dtype=torch.uint8, pin_memory=True)
     dev = torch.empty(host.shape, dtype=torch.uint8, device=device)
     a = torch.randn(2048, 2048, device=device)
-    for _ in range(8):
+    for _ in range(200):  # ~6 GiB of copies: a few hundred ms at PCIe gen5 speed
         dev.copy_(host, non_blocking=True)
         a = (a @ a).clamp_(-1, 1)
-        dev.copy_(host, non_blocking=True)
-    torch.cuda.synchronize(device)
+    try:
+        yield
+    finally:
+        torch.cuda.synchronize(device)
 
 
 def own_gpu_handle(nvml: Any, device_index: int) -> Any:
@@ -487,11 +491,11 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
     try:
         nvml = nvml_init()
         if getattr(device, "type", None) == "cuda":
-            exercise_gpu(device)
             handle = own_gpu_handle(nvml, device.index)
+            with gpu_under_load(device):
+                snap = snapshot_gpu(nvml, handle, local_rank)
         else:
-            handle = nvml.nvmlDeviceGetHandleByIndex(local_rank)
-        snap = snapshot_gpu(nvml, handle, local_rank)
+            snap = snapshot_gpu(nvml, nvml.nvmlDeviceGetHandleByIndex(local_rank), local_rank)
     except Exception as e:
         out.results.append(_result("gpu_health", None, 1.0, "ge", node=node, gpu=local_rank,
                                    message=f"GPU {local_rank} on node {node} could not be inspected through NVML: "
