@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.profiles import PROFILE_NAMES, PROFILES, resolve_checks
+from acceptance_workload.profiles import PROFILE_NAMES, PROFILES, profile_for_gpu, resolve_checks
 
 
 def test_spec_threshold_wins_and_the_rest_come_from_the_profile():
@@ -54,3 +54,19 @@ def test_every_gpu_profile_names_its_gpu_and_judges_all_reduce(name: str):
     p = PROFILES[name]
     assert p.preflight.gpu_model
     assert p.nccl_single_node.all_reduce_busbw_gbps and p.nccl_multi_node.all_reduce_busbw_gbps
+
+
+@pytest.mark.parametrize(
+    ("gpu", "profile"),
+    [
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA H200", "h200-sxm"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm"),
+        ("NVIDIA H100 PCIe", None),
+        ("NVIDIA H100 NVL", None),
+        ("NVIDIA L40S", None),
+    ],
+)
+def test_profile_detected_from_the_gpu_name(gpu: str, profile: str | None):
+    assert profile_for_gpu(gpu) == profile

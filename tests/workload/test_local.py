@@ -106,3 +106,15 @@ def test_cpu_smoke_checks_drop_every_threshold() -> None:
     assert parse_bytes(smoke.nccl.max_bytes) == 1 << 20 and smoke.nccl.sizes()[-1] == 1 << 20
     quick = quick_checks(resolved).nccl.sizes()
     assert quick[-1] == 1 << 30 and quick[0] == 16 and len(quick) == 14  # the 1 GiB reference size is measured
+
+
+def test_without_a_profile_the_gpus_own_profile_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    config = build_config(_args(), 2)
+    assert config.profile == "h200-sxm" and config.checks.preflight.thresholds.gpu_model == "H200"
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA L40S")
+    unknown = build_config(_args(), 2)
+    assert unknown.profile == "custom" and unknown.checks.nccl.thresholds.all_reduce_busbw_gbps is None
+    assert build_config(_args(profile="a100-sxm"), 2).profile == "a100-sxm"  # an explicit profile wins

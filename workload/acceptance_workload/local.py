@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.launch import free_port
-from acceptance_workload.profiles import PROFILE_NAMES, ProfileName
+from acceptance_workload.profiles import PROFILE_NAMES, ProfileName, profile_for_gpu
 from acceptance_workload.render import CPU_BANNER
 from acceptance_workload.wire import parse_bytes
 
@@ -111,7 +111,7 @@ def quick_checks(checks: ChecksSpec) -> ChecksSpec:
 def build_config(args: argparse.Namespace, processes: int) -> WorkloadConfig:
     manifest = read_manifest(args.file) if args.file else {}
     checks: ChecksSpec = manifest.get("checks") or ChecksSpec()
-    profile: ProfileName = args.profile or manifest.get("profile") or "h100-sxm"
+    profile: ProfileName = args.profile or manifest.get("profile") or detected_profile(args.cpu)
     if profile not in PROFILE_NAMES:
         raise ManifestError(f"--profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
     if checks.nccl.require_transport in ("IB", "IB_GDR", "SOCKET"):
@@ -127,6 +127,22 @@ def build_config(args: argparse.Namespace, processes: int) -> WorkloadConfig:
     return WorkloadConfig.build(checks=checks, profile=profile, nodes=1, gpus_per_node=processes,
                                 fabric=manifest.get("fabric", "infiniband"),
                                 gpu_direct_rdma=manifest.get("gpu_direct_rdma", True), report_file=report_file)
+
+
+def detected_profile(cpu: bool) -> ProfileName:
+    """The profile of the GPUs here, so a bare `gpu-acceptance local` judges them by their own limits."""
+    if cpu:
+        return "custom"
+    import torch
+
+    name = torch.cuda.get_device_name(0)
+    profile = profile_for_gpu(name)
+    if profile is None:
+        print(f"note: no profile for {name}; judging with profile custom (only correctness and checks without "
+              "thresholds); pass --profile or -f MANIFEST to set thresholds", file=sys.stderr)
+        return "custom"
+    print(f"note: profile {profile} detected from {name}", file=sys.stderr)
+    return profile
 
 
 def visible_gpus() -> int:

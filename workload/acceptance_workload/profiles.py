@@ -96,6 +96,17 @@ PROFILES: dict[ProfileName, Profile] = {
 M = TypeVar("M", bound=WireModel)
 
 
+def profile_for_gpu(gpu_name: str) -> ProfileName | None:
+    """The profile whose GPU this is (NVML/CUDA name), or None: PCIe and NVL parts have other links and limits."""
+    name = gpu_name.upper()
+    if "PCIE" in name or " NVL" in name:
+        return None
+    for marker, profile in (("H200", "h200-sxm"), ("H100", "h100-sxm"), ("B200", "b200"), ("A100", "a100-sxm")):
+        if marker in name:
+            return profile
+    return None
+
+
 def _overlay(defaults: M, overrides: M) -> M:
     """Profile defaults with every field the spec set replacing the default."""
     return defaults.model_copy(update=overrides.model_dump(exclude_none=True))
