@@ -286,7 +286,9 @@ def test_workload_config_resolves_thresholds_from_the_profile_and_keeps_override
     assert (config.fabric, config.gpu_direct_rdma) == ("roce", False)
     nccl = config.checks.nccl.thresholds
     assert nccl.all_reduce_busbw_gbps == 123  # the spec's override
-    assert nccl.all_gather_busbw_gbps == 153  # a100-sxm multi-node default (170 x 0.9)
+    assert nccl.all_gather_busbw_gbps is None  # profile busbw floors describe 8 GPUs a node, not 4
+    eight = build_workload_config(make({"nodes": 2, "profile": "a100-sxm"})).checks.nccl.thresholds
+    assert eight.all_gather_busbw_gbps == 153  # a100-sxm multi-node default (170 x 0.9)
     assert config.checks.preflight.thresholds.gpu_model == "A100"
     assert config.required_transport() == "IB"  # roce without GPUDirect RDMA
     # What travels in the env is exactly this config.

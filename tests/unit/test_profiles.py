@@ -70,3 +70,21 @@ def test_every_gpu_profile_names_its_gpu_and_judges_all_reduce(name: str):
 )
 def test_profile_detected_from_the_gpu_name(gpu: str, profile: str | None):
     assert profile_for_gpu(gpu) == profile
+
+
+def test_busbw_floors_are_for_eight_gpus_a_node_only():
+    eight = resolve_checks(ChecksSpec(), "h200-sxm", 1, 8).nccl.thresholds
+    assert eight.all_gather_busbw_gbps == PROFILES["h200-sxm"].nccl_single_node.all_gather_busbw_gbps
+    two = resolve_checks(ChecksSpec(), "h200-sxm", 1, 2).nccl.thresholds
+    assert two.all_reduce_busbw_gbps is None and two.all_gather_busbw_gbps is None
+    assert two.node_all_reduce_busbw_gbps is None and two.reference_bytes == "1Gi"
+    explicit = ChecksSpec.model_validate({"nccl": {"thresholds": {"allReduceBusbwGBps": 300}}})
+    assert resolve_checks(explicit, "h200-sxm", 2, 4).nccl.thresholds.all_reduce_busbw_gbps == 300
+
+
+def test_workload_config_passes_its_gpu_count_to_the_profile():
+    from acceptance_workload.config import WorkloadConfig
+
+    config = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=1, gpus_per_node=4)
+    assert config.checks.nccl.thresholds.all_reduce_busbw_gbps is None
+    assert config.checks.ddp.thresholds.min_throughput_per_gpu == PROFILES["h100-sxm"].ddp["gpt"].min_throughput_per_gpu

@@ -45,7 +45,8 @@ class WorkloadConfig(WireModel):
     @classmethod
     def build(cls, *, checks: ChecksSpec, profile: ProfileName, nodes: int, **facts: object) -> WorkloadConfig:
         """A config whose thresholds are the profile's, overridden by what the spec set."""
-        return cls(checks=resolve_checks(checks, profile, nodes), profile=profile, nodes=nodes, **facts)
+        gpus = int(facts.get("gpus_per_node", cls.model_fields["gpus_per_node"].default))
+        return cls(checks=resolve_checks(checks, profile, nodes, gpus), profile=profile, nodes=nodes, **facts)
 
     def required_transport(self) -> Transport | None:
         """The inter-node transport a run must show: explicit, or implied by the fabric."""

@@ -119,10 +119,21 @@ def _default_ddp_workload(ddp: DdpCheck) -> bool:
     )
 
 
-def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int) -> ChecksSpec:
-    """The checks with every threshold the spec left unset taken from the profile."""
+PROFILE_GPUS_PER_NODE = 8
+
+
+def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
+                   gpus_per_node: int = PROFILE_GPUS_PER_NODE) -> ChecksSpec:
+    """The checks with every threshold the spec left unset taken from the profile.
+
+    The profiles' busbw floors describe 8 GPUs a node: busbw depends on the GPU
+    count (all_gather's factor is (n-1)/n), so with another count they are
+    reported but not judged, unless the spec sets them.
+    """
     p = PROFILES[profile]
     nccl_defaults = p.nccl_multi_node if nodes > 1 else p.nccl_single_node
+    if gpus_per_node != PROFILE_GPUS_PER_NODE:
+        nccl_defaults = NcclThresholds(reference_bytes=nccl_defaults.reference_bytes)
     ddp_defaults = p.ddp.get(checks.ddp.model, DdpThresholds())
     if not _default_ddp_workload(checks.ddp):
         # The profile's throughput floor was measured on the default model shape only.
