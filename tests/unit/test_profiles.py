@@ -1,4 +1,4 @@
-"""Profile resolution: the spec wins field by field, the right NCCL table per node count, DDP floors only where valid."""
+"""Profile resolution: the spec wins field by field, the NCCL table fits the test, DDP floors only where valid."""
 
 from __future__ import annotations
 
