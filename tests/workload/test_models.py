@@ -48,3 +48,14 @@ def test_training_on_the_synthetic_batch_lowers_the_loss(model: str) -> None:
     assert sum(phase.losses[-2:]) < sum(phase.losses[:2])
     assert wl.unit == ("tokens/s" if model == "gpt" else "images/s")
     assert wl.items_per_step == (4 * 64 if model == "gpt" else 4)
+
+
+def test_throughput_is_taken_at_the_median_step_so_one_stall_does_not_decide() -> None:
+    from acceptance_workload.ddp import Phase
+
+    steady = Phase(step_seconds=[0.1] * 9)
+    one_stall = Phase(step_seconds=[0.1] * 8 + [2.0])
+    always_slow = Phase(step_seconds=[0.2] * 9)
+    assert steady.throughput(100) == one_stall.throughput(100) == 1000
+    assert always_slow.throughput(100) == 500
+    assert one_stall.seconds > steady.seconds

@@ -74,9 +74,21 @@ def workload_for(check: DdpCheck, mode: str) -> Workload:
 
 @dataclass
 class Phase:
-    seconds: float
-    steps: int
+    step_seconds: list[float]
     losses: list[float] = field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.step_seconds)
+
+    def throughput(self, items_per_step: int) -> float:
+        """Items per second at the median step time.
+
+        The median, not the mean: one step stalled by something outside the
+        node (a shared host's hiccup) must not decide the verdict, while a GPU or
+        link that is slow on every step still shows in every step.
+        """
+        return items_per_step / statistics.median(self.step_seconds)
 
 
 def train(model: Any, wl: Workload, batch: Any, steps: int, warmup: int, device: Any, watchdog: Watchdog,
@@ -101,13 +113,14 @@ def train(model: Any, wl: Workload, batch: Any, steps: int, warmup: int, device:
             step()
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
     sync(device)
-    t0 = time.perf_counter()
+    times = []
     for i in range(steps):
         with watchdog.step(f"ddp {label} step {i}"):
+            t0 = time.perf_counter()
             step()
-    sync(device)
-    seconds = time.perf_counter() - t0
-    return Phase(seconds=seconds, steps=steps, losses=[float(x) for x in torch.stack(losses).float().cpu()])
+            sync(device)  # the step's kernels are done; DDP already waited for its all-reduce in backward
+            times.append(time.perf_counter() - t0)
+    return Phase(step_seconds=times, losses=[float(x) for x in torch.stack(losses).float().cpu()])
 
 
 def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
@@ -131,7 +144,7 @@ def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    baseline = wl.items_per_step * base.steps / base.seconds
+    baseline = base.throughput(wl.items_per_step)
     if progress and session.is_root:
         progress(f"ddp {wl.name}: one-GPU baseline {baseline:,.0f} {wl.unit} on rank 0")
 
@@ -145,7 +158,7 @@ def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     del model
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    mine = {"baseline": baseline, "ddp": wl.items_per_step * run.steps / run.seconds, "losses": run.losses}
+    mine = {"baseline": baseline, "ddp": run.throughput(wl.items_per_step), "losses": run.losses}
     gathered = session.control.gather("ddp", mine)
     if gathered is None:
         return None
