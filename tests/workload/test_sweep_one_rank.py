@@ -65,3 +65,11 @@ def test_operation_not_supported_from_nccl_is_a_fault_not_a_skip(one_rank_group:
                          ops=_raising("NCCL error: unhandled system error, Last error: ibv_reg_mr: "
                                       "Operation not supported"))
 
+
+def test_a_rank_with_no_size_to_measure_still_joins_the_probe_exchange(one_rank_group: Group) -> None:
+    """Per-node groups differ in size: a node where no size holds one element per rank must not skip the
+    exchange the other nodes wait in (every rank makes the same control calls, in the same order)."""
+    wd = _Watchdog()
+    check = NcclCheck.model_validate({"minBytes": 1, "maxBytes": 2, "warmupIters": 0, "iters": 1})
+    out = sweep_collective("all_gather", check, one_rank_group, torch.device("cpu"), wd)
+    assert out.skipped and wd.control.calls == ["probe job all_gather"]

@@ -256,6 +256,8 @@ def sweep_collective(
     plan = [(size, lay) for size in check.sizes() if (lay := layout(collective, size, n, elem)) is not None]
     if not plan:
         out.skipped = f"no size up to {format_bytes(parse_bytes(check.max_bytes))} holds one element per rank"
+        # Still take part in the probe's exchange: a node with fewer GPUs may have sizes to measure and wait in it.
+        watchdog.control.allgather(f"probe {where} {collective}", out.skipped)
         return out
     largest = max(plan, key=lambda p: p[1].recv)[1]
     send_all = torch.empty(max(lay.send for _, lay in plan), dtype=dtype, device=device)
