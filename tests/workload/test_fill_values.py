@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from acceptance_workload.nccl import count_wrong, expected_chunk, fill
+from acceptance_workload.nccl import count_wrong, expected_chunk, fill, period
 
 
-def _inputs(n: int, elems: int) -> list:
+def _inputs(n: int, elems: int, collective: str = "all_reduce") -> list:
     bufs = []
     for r in range(n):
         b = torch.empty(elems, dtype=torch.float32)
-        fill(torch, b, r)
+        fill(torch, b, r, period(collective))
         bufs.append(b)
     return bufs
 
@@ -19,16 +19,16 @@ def _inputs(n: int, elems: int) -> list:
 def _simulate(collective: str, n: int, count: int) -> list:
     """What every rank's receive buffer must hold, computed the slow way from the filled inputs."""
     if collective in ("all_reduce", "broadcast", "sendrecv"):
-        ins = _inputs(n, count)
+        ins = _inputs(n, count, collective)
         if collective == "all_reduce":
             return [sum(ins)] * n
         if collective == "broadcast":
             return [ins[0]] * n
         return [ins[(r - 1) % n] for r in range(n)]
     if collective == "all_gather":
-        ins = _inputs(n, count)
+        ins = _inputs(n, count, collective)
         return [torch.cat(ins)] * n
-    ins = _inputs(n, count * n)
+    ins = _inputs(n, count * n, collective)
     if collective == "reduce_scatter":
         total = sum(ins)
         return [total[r * count:(r + 1) * count] for r in range(n)]
@@ -74,3 +74,10 @@ def test_bfloat16_sums_beyond_exact_range_pass_within_tolerance() -> None:
     assert count_wrong(torch, "all_reduce", rounded, 0, n, 16, 0, tolerance("bfloat16", n)) == 0
     rounded[0] = rounded[0] * 2
     assert count_wrong(torch, "all_reduce", rounded, 0, n, 16, 0, tolerance("bfloat16", n)) == 1
+
+
+def test_all_gather_on_eight_ranks_sees_blocks_of_ranks_four_apart_swapped() -> None:
+    count = 8
+    out = _simulate("all_gather", 8, count)[0].clone()
+    out[0:count], out[4 * count:5 * count] = out[4 * count:5 * count].clone(), out[0:count].clone()
+    assert count_wrong(torch, "all_gather", out, 0, 8, count, 0, 0.0) == 2 * count

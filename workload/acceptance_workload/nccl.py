@@ -75,12 +75,20 @@ def layout(collective: Collective, size_bytes: int, n: int, elem_size: int) -> L
 
 
 # ----------------------------------------------------------------------------- fill values and expectations
-# Rank r's element j holds f(r, j) = (r + j) % 4 + 1: small integers, exact in every dtype,
-# different on every rank and position, so a misplaced or dropped block shows up.
+# Rank r's element j holds f(r, j) = (r + j) % P + 1: small integers, exact in every dtype.
+# P = 4 for the reductions, so sums over many ranks stay small and exact; P = 251 for the
+# collectives that only move data, so every rank's block differs (up to 251 ranks) and a
+# misplaced or dropped block shows up (with P = 4, ranks r and r + 4 would hold the same data).
+REDUCE_PERIOD = 4
+MOVE_PERIOD = 251  # the largest prime whose values are all exact integers in bfloat16
 
 
-def fill_value(torch_mod: Any, rank: Any, index: torch.Tensor) -> torch.Tensor:
-    return (index + rank).remainder_(4).add_(1)
+def period(collective: Collective) -> int:
+    return REDUCE_PERIOD if collective in ("all_reduce", "reduce_scatter") else MOVE_PERIOD
+
+
+def fill_value(torch_mod: Any, rank: Any, index: torch.Tensor, p: int = REDUCE_PERIOD) -> torch.Tensor:
+    return (index + rank).remainder_(p).add_(1)
 
 
 def sum_over_ranks(torch_mod: Any, n: int, index: torch.Tensor) -> torch.Tensor:
@@ -99,14 +107,15 @@ def expected_chunk(torch_mod: Any, collective: Collective, grank: int, n: int, c
         return sum_over_ranks(torch_mod, n, index)
     if collective == "reduce_scatter":
         return sum_over_ranks(torch_mod, n, index + grank * count)
+    p = period(collective)
     if collective == "all_gather":
-        return fill_value(torch_mod, index // count, index % count)
+        return fill_value(torch_mod, index // count, index % count, p)
     if collective == "alltoall":
-        return fill_value(torch_mod, index // count, index % count + grank * count)
+        return fill_value(torch_mod, index // count, index % count + grank * count, p)
     if collective == "broadcast":
-        return fill_value(torch_mod, root, index)
+        return fill_value(torch_mod, root, index, p)
     if collective == "sendrecv":
-        return fill_value(torch_mod, (grank - 1) % n, index)
+        return fill_value(torch_mod, (grank - 1) % n, index, p)
     raise ValueError(f"unknown collective {collective}")
 
 
@@ -116,11 +125,11 @@ def tolerance(dtype_name: str, n: int) -> float:
     return eps * max(n - 1, 0)
 
 
-def fill(torch_mod: Any, buf: torch.Tensor, grank: int) -> None:
+def fill(torch_mod: Any, buf: torch.Tensor, grank: int, p: int = REDUCE_PERIOD) -> None:
     for start in range(0, buf.numel(), CHUNK_ELEMENTS):
         end = min(start + CHUNK_ELEMENTS, buf.numel())
         idx = torch_mod.arange(start, end, device=buf.device, dtype=torch_mod.int64)
-        buf[start:end] = fill_value(torch_mod, grank, idx).to(buf.dtype)
+        buf[start:end] = fill_value(torch_mod, grank, idx, p).to(buf.dtype)
 
 
 def count_wrong(torch_mod: Any, collective: Collective, out: torch.Tensor, grank: int, n: int, count: int,
@@ -269,7 +278,7 @@ def sweep_collective(
 
     with watchdog.step(f"nccl {where} {collective} probe"):
         s, r = buffers(plan[0][1])
-        fill(torch, s if s is not None else r, group.rank)
+        fill(torch, s if s is not None else r, group.rank, period(collective))
         try:
             op(s, r, group)
             _sync(torch, device)
@@ -290,10 +299,10 @@ def sweep_collective(
         label = f"nccl {where} {collective} {format_bytes(lay.size)}"
         with watchdog.step(label):
             s, r = buffers(lay)
-            fill(torch, s if s is not None else r, group.rank)
+            fill(torch, s if s is not None else r, group.rank, period(collective))
             seconds = _time_op(torch, lambda s=s, r=r: op(s, r, group), check, group, device, cuda_graph)
             # One more operation on freshly filled buffers, then every element is checked.
-            fill(torch, s if s is not None else r, group.rank)
+            fill(torch, s if s is not None else r, group.rank, period(collective))
             if s is not None:
                 r.fill_(float("nan"))
             op(s, r, group)
