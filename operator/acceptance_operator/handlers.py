@@ -251,14 +251,14 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
                   logger=logger)
         return
 
-    start, adopted = now, []
+    start, adopted = now, False
     for child in manifests.build_children(test):
         created_obj, created = k.create(child)
-        if not created:
-            adopted.append(f"{child['kind']} {child['metadata']['name']}")
-            if child["kind"] in BACKENDS:
-                # The job exists already (a restart between creating it and recording it): its run started then.
-                start = parse_time(created_obj.get("metadata", {}).get("creationTimestamp")) or now
+        if not created and child["kind"] in BACKENDS:
+            # The job exists already (a restart between creating it and recording it): its run started then.
+            # (An existing ServiceAccount, Role or RoleBinding is normal: every generation shares them.)
+            adopted = True
+            start = parse_time(created_obj.get("metadata", {}).get("creationTimestamp")) or now
     job_name = manifests.job_name(test)
     state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
     _write_status(k, obj, state, test, start_time=start, completion_time=None, summary=None, now=now)

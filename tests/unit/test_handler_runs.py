@@ -1,0 +1,77 @@
+"""reconcile() against an in-memory API: how a run starts, and the failure paths that must end it."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from acceptance_operator import handlers
+from kubernetes.client.exceptions import ApiException
+
+NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
+NS, NAME = "lab", "run"
+
+
+class FakeKube:
+    """The parts of Kube that reconcile() calls, over a dict of objects keyed by (kind, name)."""
+
+    def __init__(self, test: dict[str, Any], reject: dict[str, ApiException] | None = None) -> None:
+        self.test = test
+        self.objects: dict[tuple[str, str], dict[str, Any]] = {}
+        self.reject = reject or {}
+
+    def get_test(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return json.loads(json.dumps(self.test))
+
+    def patch_test_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        merged = {**self.test.get("status", {}), **status}
+        self.test["status"] = {k: v for k, v in merged.items() if v is not None}
+
+    def backend_problem(self, backend: str) -> str | None:
+        return None
+
+    def create(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        if obj["kind"] in self.reject:
+            raise self.reject[obj["kind"]]
+        key = (obj["kind"], obj["metadata"]["name"])
+        if key in self.objects:
+            return self.objects[key], False
+        self.objects[key] = obj
+        return obj, True
+
+    def delete(self, kind: str, namespace: str, name: str) -> bool:
+        return self.objects.pop((kind, name), None) is not None
+
+    def list_jobs(self, backend: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return [o for (kind, _), o in self.objects.items() if kind == backend]
+
+    def delete_job(self, backend: str, namespace: str, name: str) -> bool:
+        return self.delete(backend, namespace, name)
+
+
+def stored(generation: int, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None):
+    return {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+            "metadata": {"name": NAME, "namespace": NS, "uid": "u-1", "generation": generation},
+            "spec": spec or {}, "status": status or {}}
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    posted: list[tuple[str, str]] = []
+    monkeypatch.setattr(handlers.kopf, "info", lambda obj, reason, message: posted.append((reason, message)))
+    monkeypatch.setattr(handlers.kopf, "warn", lambda obj, reason, message: posted.append((reason, message)))
+    return posted
+
+
+def test_a_new_generation_creates_its_job_even_while_the_shared_rbac_exists(events):
+    k = FakeKube(stored(1))
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert ("PyTorchJob", "run-g1") in k.objects
+    k.test["metadata"]["generation"] = 2
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert ("PyTorchJob", "run-g2") in k.objects and ("PyTorchJob", "run-g1") not in k.objects
+    reason, message = events[-1]
+    assert reason == "RunStarted"
+    assert "PyTorchJob run-g2 created" in message, message  # the ServiceAccount etc. were reused, not the job
