@@ -247,7 +247,8 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
     problem = k.backend_problem(test.spec.backend)
     if problem:
         _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
-                                         f"{problem}; then apply the AcceptanceTest again"), now=now,
+                                         f"{problem}; then delete and re-create the AcceptanceTest, "
+                                         "or change its spec (a new generation is a new run)"), now=now,
                   logger=logger)
         return
 

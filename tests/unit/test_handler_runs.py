@@ -75,3 +75,13 @@ def test_a_new_generation_creates_its_job_even_while_the_shared_rbac_exists(even
     reason, message = events[-1]
     assert reason == "RunStarted"
     assert "PyTorchJob run-g2 created" in message, message  # the ServiceAccount etc. were reused, not the job
+
+
+def test_backend_not_installed_says_how_to_run_again(events, monkeypatch: pytest.MonkeyPatch):
+    k = FakeKube(stored(1))
+    monkeypatch.setattr(k, "backend_problem", lambda backend: "the PyTorchJob CRD is not installed")
+    handlers.reconcile(k, NS, NAME, NOW)
+    succeeded = next(c for c in k.test["status"]["conditions"] if c["type"] == "Succeeded")
+    assert succeeded["reason"] == "BackendNotInstalled"
+    # Applying the same manifest again changes nothing (no new generation): say what does start a run.
+    assert "delete and re-create" in succeeded["message"] and "change its spec" in succeeded["message"]
