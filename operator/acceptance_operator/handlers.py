@@ -210,8 +210,9 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         test = _effective(parse_test(obj))
     except ValidationError as e:
         lines = manifests.validation_messages(e, {"spec": obj.get("spec") or {}})
-        _stop_other_runs(k, _shell(namespace, name, generation), generation)
-        _conclude(k, obj, None, RunState("Failed", INVALID_SPEC, "; ".join(lines) + " (fix the spec and apply "
+        shell = _shell(namespace, name, generation)
+        _stop_other_runs(k, shell, generation)
+        _conclude(k, obj, shell, RunState("Failed", INVALID_SPEC, "; ".join(lines) + " (fix the spec and apply "
                   "it again)"), now=now, logger=logger)
         return
 
@@ -348,7 +349,7 @@ def _cleanup(k: Kube, obj: KubeDict, kind: str, name: str, logger: logging.Logge
 def _conclude(
     k: Kube,
     obj: KubeDict,
-    test: AcceptanceTest | None,
+    test: AcceptanceTest,
     state: RunState,
     *,
     now: datetime,
@@ -361,14 +362,13 @@ def _conclude(
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     status = obj.get("status") or {}
-    if test is not None:
-        if stop_job:
-            _cleanup(k, obj, test.spec.backend, manifests.job_name(test), logger)
-        # The workload's identity was only for writing this run's report.
-        for child in manifests.build_rbac(test):
-            _cleanup(k, obj, child["kind"], child["metadata"]["name"], logger)
+    if stop_job:
+        _cleanup(k, obj, test.spec.backend, manifests.job_name(test), logger)
+    # The workload's identity was only for writing this run's report.
+    for child in manifests.build_rbac(test):
+        _cleanup(k, obj, child["kind"], child["metadata"]["name"], logger)
     start = parse_time(status.get("startTime")) if status.get("observedGeneration") == meta.get("generation") \
-        and test is not None else None
+        else None
     summary = summary or Summary(result="Failed" if state.phase == "Failed" else "Passed")
     _write_status(k, obj, state, test, start_time=start or now, completion_time=now, summary=summary, now=now)
 
@@ -383,7 +383,7 @@ def _conclude(
     METRICS.record_run(state.phase == "Succeeded", (now - start).total_seconds() if start else None)
     if report is not None:
         METRICS.set_nodes(measured_nodes(report))
-        if test is not None and state.phase == "Failed":
+        if state.phase == "Failed":
             _act_on_nodes(k, obj, test, report)
 
 
@@ -430,7 +430,7 @@ def _write_status(
     k: Kube,
     obj: KubeDict,
     state: RunState,
-    test: AcceptanceTest | None,
+    test: AcceptanceTest,
     *,
     start_time: datetime | None,
     completion_time: datetime | None,
@@ -441,7 +441,7 @@ def _write_status(
     meta = obj["metadata"]
     status = obj.get("status") or {}
     generation = meta.get("generation") or 1
-    if test is not None and state.reason not in BEFORE_JOB:
+    if state.reason not in BEFORE_JOB:
         job_name = manifests.job_name(test)
         job: KubeDict | None = JobRef(api_version=BACKENDS_API_VERSION[test.spec.backend], kind=test.spec.backend,
                                       name=job_name).to_wire()

@@ -77,6 +77,17 @@ def test_a_new_generation_creates_its_job_even_while_the_shared_rbac_exists(even
     assert "PyTorchJob run-g2 created" in message, message  # the ServiceAccount etc. were reused, not the job
 
 
+def test_an_invalid_new_spec_stops_the_old_run_and_its_write_access(events):
+    k = FakeKube(stored(1))
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert ("ServiceAccount", "run-workload") in k.objects
+    k.test["metadata"]["generation"] = 2
+    k.test["spec"] = {"placement": {"nodeSelector": {"gpu": "not a label value"}}}
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert k.test["status"]["phase"] == "Failed"
+    assert not k.objects  # neither the gen-1 job nor the workload's ServiceAccount, Role, RoleBinding remain
+
+
 def test_backend_not_installed_says_how_to_run_again(events, monkeypatch: pytest.MonkeyPatch):
     k = FakeKube(stored(1))
     monkeypatch.setattr(k, "backend_problem", lambda backend: "the PyTorchJob CRD is not installed")
