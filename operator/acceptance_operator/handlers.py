@@ -15,6 +15,7 @@ Works under `gpu-acceptance operator` and under `kopf run -m acceptance_operator
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from datetime import datetime, timezone
@@ -255,7 +256,16 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
 
     start, adopted = now, False
     for child in manifests.build_children(test):
-        created_obj, created = k.create(child)
+        try:
+            created_obj, created = k.create(child)
+        except ApiException as e:
+            if e.status not in (400, 422):
+                raise
+            # The same object would be refused on every retry: end the run with the API server's words.
+            _conclude(k, obj, test, RunState("Failed", INVALID_SPEC, (
+                f"the API server rejected {child['kind']} {child['metadata']['name']}: {_api_message(e)} "
+                "(fix the spec and apply it again)")), now=now, logger=logger)
+            return
         if not created and child["kind"] in BACKENDS:
             # The job exists already (a restart between creating it and recording it): its run started then.
             # (An existing ServiceAccount, Role or RoleBinding is normal: every generation shares them.)
@@ -271,6 +281,14 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
     METRICS.set_phase(namespace, name, "Pending")
     METRICS.set_headline(namespace, name, None)
     logger.info("%s/%s: %s", namespace, name, message)
+
+
+def _api_message(e: ApiException) -> str:
+    """The message of the Status object an API error carries, else its HTTP reason."""
+    try:
+        return str(json.loads(e.body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return f"HTTP {e.status} {e.reason}"
 
 
 def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger) -> None:

@@ -77,6 +77,28 @@ def test_a_new_generation_creates_its_job_even_while_the_shared_rbac_exists(even
     assert "PyTorchJob run-g2 created" in message, message  # the ServiceAccount etc. were reused, not the job
 
 
+def test_a_job_the_api_server_rejects_ends_the_run_instead_of_retrying_forever(events):
+    body = json.dumps({"kind": "Status", "message": 'PyTorchJob.kubeflow.org "run-g1" is invalid: spec.x: bad'})
+    rejected = ApiException(status=422, reason="Unprocessable Entity")
+    rejected.body = body
+    k = FakeKube(stored(1), reject={"PyTorchJob": rejected})
+    handlers.reconcile(k, NS, NAME, NOW)
+    status = k.test["status"]
+    assert status["phase"] == "Failed" and status["observedGeneration"] == 1
+    succeeded = next(c for c in status["conditions"] if c["type"] == "Succeeded")
+    assert succeeded["reason"] == "InvalidSpec"
+    assert "spec.x: bad" in succeeded["message"]
+    assert not k.objects  # the run's ServiceAccount, Role and RoleBinding went with it
+    assert handlers.is_finished(k.test)
+
+
+def test_a_job_refused_for_a_passing_reason_is_retried(events):
+    k = FakeKube(stored(1), reject={"PyTorchJob": ApiException(status=503, reason="Service Unavailable")})
+    with pytest.raises(ApiException):
+        handlers.reconcile(k, NS, NAME, NOW)
+    assert not k.test["status"]
+
+
 def test_an_invalid_new_spec_stops_the_old_run_and_its_write_access(events):
     k = FakeKube(stored(1))
     handlers.reconcile(k, NS, NAME, NOW)
