@@ -111,8 +111,3 @@ def conditions_for(
     else:
         out = set_condition(out, SUCCEEDED, "Unknown", "InProgress", state.message, generation, now)
     return out
-
-
-def same_conditions(a: list[Condition], b: list[Condition]) -> bool:
-    """Equal as the API would store them (times compared to the second)."""
-    return [c.to_wire() for c in a] == [c.to_wire() for c in b]

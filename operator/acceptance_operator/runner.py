@@ -30,7 +30,6 @@ def run_operator(
         print(f"gpu-acceptance operator: {e}", file=sys.stderr)
         return 2
     handlers.SETTINGS.metrics_port = metrics_port
-    handlers.SETTINGS.namespaces = list(namespace or [])
     logging.getLogger("gpu_acceptance.operator").info(
         "starting: %s, metrics port %s, health port %s, node actions %s, unschedulable grace %ss",
         f"namespaces {', '.join(namespace)}" if namespace else "all namespaces",

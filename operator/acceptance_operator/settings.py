@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import kopf
 
@@ -64,7 +64,6 @@ class OperatorSettings:
     node_actions: bool = False
     default_image: str | None = None
     metrics_port: int = 8080
-    namespaces: list[str] = field(default_factory=list)
 
     @classmethod
     def from_env(cls) -> OperatorSettings:

@@ -15,7 +15,6 @@ from acceptance_operator.conditions import (
     RunState,
     conditions_for,
     find,
-    same_conditions,
     set_condition,
 )
 
@@ -93,11 +92,3 @@ def test_a_run_story_moves_each_condition_only_when_it_flips():
     assert find(done, RUNNING).last_transition_time == T2  # True -> False
     assert find(running, SUCCEEDED).last_transition_time == T0  # Unknown twice
     assert find(done, SUCCEEDED).last_transition_time == T2
-
-
-def test_same_conditions_ignores_nothing_but_is_equal_for_reapplied_state():
-    a = conditions_for(RunState("Running", "JobRunning", "r"), "job", [], 1, T0)
-    b = conditions_for(RunState("Running", "JobRunning", "r"), "job", a, 1, T1)
-    assert same_conditions(a, b)
-    c = conditions_for(RunState("Running", "JobRunning", "r2"), "job", a, 1, T1)
-    assert not same_conditions(a, c)
