@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from acceptance_workload.report import Report
+from acceptance_workload.report import CheckName, Report
 
 from acceptance_operator import diagnosis
 from acceptance_operator.api import Summary
@@ -60,6 +60,7 @@ class Observation:
     job: KubeDict | None
     pods: list[KubeDict]
     events: list[KubeDict]
+    enabled_checks: tuple[CheckName, ...] = ()
 
 
 def _failed(reason: str, message: str, *, stop_job: bool = False) -> Assessment:
@@ -68,7 +69,7 @@ def _failed(reason: str, message: str, *, stop_job: bool = False) -> Assessment:
 
 def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     """The run's state; terminal outcomes say why, in-progress ones say what is awaited."""
-    report, report_problem = report_for_generation(obs.raw_report, obs.generation)
+    report, report_problem = report_for_generation(obs.raw_report, obs.generation, obs.enabled_checks)
     job = obs.job
     state = diagnosis.job_state(job)
     if report is not None:

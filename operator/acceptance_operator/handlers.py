@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import kopf
-from acceptance_workload.report import Report
+from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
@@ -321,6 +321,7 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, log
         job=job,
         pods=pods,
         events=events,
+        enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
     )
     timing = Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds)
     outcome = assess(observation, now, timing)

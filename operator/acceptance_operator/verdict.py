@@ -7,9 +7,10 @@ that claims to pass but lacks a check or carries a failed result still fails.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
-from acceptance_workload.report import CheckResult, Report
+from acceptance_workload.report import CHECK_NAMES, CheckName, CheckResult, Report
 from pydantic import ValidationError
 
 from acceptance_operator.api import Summary
@@ -21,11 +22,14 @@ SCALING_EFFICIENCY = "scaling_efficiency"
 _MAX_LISTED = 5
 
 
-def report_for_generation(raw: Any, generation: int | None) -> tuple[Report | None, str | None]:
+def report_for_generation(raw: Any, generation: int | None,
+                          enabled: Iterable[CheckName] = ()) -> tuple[Report | None, str | None]:
     """The report if it belongs to this generation; otherwise None and why it was not used.
 
     A report from an earlier generation (a previous run of a changed spec) or
-    one without a generation is stale: it says nothing about this run.
+    one without a generation is stale: it says nothing about this run. The
+    checks the spec enabled are added to the report's own checks_run, so a
+    report that leaves an enabled check out fails it as missing (fail closed).
     """
     if not raw:
         return None, None
@@ -40,6 +44,7 @@ def report_for_generation(raw: Any, generation: int | None) -> tuple[Report | No
             f"status.report is for generation {report.generation}, not {generation}: "
             "it was written by an earlier run and is ignored"
         )
+    report.checks_run = [c for c in CHECK_NAMES if c in {*report.checks_run, *enabled}]
     return report, None
 
 

@@ -122,3 +122,17 @@ def test_measured_nodes():
     report = good_report()
     report.results.append(result("nccl", "node_all_reduce_busbw", 100, 300, passed=False, node="node-b"))
     assert measured_nodes(report) == {"node-a": True, "node-b": False}
+
+
+def test_a_check_the_spec_enabled_but_the_report_left_out_is_missing():
+    """The report's own checks_run is not trusted: the spec's enabled checks are added to it."""
+    report = good_report()
+    report.results = [r for r in report.results if r.check != "ddp"]
+    report.checks_run = [c for c in report.checks_run if c != "ddp"]
+    raw = report.to_wire()
+    trusting, _ = report_for_generation(raw, report.generation)
+    assert trusting is not None and trusting.verdict()  # on its own word the report passes
+    judged, problem = report_for_generation(raw, report.generation, ("preflight", "nccl", "ddp"))
+    assert problem is None and judged is not None
+    assert judged.missing_checks() == ["ddp"] and not judged.verdict()
+    assert summarize(judged).result == "Failed"
