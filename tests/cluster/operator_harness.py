@@ -177,6 +177,24 @@ class Cluster:
         """What the workload's rank 0 does at the end of a run."""
         self.patch_status(name, {"report": report})
 
+    def age_run_until_failed(self, name: str, seconds: int = 120) -> None:
+        """Move the run's startTime `seconds` into the past until the operator ends it.
+
+        timeoutSeconds has a floor of 60 s; rather than wait, a test ages the run.
+        The operator may rewrite startTime on its way, so the patch is repeated.
+        """
+        long_ago = (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        def ended() -> bool:
+            status = self.status(name)
+            if status.get("phase") == "Failed":
+                return True
+            if status.get("startTime") != long_ago:
+                self.patch_status(name, {"startTime": long_ago})
+            return False
+
+        self.wait(ended, f"the run of {name} to end")
+
     def delete_test(self, name: str) -> None:
         self.server.request("DELETE", self.test_path(name), expect=(200, 202, 404))
 

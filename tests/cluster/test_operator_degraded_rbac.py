@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -83,17 +83,7 @@ def test_timeout_even_when_the_job_cannot_be_read(operator_without: MakeOperator
     cluster.create_test("held", {"timeoutSeconds": 60})
     cluster.wait_phase("held", "Pending")
     cluster.wait_job("PyTorchJob", "held-g1")
-    long_ago = (datetime.now(timezone.utc) - timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    def ended() -> bool:
-        status = cluster.status("held")
-        if status.get("phase") == "Failed":
-            return True
-        if status.get("startTime") != long_ago:
-            cluster.patch_status("held", {"startTime": long_ago})
-        return False
-
-    cluster.wait(ended, "the run to end")
+    cluster.age_run_until_failed("held")
     succeeded = cluster.condition("held", "Succeeded")
     assert succeeded["reason"] == "Timeout"
     assert "cannot read PyTorchJob held-g1" in succeeded["message"] and "HTTP 403" in succeeded["message"]

@@ -8,7 +8,7 @@ timings: report grace 1s, and 2s of patience for pods that cannot start.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 
@@ -113,17 +113,7 @@ def test_timeout_deletes_the_children(cluster: Cluster):
     cluster.create_test("broken", {"timeoutSeconds": 60})
     cluster.wait_job("PyTorchJob", "broken-g1")
     cluster.set_job_condition("PyTorchJob", "broken-g1", "Running")
-    long_ago = (datetime.now(timezone.utc) - timedelta(seconds=120)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-    def timed_out() -> bool:
-        status = cluster.status("broken")
-        if status.get("phase") == "Failed":
-            return True
-        if status.get("startTime") != long_ago:
-            cluster.patch_status("broken", {"startTime": long_ago})
-        return False
-
-    cluster.wait(timed_out, "the run to time out")
+    cluster.age_run_until_failed("broken")
     message = failed(cluster, "broken", "Timeout")["message"]
     assert "no verdict within spec.timeoutSeconds=60" in message
     assert "PyTorchJob broken-g1 is Running" in message
