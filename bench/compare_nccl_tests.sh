@@ -7,7 +7,9 @@
 # NCCL_TESTS_SRC: a checkout of github.com/NVIDIA/nccl-tests. Needs nvcc (CUDA_HOME, default /usr/local/cuda).
 # nccl-tests is linked against the NCCL that torch uses (the nvidia-nccl pip package), so both measure the same
 # library. Environment: GPUS (default: all), MIN_BYTES (8), MAX_BYTES (4G), FACTOR (2), ITERS (20), WARMUP (5),
-# COLLECTIVES (all six), CUDA_GRAPHS=1 to run both with CUDA graphs (nccl-tests -G 1, ours --cuda-graphs).
+# COLLECTIVES (all six), CUDA_GRAPHS=1 to run both with CUDA graphs at every size (nccl-tests -G 1,
+# ours --cuda-graphs always); by default nccl-tests launches eagerly and ours as a cluster run does (CUDA graphs
+# below 64 MiB, eager above, median of 3 windows).
 # Exit status 1 when any size >= 64 MiB differs by more than 3%.
 set -euo pipefail
 
@@ -38,17 +40,23 @@ PY
 ) || true
 nccl_home=${NCCL_HOME:-$nccl_home}
 [ -f "$nccl_home/include/nccl.h" ] || { log "no nccl.h under $nccl_home/include; set NCCL_HOME"; exit 2; }
-link_dir=$(mktemp -d)
-ln -sf "$nccl_home/lib/libnccl.so.2" "$link_dir/libnccl.so"
+# nccl-tests' Makefile links with -L$(NCCL_HOME)/lib -lnccl and appends to NVLDFLAGS (setting NVLDFLAGS on
+# make's command line would replace its -lnccl): give it an NCCL_HOME whose lib/ has the unversioned name.
+link_home=$(mktemp -d)
+ln -s "$nccl_home/include" "$link_home/include"
+mkdir -p "$link_home/lib"
+ln -s "$nccl_home/lib/libnccl.so.2" "$link_home/lib/libnccl.so"
+ln -s "$nccl_home/lib/libnccl.so.2" "$link_home/lib/libnccl.so.2"
+arch=$("$python" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}{n}")')
 
-log "building nccl-tests in $src against $nccl_home"
-make -C "$src" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$nccl_home" \
-  NVLDFLAGS="-L$link_dir -L$nccl_home/lib" >"$out/nccl-tests-build.log" 2>&1 ||
+log "building nccl-tests in $src against $nccl_home (sm_$arch)"
+make -C "$src" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$link_home" \
+  NVCC_GENCODE="-gencode=arch=compute_$arch,code=sm_$arch" >"$out/nccl-tests-build.log" 2>&1 ||
   { tail -30 "$out/nccl-tests-build.log" >&2; log "build failed"; exit 2; }
 export LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}"
 
 graphs_flag=() ours_graphs=()
-if [ "${CUDA_GRAPHS:-0}" = 1 ]; then graphs_flag=(-G 1); ours_graphs=(--cuda-graphs); fi
+if [ "${CUDA_GRAPHS:-0}" = 1 ]; then graphs_flag=(-G 1); ours_graphs=(--cuda-graphs always); fi
 for c in $collectives; do
   log "nccl-tests ${c}_perf on $gpus GPUs"
   "$src/build/${c}_perf" -b "$min" -e "$max" -f "$factor" -g "$gpus" -n "$iters" -w "$warmup" -c 1 \

@@ -1,7 +1,7 @@
 """Benchmark: the NCCL sweep of all six collectives over this machine's GPUs, then DDP; nccl-tests-shaped tables.
 
     python bench/nccl_ddp.py --out bench.json                  # 8 B .. 4 GiB by x2, 20 iterations, then DDP
-    python bench/nccl_ddp.py --max-bytes 1Gi --cuda-graphs     # iterations captured in a CUDA graph (nccl-tests -G)
+    python bench/nccl_ddp.py --max-bytes 1Gi --cuda-graphs always  # every size as a CUDA graph (nccl-tests -G)
     python bench/nccl_ddp.py --gpus 2 --no-ddp --out nccl.json
 
 It starts one process per GPU (torchrun-style variables) running this same
@@ -28,7 +28,6 @@ from acceptance_workload.checks import COLLECTIVES, ChecksSpec  # noqa: E402
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig  # noqa: E402
 from acceptance_workload.launch import free_port  # noqa: E402
 
-GRAPHS_ENV = "BENCH_CUDA_GRAPHS"
 OUT_ENV = "BENCH_OUT"
 
 
@@ -42,7 +41,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma-separated")
-    p.add_argument("--cuda-graphs", action="store_true", help="capture the timed iterations in a CUDA graph")
+    p.add_argument("--cuda-graphs", default="auto", choices=["auto", "always", "never"],
+                   help="capture the timed iterations in a CUDA graph (auto: sizes below 64 MiB)")
+    p.add_argument("--windows", type=int, default=3, help="timed windows per size (their median is reported)")
     p.add_argument("--no-ddp", action="store_true")
     p.add_argument("--ddp-model", default="gpt", choices=["gpt", "resnet50"])
     p.add_argument("--ddp-steps", type=int, default=30)
@@ -55,6 +56,7 @@ def config_from(args: argparse.Namespace, gpus: int) -> WorkloadConfig:
         "preflight": {"enabled": False},
         "nccl": {"collectives": args.collectives.split(","), "minBytes": args.min_bytes, "maxBytes": args.max_bytes,
                  "stepFactor": args.factor, "iters": args.iters, "warmupIters": args.warmup, "dtype": args.dtype,
+                 "windows": args.windows, "cudaGraphs": args.cuda_graphs,
                  "perNode": False},
         "ddp": {"enabled": not args.no_ddp, "model": args.ddp_model, "steps": args.ddp_steps},
     })
@@ -76,7 +78,7 @@ def launch(args: argparse.Namespace) -> int:
         env.update({CONFIG_ENV: config.to_env(), "RANK": str(rank), "WORLD_SIZE": str(gpus),
                     "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(gpus), "MASTER_ADDR": "127.0.0.1",
                     "MASTER_PORT": str(port), "NODE_NAME": socket.gethostname(),
-                    GRAPHS_ENV: "1" if args.cuda_graphs else "0", OUT_ENV: os.path.abspath(args.out or "")})
+                    OUT_ENV: os.path.abspath(args.out or "")})
         procs.append(subprocess.Popen([sys.executable, __file__], env=env,
                                       stdout=None if rank == 0 else subprocess.DEVNULL))
     codes = [p.wait() for p in procs]
@@ -104,10 +106,9 @@ def worker() -> int:
         hard_exit(2)
 
     watchdog = Watchdog(session.control, Blamer.connect(session.control), on_fatal=fatal).start()
-    graphs = os.environ.get(GRAPHS_ENV) == "1"
     t0 = time.monotonic()
     progress = (lambda m: print(f"[bench] {m}", file=sys.stderr, flush=True)) if session.is_root else None
-    nccl = run_sweeps(session, config.checks.nccl, watchdog, cuda_graph=graphs, progress=progress)
+    nccl = run_sweeps(session, config.checks.nccl, watchdog, progress=progress)
     logs = session.control.gather("transport", transport.parse_file(log).to_json())
     ddp = run_ddp(session, config, watchdog, progress=progress) if config.checks.ddp.enabled else None
     watchdog.stop()
@@ -128,12 +129,13 @@ def worker() -> int:
         meta = {
             "device": torch.cuda.get_device_name(0), "gpus": session.world_size, "torch": torch.__version__,
             "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "cudaGraphs": graphs, "iters": config.checks.nccl.iters, "warmupIters": config.checks.nccl.warmup_iters,
+            "cudaGraphs": config.checks.nccl.cuda_graphs, "windows": config.checks.nccl.windows,
+            "iters": config.checks.nccl.iters, "warmupIters": config.checks.nccl.warmup_iters,
             "dtype": config.checks.nccl.dtype, "transports": seen.transports(),
             "seconds": round(time.monotonic() - t0, 1), "wrongElements": wrong,
         }
         print(f"# {meta['gpus']} x {meta['device']}, torch {meta['torch']}, NCCL {meta['nccl']}, "
-              f"CUDA graphs {'on' if graphs else 'off'}, transports {','.join(meta['transports']) or 'none'}, "
+              f"{config.checks.nccl.timing()}, transports {','.join(meta['transports']) or 'none'}, "
               f"{meta['seconds']} s, {wrong} wrong elements")
         out = os.environ.get(OUT_ENV)
         if out:

@@ -72,8 +72,9 @@ def _bench(tmp_path: Path, name: str, *extra: str) -> dict:
 
 
 def test_cuda_graph_timing_agrees_with_eager_timing(gpus: int, tmp_path: Path) -> None:
-    eager, graphs = _bench(tmp_path, "eager"), _bench(tmp_path, "graphs", "--cuda-graphs")
-    assert graphs["meta"]["cudaGraphs"] and not eager["meta"]["cudaGraphs"]
+    eager = _bench(tmp_path, "eager", "--cuda-graphs", "never")
+    graphs = _bench(tmp_path, "graphs", "--cuda-graphs", "always")
+    assert graphs["meta"]["cudaGraphs"] == "always" and eager["meta"]["cudaGraphs"] == "never"
     assert eager["meta"]["wrongElements"] == 0 == graphs["meta"]["wrongElements"]
 
     def busbw_at_largest(run: dict) -> float:

@@ -7,7 +7,7 @@ import torch
 from acceptance_workload import models
 from acceptance_workload.checks import DdpCheck
 from acceptance_workload.control import Control, Watchdog
-from acceptance_workload.ddp import train, workload_for
+from acceptance_workload.ddp import Trainer, measure, median_throughputs, window_efficiencies, workload_for
 
 
 def test_resnet50_has_resnet50s_parameter_count() -> None:
@@ -38,24 +38,46 @@ def _watchdog() -> Watchdog:
 
 @pytest.mark.parametrize("model", ["gpt", "resnet50"])
 def test_training_on_the_synthetic_batch_lowers_the_loss(model: str) -> None:
-    check = DdpCheck.model_validate({"model": model, "batchSize": 4, "seqLen": 64, "steps": 6, "warmupSteps": 1})
+    check = DdpCheck.model_validate({"model": model, "batchSize": 4, "seqLen": 64, "steps": 6, "windows": 3,
+                                     "warmupSteps": 1})
     wl = workload_for(check, "cpu-smoke")
     torch.manual_seed(0)
-    net = wl.make_model()
-    batch = wl.make_batch(torch.Generator().manual_seed(1), torch.device("cpu"))
-    phase = train(net, wl, batch, check.steps, check.warmup_steps, torch.device("cpu"), _watchdog(), "t")
-    assert len(phase.losses) == 7 and phase.seconds > 0
-    assert sum(phase.losses[-2:]) < sum(phase.losses[:2])
+    device = torch.device("cpu")
+    trainer = Trainer(wl.make_model(), wl, wl.make_batch(torch.Generator().manual_seed(1), device), device)
+    barriers = []
+    times = measure({"t": trainer}, check, device, _watchdog(), barrier=lambda: barriers.append(1))
+    assert [len(w) for w in times["t"]] == [2, 2, 2] and all(s > 0 for w in times["t"] for s in w)
+    assert len(barriers) == 3  # every window starts aligned
+    losses = trainer.loss_values()
+    assert len(losses) == 7
+    assert sum(losses[-2:]) < sum(losses[:2])
     assert wl.unit == ("tokens/s" if model == "gpt" else "images/s")
     assert wl.items_per_step == (4 * 64 if model == "gpt" else 4)
 
 
-def test_throughput_is_taken_at_the_median_step_so_one_stall_does_not_decide() -> None:
-    from acceptance_workload.ddp import Phase
+def test_windows_alternate_between_the_phases() -> None:
+    check = DdpCheck.model_validate({"steps": 4, "windows": 2, "warmupSteps": 1})
+    order: list[str] = []
 
-    steady = Phase(step_seconds=[0.1] * 9)
-    one_stall = Phase(step_seconds=[0.1] * 8 + [2.0])
-    always_slow = Phase(step_seconds=[0.2] * 9)
-    assert steady.throughput(100) == one_stall.throughput(100) == 1000
-    assert always_slow.throughput(100) == 500
-    assert one_stall.seconds > steady.seconds
+    class Recorder:
+        def __init__(self, name: str):
+            self.name = name
+
+        def step(self) -> None:
+            order.append(self.name)
+
+    measure({"a": Recorder("a"), "b": Recorder("b")}, check, torch.device("cpu"), _watchdog(),  # type: ignore[dict-item]
+            barrier=lambda: order.append("|"))
+    assert "".join(order) == "ab|aa|bb|aa|bb"
+
+
+def test_throughput_is_taken_at_the_median_step_so_one_stall_does_not_decide() -> None:
+    steady, one_stall, always_slow = [0.1] * 9, [0.1] * 8 + [2.0], [0.2] * 9
+    assert median_throughputs([steady, one_stall], 100) == [1000, 1000]
+    assert median_throughputs([always_slow], 100) == [500]
+
+
+def test_efficiency_pairs_each_ddp_window_with_its_own_baseline_window() -> None:
+    # Both phases drift down together in window 1 (a hot host): paired windows keep the ratio.
+    gathered = [{"baseline": [100.0, 80.0], "ddp": [95.0, 76.0]}, {"baseline": [100.0, 80.0], "ddp": [95.0, 76.0]}]
+    assert window_efficiencies(gathered) == pytest.approx([0.95, 0.95])

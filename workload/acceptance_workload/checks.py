@@ -21,7 +21,10 @@ COLLECTIVES: tuple[Collective, ...] = (
 # memory, InfiniBand/RoCE verbs with or without GPUDirect RDMA, or TCP sockets.
 Transport = Literal["P2P", "SHM", "IB", "IB_GDR", "SOCKET"]
 DType = Literal["float32", "bfloat16", "float16"]
+CudaGraphs = Literal["auto", "always", "never"]
+CUDA_GRAPH_AUTO_BELOW = 64 << 20  # bytes; at and above it an operation outlasts its launch many times over
 DdpModel = Literal["gpt", "resnet50"]
+DEFAULT_BATCH: dict[str, int] = {"gpt": 32, "resnet50": 64}
 
 
 class PreflightThresholds(WireModel):
@@ -83,6 +86,12 @@ class NcclCheck(WireModel):
     step_factor: int = Field(2, ge=2, description="Each size is the previous one times this.")
     warmup_iters: int = Field(5, ge=0)
     iters: int = Field(20, ge=1)
+    windows: int = Field(
+        3, ge=1, description="Timed windows of `iters` operations per size; the row's time is their median, "
+        "so one disturbed window does not decide.")
+    cuda_graphs: CudaGraphs = Field(
+        "auto", description="Launch the timed operations as a captured CUDA graph (nccl-tests' -G): auto for "
+        "sizes below 64 MiB, where launching each operation from Python would cost more than it moves.")
     dtype: DType = "float32"
     per_node: bool = Field(True, description="Also sweep each node's GPUs alone, to name a slow node.")
     require_transport: Transport | None = Field(
@@ -102,6 +111,15 @@ class NcclCheck(WireModel):
         if parse_bytes(self.min_bytes) > parse_bytes(self.max_bytes):
             raise ValueError(f"minBytes ({self.min_bytes}) must not exceed maxBytes ({self.max_bytes})")
         return self
+
+    def uses_cuda_graph(self, size_bytes: int) -> bool:
+        return self.cuda_graphs == "always" or (self.cuda_graphs == "auto" and size_bytes < CUDA_GRAPH_AUTO_BELOW)
+
+    def timing(self) -> str:
+        """How the sweep's times were taken, for the report."""
+        graphs = {"auto": f"CUDA graphs below {CUDA_GRAPH_AUTO_BELOW >> 20}Mi, eager launches above",
+                  "always": "CUDA graphs", "never": "eager launches"}[self.cuda_graphs]
+        return f"median of {self.windows} windows of {self.iters} operations after {self.warmup_iters} warmup; {graphs}"
 
     def sizes(self) -> list[int]:
         """Message sizes of the sweep in bytes, as nccl-tests' -b/-e/-f walk them."""
@@ -127,14 +145,26 @@ class DdpThresholds(WireModel):
 class DdpCheck(WireModel):
     enabled: bool = True
     model: DdpModel = "gpt"
-    batch_size: int | None = Field(None, ge=1, description="Per-GPU batch; default 8 (gpt) or 64 (resnet50).")
+    batch_size: int | None = Field(
+        None, ge=1, description="Per-GPU batch; default 32 (gpt) or 64 (resnet50): large enough that a step "
+        "keeps the GPU busy rather than waiting for the host to launch kernels.")
     seq_len: int = Field(1024, ge=16, description="Sequence length of the gpt model.")
     steps: int = Field(30, ge=2, description="Timed steps, each for the one-GPU baseline and for DDP.")
+    windows: int = Field(
+        5, ge=1, description="The timed steps are split into this many windows, alternating one-GPU and DDP "
+        "windows, so drift lands on both; throughput and efficiency are medians over windows.")
     warmup_steps: int = Field(5, ge=0)
     thresholds: DdpThresholds = Field(default_factory=DdpThresholds)
 
     def effective_batch_size(self) -> int:
-        return self.batch_size or (8 if self.model == "gpt" else 64)
+        return self.batch_size or DEFAULT_BATCH[self.model]
+
+    def steps_per_window(self) -> int:
+        """Timed steps in each window (at least one; a step count below the windows gives fewer windows)."""
+        return max(1, self.steps // self.windows)
+
+    def window_count(self) -> int:
+        return max(1, min(self.windows, self.steps))
 
 
 class ChecksSpec(WireModel):

@@ -1,9 +1,11 @@
 """Synthetic-data training: each GPU alone, then all of them under DistributedDataParallel.
 
-Phase 1 trains a one-GPU baseline on every rank at once (no communication), so
-a slow GPU shows up by name; phase 2 trains the same model under DDP. Scaling
-efficiency = DDP throughput / (N x mean one-GPU throughput); the straggler
-ratio = median one-GPU throughput / the slowest one's. The loss must fall:
+Every rank holds two copies of the model: one trained alone (the one-GPU
+baseline, no communication, so a slow GPU shows up by name) and one under DDP.
+Their timed windows alternate (baseline, DDP, baseline, ...) so that drift on
+the host lands on both. Scaling efficiency = the median over windows of DDP
+throughput / mean one-GPU throughput; the straggler ratio = median one-GPU
+throughput / the slowest one's (each GPU's median over windows). The loss must fall:
 the batch is fixed and learnable, so a run whose gradients are wrong (a broken
 all_reduce, NaNs) does not learn and fails.
 """
@@ -15,7 +17,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks import DdpCheck
@@ -60,7 +62,9 @@ def workload_for(check: DdpCheck, mode: str) -> Workload:
             make_model=lambda: models.Gpt(cfg),
             make_batch=lambda g, d: models.gpt_batch(cfg, batch, g, d),
             loss=models.gpt_loss,
-            make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.0),
+            # fused: one kernel for the whole update instead of several per tensor (fewer launches to wait on)
+            make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.0,
+                                                       fused=next(m.parameters()).is_cuda),
         )
     size, classes = (32, 10) if tiny else (224, 1000)
     return Workload(
@@ -72,61 +76,80 @@ def workload_for(check: DdpCheck, mode: str) -> Workload:
     )
 
 
-@dataclass
-class Phase:
-    step_seconds: list[float]
-    losses: list[float] = field(default_factory=list)
+class Trainer:
+    """One model with its optimizer; `step()` runs one training step on the fixed batch."""
 
-    @property
-    def seconds(self) -> float:
-        return sum(self.step_seconds)
+    def __init__(self, model: Any, wl: Workload, batch: Any, device: Any):
+        import torch
 
-    def throughput(self, items_per_step: int) -> float:
-        """Items per second at the median step time.
+        self.model, self.wl, self.batch = model, wl, batch
+        self.opt = wl.make_optimizer(model)
+        self.cuda = device.type == "cuda"
+        self.losses: list[Any] = []
+        self._amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if self.cuda else contextlib.nullcontext
 
-        The median, not the mean: one step stalled by something outside the
-        node (a shared host's hiccup) must not decide the verdict, while a GPU or
-        link that is slow on every step still shows in every step.
-        """
-        return items_per_step / statistics.median(self.step_seconds)
+    def step(self) -> None:
+        self.opt.zero_grad(set_to_none=True)
+        with self._amp():
+            loss = self.wl.loss(self.model, self.batch)
+        loss.backward()
+        self.opt.step()
+        self.losses.append(loss.detach())
+
+    def loss_values(self) -> list[float]:
+        import torch
+
+        return [float(x) for x in torch.stack(self.losses).float().cpu()] if self.losses else []
 
 
-def train(model: Any, wl: Workload, batch: Any, steps: int, warmup: int, device: Any, watchdog: Watchdog,
-          label: str) -> Phase:
-    """warmup + timed steps on a fixed batch; losses of every step (warmup included)."""
+def median_throughputs(windows: list[list[float]], items_per_step: int) -> list[float]:
+    """Items per second of each window, at the window's median step time.
+
+    The median, not the mean: one step stalled by something outside the node
+    (a shared host's hiccup) must not decide, while a GPU or link that is slow on
+    every step still shows in every step.
+    """
+    return [items_per_step / statistics.median(w) for w in windows]
+
+
+def measure(trainers: dict[str, Trainer], check: DdpCheck, device: Any, watchdog: Watchdog,
+            barrier: Callable[[], None]) -> dict[str, list[list[float]]]:
+    """Warm up every trainer, then alternate timed windows of each; step seconds per trainer and window.
+
+    Alternating the one-GPU and DDP windows puts slow drift (clocks, temperature,
+    a neighbour on the host) on both sides of the efficiency ratio instead of on
+    whichever phase ran during it. Every window starts with the ranks aligned, so
+    a DDP window does not time the wait for the slowest rank's previous window.
+    """
     import torch
 
-    opt = wl.make_optimizer(model)
-    amp = (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext())
-    losses = []
-
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        with amp:
-            loss = wl.loss(model, batch)
-        loss.backward()
-        opt.step()
-        losses.append(loss.detach())
-
-    for i in range(warmup):
-        with watchdog.step(f"ddp {label} warmup {i}"):
-            step()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda *_: None)
-    sync(device)
-    times = []
-    for i in range(steps):
-        with watchdog.step(f"ddp {label} step {i}"):
-            t0 = time.perf_counter()
-            step()
-            sync(device)  # the step's kernels are done; DDP already waited for its all-reduce in backward
-            times.append(time.perf_counter() - t0)
-    return Phase(step_seconds=times, losses=[float(x) for x in torch.stack(losses).float().cpu()])
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
+    for name, trainer in trainers.items():
+        for i in range(check.warmup_steps):
+            with watchdog.step(f"ddp {name} warmup {i}"):
+                trainer.step()
+    out: dict[str, list[list[float]]] = {name: [] for name in trainers}
+    for w in range(check.window_count()):
+        for name, trainer in trainers.items():
+            with watchdog.step(f"ddp {name} window {w} start"):
+                sync()
+                barrier()
+            times = []
+            for i in range(check.steps_per_window()):
+                with watchdog.step(f"ddp {name} window {w} step {i}"):
+                    t0 = time.perf_counter()
+                    trainer.step()
+                    sync()  # the step's kernels are done; DDP already waited for its all-reduce in backward
+                    times.append(time.perf_counter() - t0)
+            out[name].append(times)
+    return out
 
 
 def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
             progress: Callable[[str], None] | None = None) -> tuple[list[CheckResult], DdpDetail] | None:
-    """Both phases on every rank; results and detail on rank 0 (None elsewhere)."""
+    """The one-GPU baseline and DDP, in alternating windows on every rank; results and detail on rank 0."""
     import torch
+    import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
     check = config.checks.ddp
@@ -137,41 +160,48 @@ def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
         torch.backends.cudnn.allow_tf32 = True
     gen = torch.Generator().manual_seed(SEED + session.rank)
     batch = wl.make_batch(gen, device)
-
     torch.manual_seed(SEED)
-    model = wl.make_model().to(device)
-    base = train(model, wl, batch, check.steps, check.warmup_steps, device, watchdog, "baseline")
-    del model
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    baseline = base.throughput(wl.items_per_step)
-    if progress and session.is_root:
-        progress(f"ddp {wl.name}: one-GPU baseline {baseline:,.0f} {wl.unit} on rank 0")
-
+    alone = Trainer(wl.make_model().to(device), wl, batch, device)
     torch.manual_seed(SEED)
     ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": True}
     if device.type == "cuda":
         ddp_kwargs["device_ids"] = [device.index]
     with watchdog.step("ddp wrap model"):
-        model = DistributedDataParallel(wl.make_model().to(device), **ddp_kwargs)
-    run = train(model, wl, batch, check.steps, check.warmup_steps, device, watchdog, "ddp")
-    del model
+        ddp = Trainer(DistributedDataParallel(wl.make_model().to(device), **ddp_kwargs), wl, batch, device)
+    token = torch.zeros(1, device=device)
+    times = measure({"baseline": alone, "ddp": ddp}, check, device, watchdog,
+                    barrier=lambda: dist.all_reduce(token))
+    mine = {"baseline": median_throughputs(times["baseline"], wl.items_per_step),
+            "ddp": median_throughputs(times["ddp"], wl.items_per_step), "losses": ddp.loss_values()}
+    del alone, ddp
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    mine = {"baseline": baseline, "ddp": run.throughput(wl.items_per_step), "losses": run.losses}
     gathered = session.control.gather("ddp", mine)
     if gathered is None:
         return None
     detail = DdpDetail(
         model=wl.name, unit=wl.unit, world_size=session.world_size, batch_size=check.effective_batch_size(),
-        ranks=[DdpRank(rank=i.rank, node=i.node, gpu=i.gpu, baseline_throughput=round(g["baseline"], 2),
-                       ddp_throughput=round(g["ddp"], 2)) for i, g in zip(session.ranks, gathered, strict=True)],
+        windows=check.window_count(), steps_per_window=check.steps_per_window(),
+        window_efficiency=[round(e, 4) for e in window_efficiencies(gathered)],
+        ranks=[DdpRank(rank=i.rank, node=i.node, gpu=i.gpu,
+                       baseline_throughput=round(statistics.median(g["baseline"]), 2),
+                       ddp_throughput=round(statistics.median(g["ddp"]), 2))
+               for i, g in zip(session.ranks, gathered, strict=True)],
     )
     losses = [statistics.fmean(step) for step in zip(*(g["losses"] for g in gathered), strict=True)]
     results = judge_ddp(check, detail, losses)
     if progress:
         progress(f"ddp {wl.name}: " + "; ".join(r.message for r in results if r.node is None))
     return results, detail
+
+
+def window_efficiencies(gathered: list[dict[str, list[float]]]) -> list[float]:
+    """Per window: mean DDP throughput over the ranks / their mean one-GPU throughput in the window before it."""
+    out = []
+    for w in range(min(len(g["ddp"]) for g in gathered)):
+        base = statistics.fmean(g["baseline"][w] for g in gathered)
+        out.append(statistics.fmean(g["ddp"][w] for g in gathered) / base if base > 0 else 0.0)
+    return out
 
 
 def judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float]) -> list[CheckResult]:
@@ -196,9 +226,14 @@ def judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float]) -> list[C
         add("gpu_throughput", r.baseline_throughput, th.min_throughput_per_gpu, "ge",
             f"GPU {r.gpu} on node {r.node} alone: {r.baseline_throughput:,.0f} {unit}", node=r.node, gpu=r.gpu,
             u=unit)
-    efficiency = per_gpu / mean_base if mean_base > 0 else None
+    if detail.window_efficiency:
+        efficiency: float | None = statistics.median(detail.window_efficiency)
+        spread = (f", median of {len(detail.window_efficiency)} windows "
+                  f"{min(detail.window_efficiency):.3f}-{max(detail.window_efficiency):.3f}")
+    else:
+        efficiency, spread = (per_gpu / mean_base if mean_base > 0 else None), ""
     add("scaling_efficiency", None if efficiency is None else round(efficiency, 4), th.min_scaling_efficiency,
-        "ge", f"scaling efficiency {efficiency:.3f} (DDP {per_gpu:,.0f} vs one GPU {mean_base:,.0f} {unit})"
+        "ge", f"scaling efficiency {efficiency:.3f} (DDP {per_gpu:,.0f} vs one GPU {mean_base:,.0f} {unit}{spread})"
         if efficiency is not None else "no one-GPU throughput measured")
     slowest = min(detail.ranks, key=lambda r: r.baseline_throughput)
     ratio = statistics.median(base) / slowest.baseline_throughput if slowest.baseline_throughput > 0 else None

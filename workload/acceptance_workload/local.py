@@ -88,9 +88,9 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
         "preflight": {"enabled": checks.preflight.enabled},
         "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
                  "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
-                 "perNode": False, "collectiveTimeoutSeconds": 60},
+                 "perNode": False, "collectiveTimeoutSeconds": 60, "windows": 1},
         "ddp": {"enabled": checks.ddp.enabled, "model": checks.ddp.model, "batchSize": 4, "seqLen": 64,
-                "steps": 6, "warmupSteps": 1},
+                "steps": 6, "windows": 3, "warmupSteps": 1},
     })
 
 
@@ -103,7 +103,7 @@ def quick_checks(checks: ChecksSpec) -> ChecksSpec:
     nccl = checks.nccl.model_copy(update={
         "min_bytes": low, "max_bytes": top, "step_factor": 4,
         "iters": min(checks.nccl.iters, 10), "warmup_iters": min(checks.nccl.warmup_iters, 3)})
-    ddp = checks.ddp.model_copy(update={"steps": min(checks.ddp.steps, 10),
+    ddp = checks.ddp.model_copy(update={"steps": min(checks.ddp.steps, 12), "windows": min(checks.ddp.windows, 4),
                                         "warmup_steps": min(checks.ddp.warmup_steps, 3)})
     return checks.model_copy(update={"nccl": nccl, "ddp": ddp})
 

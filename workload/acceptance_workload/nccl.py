@@ -246,7 +246,6 @@ def sweep_collective(
     watchdog: Watchdog,
     *,
     ops: Mapping[Collective, OpFn] = OPS,
-    cuda_graph: bool = False,
     progress: Callable[[str], None] | None = None,
 ) -> Measured:
     """Sweep one collective over check.sizes() on `group`; this rank's timings and wrong counts."""
@@ -300,7 +299,8 @@ def sweep_collective(
         with watchdog.step(label):
             s, r = buffers(lay)
             fill(torch, s if s is not None else r, group.rank, period(collective))
-            seconds = _time_op(torch, lambda s=s, r=r: op(s, r, group), check, group, device, cuda_graph)
+            seconds = _time_op(torch, lambda s=s, r=r: op(s, r, group), check, group, device,
+                               check.uses_cuda_graph(lay.size))
             # One more operation on freshly filled buffers, then every element is checked.
             fill(torch, s if s is not None else r, group.rank, period(collective))
             if s is not None:
@@ -319,26 +319,36 @@ def sweep_collective(
 
 def _time_op(torch_mod: Any, run: Callable[[], None], check: NcclCheck, group: Group, device: Any,
              cuda_graph: bool) -> float:
+    """Seconds per operation: the median of `check.windows` windows of `check.iters` operations.
+
+    Each window starts after a barrier, so every rank starts together as in
+    nccl-tests. With a CUDA graph (nccl-tests' -G) the iterations are captured
+    once and replayed, so Python's launch cost drops out of small sizes.
+    """
     for _ in range(check.warmup_iters):
         run()
     _sync(torch_mod, device)
+    graph = None
     if cuda_graph and device.type == "cuda":
-        # nccl-tests' -G: the iterations captured once and replayed, so launch overhead drops out.
         graph = torch_mod.cuda.CUDAGraph()
         with torch_mod.cuda.graph(graph):
             for _ in range(check.iters):
                 run()
+        graph.replay()  # one untimed replay: the graph's first launch uploads it
+        _sync(torch_mod, device)
+    windows = []
+    for _ in range(check.windows):
         _barrier(torch_mod, group, device)
         t0 = time.perf_counter()
-        graph.replay()
+        if graph is not None:
+            graph.replay()
+        else:
+            for _ in range(check.iters):
+                run()
         _sync(torch_mod, device)
-        return (time.perf_counter() - t0) / check.iters
-    _barrier(torch_mod, group, device)
-    t0 = time.perf_counter()
-    for _ in range(check.iters):
-        run()
-    _sync(torch_mod, device)
-    return (time.perf_counter() - t0) / check.iters
+        windows.append((time.perf_counter() - t0) / check.iters)
+    del graph
+    return statistics.median(windows)
 
 
 # ----------------------------------------------------------------------------- rows and judgement (rank 0)
@@ -449,7 +459,7 @@ def judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple[
 
 
 def run_sweeps(session: Session, check: NcclCheck, watchdog: Watchdog, *,
-               ops: Mapping[Collective, OpFn] = OPS, cuda_graph: bool = False,
+               ops: Mapping[Collective, OpFn] = OPS,
                progress: Callable[[str], None] | None = None) -> NcclOutcome | None:
     """The whole-job sweep of every collective, then each node's sweep; judged on rank 0 (None elsewhere)."""
     control = session.control
@@ -468,7 +478,7 @@ def run_sweeps(session: Session, check: NcclCheck, watchdog: Watchdog, *,
     for collective in [c for c in COLLECTIVES if c in check.collectives]:
         for group in groups:
             measured = sweep_collective(collective, check, group, session.device, watchdog, ops=ops,
-                                        cuda_graph=cuda_graph, progress=progress if session.is_root else None)
+                                        progress=progress if session.is_root else None)
             gathered = control.gather(f"nccl {group.scope} {collective}", measured.to_json())
             if gathered is None:
                 continue
@@ -493,7 +503,7 @@ def _collect(collective: Collective, per_rank: list[Measured], ranks: list[int],
         skipped[(collective, node)] = reason
         return
     sweeps.append(NcclSweep(collective=collective, scope="node" if node else "job", node=node, ranks=len(ranks),
-                            dtype=check.dtype, rows=rows_from_ranks(collective, per_rank)))
+                            dtype=check.dtype, timing=check.timing(), rows=rows_from_ranks(collective, per_rank)))
 
 
 def headline(sweeps: list[NcclSweep]) -> str:

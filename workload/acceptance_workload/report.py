@@ -76,6 +76,7 @@ class NcclSweep(WireModel):
     node: str | None = None
     ranks: int
     dtype: str
+    timing: str | None = Field(None, description="How the times were taken (windows, CUDA graphs or eager).")
     rows: list[NcclRow] = Field(default_factory=list)
 
 
@@ -92,6 +93,10 @@ class DdpDetail(WireModel):
     unit: str
     world_size: int
     batch_size: int
+    windows: int | None = Field(None, description="Timed windows of each phase (one-GPU, DDP), alternating.")
+    steps_per_window: int | None = None
+    window_efficiency: list[float] = Field(
+        default_factory=list, description="Scaling efficiency of each window; the result is their median.")
     first_loss: float | None = None
     last_loss: float | None = None
     ranks: list[DdpRank] = Field(default_factory=list)
