@@ -72,12 +72,21 @@ def test_profile_detected_from_the_gpu_name(gpu: str, profile: str | None):
     assert profile_for_gpu(gpu) == profile
 
 
-def test_busbw_floors_are_for_eight_gpus_a_node_only():
+def test_all_floors_for_eight_gpus_and_the_node_floor_for_any_count_of_two_or_more():
+    table = PROFILES["h200-sxm"].nccl_single_node
     eight = resolve_checks(ChecksSpec(), "h200-sxm", 1, 8).nccl.thresholds
-    assert eight.all_gather_busbw_gbps == PROFILES["h200-sxm"].nccl_single_node.all_gather_busbw_gbps
-    two = resolve_checks(ChecksSpec(), "h200-sxm", 1, 2).nccl.thresholds
-    assert two.all_reduce_busbw_gbps is None and two.all_gather_busbw_gbps is None
-    assert two.node_all_reduce_busbw_gbps is None and two.reference_bytes == "1Gi"
+    assert eight.all_gather_busbw_gbps == table.all_gather_busbw_gbps
+    for gpus in (2, 4):
+        few = resolve_checks(ChecksSpec(), "h200-sxm", 1, gpus).nccl.thresholds
+        assert few.all_gather_busbw_gbps is None and few.reference_bytes == "1Gi"
+        assert few.node_all_reduce_busbw_gbps == few.all_reduce_busbw_gbps
+        assert 0.8 * table.all_reduce_busbw_gbps < few.all_reduce_busbw_gbps < table.all_reduce_busbw_gbps
+        assert few.intra_node_transport == "P2P"
+    two_nodes = resolve_checks(ChecksSpec(), "h200-sxm", 2, 4).nccl.thresholds
+    assert two_nodes.all_reduce_busbw_gbps is None  # between nodes: depends on NICs per GPU
+    assert two_nodes.node_all_reduce_busbw_gbps is not None and two_nodes.intra_node_transport == "P2P"
+    one = resolve_checks(ChecksSpec(), "h200-sxm", 1, 1).nccl.thresholds
+    assert one.model_dump(exclude_none=True) == {"reference_bytes": "1Gi"}  # one GPU: nothing inside the node
     explicit = ChecksSpec.model_validate({"nccl": {"thresholds": {"allReduceBusbwGBps": 300}}})
     assert resolve_checks(explicit, "h200-sxm", 2, 4).nccl.thresholds.all_reduce_busbw_gbps == 300
 
@@ -86,5 +95,7 @@ def test_workload_config_passes_its_gpu_count_to_the_profile():
     from acceptance_workload.config import WorkloadConfig
 
     config = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=1, gpus_per_node=4)
-    assert config.checks.nccl.thresholds.all_reduce_busbw_gbps is None
+    assert config.checks.nccl.thresholds.all_gather_busbw_gbps is None
+    assert config.checks.nccl.thresholds.all_reduce_busbw_gbps == resolve_checks(
+        ChecksSpec(), "h100-sxm", 1, 4).nccl.thresholds.all_reduce_busbw_gbps
     assert config.checks.ddp.thresholds.min_throughput_per_gpu == PROFILES["h100-sxm"].ddp["gpt"].min_throughput_per_gpu

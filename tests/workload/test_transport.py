@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acceptance_workload.transport import TransportLog, classify, configure_logging, judge, parse_file, parse_lines
+from acceptance_workload.transport import (
+    TransportLog,
+    classify,
+    configure_logging,
+    judge,
+    judge_intra_node,
+    parse_file,
+    parse_lines,
+)
 
 # Lines as NCCL 2.18-2.23 print them (host:pid:tid [dev] prefix included).
 NODE_A_IB = """\
@@ -89,3 +97,36 @@ def test_configure_logging_points_nccl_at_a_per_rank_file(tmp_path: Path) -> Non
     path.write_text(NODE_B_SOCKETS)
     assert parse_file(path).transports() == ["SHM", "SOCKET"]
     assert parse_file(tmp_path / "absent.log").transports() == []
+
+
+ONE_NODE_P2P_OFF = """\
+vm:11:12 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct
+vm:11:12 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via SHM/direct/direct
+"""
+ONE_NODE_AS_TWO_HOSTS = """\
+vm:11:12 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+vm:11:12 [0] NCCL INFO Channel 00/0 : 1[1] -> 2[2] [send] via NET/Socket/0
+"""
+
+
+def test_intra_node_transport_passes_on_nvlink_and_names_a_node_that_fell_back_to_shm() -> None:
+    healthy = judge_intra_node("P2P", {"node-a": parse_lines(NODE_A_IB.splitlines())}, False, 8)
+    assert [(r.node, r.value, r.passed) for r in healthy] == [("node-a", 1.0, True)]
+    shm = judge_intra_node("P2P", {"node-a": parse_lines(NODE_A_IB.splitlines()),
+                                   "node-b": parse_lines(NODE_B_SOCKETS.splitlines())}, False, 8)
+    assert [(r.node, r.passed) for r in shm] == [("node-a", True), ("node-b", False)]
+    assert "NVLink" in shm[1].message and shm[1].observed == "SHM"  # the inter-node sockets are not counted here
+    off = judge_intra_node("P2P", {"vm": parse_lines(ONE_NODE_P2P_OFF.splitlines())}, True, 2)
+    assert off[0].value == 0.0 and not off[0].passed and "NCCL_P2P_DISABLE" in off[0].message
+
+
+def test_in_a_single_node_run_a_network_connection_is_between_gpus_of_that_node() -> None:
+    [r] = judge_intra_node("P2P", {"vm": parse_lines(ONE_NODE_AS_TWO_HOSTS.splitlines())}, True, 4)
+    assert r.value == 0.5 and not r.passed and "NCCL_HOSTID" in r.message
+
+
+def test_intra_node_transport_fails_closed_and_is_not_judged_without_a_requirement_or_a_second_gpu() -> None:
+    [missing] = judge_intra_node("P2P", {"vm": TransportLog()}, True, 2)
+    assert missing.value is None and not missing.passed
+    assert judge_intra_node(None, {"vm": TransportLog()}, True, 8) == []
+    assert judge_intra_node("P2P", {"vm": TransportLog()}, True, 1) == []

@@ -73,6 +73,10 @@ class NcclThresholds(WireModel):
         None, ge=0, alias="nodeAllReduceBusbwGBps",
         description="all_reduce busbw inside each node (its GPUs alone); names the slow node."
     )
+    intra_node_transport: Literal["P2P", "SHM"] | None = Field(
+        None, description="Transport NCCL must use between GPUs of one node: P2P (NVLink/PCIe peer-to-peer; "
+        "the SXM profiles require it) or SHM. SHM or network connections inside a node then fail, naming it."
+    )
 
     def busbw_threshold(self, collective: Collective) -> float | None:
         return getattr(self, f"{collective}_busbw_gbps")

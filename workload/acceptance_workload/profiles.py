@@ -61,6 +61,7 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         all_gather_busbw_gbps=round(node_busbw * collective_share),
         reduce_scatter_busbw_gbps=round(node_busbw * collective_share),
         node_all_reduce_busbw_gbps=node_busbw,
+        intra_node_transport="P2P",
     )
     multi = NcclThresholds(
         reference_bytes="1Gi",
@@ -68,6 +69,7 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         all_gather_busbw_gbps=round(net_busbw * collective_share),
         reduce_scatter_busbw_gbps=round(net_busbw * collective_share),
         node_all_reduce_busbw_gbps=node_busbw,
+        intra_node_transport="P2P",
     )
     ddp = {
         "gpt": DdpThresholds(min_throughput_per_gpu=gpt_tokens, min_scaling_efficiency=0.85,
@@ -120,20 +122,38 @@ def _default_ddp_workload(ddp: DdpCheck) -> bool:
 
 
 PROFILE_GPUS_PER_NODE = 8
+# A node with fewer GPUs on the same NVSwitch fabric reaches a little less all_reduce busbw
+# than eight (2x H200 measured 340-348 GB/s at >= 1 GiB, 4x 351-363, 8x ~370): its floor is
+# this share of the 8-GPU one, still far above what a node without working NVLink reaches
+# (SHM: 25 GB/s) and below a node that lost a third of its links.
+FEWER_GPUS_NODE_SHARE = 0.88
+
+
+def nccl_for_gpu_count(table: NcclThresholds, nodes: int, gpus_per_node: int) -> NcclThresholds:
+    """The NCCL table for a node of `gpus_per_node` GPUs.
+
+    Inside a node on NVSwitch, all_reduce busbw barely depends on the GPU count,
+    so the node's floor (a share of it below 8 GPUs) and its transport apply to
+    any count of 2 or more. The other collectives' floors, and every floor
+    between nodes (which depends on NICs per GPU), describe 8 GPUs a node: with
+    another count they are reported but not judged, unless the spec sets them.
+    """
+    if gpus_per_node == PROFILE_GPUS_PER_NODE:
+        return table
+    if gpus_per_node < 2:
+        return NcclThresholds(reference_bytes=table.reference_bytes)
+    node = table.node_all_reduce_busbw_gbps
+    node = None if node is None else round(node * FEWER_GPUS_NODE_SHARE)
+    return NcclThresholds(reference_bytes=table.reference_bytes, node_all_reduce_busbw_gbps=node,
+                          all_reduce_busbw_gbps=node if nodes == 1 else None,
+                          intra_node_transport=table.intra_node_transport)
 
 
 def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
                    gpus_per_node: int = PROFILE_GPUS_PER_NODE) -> ChecksSpec:
-    """The checks with every threshold the spec left unset taken from the profile.
-
-    The profiles' busbw floors describe 8 GPUs a node: busbw depends on the GPU
-    count (all_gather's factor is (n-1)/n), so with another count they are
-    reported but not judged, unless the spec sets them.
-    """
+    """The checks with every threshold the spec left unset taken from the profile."""
     p = PROFILES[profile]
-    nccl_defaults = p.nccl_multi_node if nodes > 1 else p.nccl_single_node
-    if gpus_per_node != PROFILE_GPUS_PER_NODE:
-        nccl_defaults = NcclThresholds(reference_bytes=nccl_defaults.reference_bytes)
+    nccl_defaults = nccl_for_gpu_count(p.nccl_multi_node if nodes > 1 else p.nccl_single_node, nodes, gpus_per_node)
     ddp_defaults = p.ddp.get(checks.ddp.model, DdpThresholds())
     if not _default_ddp_workload(checks.ddp):
         # The profile's throughput floor was measured on the default model shape only.

@@ -228,6 +228,8 @@ class Runner:
                         part = transport.TransportLog.from_json(log) if log else transport.TransportLog()
                         per_node[info.node] = per_node.get(info.node, transport.TransportLog()).merge(part)
                     results = transport.judge(cfg.required_transport(), per_node, len(per_node) > 1)
+                    results += transport.judge_intra_node(cfg.checks.nccl.thresholds.intra_node_transport,
+                                                          per_node, len(per_node) == 1, session.env.local_world_size)
                     self.report.results += results
                     seen = transport.TransportLog()
                     for log in per_node.values():

@@ -160,3 +160,44 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
                                    observed=",".join(log.transports()) or "none", expected=required,
                                    message=msg, node=node))
     return results
+
+
+INTRA_NODE_HINTS: dict[str, str] = {
+    "SHM": "GPUs of one node went through host shared memory instead of NVLink peer-to-peer: P2P is disabled "
+           "(NCCL_P2P_DISABLE / NCCL_P2P_LEVEL in the pod's env) or broken (check `nvidia-smi topo -m`, "
+           "`nvidia-smi nvlink -s` and the fabric manager)",
+    "NET": "GPUs of one node went through the network stack instead of NVLink: NCCL does not see them as "
+           "one host (NCCL_HOSTID, separate containers without a shared IPC namespace) or P2P and SHM are off",
+}
+
+
+def judge_intra_node(required: Transport | None, per_node: dict[str, TransportLog], single_node: bool,
+                     gpus_per_node: int) -> list[CheckResult]:
+    """One result per node: the share of connections between its own GPUs that used the required transport.
+
+    In a single-node run every connection is between GPUs of that node, so a
+    network connection counts too; with several nodes, only P2P and SHM are
+    known to stay inside a node.
+    """
+    if required is None or gpus_per_node < 2:
+        return []
+    results = []
+    for node, log in per_node.items():
+        inside = log.local() + (log.net() if single_node else Counter())
+        total = sum(inside.values())
+        used = inside.get(required, 0)
+        value = used / total if total else None
+        if value is None:
+            msg = (f"no connection between the GPUs of node {node} found in NCCL's log; NCCL_DEBUG=INFO with "
+                   "NCCL_DEBUG_SUBSYS including INIT is needed to see them")
+        else:
+            msg = f"{required} required between the GPUs of node {node}; saw {_describe(inside)}"
+            wrong = [t for t in inside if t != required]
+            if wrong:
+                kind = "NET" if any(t in NET_TRANSPORTS for t in wrong) else wrong[0]
+                msg += f": {INTRA_NODE_HINTS.get(kind, '')}"
+        results.append(CheckResult(check="nccl", name="intra_node_transport", value=value, unit="fraction",
+                                   threshold=1.0, comparison="ge", passed=value is not None and value >= 1.0,
+                                   observed=",".join(t for t in log.transports() if t in inside) or "none",
+                                   expected=required, message=msg, node=node))
+    return results
