@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--file", metavar="MANIFEST",
                    help="take checks, profile and thresholds from this AcceptanceTest manifest")
     p.add_argument("--profile", help="threshold profile (default: the manifest's, else h100-sxm)")
-    p.add_argument("--gpus", type=int, help="GPUs to use (default: all visible)")
+    p.add_argument("--gpus", type=int, help="GPUs this node must have (default: the manifest's gpusPerNode, else all "
+                   "visible); fewer visible fails the preflight's gpu_count check. With --cpu: gloo processes (2)")
     p.add_argument("--quick", action="store_true", help="short sweep and few steps (minutes, not tens)")
     p.set_defaults(func=_cmd_local)
     return parser

@@ -52,6 +52,28 @@ def test_cpu_smoke_run_writes_the_report_object(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "r.json").read_text()) == report.to_wire()
 
 
+def test_cpu_run_with_gpus_sets_the_number_of_gloo_processes(tmp_path: Path) -> None:
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    preflight: {enabled: false}\n"
+                        "    ddp: {enabled: false}\n    nccl: {collectives: [all_reduce]}\n")
+    proc = cli("--cpu", "--gpus", "3", "-f", str(manifest), "--json", "r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
+    assert report.environment.world_size == 3 and report.nccl[0].ranks == 3
+
+
+def test_the_manifests_gpus_per_node_is_what_the_preflight_expects(tmp_path: Path) -> None:
+    path = _manifest(tmp_path, "spec:\n  gpusPerNode: 4\n  profile: h100-sxm")
+    manifest = read_manifest(path)
+    assert manifest["gpus_per_node"] == 4
+    # two GPUs visible, four expected: two processes run and the preflight is told four
+    config = build_config(_args(file=path), 2, manifest["gpus_per_node"], manifest)
+    assert config.gpus_per_node == 4
+    bad = _manifest(tmp_path, "spec:\n  gpusPerNode: two")
+    with pytest.raises(ManifestError, match=r"spec\.gpusPerNode"):
+        read_manifest(bad)
+
+
 def test_without_gpus_a_gpu_run_is_refused_with_a_pointer_to_cpu(tmp_path: Path) -> None:
     proc = cli("--quick", cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 2
