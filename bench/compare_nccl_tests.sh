@@ -7,10 +7,10 @@
 # NCCL_TESTS_SRC: a checkout of github.com/NVIDIA/nccl-tests. Needs nvcc (CUDA_HOME, default /usr/local/cuda).
 # nccl-tests is linked against the NCCL that torch uses (the nvidia-nccl pip package), so both measure the same
 # library. Environment: GPUS (default: all), MIN_BYTES (8), MAX_BYTES (4G), FACTOR (2), ITERS (20), WARMUP (5),
-# COLLECTIVES (all six), CUDA_GRAPHS=1 to run both with CUDA graphs at every size (nccl-tests -G 1,
-# ours --cuda-graphs always); by default nccl-tests launches eagerly and ours as a cluster run does (CUDA graphs
-# below 64 MiB, eager above, median of 3 windows).
-# Exit status 1 when any size >= 64 MiB differs by more than 3%.
+# COLLECTIVES (all six), RUNS (3: each size is compared at the median of the runs), CUDA_GRAPHS=1 to run
+# both with CUDA graphs at every size (nccl-tests -G 1, ours --cuda-graphs always); by default nccl-tests
+# launches eagerly and ours as a cluster run does (CUDA graphs below 64 MiB, eager above, median of 3 windows).
+# Exit status 1 when any size >= 64 MiB differs by more than 3%, or ours at 1 MiB is under 90% of nccl-tests'.
 set -euo pipefail
 
 src=${1:?usage: $0 NCCL_TESTS_SRC [OUT_DIR]}
@@ -57,20 +57,26 @@ export LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}"
 
 graphs_flag=() ours_graphs=()
 if [ "${CUDA_GRAPHS:-0}" = 1 ]; then graphs_flag=(-G 1); ours_graphs=(--cuda-graphs always); fi
-for c in $collectives; do
-  log "nccl-tests ${c}_perf on $gpus GPUs"
-  "$src/build/${c}_perf" -b "$min" -e "$max" -f "$factor" -g "$gpus" -n "$iters" -w "$warmup" -c 1 \
-    "${graphs_flag[@]}" >"$out/${c}_perf.txt"
+runs=${RUNS:-3}
+# Runs interleave (nccl-tests, ours, nccl-tests, ours, ...), so a drift of the machine lands on both.
+for run in $(seq 1 "$runs"); do
+  mkdir -p "$out/run$run"
+  for c in $collectives; do
+    log "run $run/$runs: nccl-tests ${c}_perf on $gpus GPUs"
+    "$src/build/${c}_perf" -b "$min" -e "$max" -f "$factor" -g "$gpus" -n "$iters" -w "$warmup" -c 1 \
+      "${graphs_flag[@]}" >"$out/run$run/${c}_perf.txt"
+  done
+  log "run $run/$runs: ours (bench/nccl_ddp.py)"
+  "$python" "$repo/bench/nccl_ddp.py" --gpus "$gpus" --no-ddp \
+    --min-bytes "$(binary "$min")" --max-bytes "$(binary "$max")" \
+    --factor "$factor" --iters "$iters" --warmup "$warmup" --collectives "${collectives// /,}" \
+    "${ours_graphs[@]}" --out "$out/run$run/ours.json" >"$out/run$run/ours.txt"
 done
-log "ours: bench/nccl_ddp.py"
-"$python" "$repo/bench/nccl_ddp.py" --gpus "$gpus" --no-ddp \
-  --min-bytes "$(binary "$min")" --max-bytes "$(binary "$max")" \
-  --factor "$factor" --iters "$iters" --warmup "$warmup" --collectives "${collectives// /,}" \
-  "${ours_graphs[@]}" --out "$out/ours.json" >"$out/ours.txt"
 
 status=0
 for c in $collectives; do
-  "$python" "$repo/bench/compare_nccl_tests.py" "$out/${c}_perf.txt" "$out/ours.json" --collective "$c" || status=1
+  "$python" "$repo/bench/compare_nccl_tests.py" "$out"/run*/"${c}_perf.txt" "$out"/run*/ours.json --collective "$c" ||
+    status=1
   echo
 done
 exit $status
