@@ -37,7 +37,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-bytes", default="8")
     p.add_argument("--max-bytes", default="4Gi")
     p.add_argument("--factor", type=int, default=2)
-    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--iters", type=int, default=10, help="timed operations per window")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--collectives", default=",".join(COLLECTIVES), help="comma-separated")

@@ -89,7 +89,7 @@ class NcclCheck(WireModel):
     max_bytes: ByteSize = Field("4Gi", description="Last message size of the sweep.")
     step_factor: int = Field(2, ge=2, description="Each size is the previous one times this.")
     warmup_iters: int = Field(5, ge=0)
-    iters: int = Field(20, ge=1)
+    iters: int = Field(10, ge=1, description="Timed operations per window.")
     windows: int = Field(
         3, ge=1, description="Timed windows of `iters` operations per size; the row's time is their median, "
         "so one disturbed window does not decide.")
