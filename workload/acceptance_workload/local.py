@@ -33,7 +33,7 @@ EXIT_ERROR = 2
 CPU_PROCESSES = 2
 CPU_MAX_BYTES = 1 << 20
 QUICK_MAX_BYTES = 1 << 30
-KILL_GRACE_SECONDS = 60
+KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a stopped or hung rank is not waited for long
 
 
 class ManifestError(ValueError):
@@ -91,7 +91,8 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
         "preflight": {"enabled": checks.preflight.enabled},
         "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
                  "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
-                 "perNode": False, "collectiveTimeoutSeconds": 60, "windows": 1},
+                 "perNode": False, "windows": 1,
+                 "collectiveTimeoutSeconds": min(nccl.collective_timeout_seconds, 60)},
         "ddp": {"enabled": checks.ddp.enabled, "model": checks.ddp.model, "batchSize": 4, "seqLen": 64,
                 "steps": 6, "windows": 3, "warmupSteps": 1},
     })

@@ -1,0 +1,286 @@
+"""Benchmark: inject faults from outside the product and check that the verdict names the culprit.
+
+    python bench/fault_suite.py --out faults.json                        # every scenario, --quick runs
+    python bench/fault_suite.py --scenarios healthy --repeat 10          # healthy pass rate, --quick
+    python bench/fault_suite.py --scenarios healthy --repeat 10 --full   # the same with full runs
+    python bench/fault_suite.py --cpu --scenarios healthy,frozen-rank,rank-exits   # gloo, no GPU needed
+
+Each scenario runs `gpu-acceptance local --json` as a user would, on a node named
+`fault-node`, and does its damage from outside: another process saturating the
+last GPU, NCCL_P2P_DISABLE=1 in the environment, SIGSTOP or SIGKILL of the last
+rank's process once the NCCL sweep has started, one GPU fewer visible than the
+test expects. Nothing inside the workload knows it is being tested. A scenario
+passes when a healthy run PASSED, or when a faulty run FAILED with the node in
+failedNodes and, where one GPU or rank is to blame, that GPU or rank named.
+Prints a detection table and writes every row (with the reasons the report
+gave) as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NODE = "fault-node"
+TIMEOUT = 20  # collectiveTimeoutSeconds of the runs that freeze or kill a rank
+HOG = """
+import sys, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+print("ready", flush=True)
+while True:
+    for _ in range(50):
+        b = a @ a
+    torch.cuda.synchronize()
+"""
+
+
+@dataclass
+class Ctx:
+    gpus: int
+    cpu: bool
+    full: bool
+    tmp: Path
+
+    @property
+    def last(self) -> int:
+        return self.gpus - 1
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    run: int
+    fault: str
+    expected: str
+    verdict: str
+    exit_code: int
+    failed_nodes: list[str]
+    named: str
+    detected: bool
+    seconds: float
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Run:
+    proc: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+    sweep_started: threading.Event = field(default_factory=threading.Event)
+
+    def rank_pid(self, rank: int) -> int | None:
+        """The pid of rank `rank`: a child of this run whose environment says RANK=rank."""
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                env = (entry / "environ").read_bytes().split(b"\0")
+            except (OSError, ValueError, IndexError):
+                continue
+            if ppid == self.proc.pid and f"RANK={rank}".encode() in env:
+                return int(entry.name)
+        return None
+
+
+@dataclass
+class Scenario:
+    name: str
+    fault: str
+    gpu: Callable[[Ctx], int | None] = lambda c: None  # the GPU that must be named
+    rank: Callable[[Ctx], int | None] = lambda c: None  # the rank that must be named
+    env: Callable[[Ctx], dict[str, str]] = lambda c: {}
+    args: Callable[[Ctx], list[str]] = lambda c: []
+    inject: Callable[[Ctx, Run], None] | None = None  # on a thread, once the run has started
+    setup: Callable[[Ctx], Callable[[], None]] | None = None  # before the run; returns its teardown
+    gpu_only: bool = False
+
+    @property
+    def healthy(self) -> bool:
+        return self.name == "healthy"
+
+
+def _signal_rank(sig: signal.Signals, delay: float) -> Callable[[Ctx, Run], None]:
+    def inject(ctx: Ctx, run: Run) -> None:
+        if not run.sweep_started.wait(600):
+            return
+        time.sleep(0.5 if ctx.cpu else delay)
+        pid = run.rank_pid(ctx.last)
+        if pid is not None:
+            os.kill(pid, sig)
+            run.lines.append(f"[fault-suite] sent {sig.name} to rank {ctx.last} (pid {pid})")
+    return inject
+
+
+def _hog(ctx: Ctx) -> Callable[[], None]:
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(ctx.last))
+    hog = subprocess.Popen([sys.executable, "-c", HOG], env=env, stdout=subprocess.PIPE, text=True)
+    assert hog.stdout is not None
+    if hog.stdout.readline().strip() != "ready":
+        raise RuntimeError("the GPU hog did not start")
+
+    def stop() -> None:
+        hog.kill()
+        hog.wait()
+    return stop
+
+
+def _timeout_manifest(ctx: Ctx) -> list[str]:
+    path = ctx.tmp / "timeout.yaml"
+    path.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    nccl:\n"
+                    f"      collectiveTimeoutSeconds: {TIMEOUT}\n")
+    return ["-f", str(path)]
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("healthy", "none"),
+    Scenario("saturated-gpu", "another process runs bf16 matmuls on the last GPU", gpu=lambda c: c.last,
+             setup=_hog, gpu_only=True),
+    Scenario("p2p-off", "NCCL_P2P_DISABLE=1 in the environment", env=lambda c: {"NCCL_P2P_DISABLE": "1"},
+             gpu_only=True),
+    Scenario("frozen-rank", "SIGSTOP of the last rank during the NCCL sweep", rank=lambda c: c.last,
+             gpu=lambda c: c.last, args=_timeout_manifest, inject=_signal_rank(signal.SIGSTOP, 3.0)),
+    Scenario("rank-exits", "SIGKILL of the last rank during the NCCL sweep", rank=lambda c: c.last,
+             gpu=lambda c: c.last, args=_timeout_manifest, inject=_signal_rank(signal.SIGKILL, 3.0)),
+    Scenario("missing-gpu", "one GPU fewer visible than the test expects",
+             env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(c.gpus - 1))},
+             args=lambda c: ["--gpus", str(c.gpus)], gpu_only=True),
+]}
+
+
+def run_scenario(s: Scenario, ctx: Ctx, index: int) -> Outcome:
+    report_file = ctx.tmp / f"{s.name}-{index}.json"
+    report_file.unlink(missing_ok=True)
+    cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", "--json", str(report_file)]
+    cmd += ["--cpu", "--gpus", str(ctx.gpus)] if ctx.cpu else ([] if ctx.full else ["--quick"])
+    cmd += s.args(ctx)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
+    env.update({"NODE_NAME": NODE, **s.env(ctx)})
+    teardown = s.setup(ctx) if s.setup else None
+    t0 = time.monotonic()
+    run = None
+    try:
+        run = Run(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        threading.Thread(target=_read, args=(run,), daemon=True).start()
+        if s.inject:
+            threading.Thread(target=s.inject, args=(ctx, run), daemon=True).start()
+        code = run.proc.wait(timeout=1800)
+    finally:
+        if teardown:
+            teardown()
+        if run is not None:
+            _release_children(run)
+    seconds = time.monotonic() - t0
+    return judge(s, ctx, index, code, report_file, seconds, run)
+
+
+def _read(run: Run) -> None:
+    assert run.proc.stderr is not None
+    for line in run.proc.stderr:
+        run.lines.append(line.rstrip())
+        if "] nccl sweep" in line:
+            run.sweep_started.set()
+
+
+def _release_children(run: Run) -> None:
+    """A stopped rank would outlive the run: continue and end every child left."""
+    for rank in range(64):
+        pid = run.rank_pid(rank)
+        if pid is None:
+            continue
+        for sig in (signal.SIGCONT, signal.SIGKILL):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+
+
+def judge(s: Scenario, ctx: Ctx, index: int, code: int, report_file: Path, seconds: float, run: Run) -> Outcome:
+    report = json.loads(report_file.read_text()) if report_file.exists() else {}
+    failed_nodes = report.get("failedNodes", [])
+    bad = [r for r in report.get("results", []) if not r.get("passed")]
+    reasons = ([report["error"]] if report.get("error") else []) + [r.get("message", "") for r in bad]
+    verdict = "PASSED" if report.get("passed") else ("FAILED" if report else f"no report (exit {code})")
+    gpu, rank = s.gpu(ctx), s.rank(ctx)
+    named = []
+    if gpu is not None and any(r.get("node") == NODE and r.get("gpu") == gpu for r in bad):
+        named.append(f"GPU {gpu}")
+    if rank is not None and any(f"rank {rank}" in text for text in reasons):
+        named.append(f"rank {rank}")
+    if s.healthy:
+        detected = verdict == "PASSED" and code == 0
+        expected = "PASSED"
+    else:
+        want = [f"GPU {gpu}"] if gpu is not None and rank is None else []
+        want += [f"rank {rank}"] if rank is not None else []
+        detected = verdict == "FAILED" and NODE in failed_nodes and all(w in named for w in want)
+        expected = f"FAILED, {NODE}" + (f", {' and '.join(want)}" if want else "")
+    return Outcome(scenario=s.name, run=index, fault=s.fault, expected=expected, verdict=verdict, exit_code=code,
+                   failed_nodes=failed_nodes, named=", ".join(named) or "-", detected=detected,
+                   seconds=round(seconds, 1), reasons=[r[:400] for r in reasons[:4]])
+
+
+def table(outcomes: list[Outcome]) -> str:
+    lines = ["| scenario | run | fault | expected | verdict | failedNodes | named | ok | seconds |",
+             "|---|---:|---|---|---|---|---|---|---:|"]
+    for o in outcomes:
+        lines.append(f"| {o.scenario} | {o.run} | {o.fault} | {o.expected} | {o.verdict} | "
+                     f"{', '.join(o.failed_nodes) or '-'} | {o.named} | {'yes' if o.detected else 'NO'} | "
+                     f"{o.seconds} |")
+    ok = sum(o.detected for o in outcomes)
+    lines.append(f"\n{ok}/{len(outcomes)} as expected")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--full", action="store_true", help="full runs instead of --quick")
+    p.add_argument("--cpu", action="store_true", help="gloo processes instead of GPUs (scenarios that need none)")
+    p.add_argument("--gpus", type=int, help="GPUs (or with --cpu, processes); default: all visible (2 on CPU)")
+    p.add_argument("--out", help="write every outcome as JSON here")
+    args = p.parse_args(argv)
+    names = [n for n in args.scenarios.split(",") if n]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        p.error(f"unknown scenario(s) {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
+    if args.cpu:
+        gpus = args.gpus or 2
+    else:
+        import torch
+
+        gpus = args.gpus or torch.cuda.device_count()
+        if gpus < 2:
+            p.error("needs at least 2 GPUs (or --cpu)")
+    ctx = Ctx(gpus=gpus, cpu=args.cpu, full=args.full, tmp=Path(tempfile.mkdtemp(prefix="fault-suite-")))
+    outcomes = []
+    for name in names:
+        s = SCENARIOS[name]
+        if s.gpu_only and args.cpu:
+            print(f"[fault-suite] {name}: needs GPUs, skipped on --cpu", file=sys.stderr)
+            continue
+        for i in range(args.repeat):
+            o = run_scenario(s, ctx, i + 1)
+            print(f"[fault-suite] {name} #{i + 1}: {o.verdict} in {o.seconds}s, failedNodes {o.failed_nodes}, "
+                  f"named {o.named}: {'as expected' if o.detected else 'NOT as expected'}", file=sys.stderr)
+            outcomes.append(o)
+    print(table(outcomes))
+    if args.out:
+        Path(args.out).write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
+    return 0 if all(o.detected for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
