@@ -24,7 +24,7 @@ DType = Literal["float32", "bfloat16", "float16"]
 CudaGraphs = Literal["auto", "always", "never"]
 CUDA_GRAPH_AUTO_BELOW = 64 << 20  # bytes; at and above it an operation outlasts its launch many times over
 DdpModel = Literal["gpt", "resnet50"]
-DEFAULT_BATCH: dict[str, int] = {"gpt": 32, "resnet50": 64}
+DEFAULT_BATCH: dict[str, int] = {"gpt": 32, "resnet50": 128}
 
 
 class PreflightThresholds(WireModel):
@@ -150,7 +150,7 @@ class DdpCheck(WireModel):
     enabled: bool = True
     model: DdpModel = "gpt"
     batch_size: int | None = Field(
-        None, ge=1, description="Per-GPU batch; default 32 (gpt) or 64 (resnet50): large enough that a step "
+        None, ge=1, description="Per-GPU batch; default 32 (gpt) or 128 (resnet50): large enough that a step "
         "keeps the GPU busy rather than waiting for the host to launch kernels.")
     seq_len: int = Field(1024, ge=16, description="Sequence length of the gpt model.")
     steps: int = Field(30, ge=2, description="Timed steps, each for the one-GPU baseline and for DDP.")
