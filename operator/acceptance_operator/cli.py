@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, help="GPUs this node must have (default: the manifest's gpusPerNode, else all "
                    "visible); fewer visible fails the preflight's gpu_count check. With --cpu: gloo processes (2)")
     p.add_argument("--quick", action="store_true", help="short sweep and few steps (minutes, not tens)")
+    p.add_argument("--simulate-nodes", type=int, metavar="N",
+                   help="split the processes into N simulated nodes sim-node-0..N-1 (NODE_NAME and NCCL_HOSTID "
+                   "per node, so NCCL goes through its network path between them)")
     p.set_defaults(func=_cmd_local)
     return parser
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.local import ManifestError, build_config, cpu_smoke_checks, quick_checks, read_manifest
 from acceptance_workload.report import Report
 from acceptance_workload.wire import parse_bytes
@@ -62,6 +63,39 @@ def test_cpu_run_with_gpus_sets_the_number_of_gloo_processes(tmp_path: Path) -> 
     assert report.environment.world_size == 3 and report.nccl[0].ranks == 3
 
 
+def test_simulated_nodes_are_named_sim_node_k_and_measured_per_node(tmp_path: Path) -> None:
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    ddp: {enabled: false}\n"
+                        "    nccl: {collectives: [all_reduce, sendrecv]}\n")
+    proc = cli("--cpu", "--gpus", "4", "--simulate-nodes", "2", "-f", str(manifest), "--json", "r.json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
+    env = report.environment
+    assert (env.nodes, env.gpus_per_node, env.world_size) == (2, 2, 4)
+    assert env.hostnames == ["sim-node-0", "sim-node-1"]
+    preflight_nodes = {r.node for r in report.results if r.check == "preflight" and r.node}
+    assert preflight_nodes == {"sim-node-0", "sim-node-1"}
+    assert "2 simulated nodes" in proc.stderr
+
+
+def test_each_simulated_node_sees_its_own_gpus_from_zero_and_its_own_nccl_host() -> None:
+    from acceptance_workload.config import WorkloadConfig
+    from acceptance_workload.local import child_env
+
+    config = WorkloadConfig.build(checks=ChecksSpec(), profile="custom", nodes=2, gpus_per_node=2, fabric="ethernet")
+    envs = [child_env(config, rank, 4, 1234) for rank in range(4)]
+    assert [e["NODE_NAME"] for e in envs] == ["sim-node-0", "sim-node-0", "sim-node-1", "sim-node-1"]
+    assert [e["NCCL_HOSTID"] for e in envs] == [e["NODE_NAME"] for e in envs]
+    assert [e["LOCAL_RANK"] for e in envs] == ["0", "1", "0", "1"]
+    assert {e["LOCAL_WORLD_SIZE"] for e in envs} == {"2"}
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0,1", "0,1", "2,3", "2,3"]
+
+
+def test_simulated_nodes_must_split_the_processes_evenly() -> None:
+    with pytest.raises(ManifestError, match="do not split into 3"):
+        build_config(_args(cpu=True, simulate_nodes=3), 4)
+
+
 def test_the_manifests_gpus_per_node_is_what_the_preflight_expects(tmp_path: Path) -> None:
     path = _manifest(tmp_path, "spec:\n  gpusPerNode: 4\n  profile: h100-sxm")
     manifest = read_manifest(path)
@@ -98,7 +132,8 @@ def _manifest(tmp_path: Path, spec: str) -> str:
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = {"cpu": False, "json": None, "file": None, "profile": None, "gpus": None, "quick": False}
+    base = {"cpu": False, "json": None, "file": None, "profile": None, "gpus": None, "quick": False,
+            "simulate_nodes": None}
     base.update(kw)
     return argparse.Namespace(**base)
 

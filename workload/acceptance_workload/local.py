@@ -73,8 +73,8 @@ def read_manifest(path: str) -> dict[str, Any]:
     if profile not in PROFILE_NAMES:
         raise ManifestError(f"{path}: spec.profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
     network = spec.get("network") or {}
-    fabric = network.get("fabric", "infiniband")
-    if fabric not in ("infiniband", "roce", "ethernet"):
+    fabric = network.get("fabric")
+    if fabric is not None and fabric not in ("infiniband", "roce", "ethernet"):
         raise ManifestError(f"{path}: spec.network.fabric: {fabric!r} is not one of infiniband, roce, ethernet")
     gpus = spec.get("gpusPerNode")
     if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
@@ -114,25 +114,37 @@ def quick_checks(checks: ChecksSpec) -> ChecksSpec:
 
 def build_config(args: argparse.Namespace, processes: int, expected: int | None = None,
                  manifest: dict[str, Any] | None = None) -> WorkloadConfig:
-    """The run's configuration; `expected` GPUs a node (default: the processes started) is what preflight wants."""
+    """The run's configuration; `expected` GPUs a node (default: the processes started) is what preflight wants.
+
+    With `--simulate-nodes N` the processes form N nodes of processes/N each; their fabric is
+    `ethernet` unless the manifest names one (simulated nodes talk through NCCL's sockets).
+    """
     if manifest is None:
         manifest = read_manifest(args.file) if args.file else {}
+    nodes = getattr(args, "simulate_nodes", None) or 1
+    if nodes < 1:
+        raise ManifestError(f"--simulate-nodes {nodes}: needs at least 1 node")
+    if nodes > 1 and processes % nodes:
+        raise ManifestError(f"--simulate-nodes {nodes}: {processes} processes do not split into {nodes} equal "
+                            "nodes; pass --gpus (with --cpu) or a node count that divides them")
+    per_node = processes // nodes
     checks: ChecksSpec = manifest.get("checks") or ChecksSpec()
     profile: ProfileName = args.profile or manifest.get("profile") or detected_profile(args.cpu)
     if profile not in PROFILE_NAMES:
         raise ManifestError(f"--profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
-    if checks.nccl.require_transport in ("IB", "IB_GDR", "SOCKET"):
+    if nodes == 1 and checks.nccl.require_transport in ("IB", "IB_GDR", "SOCKET"):
         print(f"note: requireTransport {checks.nccl.require_transport} is between nodes; a local run has one node, "
               "so it is not required here", file=sys.stderr)
         checks = checks.model_copy(update={"nccl": checks.nccl.model_copy(update={"require_transport": None})})
     report_file = os.path.abspath(args.json) if args.json else None
     if args.cpu:
-        return WorkloadConfig(checks=cpu_smoke_checks(checks), profile="custom", nodes=1, gpus_per_node=processes,
+        return WorkloadConfig(checks=cpu_smoke_checks(checks), profile="custom", nodes=nodes, gpus_per_node=per_node,
                               fabric="ethernet", mode="cpu-smoke", report_file=report_file, timeout_seconds=900)
     if args.quick:
         checks = quick_checks(checks)
-    return WorkloadConfig.build(checks=checks, profile=profile, nodes=1, gpus_per_node=expected or processes,
-                                fabric=manifest.get("fabric", "infiniband"),
+    fabric = manifest.get("fabric") or ("ethernet" if nodes > 1 else "infiniband")
+    return WorkloadConfig.build(checks=checks, profile=profile, nodes=nodes,
+                                gpus_per_node=(expected // nodes if expected else per_node), fabric=fabric,
                                 gpu_direct_rdma=manifest.get("gpu_direct_rdma", True), report_file=report_file)
 
 
@@ -160,14 +172,34 @@ def visible_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+SIM_NODE_PREFIX = "sim-node-"
+
+
 def child_env(config: WorkloadConfig, rank: int, world: int, port: int) -> dict[str, str]:
+    """A rank's environment as its pod would give it; with simulated nodes, as its simulated node would.
+
+    Simulated node K (config.nodes > 1 on one machine) is `sim-node-K` in
+    NODE_NAME and in NCCL_HOSTID, so NCCL treats each group of ranks as another
+    host and goes through its network path between groups, and sees only its own
+    GPUs, numbered from 0 as on a real node.
+    """
     env = dict(os.environ)
+    per_node = world // config.nodes
+    local = rank % per_node
     env.update({
         CONFIG_ENV: config.to_env(),
-        "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(world),
+        "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node),
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "NODE_NAME": os.environ.get("NODE_NAME") or socket.gethostname(),
     })
+    if config.nodes > 1:
+        node = f"{SIM_NODE_PREFIX}{rank // per_node}"
+        env.update({"NODE_NAME": node, "NCCL_HOSTID": node})
+        if config.mode != "cpu-smoke":
+            visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()] or [
+                str(i) for i in range(world)]
+            first = (rank // per_node) * per_node
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[first:first + per_node])
     for name in ("OMPI_COMM_WORLD_RANK", "PMI_RANK"):
         env.pop(name, None)
     if config.mode == "cpu-smoke":
@@ -257,5 +289,6 @@ def run_local(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     what = "CPU processes (gloo)" if args.cpu else "GPUs (nccl)"
     print(f"gpu-acceptance local: {world} {what}, profile {config.profile}"
+          + (f", {config.nodes} simulated nodes" if config.nodes > 1 else "")
           + (", quick" if args.quick and not args.cpu else ""), file=sys.stderr)
     return run_processes(config, world)
