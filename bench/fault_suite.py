@@ -2,7 +2,7 @@
 
     python bench/fault_suite.py --out faults.json                        # every scenario, --quick runs
     python bench/fault_suite.py --scenarios healthy --repeat 10          # healthy pass rate, --quick
-    python bench/fault_suite.py --scenarios healthy --repeat 10 --full   # the same with full runs
+    python bench/fault_suite.py --scenarios healthy --repeat 10 --full --keep-reports runs/  # full runs
     python bench/fault_suite.py --cpu --scenarios healthy,frozen-rank,rank-exits   # gloo, no GPU needed
 
 Each scenario runs `gpu-acceptance local --json` as a user would, on a node named
@@ -51,6 +51,7 @@ class Ctx:
     cpu: bool
     full: bool
     tmp: Path
+    keep: Path | None = None  # where each run's report is kept (for the threshold distributions)
 
     @property
     def last(self) -> int:
@@ -182,6 +183,9 @@ def run_scenario(s: Scenario, ctx: Ctx, index: int) -> Outcome:
         if run is not None:
             _release_children(run)
     seconds = time.monotonic() - t0
+    if ctx.keep is not None and report_file.exists():
+        ctx.keep.mkdir(parents=True, exist_ok=True)
+        (ctx.keep / report_file.name).write_text(report_file.read_text())
     return judge(s, ctx, index, code, report_file, seconds, run)
 
 
@@ -251,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu", action="store_true", help="gloo processes instead of GPUs (scenarios that need none)")
     p.add_argument("--gpus", type=int, help="GPUs (or with --cpu, processes); default: all visible (2 on CPU)")
     p.add_argument("--out", help="write every outcome as JSON here")
+    p.add_argument("--keep-reports", metavar="DIR", help="keep each run's report JSON in DIR")
     args = p.parse_args(argv)
     names = [n for n in args.scenarios.split(",") if n]
     unknown = [n for n in names if n not in SCENARIOS]
@@ -264,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
         gpus = args.gpus or torch.cuda.device_count()
         if gpus < 2:
             p.error("needs at least 2 GPUs (or --cpu)")
-    ctx = Ctx(gpus=gpus, cpu=args.cpu, full=args.full, tmp=Path(tempfile.mkdtemp(prefix="fault-suite-")))
+    ctx = Ctx(gpus=gpus, cpu=args.cpu, full=args.full, tmp=Path(tempfile.mkdtemp(prefix="fault-suite-")),
+              keep=Path(args.keep_reports) if args.keep_reports else None)
     outcomes = []
     for name in names:
         s = SCENARIOS[name]
