@@ -82,8 +82,9 @@ def test_a_rank_that_never_joins_the_collective_is_named_within_the_timeout(tmp_
     elapsed = time.monotonic() - t0
     assert ranks[0].returncode == 3, ranks[0].stderr[-3000:]  # the watchdog's on_fatal ran
     message = ranks[0].data["fatal"]
-    assert "rank 1 (node node-a, GPU 1)" in message
-    assert "did not complete within 3s" in message and "fell behind" in message
+    assert "rank 1 on node node-a, GPU 1, is alive but fell behind" in message  # it beats, but never came
+    assert "did not complete within 3s" in message
+    assert ranks[0].data["culprits"] == [[1, "behind"]]
     assert elapsed < 30
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from acceptance_workload import launch
 from acceptance_workload.checks import NcclCheck
-from acceptance_workload.control import Blamer, Watchdog, hard_exit
+from acceptance_workload.control import Blame, Blamer, Heartbeat, Watchdog, hard_exit
 from acceptance_workload.nccl import OPS, run_sweeps
 
 
@@ -35,12 +35,14 @@ def write(outdir: Path, rank: int, data: Any) -> None:
 
 def session(timeout: float) -> launch.Session:
     backend = os.environ.get("WORKER_BACKEND", "gloo")  # nccl in the GPU tests
-    return launch.start(launch.DistEnv.from_environ(), backend, rendezvous_timeout=60, collective_timeout=timeout)
+    s = launch.start(launch.DistEnv.from_environ(), backend, rendezvous_timeout=60, collective_timeout=timeout)
+    Heartbeat.connect(s.control).start()  # as the workload does: alive while the process runs
+    return s
 
 
 def watchdog_for(s: launch.Session, outdir: Path) -> Watchdog:
-    def fatal(message: str) -> None:
-        write(outdir, s.rank, {"fatal": message})
+    def fatal(blame: Blame) -> None:
+        write(outdir, s.rank, {"fatal": blame.message, "culprits": [[c.rank, c.kind] for c in blame.culprits]})
         hard_exit(3)
 
     return Watchdog(s.control, Blamer.connect(s.control), on_fatal=fatal).start()

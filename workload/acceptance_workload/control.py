@@ -3,8 +3,12 @@
 Preflight results, sweep timings and the final verdict travel through the
 c10d TCP store rather than through NCCL, so a broken NCCL or fabric (exactly
 what is being tested) cannot hide them. Each rank also counts the steps it has
-entered in the store; when a step does not finish in time, comparing the
-counters names the rank that never got there.
+entered in the store, and beats a heartbeat key from a thread of its own (a
+collective stuck in the main thread does not stop it; a frozen or dead process
+does). When a step does not finish in time, or a rank fails, the Blamer names
+the culprits in this order: ranks whose heartbeat stopped, ranks that reported
+an error, ranks alive but behind the others. No culprit at all means every rank
+is alive and at the same step: the collective itself hung (fabric, NCCL, GPU).
 """
 
 from __future__ import annotations
@@ -18,9 +22,17 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from acceptance_workload.report import CheckName, CheckResult
 
 MAX_NAMED_RANKS = 8
+HEARTBEAT_SECONDS = 1.0  # how often each rank beats
+# How long the Blamer watches the heartbeats: a live rank beats at least twice
+# in it, so an unchanged beat means a stopped rank (no clocks compared).
+HEARTBEAT_WATCH_SECONDS = 3 * HEARTBEAT_SECONDS + 0.5
+STORE_CONNECT_SECONDS = 15
 FINAL_WAIT_SECONDS = 180  # how long other ranks wait for rank 0's verdict: the status writer retries for 120 s
 
 
@@ -125,9 +137,15 @@ class Control:
         self.store.set(f"step/{self.rank}", label)
         self.store.add(f"progress/{self.rank}", 1)
 
-    def report_error(self, message: str) -> None:
-        """Tell the other ranks this one failed, so they stop waiting for it."""
+    def report_error(self, message: str, *, own: bool = True) -> None:
+        """Tell the other ranks this one failed, so they stop waiting for it.
+
+        own=False: this rank only timed out waiting for others; it is then not
+        a culprit itself (the Blamer looks at the ranks it waited for).
+        """
         with contextlib.suppress(Exception):
+            if not own:
+                self.store.set(f"waited/{self.rank}", "1")
             self.store.set(f"error/{self.rank}", message[:2000])
             self.store.add("errors", 1)
 
@@ -163,25 +181,20 @@ class Control:
 
 
 class Blamer:
-    """Reads the other ranks' counters and errors over its own store connection.
+    """Reads the other ranks' heartbeats, counters and errors over its own store connection.
 
     Its own connection: the main thread may hold the shared client while
     blocked (NCCL's communicator setup waits on the store).
     """
 
-    def __init__(self, control: Control, store: Any):
+    def __init__(self, control: Control, store: Any, watch_seconds: float = HEARTBEAT_WATCH_SECONDS):
         self.control = control
         self.store = store
+        self.watch_seconds = watch_seconds
 
     @classmethod
     def connect(cls, control: Control) -> Blamer:
-        if control.master is None:
-            return cls(control, control.store)
-        import torch.distributed as dist
-
-        host, port = control.master
-        client = dist.TCPStore(host, port, None, False, timedelta(seconds=15), wait_for_workers=False)
-        return cls(control, dist.PrefixStore("gpu-acceptance", client))
+        return cls(control, own_connection(control))
 
     def peer_errors(self) -> dict[int, str]:
         if self.store.add("errors", 0) == 0:
@@ -202,46 +215,198 @@ class Blamer:
         key = f"step/{rank}"
         return self.store.get(key).decode(errors="replace") if self.store.check([key]) else "not started"
 
-    def culprits(self) -> str | None:
-        """Ranks that fell behind the others and ranks that reported an error; None when all look alike."""
+    def unreachable(self) -> Exception | None:
+        """The error the store gives now, None when it answers (rank 0, which hosts it, is alive)."""
+        try:
+            self.store.check(["final"])
+            return None
+        except Exception as e:
+            return e
+
+    def heartbeats(self) -> dict[int, float | None]:
+        """Every other rank's last beat (its wall-clock time), None for a rank that never beat."""
+        out: dict[int, float | None] = {}
+        for r in range(self.control.world_size):
+            key = f"heartbeat/{r}"
+            if r != self.control.rank:
+                out[r] = float(self.store.get(key)) if self.store.check([key]) else None
+        return out
+
+    def stopped(self) -> dict[int, float | None]:
+        """Ranks whose heartbeat did not change while watched, with how long ago they last beat (None: never)."""
+        before = self.heartbeats()
+        time.sleep(self.watch_seconds)
+        after = self.heartbeats()
+        now = time.time()
+        return {r: (None if beat is None else max(0.0, now - beat))
+                for r, beat in after.items() if beat == before.get(r)}
+
+    def blame(self, suspects: list[int] | tuple[int, ...] = ()) -> list[Culprit]:
+        """The culprits of a hang or failure: stopped ranks, else failed ranks, else ranks behind, else `suspects`.
+
+        Only the first kind found is blamed: when a rank dies, its peers' errors
+        (connection closed) and their waiting are its consequences, not causes.
+        """
         c = self.control
-        errors = self.peer_errors()
+        stopped = self.stopped()
+        if stopped:
+            return [Culprit(r, "stopped", "never beat a heartbeat" if ago is None
+                            else f"last heartbeat {ago:.0f}s ago") for r, ago in sorted(stopped.items())]
+        errors = {r: m for r, m in self.peer_errors().items() if not self.store.check([f"waited/{r}"])}
+        if errors:
+            return [Culprit(r, "failed", msg) for r, msg in sorted(errors.items())]
         counters = {r: self.store.add(f"progress/{r}", 0) for r in range(c.world_size)}
         top = max(counters.values())
-        behind = [r for r, n in sorted(counters.items()) if n < top and r not in errors]
-        parts = []
+        behind = [r for r, n in sorted(counters.items()) if n < top]
         if behind:
-            steps = "; ".join(f"{c.describe(r)} is still at '{self._step(r)}'" for r in behind[:MAX_NAMED_RANKS])
-            parts.append(f"{len(behind)} of {c.world_size} ranks fell behind: {steps}"
-                         + (" ..." if len(behind) > MAX_NAMED_RANKS else ""))
-        parts += [f"{c.describe(r)} failed: {msg}" for r, msg in sorted(errors.items())]
-        return "; ".join(parts) or None
+            return [Culprit(r, "behind", f"still at '{self._step(r)}'") for r in behind]
+        return [Culprit(r, "behind", f"still at '{self._step(r)}'") for r in suspects]
 
-    def explain(self, label: str, timeout: float) -> str:
-        """Why step `label` did not finish: ranks that never reached it, failed ranks, or a hang of all."""
+    def explain(self, label: str, timeout: float) -> Blame:
+        """Why step `label` did not finish: who stopped, failed or fell behind, or a hang of all ranks."""
         c = self.control
         try:
-            who = self.culprits()
+            culprits = self.blame()
         except Exception as e:
-            where = f"{c.master[0]}:{c.master[1]}" if c.master else "the store"
-            return (f"'{label}' did not complete within {timeout:.0f}s and the rendezvous store at {where} "
-                    f"is unreachable ({type(e).__name__}: {e}): rank 0 or its node is probably down")
-        if who:
-            return f"'{label}' did not complete within {timeout:.0f}s: {who}"
-        return (f"'{label}' did not complete within {timeout:.0f}s although all {c.world_size} ranks reached it: "
-                f"the collective itself hung (fabric, NCCL or a GPU); seen from {c.describe(c.rank)}")
+            return root_unreachable(c, f"'{label}' did not complete within {timeout:.0f}s", e)
+        if culprits:
+            return Blame(f"'{label}' did not complete within {timeout:.0f}s: {describe_culprits(c, culprits)}",
+                         culprits)
+        return Blame(f"'{label}' did not complete within {timeout:.0f}s although all {c.world_size} ranks reached "
+                     f"it and are alive: the collective itself hung (fabric, NCCL or a GPU); "
+                     f"seen from {c.describe(c.rank)}", [])
+
+
+CulpritKind = Literal["stopped", "failed", "behind"]
+# One row per kind of culprit: the result's name, and what the sentence says it did.
+CULPRIT_KINDS: dict[CulpritKind, tuple[str, str]] = {
+    "stopped": ("rank_responding", "stopped responding"),
+    "failed": ("rank_error", "failed"),
+    "behind": ("rank_progress", "is alive but fell behind"),
+}
+
+
+@dataclass(frozen=True)
+class Culprit:
+    """A rank to blame for a hang or a failure, and the evidence."""
+
+    rank: int
+    kind: CulpritKind
+    detail: str
+
+
+@dataclass(frozen=True)
+class Blame:
+    """A timed-out or failed step explained: the sentence for the report, and the ranks it blames."""
+
+    message: str
+    culprits: list[Culprit]
+    store_reachable: bool = True
+
+
+def root_unreachable(control: Control, what: str, error: Exception) -> Blame:
+    """Rank 0 hosts the store: when the store does not answer, rank 0 is the one to name."""
+    where = f"{control.master[0]}:{control.master[1]}" if control.master else "the store"
+    return Blame(f"{what} and the rendezvous store at {where} (hosted by {control.describe(0)}) is unreachable "
+                 f"({type(error).__name__}: {error}): rank 0 is probably frozen or dead, or its node is down",
+                 [Culprit(0, "stopped", "the rendezvous store it hosts is unreachable")], store_reachable=False)
+
+
+def describe_culprit(control: Control, culprit: Culprit) -> str:
+    """'rank 1 on node X, GPU 1, stopped responding (last heartbeat 12s ago)'."""
+    what = CULPRIT_KINDS[culprit.kind][1]
+    where = ""
+    if culprit.rank < len(control.ranks):
+        info = control.ranks[culprit.rank]
+        where = f" on node {info.node}, GPU {info.gpu},"
+    sep = ": " if culprit.kind == "failed" else " "
+    detail = culprit.detail if culprit.kind == "failed" else f"({culprit.detail})"
+    return f"rank {culprit.rank}{where} {what}{sep}{detail}"
+
+
+def describe_culprits(control: Control, culprits: list[Culprit]) -> str:
+    named = "; ".join(describe_culprit(control, c) for c in culprits[:MAX_NAMED_RANKS])
+    more = len(culprits) - MAX_NAMED_RANKS
+    return named + (f"; and {more} more" if more > 0 else "")
+
+
+def culprit_results(control: Control, check: CheckName, culprits: list[Culprit]) -> list[CheckResult]:
+    """One failed result per culprit, under the check that was running, naming its node and GPU.
+
+    They have the usual one-measurement shape, so the report's failed nodes
+    (and the operator's summary.failedNodes) include the culprits' nodes.
+    """
+    from acceptance_workload.report import CheckResult
+
+    out = []
+    for c in culprits:
+        info = control.ranks[c.rank] if c.rank < len(control.ranks) else None
+        out.append(CheckResult(
+            check=check, name=CULPRIT_KINDS[c.kind][0], value=0.0, threshold=1.0, comparison="ge",
+            observed=c.kind, expected="alive and in step", passed=False,
+            message=describe_culprit(control, c)[:1000], node=info.node if info else None,
+            gpu=info.gpu if info else None))
+    return out
+
+
+def own_connection(control: Control) -> Any:
+    """A new client of the rendezvous store, for a thread that must not wait behind the main one's calls."""
+    if control.master is None:
+        return control.store
+    import torch.distributed as dist
+
+    host, port = control.master
+    client = dist.TCPStore(host, port, None, False, timedelta(seconds=STORE_CONNECT_SECONDS),
+                           wait_for_workers=False)
+    return dist.PrefixStore("gpu-acceptance", client)
+
+
+class Heartbeat:
+    """Beats `heartbeat/{rank}` (the wall-clock time) every second until the process ends.
+
+    Its own thread and store connection: a collective or a store wait stuck in
+    another thread does not stop it, but a frozen (SIGSTOP) or dead process
+    does, which is what tells a stopped rank from a hung collective.
+    """
+
+    def __init__(self, store: Any, rank: int, interval: float = HEARTBEAT_SECONDS):
+        self.store = store
+        self.key = f"heartbeat/{rank}"
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="gpu-acceptance-heartbeat", daemon=True)
+
+    @classmethod
+    def connect(cls, control: Control) -> Heartbeat:
+        return cls(own_connection(control), control.rank)
+
+    def start(self) -> Heartbeat:
+        self._beat()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        with contextlib.suppress(Exception):  # a store gone for good ends the run elsewhere
+            self.store.set(self.key, f"{time.time():.3f}")
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._beat()
 
 
 class Watchdog:
     """Ends a step that outlives its timeout, or any step once another rank has failed.
 
-    `on_fatal(message)` runs once, on the watchdog's thread, and must end the
+    `on_fatal(blame)` runs once, on the watchdog's thread, and must end the
     process (it is what turns a hang into a report and an exit code).
     `on_final(code)` runs when rank 0 has already decided the run's outcome
     while this rank is still blocked.
     """
 
-    def __init__(self, control: Control, blamer: Blamer, on_fatal: Callable[[str], None],
+    def __init__(self, control: Control, blamer: Blamer, on_fatal: Callable[[Blame], None],
                  on_final: Callable[[int], None] | None = None, poll_seconds: float = 0.25,
                  peer_poll_seconds: float = 2.0):
         self.control = control
@@ -278,12 +443,12 @@ class Watchdog:
             with self._lock:
                 self._deadline = None
 
-    def _fire(self, message: str) -> None:
+    def _fire(self, blame: Blame) -> None:
         with self._lock:
-            if self._fired:
+            if self._fired or self._stop.is_set():  # stopped: the main thread handles the failure itself
                 return
             self._fired = True
-        self.on_fatal(message)
+        self.on_fatal(blame)
 
     def _loop(self) -> None:
         last_peer_poll = time.monotonic()
@@ -304,10 +469,11 @@ class Watchdog:
                 continue  # the deadline above still bounds the wait
             if errors:
                 try:
-                    who = self.blamer.culprits()
+                    culprits = self.blamer.blame()
                 except Exception:
-                    who = None
-                self._fire(who or "; ".join(f"{self.control.describe(r)} failed: {m}" for r, m in errors.items()))
+                    culprits = [Culprit(r, "failed", m) for r, m in sorted(errors.items())]
+                said = "; ".join(f"{self.control.describe(r)}: {m}" for r, m in sorted(errors.items()))
+                self._fire(Blame(describe_culprits(self.control, culprits) if culprits else said, culprits))
                 return
             if final is not None and self.on_final is not None:
                 self.on_final(final)

@@ -4,7 +4,10 @@ Every rank runs this. Rank 0 assembles the report and delivers it (stdout
 table, status.report, termination log, an optional JSON file); every rank
 exits with the code rank 0 decided: 0 passed, 1 a check failed, 2 the run
 could not complete. A hung or dead rank cannot make the run wait forever: the
-control plane's timeouts and the watchdog end it with a report naming the rank.
+control plane's timeouts and the watchdog end it with a report naming the rank
+(a failed `rank_*` result under the check that was running, so its node is in
+failedNodes). When rank 0 itself stops, no report can be written (it hosts the
+store): the other ranks exit 2 and write a termination message naming rank 0.
 """
 
 from __future__ import annotations
@@ -21,10 +24,21 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.control import Blamer, RankTimeout, Watchdog, hard_exit
+from acceptance_workload.control import (
+    Blame,
+    Blamer,
+    Culprit,
+    Heartbeat,
+    RankTimeout,
+    Watchdog,
+    culprit_results,
+    describe_culprits,
+    hard_exit,
+    root_unreachable,
+)
 from acceptance_workload.launch import DistEnv, LaunchError, Session
 from acceptance_workload.render import full_text
-from acceptance_workload.report import CHECK_NAMES, Environment, Report, Skip
+from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, Report, Skip
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
 MIN_RENDEZVOUS_SECONDS = 600  # pods of a job can start minutes apart (image pulls)
@@ -55,6 +69,8 @@ class Runner:
             started_at=now(),
             checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
         )
+        # The check running now: a culprit's result goes under it.
+        self.stage: CheckName = self.report.checks_run[0] if self.report.checks_run else "preflight"
         self._lock = threading.Lock()
         self._code: int | None = None
         self._absent: set[int] = set()  # ranks known to be gone: rank 0 does not wait for them at the end
@@ -95,21 +111,41 @@ class Runner:
             self._code = code
             return code
 
-    def _on_fatal(self, message: str) -> None:
+    def blame(self, culprits: list[Culprit], message: str) -> None:
+        """Rank 0: the run could not complete; the culprits' nodes become failed results of the running check."""
+        if self.session is not None:
+            self.report.results += culprit_results(self.session.control, self.stage, culprits)
+        if self.report.error is None:
+            self.report.error = message
+
+    def _on_fatal(self, blame: Blame) -> None:
         """Watchdog: a step hung or another rank failed. Deliver (rank 0) and leave."""
+        control = self.session.control if self.session is not None else None
         if self.is_root:
-            if self.report.error is None:
-                self.report.error = message
+            self.blame(blame.culprits, blame.message)
             code = self.deliver()
-            if self.session is not None and self.blamer is not None:
-                self.session.control.finish(code, via=self.blamer.store)
+            if control is not None and self.blamer is not None:
+                gone = sum(1 for c in blame.culprits if c.kind == "stopped")
+                control.finish(code, via=self.blamer.store, absent=gone)
             hard_exit(code)
-        print(f"gpu-acceptance: {self.env.describe()}: {message}", file=sys.stderr, flush=True)
+        print(f"gpu-acceptance: {self.env.describe()}: {blame.message}", file=sys.stderr, flush=True)
+        if not blame.store_reachable:
+            self._orphaned(blame)
+            hard_exit(EXIT_ERROR)
         code = EXIT_ERROR
-        if self.session is not None and self.blamer is not None:
+        if control is not None and self.blamer is not None:
             # The watchdog's own connection: the main thread may be blocked inside the shared one.
-            code = self.session.control.finish(EXIT_ERROR, via=self.blamer.store)
+            code = control.finish(EXIT_ERROR, via=self.blamer.store)
         hard_exit(code)
+
+    def _orphaned(self, blame: Blame) -> None:
+        """Rank 0 (and the store it hosts) is gone: only a termination message can say so, naming its node."""
+        from acceptance_workload.status import write_termination_log
+
+        orphan = self.report.model_copy(update={"error": blame.message, "finished_at": now()})
+        if self.session is not None:
+            orphan.results = culprit_results(self.session.control, self.stage, blame.culprits)
+        write_termination_log(orphan.finalize())
 
     def _on_final(self, code: int) -> None:
         """Watchdog: rank 0 has already decided while this rank is still blocked."""
@@ -139,12 +175,14 @@ class Runner:
             return self.deliver()
         session = self.session
         control = session.control
+        Heartbeat.connect(control).start()  # beats until the process ends
         self.blamer = Blamer.connect(control)
         watchdog = Watchdog(control, self.blamer, on_fatal=self._on_fatal, on_final=self._on_final).start()
         code: int | None = None
         try:
             self.checks(session, watchdog)
         except Exception as e:
+            watchdog.stop()  # this thread explains the failure; the watchdog must not deliver meanwhile
             code = self._failed(e, session)
         watchdog.stop()
         # Rank 0's code is the run's; another rank keeps its own only if rank 0 never announces one.
@@ -154,25 +192,39 @@ class Runner:
         return code
 
     def _failed(self, error: Exception, session: Session) -> int:
-        """This rank raised: tell the others; rank 0 records who is to blame."""
-        if isinstance(error, RankTimeout):
+        """This rank raised: tell the others; rank 0 records who is to blame.
+
+        A timed-out exchange blames the ranks that did not deliver (or whichever
+        stopped beating); any other error blames the ranks that stopped or failed
+        (a dead peer breaks the collective), else this rank itself (e.g. a CUDA OOM).
+        """
+        waited = isinstance(error, RankTimeout)
+        if waited:
             message = str(error)
             self._absent.update(error.ranks)
         else:
             message = f"{self.env.describe()} failed: {type(error).__name__}: {error}"
             print(traceback.format_exc(), file=sys.stderr, flush=True)
-        session.control.report_error(message)
+        session.control.report_error(message, own=not waited)
         if not self.is_root:
             print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
+            lost = self.blamer.unreachable() if waited and 0 in error.ranks and self.blamer else None
+            if lost is not None:  # rank 0 is gone: nobody will announce an exit code to wait for
+                self._orphaned(root_unreachable(session.control, message, lost))
+                hard_exit(EXIT_ERROR)
             return EXIT_ERROR
-        if not isinstance(error, RankTimeout) and self.blamer is not None:
-            try:
-                who = self.blamer.culprits()
-            except Exception:
-                who = None
-            if who:
-                message = f"{who}; {message}"
-        self.report.error = message
+        culprits: list[Culprit] = []
+        if self.blamer is not None:
+            with contextlib.suppress(Exception):
+                culprits = self.blamer.blame(suspects=error.ranks if waited else ())
+        if not culprits and not waited:
+            culprits = [Culprit(self.env.rank, "failed", f"{type(error).__name__}: {error}")]
+        elif culprits and not waited:  # the error here is a consequence: say so after the culprits
+            message = (f"{describe_culprits(session.control, culprits)}; {self.env.describe()} then saw "
+                       f"{type(error).__name__}: {error}")
+        elif culprits and culprits[0].kind != "behind":
+            message = f"{describe_culprits(session.control, culprits)}; {message}"
+        self.blame(culprits, message)
         return EXIT_ERROR
 
     def checks(self, session: Session, watchdog: Watchdog) -> None:
@@ -186,6 +238,7 @@ class Runner:
             self.report.environment = environment(session, [f for f in facts or [] if f])
 
         if cfg.checks.preflight.enabled:
+            self.stage = "preflight"
             self.progress("preflight")
             out = preflight.run_preflight(session, cfg, watchdog, versions)
             failures = None
@@ -208,6 +261,7 @@ class Runner:
                 return
 
         if cfg.checks.nccl.enabled:
+            self.stage = "nccl"
             self.progress("nccl sweep")
             out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=self.progress)
             logs = None
@@ -239,6 +293,7 @@ class Runner:
                 self.progress("nccl done" + (f": {head}" if head else ""))
 
         if cfg.checks.ddp.enabled:
+            self.stage = "ddp"
             self.progress(f"ddp {cfg.checks.ddp.model}: one-GPU baseline, then DDP")
             out = ddp.run_ddp(session, cfg, watchdog, progress=self.progress)
             if root:

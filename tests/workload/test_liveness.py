@@ -1,0 +1,98 @@
+"""A rank frozen (SIGSTOP) or killed (SIGKILL) from outside, mid-run, is named with its node in failedNodes.
+
+The real `python -m acceptance_workload` on every rank (gloo on CPU, one OS
+process per rank, three ranks on two nodes); the fault comes from this test
+with os.kill once rank 0 announces the stage, with no hook in the workload.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.local import cpu_smoke_checks
+from acceptance_workload.report import Report
+
+from tests.workload.multiproc import free_port, rank_env, start
+
+NODES = ["node-a", "node-b", "node-b"]  # rank 2 is node-b's GPU 1
+COLLECTIVE_TIMEOUT = 10
+
+
+def _config(tmp_path: Path) -> WorkloadConfig:
+    checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
+    checks.nccl.collective_timeout_seconds = COLLECTIVE_TIMEOUT
+    checks.ddp.steps = 30  # long enough that the fault lands inside DDP
+    return WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=2, gpus_per_node=2, fabric="ethernet",
+                          checks=checks, report_file=str(tmp_path / "report.json"))
+
+
+def _run_with_fault(tmp_path: Path, trigger: str, sig: signal.Signals, victim: int) -> tuple[Report, float]:
+    """Start 3 ranks; when rank 0 prints `trigger`, send `sig` to `victim`; return rank 0's report and the time."""
+    config = _config(tmp_path)
+    port = free_port()
+    envs = [rank_env(r, 3, port, NODES[r], NODES[: r + 1].count(NODES[r]) - 1, NODES.count(NODES[r]),
+                     {CONFIG_ENV: config.to_env()}) for r in range(3)]
+    procs = start([[sys.executable, "-m", "acceptance_workload"]] * 3, envs)
+    lines: list[str] = []
+    fired = threading.Event()
+    faulted_at: list[float] = []
+
+    def watch() -> None:
+        for line in procs[0].stderr:
+            lines.append(line)
+            if trigger in line and not fired.is_set():
+                os.kill(procs[victim].pid, sig)
+                faulted_at.append(time.monotonic())
+                fired.set()
+
+    reader = threading.Thread(target=watch, daemon=True)
+    reader.start()
+    try:
+        procs[0].wait(timeout=COLLECTIVE_TIMEOUT + 120)
+        for r in (1, 2):
+            if r != victim:
+                procs[r].wait(timeout=30)  # the live ranks end too, with rank 0's code
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        reader.join(timeout=10)
+    stderr = "".join(lines)
+    assert fired.is_set(), f"rank 0 never printed {trigger!r}:\n{stderr[-3000:]}"
+    elapsed = time.monotonic() - faulted_at[0]
+    assert procs[0].returncode == 2, stderr[-3000:]
+    assert [procs[r].returncode for r in (1, 2) if r != victim] == [2]
+    report = Report.model_validate(json.loads((tmp_path / "report.json").read_text()))
+    assert report.error, stderr[-3000:]
+    return report, elapsed
+
+
+def _assert_names_rank_2(report: Report, stage: str) -> None:
+    assert not report.passed
+    assert report.failed_nodes == ["node-b"]  # neither rank 0's node nor the live rank 1 is blamed
+    culprits = [r for r in report.results if r.name == "rank_responding"]
+    assert [(r.check, r.node, r.gpu, r.passed) for r in culprits] == [(stage, "node-b", 1, False)]
+    assert "rank 2 on node node-b, GPU 1, stopped responding (last heartbeat" in culprits[0].message
+    assert report.error and "rank 2 on node node-b, GPU 1, stopped responding" in report.error
+
+
+def test_a_rank_frozen_with_sigstop_during_the_sweep_is_named(tmp_path: Path) -> None:
+    report, elapsed = _run_with_fault(tmp_path, "] nccl sweep", signal.SIGSTOP, victim=2)
+    assert elapsed < COLLECTIVE_TIMEOUT + 60, elapsed
+    _assert_names_rank_2(report, "nccl")
+    assert "did not complete within 10s" in report.error
+    assert "the collective itself hung" not in report.error
+
+
+def test_a_rank_killed_during_ddp_is_named(tmp_path: Path) -> None:
+    report, elapsed = _run_with_fault(tmp_path, "] ddp ", signal.SIGKILL, victim=2)
+    assert elapsed < COLLECTIVE_TIMEOUT + 60, elapsed
+    _assert_names_rank_2(report, "ddp")
