@@ -1,8 +1,9 @@
 """From the workload's report to the verdict and the summary `kubectl get at` shows.
 
 The operator judges with the report's own functions (Report.verdict(),
-missing_checks()), never with the report's stored `passed` flag, so a report
-that claims to pass but lacks a check or carries a failed result still fails.
+tally(), headline(), blamed_nodes()), never with the report's stored `passed`
+flag, so a report that claims to pass but lacks a check or carries a failed
+result still fails, and status.summary says what the workload's own summary says.
 """
 
 from __future__ import annotations
@@ -15,10 +16,6 @@ from pydantic import ValidationError
 
 from acceptance_operator.api import Summary
 
-# Names of the headline results, as the workload writes them.
-ALL_REDUCE_BUSBW = "all_reduce_busbw"
-THROUGHPUT_PER_GPU = "throughput_per_gpu"
-SCALING_EFFICIENCY = "scaling_efficiency"
 _MAX_LISTED = 5
 
 
@@ -48,49 +45,19 @@ def report_for_generation(raw: Any, generation: int | None,
     return report, None
 
 
-def _job_wide(report: Report, check: str, name: str) -> CheckResult | None:
-    return next(
-        (r for r in report.results if r.check == check and r.name == name and r.node is None and r.value is not None),
-        None,
-    )
-
-
-def headline_busbw(report: Report) -> float | None:
-    """Job-wide all_reduce busbw: the judged result, else the best row of the job-wide sweep."""
-    result = _job_wide(report, "nccl", ALL_REDUCE_BUSBW)
-    if result is not None:
-        return result.value
-    rows = [row for s in report.nccl if s.collective == "all_reduce" and s.scope == "job" for row in s.rows]
-    return max((row.busbw_gbps for row in rows), default=None)
-
-
-def headline_ddp(report: Report) -> tuple[float | None, str | None, float | None]:
-    """DDP throughput per GPU, its unit, and scaling efficiency."""
-    throughput = _job_wide(report, "ddp", THROUGHPUT_PER_GPU)
-    efficiency = _job_wide(report, "ddp", SCALING_EFFICIENCY)
-    value = throughput.value if throughput else None
-    unit = (throughput.unit or None) if throughput else None
-    if value is None and report.ddp and report.ddp.ranks:
-        value = sum(r.ddp_throughput for r in report.ddp.ranks) / len(report.ddp.ranks)
-    if unit is None and report.ddp:
-        unit = report.ddp.unit
-    return value, (unit if value is not None else None), (efficiency.value if efficiency else None)
-
-
 def summarize(report: Report) -> Summary:
-    """Counts, headline numbers and the nodes to blame; a missing check counts as failed."""
-    missing = report.missing_checks()
-    failed = sum(1 for r in report.results if not r.passed) + len(missing)
-    throughput, unit, efficiency = headline_ddp(report)
+    """The report's own tally, headline and blamed nodes (report.py is their one home), rounded for kubectl."""
+    tally = report.tally()
+    head = report.headline()
     return Summary(
         result="Passed" if report.verdict() else "Failed",
-        passed=sum(1 for r in report.results if r.passed),
-        failed=failed,
-        total=len(report.results) + len(missing),
-        all_reduce_busbw_gbps=_round(headline_busbw(report)),
-        ddp_throughput_per_gpu=_round(throughput),
-        ddp_throughput_unit=unit,
-        scaling_efficiency=_round(efficiency, 4),
+        passed=tally.passed,
+        failed=tally.failed,
+        total=tally.total,
+        all_reduce_busbw_gbps=_round(head.all_reduce_busbw_gbps),
+        ddp_throughput_per_gpu=_round(head.ddp_throughput_per_gpu),
+        ddp_throughput_unit=head.ddp_throughput_unit,
+        scaling_efficiency=_round(head.scaling_efficiency, 4),
         failed_nodes=report.blamed_nodes(),
     )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from acceptance_operator.verdict import (
-    headline_busbw,
     measured_nodes,
     report_for_generation,
     summarize,
@@ -91,8 +90,9 @@ def test_busbw_falls_back_to_the_job_wide_sweep():
                   rows=[NcclRow(size=1 << 20, count=1, time_us=1, algbw_gbps=1, busbw_gbps=100, wrong=0),
                         NcclRow(size=1 << 30, count=1, time_us=1, algbw_gbps=1, busbw_gbps=350, wrong=0)]),
     ])
-    assert headline_busbw(report) == 350
-    assert headline_busbw(Report(generation=1)) is None
+    assert report.headline().all_reduce_busbw_gbps == 350
+    assert summarize(report).all_reduce_busbw_gbps == 350
+    assert Report(generation=1).headline().all_reduce_busbw_gbps is None
 
 
 def test_ddp_throughput_falls_back_to_rank_mean():

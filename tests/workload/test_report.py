@@ -115,7 +115,8 @@ def test_tables_name_the_failure_and_the_summary_fits_a_termination_message() ->
     table = verdict_table(report)
     fail_line = next(line for line in table.splitlines() if line.startswith("FAIL"))
     assert "straggler_ratio" in fail_line and "gpu-2" in fail_line and " 5 " in fail_line and "<= 1.1" in fail_line
-    assert "VERDICT: FAILED; failed nodes: gpu-2" in table
+    assert "VERDICT: FAILED: 2/3 checks passed; failed nodes: gpu-2" in table
+    assert "headline     all_reduce busbw 371.2 GB/s" in table
     text = full_text(report)
     assert "# all_reduce (job, 16 ranks, float32)" in text and "1073741824" in text and "402.60" in text
     short = summary(report)

@@ -504,12 +504,3 @@ def _collect(collective: Collective, per_rank: list[Measured], ranks: list[int],
         return
     sweeps.append(NcclSweep(collective=collective, scope="node" if node else "job", node=node, ranks=len(ranks),
                             dtype=check.dtype, timing=check.timing(), rows=rows_from_ranks(collective, per_rank)))
-
-
-def headline(sweeps: list[NcclSweep]) -> str:
-    """One line for the progress display: the largest all_reduce's busbw."""
-    for s in sweeps:
-        if s.collective == "all_reduce" and s.scope == "job" and s.rows:
-            last = s.rows[-1]
-            return f"all_reduce busbw {last.busbw_gbps:.1f} GB/s at {format_bytes(last.size)}"
-    return ""

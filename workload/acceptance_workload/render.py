@@ -91,11 +91,19 @@ def verdict_table(report: Report) -> str:
         facts.append("transports=" + ",".join(env.transports))
     if facts:
         lines.append("environment  " + " ".join(facts))
+    head = report.headline().parts()
+    if head:
+        lines.append("headline     " + "; ".join(head))
     lines.append("")
-    lines.append(f"VERDICT: {'PASSED' if report.passed else 'FAILED'}" + (" (CPU smoke run)" if report.mode ==
-                                                                          "cpu-smoke" else "")
+    lines.append(f"VERDICT: {verdict_line(report)}" + (" (CPU smoke run)" if report.mode == "cpu-smoke" else "")
                  + (f"; failed nodes: {', '.join(report.failed_nodes)}" if report.failed_nodes else ""))
     return "\n".join(lines)
+
+
+def verdict_line(report: Report) -> str:
+    """'FAILED: 1/2 checks passed': the verdict and the report's own tally (the operator's summary counts)."""
+    t = report.tally()
+    return f"{'PASSED' if report.verdict() else 'FAILED'}: {t.passed}/{t.total} checks passed"
 
 
 def nccl_table(sweep: NcclSweep) -> str:
@@ -138,17 +146,14 @@ def full_text(report: Report) -> str:
 
 def summary(report: Report) -> str:
     """A few lines for the container's termination message (kubectl describe pod shows it)."""
-    total = len(report.results)
     failed = [r for r in report.results if not r.passed]
-    head = ("PASSED" if report.passed else "FAILED") + f": {total - len(failed)}/{total} checks passed"
+    head = verdict_line(report)
     if report.mode == "cpu-smoke":
         head = "CPU SMOKE RUN " + head
-    lines = [head]
-    for r in report.results:
-        if r.name == "all_reduce_busbw" and r.value is not None:
-            lines.append(f"all_reduce busbw {r.value:.1f} GB/s")
-        if r.name in ("throughput_per_gpu", "scaling_efficiency") and r.value is not None:
-            lines.append(f"ddp {r.name} {r.value:g} {r.unit}".rstrip())
+    lines = [head, *report.headline().parts()]
+    missing = report.missing_checks()
+    if missing:
+        lines.append(f"missing: no result at all from {', '.join(missing)}")
     if report.error:
         lines.append(f"error: {report.error}")
     if report.failed_nodes:

@@ -1,12 +1,18 @@
-"""The report the workload writes into status.report, and how a verdict follows from it.
+"""The report the workload writes into status.report, and what it means.
+
+What a report means lives here and nowhere else: the verdict, the counts
+(`Report.tally`), the missing checks, the headline numbers (`Report.headline`)
+and the nodes to blame. The workload's termination message and tables
+(render.py), its progress lines, the local CLI and the operator's
+status.summary (verdict.py) all read them from here, so they cannot disagree.
 
 Fail closed: a report with an error, with no results for an enabled check, or
-with any failed result, has not passed. The operator judges the report with the
-same functions the workload uses, so both sides agree on what passed.
+with any failed result, has not passed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
@@ -19,6 +25,10 @@ CheckName = Literal["preflight", "nccl", "ddp"]
 CHECK_NAMES: tuple[CheckName, ...] = ("preflight", "nccl", "ddp")
 Comparison = Literal["ge", "le", "eq", "info"]
 REPORT_VERSION = "v1"
+# Names of the headline results, as the checks write them (job-wide: no node).
+ALL_REDUCE_BUSBW = "all_reduce_busbw"
+THROUGHPUT_PER_GPU = "throughput_per_gpu"
+SCALING_EFFICIENCY = "scaling_efficiency"
 
 
 class CheckResult(WireModel):
@@ -115,6 +125,41 @@ class Environment(WireModel):
     transports: list[Transport] = Field(default_factory=list, description="Transports NCCL reported using.")
 
 
+@dataclass(frozen=True)
+class Tally:
+    """How many checks passed and failed; an enabled check with no result counts as one failed check."""
+
+    passed: int
+    failed: int
+    missing: tuple[CheckName, ...]
+
+    @property
+    def total(self) -> int:
+        return self.passed + self.failed
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The numbers a person looks at first; None where the run did not produce one."""
+
+    all_reduce_busbw_gbps: float | None = None
+    ddp_throughput_per_gpu: float | None = None
+    ddp_throughput_unit: str | None = None
+    scaling_efficiency: float | None = None
+
+    def parts(self) -> list[str]:
+        """'all_reduce busbw 371.2 GB/s', 'ddp 41,000 tokens/s per GPU', 'scaling efficiency 0.95'."""
+        out = []
+        if self.all_reduce_busbw_gbps is not None:
+            out.append(f"all_reduce busbw {self.all_reduce_busbw_gbps:.1f} GB/s")
+        if self.ddp_throughput_per_gpu is not None:
+            out.append(f"ddp {self.ddp_throughput_per_gpu:,.1f} {self.ddp_throughput_unit or ''} per GPU"
+                       .replace("  ", " "))
+        if self.scaling_efficiency is not None:
+            out.append(f"scaling efficiency {self.scaling_efficiency:.3f}")
+        return out
+
+
 class Report(WireModel):
     version: str = REPORT_VERSION
     mode: Literal["gpu", "cpu-smoke"] = "gpu"
@@ -135,6 +180,34 @@ class Report(WireModel):
         """Enabled checks that produced no result at all."""
         measured = {r.check for r in self.results}
         return [c for c in self.checks_run if c not in measured]
+
+    def tally(self) -> Tally:
+        """Results passed / failed, with each missing check as one more failure."""
+        missing = tuple(self.missing_checks())
+        passed = sum(1 for r in self.results if r.passed)
+        return Tally(passed=passed, failed=len(self.results) - passed + len(missing), missing=missing)
+
+    def _job_wide(self, check: CheckName, name: str) -> CheckResult | None:
+        return next((r for r in self.results
+                     if r.check == check and r.name == name and r.node is None and r.value is not None), None)
+
+    def headline(self) -> Headline:
+        """all_reduce busbw (the judged job-wide result, else the best row of the job-wide sweep), DDP numbers."""
+        busbw_result = self._job_wide("nccl", ALL_REDUCE_BUSBW)
+        busbw = busbw_result.value if busbw_result is not None else max(
+            (row.busbw_gbps for s in self.nccl if s.collective == "all_reduce" and s.scope == "job"
+             for row in s.rows), default=None)
+        throughput = self._job_wide("ddp", THROUGHPUT_PER_GPU)
+        efficiency = self._job_wide("ddp", SCALING_EFFICIENCY)
+        value = throughput.value if throughput else None
+        unit = (throughput.unit or None) if throughput else None
+        if value is None and self.ddp and self.ddp.ranks:
+            value = sum(r.ddp_throughput for r in self.ddp.ranks) / len(self.ddp.ranks)
+        if unit is None and self.ddp:
+            unit = self.ddp.unit
+        return Headline(all_reduce_busbw_gbps=busbw, ddp_throughput_per_gpu=value,
+                        ddp_throughput_unit=unit if value is not None else None,
+                        scaling_efficiency=efficiency.value if efficiency else None)
 
     def verdict(self) -> bool:
         return (

@@ -289,8 +289,8 @@ class Runner:
                     for log in per_node.values():
                         seen = seen.merge(log)
                     self.report.environment.transports = seen.transports()
-                head = nccl.headline(out.sweeps)
-                self.progress("nccl done" + (f": {head}" if head else ""))
+                busbw = self.report.headline().all_reduce_busbw_gbps
+                self.progress("nccl done" + (f": all_reduce busbw {busbw:.1f} GB/s" if busbw is not None else ""))
 
         if cfg.checks.ddp.enabled:
             self.stage = "ddp"
