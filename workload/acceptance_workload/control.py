@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import sys
 import threading
 import time
@@ -194,7 +195,7 @@ class Blamer:
 
     @classmethod
     def connect(cls, control: Control) -> Blamer:
-        return cls(control, own_connection(control))
+        return cls(control, BoundedStore(own_connection(control), STORE_CONNECT_SECONDS))
 
     def peer_errors(self) -> dict[int, str]:
         if self.store.add("errors", 0) == 0:
@@ -361,6 +362,58 @@ def own_connection(control: Control) -> Any:
     return dist.PrefixStore("gpu-acceptance", client)
 
 
+class BoundedStore:
+    """A store client whose calls give up after a time limit instead of blocking for good.
+
+    A frozen rank 0 (SIGSTOP) keeps the store's socket open but never answers,
+    and a client call then blocks for ever, whatever the store's own timeout.
+    Calls run one at a time on a daemon thread; while one is stuck, the next
+    ones time out too (the store is unreachable), so the watchdog still acts.
+    """
+
+    def __init__(self, store: Any, seconds: float):
+        self.store = store
+        self.seconds = seconds
+        self._calls: queue.Queue = queue.Queue()
+        threading.Thread(target=self._serve, name="gpu-acceptance-store", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, args, box, done = self._calls.get()
+            try:
+                box.append((True, fn(*args)))
+            except Exception as e:
+                box.append((False, e))
+            done.set()
+
+    def _call(self, name: str, *args: Any, limit: float | None = None) -> Any:
+        box: list[tuple[bool, Any]] = []
+        done = threading.Event()
+        self._calls.put((getattr(self.store, name), args, box, done))
+        limit = self.seconds if limit is None else limit
+        if not done.wait(limit):
+            raise TimeoutError(f"the rendezvous store did not answer '{name}' within {limit:.0f}s")
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def set(self, key: str, value: str) -> None:
+        self._call("set", key, value)
+
+    def get(self, key: str) -> bytes:
+        return self._call("get", key)
+
+    def add(self, key: str, amount: int) -> int:
+        return self._call("add", key, amount)
+
+    def check(self, keys: list[str]) -> bool:
+        return self._call("check", keys)
+
+    def wait(self, keys: list[str], timeout: timedelta) -> None:
+        self._call("wait", keys, timeout, limit=timeout.total_seconds() + self.seconds)
+
+
 class Heartbeat:
     """Beats `heartbeat/{rank}` (the wall-clock time) every second until the process ends.
 
@@ -452,6 +505,7 @@ class Watchdog:
 
     def _loop(self) -> None:
         last_peer_poll = time.monotonic()
+        unreachable_since: float | None = None  # the store stopped answering (rank 0 frozen or gone)
         while not self._stop.wait(self.poll):
             with self._lock:
                 deadline, label, timeout = self._deadline, self._label, self._timeout
@@ -465,8 +519,15 @@ class Watchdog:
             try:
                 errors = self.blamer.peer_errors()
                 final = self.blamer.final_code() if self.control.rank != 0 else None
-            except Exception:
-                continue  # the deadline above still bounds the wait
+                unreachable_since = None
+            except Exception as e:
+                # Between steps no deadline bounds the wait: a store silent for a whole timeout ends the run.
+                unreachable_since = unreachable_since or now  # since the call that failed began
+                if time.monotonic() - unreachable_since >= self.control.timeout:
+                    self._fire(root_unreachable(self.control, f"{self.control.describe(self.control.rank)} "
+                                                "could not go on", e))
+                    return
+                continue
             if errors:
                 try:
                     culprits = self.blamer.blame()

@@ -140,12 +140,16 @@ class Runner:
 
     def _orphaned(self, blame: Blame) -> None:
         """Rank 0 (and the store it hosts) is gone: only a termination message can say so, naming its node."""
+        from acceptance_workload.render import summary
         from acceptance_workload.status import write_termination_log
 
         orphan = self.report.model_copy(update={"error": blame.message, "finished_at": now()})
         if self.session is not None:
             orphan.results = culprit_results(self.session.control, self.stage, blame.culprits)
-        write_termination_log(orphan.finalize())
+        orphan.finalize()
+        print(f"gpu-acceptance: no report can be written without rank 0:\n{summary(orphan)}", file=sys.stderr,
+              flush=True)
+        write_termination_log(orphan)
 
     def _on_final(self, code: int) -> None:
         """Watchdog: rank 0 has already decided while this rank is still blocked."""
