@@ -106,6 +106,10 @@ def test_workload_run_with_a_hung_rank_reports_the_rank_and_exits_2(tmp_path: Pa
     assert not report.passed and report.error
     assert "rank 1 (node node-a, GPU 1)" in report.error and "within 10s" in report.error
     assert elapsed < 60
+    # alive (it beats) but never delivered: blamed as lagging, under the first check, with its node
+    culprit = next(r for r in report.results if r.name == "rank_progress")
+    assert (culprit.check, culprit.node, culprit.gpu) == ("preflight", "node-a", 1)
+    assert report.failed_nodes == ["node-a"]
 
 
 def test_a_rank_that_fails_ends_the_run_at_once_with_its_error(tmp_path: Path) -> None:
@@ -123,6 +127,9 @@ def test_a_rank_that_fails_ends_the_run_at_once_with_its_error(tmp_path: Path) -
     assert time.monotonic() - t0 < 30  # the collective timeout is 60 s: the error travelled, not a timeout
     assert [r.returncode for r in ranks] == [2, 2], ranks[0].stderr[-3000:]
     report = Report.model_validate(json.loads((tmp_path / "report.json").read_text()))
-    assert report.error and "rank 1 (node node-a, GPU 1) failed: RuntimeError: CUDA error: an illegal memory" \
+    assert report.error and "rank 1 on node node-a, GPU 1, failed: RuntimeError: CUDA error: an illegal memory" \
         in report.error
     assert not report.passed and report.checks_run == ["ddp"]
+    culprit = next(r for r in report.results if r.name == "rank_error")  # the failing rank, as a result
+    assert (culprit.check, culprit.node, culprit.gpu, culprit.passed) == ("ddp", "node-a", 1, False)
+    assert report.failed_nodes == ["node-a"]

@@ -95,15 +95,15 @@ def verdict_table(report: Report) -> str:
     if head:
         lines.append("headline     " + "; ".join(head))
     lines.append("")
-    lines.append(f"VERDICT: {verdict_line(report)}" + (" (CPU smoke run)" if report.mode == "cpu-smoke" else "")
+    lines.append("VERDICT: " + verdict_line(report, " (CPU smoke run)" if report.mode == "cpu-smoke" else "")
                  + (f"; failed nodes: {', '.join(report.failed_nodes)}" if report.failed_nodes else ""))
     return "\n".join(lines)
 
 
-def verdict_line(report: Report) -> str:
+def verdict_line(report: Report, label: str = "") -> str:
     """'FAILED: 1/2 checks passed': the verdict and the report's own tally (the operator's summary counts)."""
     t = report.tally()
-    return f"{'PASSED' if report.verdict() else 'FAILED'}: {t.passed}/{t.total} checks passed"
+    return f"{'PASSED' if report.verdict() else 'FAILED'}{label}: {t.passed}/{t.total} checks passed"
 
 
 def nccl_table(sweep: NcclSweep) -> str:

@@ -115,6 +115,7 @@ class Runner:
         """Rank 0: the run could not complete; the culprits' nodes become failed results of the running check."""
         if self.session is not None:
             self.report.results += culprit_results(self.session.control, self.stage, culprits)
+        self._absent.update(c.rank for c in culprits if c.kind == "stopped")  # no acknowledgement will come
         if self.report.error is None:
             self.report.error = message
 
@@ -125,8 +126,7 @@ class Runner:
             self.blame(blame.culprits, blame.message)
             code = self.deliver()
             if control is not None and self.blamer is not None:
-                gone = sum(1 for c in blame.culprits if c.kind == "stopped")
-                control.finish(code, via=self.blamer.store, absent=gone)
+                control.finish(code, via=self.blamer.store, absent=len(self._absent))
             hard_exit(code)
         print(f"gpu-acceptance: {self.env.describe()}: {blame.message}", file=sys.stderr, flush=True)
         if not blame.store_reachable:
@@ -209,7 +209,8 @@ class Runner:
         else:
             message = f"{self.env.describe()} failed: {type(error).__name__}: {error}"
             print(traceback.format_exc(), file=sys.stderr, flush=True)
-        session.control.report_error(message, own=not waited)
+        # Others name this rank themselves; they need only what went wrong.
+        session.control.report_error(message if waited else f"{type(error).__name__}: {error}", own=not waited)
         if not self.is_root:
             print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
             lost = self.blamer.unreachable() if waited and 0 in error.ranks and self.blamer else None
