@@ -7,17 +7,29 @@ builders read them. Spec fields are camelCase on the wire.
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from acceptance_workload import __version__
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import Fabric
 from acceptance_workload.profiles import ProfileName
 from acceptance_workload.report import Report
-from acceptance_workload.wire import ByteSize, WireModel
-from pydantic import Field, field_validator, model_validator
+from acceptance_workload.wire import WireModel, byte_size, text
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
+
+from acceptance_operator.kubetypes import (
+    MAX_VALUES,
+    Affinity,
+    LabelKey,
+    LabelValue,
+    Name,
+    Toleration,
+    Volume,
+    VolumeMount,
+)
 
 GROUP = "gpu-acceptance.io"
 VERSION = "v1alpha1"
@@ -27,7 +39,9 @@ PLURAL = "acceptancetests"
 SINGULAR = "acceptancetest"
 SHORT_NAMES = ["at"]
 DEFAULT_IMAGE = f"ghcr.io/gpu-acceptance/workload:{__version__}"
-DEFAULT_INIT_IMAGE = "busybox:1.36"
+# The operator's own image: the ulimit init container runs it unless the chart names another (ulimitInit.image).
+DEFAULT_OPERATOR_IMAGE = f"ghcr.io/gpu-acceptance/operator:{__version__}"
+GPU_RESOURCE = "nvidia.com/gpu"
 
 Backend = Literal["PyTorchJob", "MPIJob"]
 
@@ -56,6 +70,31 @@ RESERVED_ENV = ("GPU_ACCEPTANCE_CONFIG", "NODE_NAME", "POD_NAME", "POD_NAMESPACE
 # Volumes the operator adds to every GPU pod are named with this prefix.
 RESERVED_VOLUME_PREFIX = "gpu-acceptance-"
 
+# Bounds of the spec (one table; the CRD carries each, so admission refuses what crosses them). The whole spec
+# must also fit MAX_SPEC_BYTES as JSON: what a schema cannot bound (volume sources, many fields each near its
+# limit) is refused by the model, so every job the operator builds stays far below the API server's limits.
+MAX_SPEC_BYTES = 64 * 1024
+MAX_ENV = 64  # variables in pod.env, in network.env
+MAX_ENV_VALUE = 8192  # characters of one value
+MAX_ENV_NAME = 256
+MAX_LIST = 32  # tolerations, volumes, hcas, imagePullSecrets
+MAX_MOUNTS = 64
+MAX_EXTRA_RESOURCES = 16
+MAX_IMAGE = 512
+MAX_TIMEOUT_SECONDS = 7 * 86400
+MAX_TTL_SECONDS = 2**31 - 1  # ttlSecondsAfterFinished is an int32
+# Kubernetes quantities (resources.cpu, memory, extra), as its resource.Quantity parses them.
+QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
+
+EnvName = text(MAX_ENV_NAME, min_length=1, pattern=r"^[^=]+$")
+EnvValue = text(MAX_ENV_VALUE)
+Env = dict[EnvName, EnvValue]
+Image = text(MAX_IMAGE, min_length=1, pattern=r"^\S+$")
+Quantity = Annotated[
+    int | text(64, pattern=QUANTITY),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "maxLength": 64, "pattern": QUANTITY}),
+]
+
 
 def _no_reserved_env(env: dict[str, str]) -> dict[str, str]:
     """The run's identity and rendezvous come from the operator; a user value would silently break them."""
@@ -65,18 +104,14 @@ def _no_reserved_env(env: dict[str, str]) -> dict[str, str]:
     return env
 
 
-# Free-form Kubernetes objects (affinity, tolerations, volumes) pass through unchanged.
-KubeObject = dict[str, Any]
-
-
 class Placement(WireModel):
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[KubeObject] = Field(default_factory=list)
-    affinity: KubeObject | None = Field(
+    node_selector: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_VALUES)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_LIST)
+    affinity: Affinity | None = Field(
         None, description="Merged with the operator's required one-pod-per-node anti-affinity."
     )
-    priority_class_name: str | None = None
-    scheduler_name: str | None = None
+    priority_class_name: Name | None = None
+    scheduler_name: Name | None = None
 
     @field_validator("node_selector")
     @classmethod
@@ -94,60 +129,83 @@ class Placement(WireModel):
         return selector
 
 
+NO_GPU_IN_EXTRA = {
+    "rule": f"!('{GPU_RESOURCE}' in self)",
+    "message": f"{GPU_RESOURCE} comes from spec.gpusPerNode; remove it from resources.extra",
+}
+
+
 class Resources(WireModel):
-    cpu: int | str | None = Field(None, description="CPU request and limit per pod, e.g. 32 or 90000m.")
-    memory: int | str | None = Field(None, description="Memory request and limit per pod, e.g. 512Gi.")
-    extra: dict[str, int | str] = Field(
+    cpu: Quantity | None = Field(None, description="CPU request and limit per pod, e.g. 32 or 90000m.")
+    memory: Quantity | None = Field(None, description="Memory request and limit per pod, e.g. 512Gi.")
+    extra: dict[LabelKey, Quantity] = Field(
         default_factory=dict,
+        max_length=MAX_EXTRA_RESOURCES,
         description='Extra device resources per pod, e.g. {"nvidia.com/hostdev": 8} or {"rdma/ib": 1}.',
+        json_schema_extra={"x-kubernetes-validations": [NO_GPU_IN_EXTRA]},
     )
+
+    @field_validator("extra")
+    @classmethod
+    def _not_the_gpus(cls, extra: dict[str, Any]) -> dict[str, Any]:
+        """The GPU count is gpusPerNode's: an extra entry would silently replace the pod's GPU request."""
+        if GPU_RESOURCE in extra:
+            raise ValueError(NO_GPU_IN_EXTRA["message"])
+        return extra
 
 
 class Network(WireModel):
     fabric: Fabric = "infiniband"
-    hcas: list[str] = Field(default_factory=list, description="HCA names for NCCL_IB_HCA, e.g. mlx5_0.")
-    socket_interface: str | None = Field(None, description="NCCL_SOCKET_IFNAME (bootstrap and sockets).")
+    hcas: list[text(64, min_length=1)] = Field(
+        default_factory=list, max_length=MAX_LIST, description="HCA names for NCCL_IB_HCA, e.g. mlx5_0.")
+    socket_interface: text(256) | None = Field(None, description="NCCL_SOCKET_IFNAME (bootstrap and sockets).")
     gpu_direct_rdma: bool = Field(True, alias="gpuDirectRDMA", description="GPUDirect RDMA between NIC and GPU.")
-    gid_index: int | None = Field(None, ge=0, description="NCCL_IB_GID_INDEX for roce (default 3, RoCEv2).")
-    env: dict[str, str] = Field(default_factory=dict, description="Extra or overriding NCCL_*/UCX_* variables.")
+    gid_index: int | None = Field(None, ge=0, le=255,
+                                  description="NCCL_IB_GID_INDEX for roce (default 3, RoCEv2).")
+    env: Env = Field(default_factory=dict, max_length=MAX_ENV,
+                     description="Extra or overriding NCCL_*/UCX_* variables.")
 
     _env_not_reserved = field_validator("env")(_no_reserved_env)
 
 
 class Pod(WireModel):
-    shm_size: ByteSize = Field("64Gi", description="Size of the RAM-backed /dev/shm.")
-    ulimit_init: bool = Field(True, description="Privileged init container raising memlock and nofile.")
-    init_image: str = Field(DEFAULT_INIT_IMAGE, description="Image of the ulimit init container.")
+    shm_size: byte_size(2**42) = Field("64Gi", description="Size of the RAM-backed /dev/shm.")
+    ulimit_init: bool = Field(True, description="Privileged init container raising memlock and nofile; it runs "
+                              "the image the operator is configured with (chart value ulimitInit.image).")
     host_network: bool = False
-    env: dict[str, str] = Field(default_factory=dict)
-    volumes: list[KubeObject] = Field(default_factory=list)
-    volume_mounts: list[KubeObject] = Field(default_factory=list)
-    image_pull_secrets: list[str] = Field(default_factory=list, description="Names of image pull Secrets.")
-    service_account_name: str | None = Field(
-        None, description="Default: the per-test ServiceAccount the operator creates."
+    env: Env = Field(default_factory=dict, max_length=MAX_ENV)
+    volumes: list[Volume] = Field(default_factory=list, max_length=MAX_LIST,
+                                  description="hostPath volumes only where the operator allows them "
+                                  "(chart value userPolicy.allowHostPath).")
+    volume_mounts: list[VolumeMount] = Field(default_factory=list, max_length=MAX_MOUNTS)
+    image_pull_secrets: list[Name] = Field(default_factory=list, max_length=MAX_LIST,
+                                           description="Names of image pull Secrets.")
+    service_account_name: Name | None = Field(
+        None, description="Default: the per-test ServiceAccount the operator creates. Another one only where "
+        "the operator allows it (chart value userPolicy.allowServiceAccountName)."
     )
 
     _env_not_reserved = field_validator("env")(_no_reserved_env)
 
     @field_validator("volumes")
     @classmethod
-    def _not_reserved_volume(cls, volumes: list[KubeObject]) -> list[KubeObject]:
+    def _not_reserved_volume(cls, volumes: list[Volume]) -> list[Volume]:
         """The operator's own volumes (/dev/shm, run files) use the gpu-acceptance- prefix."""
         for i, volume in enumerate(volumes):
-            if str(volume.get("name", "")).startswith(RESERVED_VOLUME_PREFIX):
-                raise ValueError(f"[{i}].name {volume.get('name')!r}: names starting with "
+            if volume.name.startswith(RESERVED_VOLUME_PREFIX):
+                raise ValueError(f"[{i}].name {volume.name!r}: names starting with "
                                  f"{RESERVED_VOLUME_PREFIX!r} are the operator's; rename the volume")
         return volumes
 
     @field_validator("volume_mounts")
     @classmethod
-    def _not_over_shm(cls, mounts: list[KubeObject]) -> list[KubeObject]:
+    def _not_over_shm(cls, mounts: list[VolumeMount]) -> list[VolumeMount]:
         """/dev/shm is the operator's RAM-backed volume; a mount over it would hide or shrink it."""
         for i, mount in enumerate(mounts):
-            path = str(mount.get("mountPath", "")).rstrip("/")
+            path = mount.mount_path.rstrip("/")
             if path == SHM_PATH or path.startswith(SHM_PATH + "/"):
                 raise ValueError(
-                    f"[{i}].mountPath {mount.get('mountPath')!r} is the operator's {SHM_PATH}: "
+                    f"[{i}].mountPath {mount.mount_path!r} is the operator's {SHM_PATH}: "
                     "size it with pod.shmSize and mount your volume elsewhere"
                 )
         return mounts
@@ -157,21 +215,37 @@ class AcceptanceTestSpec(WireModel):
     backend: Backend = "PyTorchJob"
     nodes: int = Field(1, ge=1, le=4096)
     gpus_per_node: int = Field(8, ge=1, le=16)
-    image: str = Field(DEFAULT_IMAGE, description="Workload image; default: the operator's own version.")
+    image: Image = Field(DEFAULT_IMAGE, description="Workload image; default: the operator's own version.")
     profile: ProfileName = "h100-sxm"
     placement: Placement = Field(default_factory=Placement)
     resources: Resources = Field(default_factory=Resources)
     network: Network = Field(default_factory=Network)
     pod: Pod = Field(default_factory=Pod)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
-    timeout_seconds: int = Field(3600, ge=60, description="The whole run, scheduling included.")
-    ttl_seconds_after_finished: int = Field(86400, ge=0, description="Child job cleanup after it finishes.")
+    timeout_seconds: int = Field(3600, ge=60, le=MAX_TIMEOUT_SECONDS,
+                                 description="The whole run, scheduling included.")
+    ttl_seconds_after_finished: int = Field(86400, ge=0, le=MAX_TTL_SECONDS,
+                                            description="Child job cleanup after it finishes.")
     on_failure: OnFailure = Field(
         "none",
         description="What to do with the nodes a failed report blames: label (gpu-acceptance.io/status=failed), "
         "taint (gpu-acceptance.io/failed=true:NoSchedule) or cordon. Needs the operator's node actions "
         "(chart value nodeActions.enabled); otherwise an event says it was skipped.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fits(cls, data: Any) -> Any:
+        """Within MAX_SPEC_BYTES as JSON: the job repeats the spec in every pod template, and kopf keeps a copy."""
+        if isinstance(data, dict):
+            try:
+                size = len(json.dumps(data, separators=(",", ":"), default=str))
+            except (RecursionError, ValueError) as e:
+                raise ValueError(f"cannot be read as JSON ({type(e).__name__}): nested too deeply?") from e
+            if size > MAX_SPEC_BYTES:
+                raise ValueError(f"{size} bytes as JSON, more than the {MAX_SPEC_BYTES} a spec may have; "
+                                 "shorten env values, volumes or affinity")
+        return data
 
     @model_validator(mode="after")
     def _one_check_at_least(self) -> AcceptanceTestSpec:

@@ -60,18 +60,27 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         props = node.get("properties")
         if props:
             out["properties"] = {k: _structural(v, defs) for k, v in props.items()}
-            for child in out["properties"].values():
-                # Nested objects default to {} so the API server applies their field defaults.
+            for key, child in out["properties"].items():
+                # Nested objects default to {} so the API server applies their field defaults (a required one
+                # stays required: {} would not pass its own required fields).
                 if child.get("type") == "object" and "properties" in child and "default" not in child \
-                        and not child.get("nullable"):
+                        and not child.get("nullable") and key not in node.get("required", ()):
                     child["default"] = {}
             if node.get("required"):
                 out["required"] = list(node["required"])
         elif isinstance(node.get("additionalProperties"), dict) and node["additionalProperties"]:
             value = _structural(node["additionalProperties"], defs)
             out["additionalProperties"] = value
+        elif len(node.get("patternProperties") or {}) == 1:
+            # A map whose keys have a pattern: the values' schema, and the pattern as a CEL rule below.
+            (value,) = node["patternProperties"].values()
+            out["additionalProperties"] = _structural(value, defs)
         else:
             out["x-kubernetes-preserve-unknown-fields"] = True
+        if props and node.get("additionalProperties") is True:
+            # A model that keeps extra fields (a volume's source): its own fields typed, the rest kept as written.
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        out.update(_key_rules(node))
     elif kind == "array":
         out["type"] = "array"
         out["items"] = _structural(node.get("items", {}), defs)
@@ -79,7 +88,11 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out["type"] = kind
 
     for key, value in node.items():
-        if key in _DROP_KEYS or key in ("type", "properties", "items", "required", "anyOf"):
+        if key in _DROP_KEYS or key in ("type", "properties", "items", "required", "anyOf", "propertyNames",
+                                        "patternProperties"):
+            continue
+        if key == "x-kubernetes-validations":
+            out[key] = [*out.get(key, []), *value]
             continue
         if key == "default" and value is None:
             continue
@@ -87,6 +100,18 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
             continue
         out[key] = value
     return out
+
+
+def _key_rules(node: dict[str, Any]) -> dict[str, Any]:
+    """Structural schemas have no propertyNames or patternProperties: the API server checks map keys with CEL."""
+    names = node.get("propertyNames") or {}
+    rules = []
+    if "maxLength" in names:
+        rules.append({"rule": f"self.all(k, size(k) <= {names['maxLength']})",
+                      "message": f"keys must be at most {names['maxLength']} characters"})
+    for pattern in node.get("patternProperties") or {}:
+        rules.append({"rule": f"self.all(k, k.matches({pattern!r}))", "message": f"keys must match {pattern}"})
+    return {"x-kubernetes-validations": rules} if rules else {}
 
 
 def _schema_of(model: type[api.WireModel]) -> dict[str, Any]:

@@ -70,7 +70,7 @@ def test_example_is_accepted_and_defaulted_by_the_server(server: ApiServer, name
                   "ttlSecondsAfterFinished", "onFailure"):
         assert spec[field] == expected[field], field
     assert spec["pod"]["shmSize"] == expected["pod"]["shmSize"]
-    assert spec["pod"]["ulimitInit"] is True and spec["pod"]["initImage"] == api.DEFAULT_INIT_IMAGE
+    assert spec["pod"]["ulimitInit"] is True and "initImage" not in spec["pod"]
     assert spec["network"]["fabric"] == expected["network"]["fabric"]
     assert spec["network"]["gpuDirectRDMA"] is expected["network"]["gpuDirectRDMA"]
     assert spec["checks"]["nccl"]["enabled"] is True and spec["checks"]["nccl"]["stepFactor"] == 2
@@ -105,9 +105,27 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
          ["spec.checks", "enable at least one of preflight, nccl, ddp"]),
         ({"network": {"fabric": "ethernet"}, "checks": {"nccl": {"requireTransport": "IB"}}},
          ["spec.checks.nccl.requireTransport", "IB cannot be required on network.fabric ethernet"]),
+        # Bounds: nothing a user writes is unbounded (issue 8: a 300,000-character env value used to be stored).
+        ({"pod": {"env": {"BIG": "x" * 300_000}}}, ["spec.pod.env.BIG", "may not be more than 8192"]),
+        ({"network": {"env": {"k" * 300: "v"}}}, ["spec.network.env", "keys must be at most 256 characters"]),
+        ({"pod": {"env": {f"V{i}": "1" for i in range(65)}}}, ["spec.pod.env", "must have at most 64 items"]),
+        ({"resources": {"extra": {"nvidia.com/gpu": 1}}},
+         ["spec.resources.extra", "nvidia.com/gpu comes from spec.gpusPerNode"]),
+        ({"image": ""}, ["spec.image", "at least 1 chars long"]),
+        ({"checks": {"nccl": {"maxBytes": 2**40}}}, ["spec.checks.nccl.maxBytes", "less than or equal to"]),
+        ({"checks": {"nccl": {"iters": 10**9}}}, ["spec.checks.nccl.iters", "less than or equal to 10000"]),
+        ({"checks": {"ddp": {"batchSize": 10**6}}}, ["spec.checks.ddp.batchSize", "less than or equal to 4096"]),
+        ({"placement": {"affinity": {"podAntiAffinity": 5}}},
+         ["spec.placement.affinity.podAntiAffinity", "must be of type object"]),
+        ({"placement": {"tolerations": [{"effect": "Sometimes"}]}},
+         ["spec.placement.tolerations[0].effect", "Unsupported value"]),
+        ({"pod": {"volumes": [{"name": "a", "emptyDir": {}, "configMap": {"name": "c"}}]}},
+         ["spec.pod.volumes[0]", "must have at most 2 items"]),
     ],
     ids=["nodes-0", "unknown-backend", "negative-size", "negative-quantity", "not-a-size", "misspelled-field",
-         "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet"],
+         "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "env-value-300k", "env-key-long",
+         "env-too-many", "gpu-in-extra", "empty-image", "max-bytes", "iters", "batch-size", "anti-affinity-5",
+         "toleration-effect", "volume-two-sources"],
 )
 def test_invalid_spec_is_rejected_by_the_server(server: ApiServer, namespace: str, spec: dict, fragments: list[str]):
     proc = apply(server, namespace, manifest(spec), check=False)
@@ -125,6 +143,9 @@ def test_cel_rules_allow_what_they_should(server: ApiServer, namespace: str):
                                        "checks": {"nccl": {"requireTransport": "IB_GDR"}}}, "ib"))
     apply(server, namespace, manifest({"network": {"fabric": "ethernet"},
                                        "checks": {"nccl": {"requireTransport": "SOCKET"}}}, "eth"))
+    # Key rules and the GPU rule pass ordinary maps.
+    apply(server, namespace, manifest({"pod": {"env": {"NCCL_ALGO": "Ring", "x.y-z": "1"}},
+                                       "resources": {"extra": {"rdma/ib": 1, "nvidia.com/hostdev": "8"}}}, "maps"))
 
 
 def missing_from(sent: Any, stored: Any, path: str = "spec") -> list[str]:

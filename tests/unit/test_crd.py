@@ -96,10 +96,13 @@ def test_sizes_are_checked_at_admission_like_parse_bytes(schema: dict[str, Any],
             parse_bytes(bad)
 
 
-def test_extra_resources_are_a_map_of_quantities(schema: dict[str, Any]):
+def test_extra_resources_are_a_bounded_map_of_quantities_without_the_gpus(schema: dict[str, Any]):
     extra = at(schema, "spec.resources.extra")
-    assert extra["type"] == "object"
-    assert extra["additionalProperties"] == {"x-kubernetes-int-or-string": True}
+    assert extra["type"] == "object" and extra["maxProperties"] == api.MAX_EXTRA_RESOURCES
+    assert extra["additionalProperties"]["x-kubernetes-int-or-string"] is True
+    assert extra["additionalProperties"]["maxLength"] == 64
+    rules = [r["rule"] for r in extra["x-kubernetes-validations"]]
+    assert "!('nvidia.com/gpu' in self)" in rules and "self.all(k, size(k) <= 317)" in rules
 
 
 def test_defaults_let_the_server_complete_a_short_manifest(schema: dict[str, Any]):
@@ -120,11 +123,54 @@ def test_defaults_let_the_server_complete_a_short_manifest(schema: dict[str, Any
         assert at(schema, f"spec.{nested}")["default"] == {}, nested
 
 
-def test_free_form_kubernetes_objects_keep_their_fields(schema: dict[str, Any]):
-    assert at(schema, "spec.placement.affinity")["x-kubernetes-preserve-unknown-fields"] is True
-    assert at(schema, "spec.placement.affinity")["nullable"] is True
-    assert at(schema, "spec.placement.tolerations.[]")["x-kubernetes-preserve-unknown-fields"] is True
-    assert at(schema, "spec.pod.volumes.[]")["x-kubernetes-preserve-unknown-fields"] is True
+def test_kubernetes_objects_are_typed_so_admission_refuses_malformed_ones(schema: dict[str, Any]):
+    affinity = at(schema, "spec.placement.affinity")
+    assert affinity["nullable"] is True and "x-kubernetes-preserve-unknown-fields" not in affinity
+    anti = at(schema, "spec.placement.affinity.podAntiAffinity")
+    assert anti["type"] == "object"  # `podAntiAffinity: 5` is refused by the API server
+    term = at(schema, "spec.placement.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution.[]")
+    assert term["required"] == ["topologyKey"]
+    assert at(schema, "spec.placement.tolerations.[].effect")["enum"][:3] == ["NoSchedule", "PreferNoSchedule",
+                                                                             "NoExecute"]
+    assert at(schema, "spec.pod.volumeMounts.[]")["required"] == ["name", "mountPath"]
+
+
+def test_a_volume_is_a_name_and_one_source_kept_as_written(schema: dict[str, Any]):
+    volume = at(schema, "spec.pod.volumes.[]")
+    assert volume["x-kubernetes-preserve-unknown-fields"] is True
+    assert volume["required"] == ["name"] and volume["properties"]["name"]["type"] == "string"
+    assert (volume["minProperties"], volume["maxProperties"]) == (2, 2)
+
+
+def test_every_spec_value_is_bounded(schema: dict[str, Any]):
+    """maxLength, maxItems, maxProperties, maximum on everything a user writes, so admission refuses a huge spec.
+
+    A volume's source is the one free-form part; the model's MAX_SPEC_BYTES bounds it (tests/unit/test_bounds.py).
+    """
+    unbounded = []
+    for path, node in schema_nodes(at(schema, "spec"), "spec"):
+        kind = node.get("type")
+        if kind == "string" and "enum" not in node and "maxLength" not in node:
+            unbounded.append(path)
+        elif node.get("x-kubernetes-int-or-string") and "maxLength" not in node:
+            unbounded.append(path)
+        elif kind == "array" and "maxItems" not in node:
+            unbounded.append(path)
+        elif kind == "object" and "additionalProperties" in node and "maxProperties" not in node:
+            unbounded.append(path)
+        elif kind in ("integer", "number") and "maximum" not in node:
+            unbounded.append(path)
+        elif node.get("x-kubernetes-preserve-unknown-fields") and path != "spec.pod.volumes[]":
+            unbounded.append(path)
+    assert unbounded == []
+
+
+def test_map_keys_are_checked_with_cel(schema: dict[str, Any]):
+    env = at(schema, "spec.pod.env")
+    assert env["maxProperties"] == api.MAX_ENV
+    assert env["additionalProperties"] == {"type": "string", "maxLength": api.MAX_ENV_VALUE}
+    assert {r["rule"] for r in env["x-kubernetes-validations"]} == {
+        f"self.all(k, size(k) <= {api.MAX_ENV_NAME})", "self.all(k, k.matches('^[^=]+$'))"}
 
 
 def test_cel_rules_carry_the_cross_field_constraints(schema: dict[str, Any]):

@@ -40,7 +40,7 @@ def test_four_line_manifest_gets_every_default():
     assert (s.timeout_seconds, s.ttl_seconds_after_finished, s.on_failure) == (3600, 86400, "none")
     assert s.network.fabric == "infiniband" and s.network.gpu_direct_rdma is True
     assert s.network.hcas == [] and s.network.socket_interface is None and s.network.env == {}
-    assert s.pod.shm_size == "64Gi" and s.pod.ulimit_init is True and s.pod.init_image == api.DEFAULT_INIT_IMAGE
+    assert s.pod.shm_size == "64Gi" and s.pod.ulimit_init is True
     assert s.pod.host_network is False and s.pod.service_account_name is None
     assert s.placement.node_selector == {} and s.placement.affinity is None
     assert s.checks.preflight.enabled and s.checks.nccl.enabled and s.checks.ddp.enabled

@@ -7,6 +7,7 @@ import typing
 from pathlib import Path
 
 import pytest
+from acceptance_operator import kubetypes
 from acceptance_operator.api import AcceptanceTestSpec
 from acceptance_workload.checks import DdpThresholds, NcclThresholds, PreflightThresholds
 from acceptance_workload.profiles import PROFILES, Profile
@@ -19,13 +20,14 @@ PROFILE_COLUMNS = ["h100-sxm", "h200-sxm", "b200", "a100-sxm"]
 
 
 def wire_fields(model: type[WireModel], prefix: str = "spec") -> list[str]:
-    """Dotted wire paths of every field under `model` (nested models included)."""
+    """Dotted wire paths of every field under `model` (nested models included, but not Kubernetes' own objects)."""
     out = []
     for name, field in model.model_fields.items():
         path = f"{prefix}.{field.alias or name}"
         out.append(path)
         for candidate in (field.annotation, *typing.get_args(field.annotation)):
-            if isinstance(candidate, type) and issubclass(candidate, WireModel):
+            if isinstance(candidate, type) and issubclass(candidate, WireModel) \
+                    and candidate.__module__ != kubetypes.__name__:
                 out += wire_fields(candidate, path)
                 break
     return out

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from acceptance_workload.wire import ByteSize, WireModel, parse_bytes
+from acceptance_workload.wire import WireModel, byte_size, parse_bytes, text
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"]
 COLLECTIVES: tuple[Collective, ...] = (
@@ -26,22 +26,29 @@ CUDA_GRAPH_AUTO_BELOW = 64 << 20  # bytes; at and above it an operation outlasts
 DdpModel = Literal["gpt", "resnet50"]
 DEFAULT_BATCH: dict[str, int] = {"gpt": 32, "resnet50": 128}
 
+# Bounds of every parameter: far beyond any real run, near enough that no spec asks for days of work or an
+# allocation no GPU has. Admission refuses what crosses them (the CRD carries them).
+MAX_MESSAGE = 2**35  # 32 GiB: one message of the sweep
+MAX_SHM = 2**42  # 4 TiB
+MAX_BUSBW_GBPS = 100_000.0
+VersionText = text(64)
+
 
 class PreflightThresholds(WireModel):
     """Per-node health limits; every one applies to every GPU of every node."""
 
-    gpu_model: str | None = Field(None, description="Text the NVML GPU name must contain, e.g. H100.")
-    min_driver_version: str | None = Field(None, description="Lowest NVIDIA driver version, e.g. 535.104.")
-    min_cuda_version: str | None = Field(None, description="Lowest CUDA runtime version torch was built for.")
-    min_nccl_version: str | None = Field(None, description="Lowest NCCL version, e.g. 2.18.")
-    max_gpu_temperature_c: float | None = Field(None, ge=0, description="Hottest a GPU may be at start, in C.")
-    max_uncorrected_ecc_errors: int | None = Field(None, ge=0, description="Volatile uncorrected ECC errors.")
-    max_pending_row_remaps: int | None = Field(None, ge=0, description="Row remaps waiting for a GPU reset.")
-    min_pcie_generation: int | None = Field(None, ge=1, description="Current PCIe link generation.")
-    min_pcie_width: int | None = Field(None, ge=1, description="Current PCIe link width (lanes).")
-    min_nvlink_active_links: int | None = Field(None, ge=0, description="Active NVLink links per GPU.")
-    min_ib_rate_gbps: float | None = Field(None, ge=0, description="Rate of each InfiniBand port, Gb/s.")
-    min_shm_bytes: ByteSize | None = Field(None, description="Size of /dev/shm.")
+    gpu_model: text(128) | None = Field(None, description="Text the NVML GPU name must contain, e.g. H100.")
+    min_driver_version: VersionText | None = Field(None, description="Lowest NVIDIA driver version, e.g. 535.104.")
+    min_cuda_version: VersionText | None = Field(None, description="Lowest CUDA runtime version torch was built for.")
+    min_nccl_version: VersionText | None = Field(None, description="Lowest NCCL version, e.g. 2.18.")
+    max_gpu_temperature_c: float | None = Field(None, ge=0, le=200, description="Hottest a GPU may be at start, in C.")
+    max_uncorrected_ecc_errors: int | None = Field(None, ge=0, le=2**31, description="Volatile uncorrected ECC errors.")
+    max_pending_row_remaps: int | None = Field(None, ge=0, le=2**31, description="Row remaps waiting for a GPU reset.")
+    min_pcie_generation: int | None = Field(None, ge=1, le=16, description="Current PCIe link generation.")
+    min_pcie_width: int | None = Field(None, ge=1, le=64, description="Current PCIe link width (lanes).")
+    min_nvlink_active_links: int | None = Field(None, ge=0, le=64, description="Active NVLink links per GPU.")
+    min_ib_rate_gbps: float | None = Field(None, ge=0, le=100_000, description="Rate of each InfiniBand port, Gb/s.")
+    min_shm_bytes: byte_size(MAX_SHM) | None = Field(None, description="Size of /dev/shm.")
     require_unlimited_memlock: bool | None = Field(
         None, description="RLIMIT_MEMLOCK of the workload process must be unlimited (RDMA needs it)."
     )
@@ -62,15 +69,16 @@ class NcclThresholds(WireModel):
     is never checked against a latency-bound small message.
     """
 
-    reference_bytes: ByteSize | None = Field(None, description="Smallest message size the thresholds apply to.")
-    all_reduce_busbw_gbps: float | None = Field(None, ge=0, alias="allReduceBusbwGBps")
-    all_gather_busbw_gbps: float | None = Field(None, ge=0, alias="allGatherBusbwGBps")
-    reduce_scatter_busbw_gbps: float | None = Field(None, ge=0, alias="reduceScatterBusbwGBps")
-    alltoall_busbw_gbps: float | None = Field(None, ge=0, alias="alltoallBusbwGBps")
-    broadcast_busbw_gbps: float | None = Field(None, ge=0, alias="broadcastBusbwGBps")
-    sendrecv_busbw_gbps: float | None = Field(None, ge=0, alias="sendrecvBusbwGBps")
+    reference_bytes: byte_size(MAX_MESSAGE) | None = Field(
+        None, description="Smallest message size the thresholds apply to.")
+    all_reduce_busbw_gbps: float | None = Field(None, ge=0, le=MAX_BUSBW_GBPS, alias="allReduceBusbwGBps")
+    all_gather_busbw_gbps: float | None = Field(None, ge=0, le=MAX_BUSBW_GBPS, alias="allGatherBusbwGBps")
+    reduce_scatter_busbw_gbps: float | None = Field(None, ge=0, le=MAX_BUSBW_GBPS, alias="reduceScatterBusbwGBps")
+    alltoall_busbw_gbps: float | None = Field(None, ge=0, le=MAX_BUSBW_GBPS, alias="alltoallBusbwGBps")
+    broadcast_busbw_gbps: float | None = Field(None, ge=0, le=MAX_BUSBW_GBPS, alias="broadcastBusbwGBps")
+    sendrecv_busbw_gbps: float | None = Field(None, ge=0, le=MAX_BUSBW_GBPS, alias="sendrecvBusbwGBps")
     node_all_reduce_busbw_gbps: float | None = Field(
-        None, ge=0, alias="nodeAllReduceBusbwGBps",
+        None, ge=0, le=MAX_BUSBW_GBPS, alias="nodeAllReduceBusbwGBps",
         description="all_reduce busbw inside each node (its GPUs alone); names the slow node."
     )
     intra_node_transport: Literal["P2P", "SHM"] | None = Field(
@@ -84,14 +92,15 @@ class NcclThresholds(WireModel):
 
 class NcclCheck(WireModel):
     enabled: bool = True
-    collectives: list[Collective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1)
-    min_bytes: ByteSize = Field(8, description="First message size of the sweep.")
-    max_bytes: ByteSize = Field("4Gi", description="Last message size of the sweep.")
-    step_factor: int = Field(2, ge=2, description="Each size is the previous one times this.")
-    warmup_iters: int = Field(5, ge=0)
-    iters: int = Field(10, ge=1, description="Timed operations per window.")
+    collectives: list[Collective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1,
+                                          max_length=len(COLLECTIVES))
+    min_bytes: byte_size(MAX_MESSAGE) = Field(8, description="First message size of the sweep.")
+    max_bytes: byte_size(MAX_MESSAGE) = Field("4Gi", description="Last message size of the sweep.")
+    step_factor: int = Field(2, ge=2, le=1024, description="Each size is the previous one times this.")
+    warmup_iters: int = Field(5, ge=0, le=1000)
+    iters: int = Field(10, ge=1, le=10_000, description="Timed operations per window.")
     windows: int = Field(
-        3, ge=1, description="Timed windows of `iters` operations per size; the row's time is their median, "
+        3, ge=1, le=100, description="Timed windows of `iters` operations per size; the row's time is their median, "
         "so one disturbed window does not decide.")
     cuda_graphs: CudaGraphs = Field(
         "auto", description="Launch the timed operations as a captured CUDA graph (nccl-tests' -G): auto for "
@@ -104,7 +113,7 @@ class NcclCheck(WireModel):
         "for multi-node tests on infiniband or roce.",
     )
     collective_timeout_seconds: int = Field(
-        300, ge=10, description="A collective that takes longer means a hung or dead rank: the run ends."
+        300, ge=10, le=86_400, description="A collective that takes longer means a hung or dead rank: the run ends."
     )
     thresholds: NcclThresholds = Field(default_factory=NcclThresholds)
 
@@ -136,13 +145,13 @@ class NcclCheck(WireModel):
 
 class DdpThresholds(WireModel):
     min_throughput_per_gpu: float | None = Field(
-        None, ge=0, description="tokens/s per GPU for gpt, images/s per GPU for resnet50."
+        None, ge=0, le=1e9, description="tokens/s per GPU for gpt, images/s per GPU for resnet50."
     )
     min_scaling_efficiency: float | None = Field(
         None, ge=0, le=1, description="DDP throughput / (world size x mean one-GPU throughput)."
     )
     max_straggler_ratio: float | None = Field(
-        None, ge=1, description="Median rank throughput over the slowest rank's; above it names the straggler."
+        None, ge=1, le=100, description="Median rank throughput over the slowest rank's; above it names the straggler."
     )
 
 
@@ -150,14 +159,14 @@ class DdpCheck(WireModel):
     enabled: bool = True
     model: DdpModel = "gpt"
     batch_size: int | None = Field(
-        None, ge=1, description="Per-GPU batch; default 32 (gpt) or 128 (resnet50): large enough that a step "
-        "keeps the GPU busy rather than waiting for the host to launch kernels.")
-    seq_len: int = Field(1024, ge=16, description="Sequence length of the gpt model.")
-    steps: int = Field(30, ge=2, description="Timed steps, each for the one-GPU baseline and for DDP.")
+        None, ge=1, le=4096, description="Per-GPU batch; default 32 (gpt) or 128 (resnet50): large enough that a "
+        "step keeps the GPU busy rather than waiting for the host to launch kernels.")
+    seq_len: int = Field(1024, ge=16, le=131_072, description="Sequence length of the gpt model.")
+    steps: int = Field(30, ge=2, le=100_000, description="Timed steps, each for the one-GPU baseline and for DDP.")
     windows: int = Field(
-        5, ge=1, description="The timed steps are split into this many windows, alternating one-GPU and DDP "
-        "windows, so drift lands on both; throughput and efficiency are medians over windows.")
-    warmup_steps: int = Field(5, ge=0)
+        5, ge=1, le=1000, description="The timed steps are split into this many windows, alternating one-GPU and "
+        "DDP windows, so drift lands on both; throughput and efficiency are medians over windows.")
+    warmup_steps: int = Field(5, ge=0, le=10_000)
     thresholds: DdpThresholds = Field(default_factory=DdpThresholds)
 
     def effective_batch_size(self) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 
@@ -57,18 +57,42 @@ def format_bytes(n: int) -> str:
     return str(n)
 
 
-def _check_quantity(value: Any) -> Any:
-    parse_bytes(value)
-    return value
+# Longest size string: "4294967296Ki" and its like; anything longer is not a size anyone means.
+MAX_SIZE_TEXT = 32
+
+
+def _size_check(maximum: int) -> Any:
+    def check(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > MAX_SIZE_TEXT:
+            raise ValueError(f"a size has at most {MAX_SIZE_TEXT} characters")
+        if parse_bytes(value) > maximum:
+            raise ValueError(f"{value!r} is more than the largest allowed size, {format_bytes(maximum)}")
+        return value
+    return check
 
 
 # What the API server can check of a size at admission (the CRD carries it): a
 # non-negative integer, or a string parse_bytes accepts.
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$"
+MAX_SIZE = 2**50  # 1 PiB: no size in a spec comes near it
 
-# A size on the wire: int or quantity string (x-kubernetes-int-or-string), kept as written.
-ByteSize = Annotated[
-    int | str,
-    BeforeValidator(_check_quantity),
-    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "pattern": QUANTITY_PATTERN}),
-]
+
+def byte_size(maximum: int = MAX_SIZE) -> Any:
+    """A size on the wire: int or quantity string (x-kubernetes-int-or-string), kept as written, at most `maximum`.
+
+    The schema bounds the integer form and the string's length; the model also bounds the string's value.
+    """
+    return Annotated[
+        int | str,
+        BeforeValidator(_size_check(maximum)),
+        WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "maximum": maximum,
+                        "maxLength": MAX_SIZE_TEXT, "pattern": QUANTITY_PATTERN}),
+    ]
+
+
+ByteSize = byte_size()
+
+
+def text(max_length: int, *, min_length: int = 0, pattern: str | None = None) -> Any:
+    """A string with the bounds the schema (maxLength, pattern) and the model both enforce."""
+    return Annotated[str, StringConstraints(min_length=min_length or None, max_length=max_length, pattern=pattern)]
