@@ -25,6 +25,8 @@ from pydantic import ValidationError
 
 from acceptance_operator.api import (
     API_VERSION,
+    DEFAULT_OPERATOR_IMAGE,
+    GPU_RESOURCE,
     GROUP,
     KIND,
     PLURAL,
@@ -32,6 +34,7 @@ from acceptance_operator.api import (
     SHM_PATH,
     AcceptanceTest,
 )
+from acceptance_operator.kubetypes import wire_list
 from acceptance_operator.network import build_network_env
 
 LABEL_TEST = f"{GROUP}/test"
@@ -43,7 +46,6 @@ MANAGED_BY = "gpu-acceptance"
 
 PYTORCHJOB_API_VERSION = "kubeflow.org/v1"
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
-GPU_RESOURCE = "nvidia.com/gpu"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 # Kubeflow derives Service and pod names (<job>-worker-4095, <job>-master-0) from the
@@ -214,8 +216,9 @@ def _anti_affinity_term(test: AcceptanceTest) -> dict[str, Any]:
 
 def build_affinity(test: AcceptanceTest) -> dict[str, Any]:
     """placement.affinity with the required one-pod-per-node anti-affinity added; the user's terms are kept."""
-    affinity = dict(test.spec.placement.affinity or {})
-    anti = dict(affinity.get("podAntiAffinity") or {})
+    given = test.spec.placement.affinity
+    affinity = given.to_wire() if given is not None else {}
+    anti = affinity.get("podAntiAffinity") or {}
     required = list(anti.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
     required.append(_anti_affinity_term(test))
     anti["requiredDuringSchedulingIgnoredDuringExecution"] = required
@@ -247,7 +250,7 @@ def _gpu_resources(test: AcceptanceTest) -> dict[str, Any]:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _ulimit_init_container(test: AcceptanceTest) -> dict[str, Any]:
+def _ulimit_init_container(init_image: str) -> dict[str, Any]:
     """The privileged init container that raises memlock and nofile, and says what the workload will get.
 
     Honest limits of what it can do: rlimits belong to a process and its
@@ -258,6 +261,10 @@ def _ulimit_init_container(test: AcceptanceTest) -> dict[str, Any]:
     actually start with) where `kubectl logs -c ulimits` finds them. The
     workload's preflight then judges the limits it really has, and the workload
     container's CAP_IPC_LOCK lets RDMA pin memory regardless of memlock.
+
+    Being privileged, it runs only the image the operator is configured with
+    (by default the operator's own, which has a POSIX sh), never one a test
+    names; as root, because the operator image's user could not raise a hard limit.
     """
     script = (
         'echo "runtime defaults (what the workload container starts with): '
@@ -269,15 +276,15 @@ def _ulimit_init_container(test: AcceptanceTest) -> dict[str, Any]:
     )
     return {
         "name": "ulimits",
-        "image": test.spec.pod.init_image,
+        "image": init_image,
         "command": ["sh", "-c", script],
-        "securityContext": {"privileged": True},
+        "securityContext": {"privileged": True, "runAsUser": 0, "runAsNonRoot": False},
         "resources": copy.deepcopy(INIT_RESOURCES),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
-def _pod_spec(test: AcceptanceTest, containers: list[dict[str, Any]], *, gpu: bool,
+def _pod_spec(test: AcceptanceTest, containers: list[dict[str, Any]], *, gpu: bool, init_image: str,
               extra_volumes: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """Pod spec shared by every pod of the job; `gpu` adds placement, /dev/shm and the ulimit init container."""
     spec, place, pod = test.spec, test.spec.placement, test.spec.pod
@@ -289,7 +296,7 @@ def _pod_spec(test: AcceptanceTest, containers: list[dict[str, Any]], *, gpu: bo
     if place.node_selector:
         out["nodeSelector"] = dict(place.node_selector)
     if place.tolerations:
-        out["tolerations"] = [dict(t) for t in place.tolerations]
+        out["tolerations"] = wire_list(place.tolerations)
     if gpu:
         out["affinity"] = build_affinity(test)
     if place.priority_class_name:
@@ -302,13 +309,13 @@ def _pod_spec(test: AcceptanceTest, containers: list[dict[str, Any]], *, gpu: bo
     if pod.image_pull_secrets:
         out["imagePullSecrets"] = [{"name": n} for n in pod.image_pull_secrets]
     if gpu and pod.ulimit_init:
-        out["initContainers"] = [_ulimit_init_container(test)]
+        out["initContainers"] = [_ulimit_init_container(init_image)]
     out["containers"] = containers
     volumes: list[dict[str, Any]] = []
     if gpu:
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.pod.shm_size}})
         volumes.extend(extra_volumes)
-        volumes.extend(dict(v) for v in pod.volumes)
+        volumes.extend(wire_list(pod.volumes))
     if volumes:
         out["volumes"] = volumes
     return out
@@ -324,7 +331,7 @@ def _gpu_container(test: AcceptanceTest, name: str, command: list[str], env: lis
         "env": env,
         "resources": _gpu_resources(test),
         "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}, *extra_mounts,
-                         *(dict(m) for m in pod.volume_mounts)],
+                         *wire_list(pod.volume_mounts)],
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
@@ -361,7 +368,7 @@ def torchrun_command(test: AcceptanceTest) -> list[str]:
             "-m", "acceptance_workload"]
 
 
-def build_pytorchjob(test: AcceptanceTest) -> dict[str, Any]:
+def build_pytorchjob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
     """kubeflow.org/v1 PyTorchJob: a Master and nodes-1 Workers, each one pod of gpusPerNode processes."""
     spec = test.spec
 
@@ -371,7 +378,7 @@ def build_pytorchjob(test: AcceptanceTest) -> dict[str, Any]:
         )
         container["ports"] = [{"name": PYTORCH_PORT_NAME, "containerPort": PYTORCH_PORT, "protocol": "TCP"}]
         return {"replicas": count, "restartPolicy": "Never",
-                "template": _template(test, "gpu", _pod_spec(test, [container], gpu=True))}
+                "template": _template(test, "gpu", _pod_spec(test, [container], gpu=True, init_image=init_image))}
 
     replicas = {"Master": replica(1)}
     if spec.nodes > 1:
@@ -431,7 +438,7 @@ def _mpi_worker_command(test: AcceptanceTest) -> list[str]:
     return ["sh", "-c", f"printf 'export %s\\n' {values} > {POD_ENV_FILE} && exec {sshd}"]
 
 
-def build_mpijob(test: AcceptanceTest) -> dict[str, Any]:
+def build_mpijob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
     """kubeflow.org/v2beta1 MPIJob: a GPU-less launcher running mpirun, one GPU worker per node running sshd."""
     spec = test.spec
     run_volume = {"name": RUN_VOLUME, "emptyDir": {}}
@@ -462,18 +469,21 @@ def build_mpijob(test: AcceptanceTest) -> dict[str, Any]:
             "runPolicy": _run_policy(test),
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": _template(test, "launcher", _pod_spec(test, [launcher], gpu=False))},
+                             "template": _template(test, "launcher", _pod_spec(test, [launcher], gpu=False,
+                                                                               init_image=init_image))},
                 "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
                            "template": _template(test, "gpu", _pod_spec(test, [worker], gpu=True,
+                                                                         init_image=init_image,
                                                                          extra_volumes=[run_volume]))},
             },
         },
     }
 
 
-def build_job(test: AcceptanceTest) -> dict[str, Any]:
-    """The run's job for spec.backend."""
-    return build_mpijob(test) if test.spec.backend == "MPIJob" else build_pytorchjob(test)
+def build_job(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
+    """The run's job for spec.backend; `init_image` is the operator's setting for the ulimit init container."""
+    build = build_mpijob if test.spec.backend == "MPIJob" else build_pytorchjob
+    return build(test, init_image=init_image)
 
 
 # --------------------------------------------------------------------------- RBAC and all children
@@ -502,9 +512,9 @@ def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
     ]
 
 
-def build_children(test: AcceptanceTest) -> list[dict[str, Any]]:
+def build_children(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[dict[str, Any]]:
     """Everything to create for one run, in creation order: RBAC first, so the pods start with their identity."""
-    return [*build_rbac(test), build_job(test)]
+    return [*build_rbac(test), build_job(test, init_image=init_image)]
 
 
 # --------------------------------------------------------------------------- gpu-acceptance render
@@ -563,15 +573,79 @@ def validation_messages(error: ValidationError, data: Any) -> list[str]:
     return lines
 
 
+MAX_PROBLEMS_TEXT = 4096
+
+
+def problems_text(lines: list[str], limit: int = MAX_PROBLEMS_TEXT) -> str:
+    """The lines as one message for a condition or event, within `limit` characters (how many more, if cut)."""
+    text = ""
+    for i, line in enumerate(lines):
+        joined = f"{text}; {line}" if text else line
+        if len(joined) > limit:
+            rest = f"; and {len(lines) - i} more"
+            return (text or line[: limit - len(rest)]) + rest
+        text = joined
+    return text
+
+
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+# `render` reads at most this much, and refuses YAML whose aliases expand to more nodes than this:
+# a manifest is a few KiB; a "billion laughs" document is a few hundred bytes that expand without end.
+MAX_MANIFEST_BYTES = 1024 * 1024
+MAX_YAML_NODES = 100_000
+
+
+def _expanded_nodes(root: yaml.Node) -> int:
+    """How many nodes the document has once every alias is expanded; RenderError past MAX_YAML_NODES or a cycle."""
+    sizes: dict[int, int | None] = {}
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            known = sizes[key]
+            if known is None:
+                raise RenderError(["not valid YAML: an alias refers to a node that contains it"])
+            return known
+        sizes[key] = None
+        n = 1
+        if isinstance(node, yaml.SequenceNode):
+            n += sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            n += sum(size(k) + size(v) for k, v in node.value)
+        if n > MAX_YAML_NODES:
+            raise RenderError([f"the YAML expands to more than {MAX_YAML_NODES} values (aliases repeated many "
+                               "times?); an AcceptanceTest has a few hundred at most"])
+        sizes[key] = n
+        return n
+
+    return size(root)
+
+
+def _load_documents(text: str) -> list[Any]:
+    """yaml.safe_load_all, bounded: input size, alias expansion and nesting depth."""
+    if len(text) > MAX_MANIFEST_BYTES:
+        raise RenderError([f"the manifest is larger than {MAX_MANIFEST_BYTES} bytes; an AcceptanceTest is a few KiB"])
+    loader = yaml.SafeLoader(text)
+    try:
+        docs = []
+        while loader.check_node():
+            node = loader.get_node()
+            _expanded_nodes(node)
+            docs.append(loader.construct_document(node))
+        return docs
+    except yaml.YAMLError as e:
+        raise RenderError([f"not valid YAML: {e}"]) from e
+    except RecursionError as e:
+        raise RenderError(["not valid YAML for a manifest: nested too deeply"]) from e
+    finally:
+        loader.dispose()
 
 
 def parse_test(text: str) -> AcceptanceTest:
     """The one AcceptanceTest in a YAML text, validated; RenderError says what is wrong, field by field."""
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as e:
-        raise RenderError([f"not valid YAML: {e}"]) from e
+    docs = [d for d in _load_documents(text) if d is not None]
     if len(docs) != 1:
         raise RenderError([f"expected exactly one AcceptanceTest document, found {len(docs)}"])
     data = docs[0]
@@ -595,25 +669,49 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
-def render(test: AcceptanceTest) -> str:
+def render(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> str:
     """The children as one YAML stream."""
-    return yaml.dump_all(build_children(test), Dumper=_PlainDumper, sort_keys=False, explicit_start=True,
-                         width=120)
+    return yaml.dump_all(build_children(test, init_image=init_image), Dumper=_PlainDumper, sort_keys=False,
+                         explicit_start=True, width=120)
+
+
+def _read(path: str) -> str:
+    """The file (or stdin for -), at most one byte past MAX_MANIFEST_BYTES (enough to tell it is too large)."""
+    if path == "-":
+        return sys.stdin.read(MAX_MANIFEST_BYTES + 1)
+    with Path(path).open(encoding="utf-8") as f:
+        return f.read(MAX_MANIFEST_BYTES + 1)
 
 
 def render_file(path: str, out: TextIO, err: TextIO) -> int:
-    """`gpu-acceptance render`: 0 and the children on `out`; 1 invalid (errors on `err`); 2 unreadable."""
+    """`gpu-acceptance render`: 0 and the children on `out`; 1 invalid (errors on `err`); 2 unreadable.
+
+    The operator's settings come from the same environment variables as the operator's (settings.py): what
+    its policy refuses is refused here, and the init container gets its image.
+    """
+    from acceptance_operator.policy import policy_problems
+    from acceptance_operator.settings import OperatorSettings
+
+    source = "standard input" if path == "-" else path
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        text = _read(path)
     except (OSError, UnicodeDecodeError) as e:
         err.write(f"error: cannot read {path}: {e}\n")
         return 2
     try:
-        rendered = render(parse_test(text))
+        settings = OperatorSettings.from_env()
+        test = parse_test(text)
+        problems = policy_problems(test, settings)
+        if problems:
+            raise RenderError(problems)
+        rendered = render(test, init_image=settings.init_image)
     except RenderError as e:
-        source = "standard input" if path == "-" else path
         err.write(f"error: {source} is not a valid AcceptanceTest:\n")
         err.writelines(f"  {line}\n" for line in e.lines)
+        return 1
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
+        # The models should catch every malformed input; this keeps a miss from ending in a traceback.
+        err.write(f"error: cannot render {source}: {type(e).__name__}: {e}\n")
         return 1
     out.write(rendered)
     return 0

@@ -130,15 +130,16 @@ def test_gpu_pods_request_and_limit_whole_gpus_and_resources(backend: str):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gpu_pods_get_shm_ulimit_init_and_one_privileged_container(backend: str):
-    job = build_job(make({"backend": backend, "pod": {"shmSize": "16Gi", "initImage": "registry.local/bb:1"}}))
+    job = build_job(make({"backend": backend, "pod": {"shmSize": "16Gi"}}), init_image="registry.local/op:1")
     for spec in gpu_pod_specs(job):
         shm = [v for v in spec["volumes"] if v["name"] == manifests.SHM_VOLUME]
         assert shm == [{"name": manifests.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}}]
         container = main_container(spec)
         assert {"name": manifests.SHM_VOLUME, "mountPath": "/dev/shm"} in container["volumeMounts"]
         (init,) = spec["initContainers"]
-        assert init["image"] == "registry.local/bb:1"
-        assert init["securityContext"] == {"privileged": True}
+        assert init["image"] == "registry.local/op:1"  # the operator's setting: a spec cannot name it
+        # Root: the operator image's own user could not raise a hard limit, privileged or not.
+        assert init["securityContext"] == {"privileged": True, "runAsUser": 0, "runAsNonRoot": False}
         assert "ulimit -l unlimited" in init["command"][-1] and "ulimit -n 1048576" in init["command"][-1]
         # Only the init container is privileged.
         assert "privileged" not in container.get("securityContext", {})
@@ -220,7 +221,7 @@ def test_user_affinity_is_merged_not_replaced():
     assert required[1]["labelSelector"]["matchLabels"]["gpu-acceptance.io/test"] == "t"
     assert affinity["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == preferred
     # The spec itself is not modified (the builder is pure: a second build gives the same result).
-    assert len(test.spec.placement.affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]) == 1
+    assert len(test.spec.placement.affinity.pod_anti_affinity.required_during_scheduling_ignored_during_execution) == 1
     assert build_affinity(test) == affinity
 
 
