@@ -233,10 +233,14 @@ class AcceptanceTestSpec(WireModel):
         "(chart value nodeActions.enabled); otherwise an event says it was skipped.",
     )
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _fits(cls, data: Any) -> Any:
-        """Within MAX_SPEC_BYTES as JSON: the job repeats the spec in every pod template, and kopf keeps a copy."""
+    def _fits(cls, data: Any, handler: Any) -> Any:
+        """Within MAX_SPEC_BYTES as JSON: the job repeats the spec in every pod template, and kopf keeps a copy.
+
+        Checked after the fields, so a field's own bound (an env value too long) is what the message names.
+        """
+        spec = handler(data)
         if isinstance(data, dict):
             try:
                 size = len(json.dumps(data, separators=(",", ":"), default=str))
@@ -245,7 +249,7 @@ class AcceptanceTestSpec(WireModel):
             if size > MAX_SPEC_BYTES:
                 raise ValueError(f"{size} bytes as JSON, more than the {MAX_SPEC_BYTES} a spec may have; "
                                  "shorten env values, volumes or affinity")
-        return data
+        return spec
 
     @model_validator(mode="after")
     def _one_check_at_least(self) -> AcceptanceTestSpec:

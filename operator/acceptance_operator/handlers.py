@@ -53,6 +53,7 @@ from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import BACKENDS, Kube
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import describe, node_patch
+from acceptance_operator.policy import policy_problems
 from acceptance_operator.settings import OperatorSettings, configure_kopf
 from acceptance_operator.verdict import measured_nodes
 
@@ -209,12 +210,14 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         return
     try:
         test = _effective(parse_test(obj))
+        lines = policy_problems(test, SETTINGS)
     except ValidationError as e:
         lines = manifests.validation_messages(e, {"spec": obj.get("spec") or {}})
+    if lines:
         shell = _shell(namespace, name, generation)
         _stop_other_runs(k, shell, generation)
-        _conclude(k, obj, shell, RunState("Failed", INVALID_SPEC, "; ".join(lines) + " (fix the spec and apply "
-                  "it again)"), now=now, logger=logger)
+        _conclude(k, obj, shell, RunState("Failed", INVALID_SPEC, manifests.problems_text(lines)
+                  + " (fix the spec and apply it again)"), now=now, logger=logger)
         return
 
     job_name = manifests.job_name(test)
@@ -254,8 +257,16 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
                   logger=logger)
         return
 
+    try:
+        children = manifests.build_children(test, init_image=SETTINGS.init_image)
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        # The models should make the builders total; if one is not, the run ends once instead of every tick.
+        _conclude(k, obj, test, RunState("Failed", INVALID_SPEC, f"spec: cannot build the job from it "
+                                         f"({type(e).__name__}: {e}); fix the spec and apply it again"),
+                  now=now, logger=logger)
+        return
     start, adopted = now, False
-    for child in manifests.build_children(test):
+    for child in children:
         try:
             created_obj, created = k.create(child)
         except ApiException as e:

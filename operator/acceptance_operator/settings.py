@@ -16,6 +16,13 @@ under a plain `kopf run -m acceptance_operator.handlers`:
   report may still arrive before ReportMissing/JobFailed.
 - GPU_ACCEPTANCE_METRICS_PORT (8080, 0 off): under `kopf run` only; the CLI
   flag wins under `gpu-acceptance operator`.
+- GPU_ACCEPTANCE_INIT_IMAGE: image of the privileged ulimit init container
+  (default: the operator's own image); tests cannot name another.
+- GPU_ACCEPTANCE_ALLOW_HOST_PATH (false): let tests mount hostPath volumes.
+- GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME (false): let tests run their pods
+  under a ServiceAccount they name (spec.pod.serviceAccountName).
+
+Importing this module needs no kopf (`gpu-acceptance render` applies the same settings).
 """
 
 from __future__ import annotations
@@ -23,10 +30,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import kopf
+from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, GROUP
 
-from acceptance_operator.api import GROUP
+if TYPE_CHECKING:
+    import kopf
 
 FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
@@ -64,6 +73,9 @@ class OperatorSettings:
     node_actions: bool = False
     default_image: str | None = None
     metrics_port: int = 8080
+    init_image: str = DEFAULT_OPERATOR_IMAGE
+    allow_host_path: bool = False
+    allow_service_account_name: bool = False
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -74,15 +86,23 @@ class OperatorSettings:
             node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", False),
             default_image=os.environ.get("GPU_ACCEPTANCE_DEFAULT_IMAGE", "").strip() or None,
             metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", 8080, 0)),
+            init_image=os.environ.get("GPU_ACCEPTANCE_INIT_IMAGE", "").strip() or DEFAULT_OPERATOR_IMAGE,
+            allow_host_path=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_PATH", False),
+            allow_service_account_name=_env_bool("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME", False),
         )
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
     """Our finalizer and annotations under gpu-acceptance.io, no peering, events for explicit posts only."""
+    import kopf
+
+    from acceptance_operator.diffbase import BoundedDiffBaseStorage
+
     settings.persistence.finalizer = FINALIZER
     # Annotations only: status.kopf would be pruned by the CRD's structural schema.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    # Bounded: a large spec or annotations cannot overflow the object's annotations (see diffbase.py).
+    settings.persistence.diffbase_storage = BoundedDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
     settings.peering.standalone = True

@@ -144,6 +144,22 @@ def test_operator_env_defaults() -> None:
     assert env["GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS"] == "600"
     assert env["GPU_ACCEPTANCE_NODE_ACTIONS"] == "false"
     assert "GPU_ACCEPTANCE_DEFAULT_IMAGE" not in env, "empty workloadImage: the operator's own default"
+    # The privileged init container runs the operator's own image unless the admin names another.
+    assert env["GPU_ACCEPTANCE_INIT_IMAGE"] == operator_container(render())["image"] == \
+        f"ghcr.io/gpu-acceptance/operator:{CHART_META['appVersion']}"
+    assert env["GPU_ACCEPTANCE_ALLOW_HOST_PATH"] == env["GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME"] == "false"
+
+
+def test_user_policy_and_init_image_reach_the_operator() -> None:
+    env = env_of(operator_container(render({
+        "ulimitInit": {"image": "mirror.local/busybox:1.36"},
+        "userPolicy": {"allowHostPath": True, "allowServiceAccountName": True},
+    })))
+    assert env["GPU_ACCEPTANCE_INIT_IMAGE"] == "mirror.local/busybox:1.36"
+    assert (env["GPU_ACCEPTANCE_ALLOW_HOST_PATH"], env["GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME"]) == ("true", "true")
+    pinned = env_of(operator_container(render({"image": {"repository": "mirror.local/op", "tag": "9",
+                                                         "pullPolicy": "Always"}})))
+    assert pinned["GPU_ACCEPTANCE_INIT_IMAGE"] == "mirror.local/op:9"
 
 
 def test_values_reach_the_operator() -> None:
@@ -279,6 +295,9 @@ def test_prometheus_rule_alerts_on_a_failed_test() -> None:
         ({"nodeActions": {"enabled": "yes"}}, "/nodeActions/enabled"),
         ({"serviceMonitor": {"enabled": True, "interval": "often"}}, "/serviceMonitor/interval"),
         ({"imagePullSecrets": [{"name": "regcred"}]}, "/imagePullSecrets/0"),
+        ({"userPolicy": {"allowHostPath": "yes", "allowServiceAccountName": False}}, "/userPolicy/allowHostPath"),
+        ({"userPolicy": {"allowHostPaths": True}}, "userPolicy"),
+        ({"ulimitInit": {"image": 5}}, "/ulimitInit/image"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

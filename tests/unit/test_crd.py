@@ -147,21 +147,18 @@ def test_every_spec_value_is_bounded(schema: dict[str, Any]):
 
     A volume's source is the one free-form part; the model's MAX_SPEC_BYTES bounds it (tests/unit/test_bounds.py).
     """
-    unbounded = []
-    for path, node in schema_nodes(at(schema, "spec"), "spec"):
+    def problem(path: str, node: dict[str, Any]) -> bool:
         kind = node.get("type")
-        if kind == "string" and "enum" not in node and "maxLength" not in node:
-            unbounded.append(path)
-        elif node.get("x-kubernetes-int-or-string") and "maxLength" not in node:
-            unbounded.append(path)
-        elif kind == "array" and "maxItems" not in node:
-            unbounded.append(path)
-        elif kind == "object" and "additionalProperties" in node and "maxProperties" not in node:
-            unbounded.append(path)
-        elif kind in ("integer", "number") and "maximum" not in node:
-            unbounded.append(path)
-        elif node.get("x-kubernetes-preserve-unknown-fields") and path != "spec.pod.volumes[]":
-            unbounded.append(path)
+        return any([
+            kind == "string" and "enum" not in node and "maxLength" not in node,
+            bool(node.get("x-kubernetes-int-or-string")) and "maxLength" not in node,
+            kind == "array" and "maxItems" not in node,
+            kind == "object" and "additionalProperties" in node and "maxProperties" not in node,
+            kind in ("integer", "number") and "maximum" not in node,
+            bool(node.get("x-kubernetes-preserve-unknown-fields")) and path != "spec.pod.volumes[]",
+        ])
+
+    unbounded = [path for path, node in schema_nodes(at(schema, "spec"), "spec") if problem(path, node)]
     assert unbounded == []
 
 

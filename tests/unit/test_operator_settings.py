@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import kopf
 import pytest
+from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE
+from acceptance_operator.diffbase import BoundedDiffBaseStorage
 from acceptance_operator.settings import FINALIZER, OperatorSettings, configure_kopf
+from acceptance_workload import __version__
 
 
 def test_defaults(monkeypatch):
@@ -44,3 +50,34 @@ def test_kopf_settings():
     assert settings.peering.standalone is True
     assert settings.persistence.progress_storage.prefix == "gpu-acceptance.io"
     assert settings.persistence.diffbase_storage.prefix == "gpu-acceptance.io"
+
+
+def test_user_policy_and_init_image(monkeypatch):
+    for var in ("GPU_ACCEPTANCE_INIT_IMAGE", "GPU_ACCEPTANCE_ALLOW_HOST_PATH",
+                "GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME"):
+        monkeypatch.delenv(var, raising=False)
+    s = OperatorSettings.from_env()
+    assert s.init_image == DEFAULT_OPERATOR_IMAGE and s.init_image.endswith(f":{__version__}")
+    assert (s.allow_host_path, s.allow_service_account_name) == (False, False)
+    monkeypatch.setenv("GPU_ACCEPTANCE_INIT_IMAGE", "mirror.local/busybox:1.36")
+    monkeypatch.setenv("GPU_ACCEPTANCE_ALLOW_HOST_PATH", "true")
+    monkeypatch.setenv("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME", "yes")
+    s = OperatorSettings.from_env()
+    assert (s.init_image, s.allow_host_path, s.allow_service_account_name) == ("mirror.local/busybox:1.36", True, True)
+    monkeypatch.setenv("GPU_ACCEPTANCE_ALLOW_HOST_PATH", "sometimes")
+    with pytest.raises(ValueError, match="GPU_ACCEPTANCE_ALLOW_HOST_PATH"):
+        OperatorSettings.from_env()
+
+
+def test_settings_import_no_kopf():
+    """`gpu-acceptance render` applies the operator's settings without kopf installed."""
+    code = ("import sys, acceptance_operator.settings, acceptance_operator.policy, acceptance_operator.manifests; "
+            "sys.exit('kopf' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_kopf_keeps_its_copy_of_the_spec_bounded():
+    settings = kopf.OperatorSettings()
+    configure_kopf(settings)
+    assert isinstance(settings.persistence.diffbase_storage, BoundedDiffBaseStorage)
+    assert settings.persistence.diffbase_storage.key == "last-handled-configuration"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -22,9 +23,10 @@ def command() -> str:
     return found
 
 
-def render(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def render(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([command(), "render", *args], input=stdin, capture_output=True, text=True, timeout=60,
-                          stdin=None if stdin is not None else subprocess.DEVNULL)
+                          stdin=None if stdin is not None else subprocess.DEVNULL,
+                          env={**os.environ, **(env or {})})
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -78,6 +80,12 @@ def test_stdin_is_read_with_a_dash():
         ("{pod: {shmSize: -64}}", "spec.pod.shmSize: size must not be negative, got -64"),
         ("{nodez: 2}", "spec.nodez: unknown field"),
         ("{checks: {nccl: {minBytes: 1Gi, maxBytes: 1Ki}}}", "spec.checks.nccl: minBytes (1Gi) must not exceed"),
+        ("{placement: {affinity: {podAntiAffinity: 5}}}", "spec.placement.affinity.podAntiAffinity: Input should be"),
+        ("{resources: {extra: {nvidia.com/gpu: 1}}}", "spec.resources.extra: nvidia.com/gpu comes from"),
+        ("{pod: {volumes: [{name: h, hostPath: {path: /}}]}}",
+         "spec.pod.volumes[0].hostPath: hostPath volumes are not allowed by this operator"),
+        ("{pod: {serviceAccountName: admin}}", "spec.pod.serviceAccountName: 'admin': running a test's pods"),
+        ("{pod: {initImage: evil/root:1}}", "spec.pod.initImage: unknown field"),
     ],
 )
 def test_invalid_file_exits_1_naming_the_field_and_prints_nothing(tmp_path: Path, spec: str, message: str):
@@ -109,3 +117,33 @@ def test_unreadable_file_exits_2(tmp_path: Path):
     assert "cannot read" in proc.stderr and "missing.yaml" in proc.stderr
     proc = render(str(tmp_path))  # a folder
     assert proc.returncode == 2 and proc.stdout == ""
+
+
+def test_alias_bomb_exits_1_quickly_with_a_message(tmp_path: Path):
+    lines = ["a: &a [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"{chr(97 + i)}: &{chr(97 + i)} [{', '.join([f'*{chr(96 + i)}'] * 9)}]" for i in range(1, 20)]
+    proc = render(write(tmp_path, "\n".join(lines) + "\n"))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "expands to more than 100000 values" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[" * 50_000 + "]" * 50_000, "nested too deeply"),
+    ("x: " + "y" * (2 * 1024 * 1024), "larger than 1048576 bytes"),
+    ("\t: [", "not valid YAML"),
+])
+def test_malformed_input_exits_1_without_a_traceback(tmp_path: Path, text: str, message: str):
+    proc = render(write(tmp_path, text))
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_operator_settings_apply_as_in_the_operator(tmp_path: Path):
+    """The same environment variables as the operator's: the chart's policy and init image."""
+    path = write(tmp_path, bad("{pod: {volumes: [{name: h, hostPath: {path: /data}}], serviceAccountName: sa}}"))
+    proc = render(path, env={"GPU_ACCEPTANCE_ALLOW_HOST_PATH": "true", "GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME": "1",
+                             "GPU_ACCEPTANCE_INIT_IMAGE": "mirror.local/busybox:1.36"})
+    assert proc.returncode == 0, proc.stderr
+    pod = list(yaml.safe_load_all(proc.stdout))[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert pod["initContainers"][0]["image"] == "mirror.local/busybox:1.36"
+    assert {"name": "h", "hostPath": {"path": "/data"}} in pod["volumes"] and pod["serviceAccountName"] == "sa"
