@@ -138,6 +138,12 @@ def test_kubeflow_deadline_is_a_timeout(cluster: Cluster):
      "spec.pod.volumeMounts[0].mountPath", "pod.shmSize"),
     ({"placement": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA H100 80GB HBM3"}}},
      "spec.placement.nodeSelector", "is not a label value"),
+    # Least privilege: what the chart has not allowed (userPolicy) is refused, naming the chart value.
+    ({"pod": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
+     "spec.pod.volumes[0].hostPath", "userPolicy.allowHostPath"),
+    ({"pod": {"serviceAccountName": "default"}}, "spec.pod.serviceAccountName", "userPolicy.allowServiceAccountName"),
+    ({"pod": {"volumes": [{"name": "cfg", "configMap": "cfg"}]}},
+     "spec.pod.volumes[0].configMap", "a volume source is an object"),
 ])
 def test_invalid_spec_names_the_field(cluster: Cluster, spec: dict, field: str, advice: str):
     """Specs the schema admits but the operator must refuse: nothing is created, the message names the field."""
