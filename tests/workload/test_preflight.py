@@ -75,7 +75,7 @@ def test_a_single_node_run_records_its_ports_without_judging_them(tmp_path: Path
 def test_shm_size_against_the_threshold(tmp_path: Path) -> None:
     ok = shm_check(PreflightThresholds(min_shm_bytes=1), "n", tmp_path)
     assert ok.passed and ok.value > 0 and ok.unit == "bytes"
-    small = shm_check(PreflightThresholds(min_shm_bytes="1Pi"), "n", tmp_path)
+    small = shm_check(PreflightThresholds(min_shm_bytes="4Ti"), "n", tmp_path)
     assert not small.passed and "spec.pod.shmSize" in small.message and small.node == "n"
     missing = shm_check(PreflightThresholds(min_shm_bytes="1Gi"), "n", tmp_path / "nope")
     assert not missing.passed and missing.value is None and "cannot stat" in missing.message
