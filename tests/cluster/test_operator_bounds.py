@@ -200,11 +200,12 @@ def test_fuzzed_specs_are_refused_at_admission_or_end_invalid_spec_within_second
 
 
 def test_a_test_with_huge_annotations_and_spec_is_handled_and_deleted(cluster: Cluster):
-    """kopf copies spec and annotations into an annotation of its own: 2 x 150 KiB used to overflow 256 KiB."""
+    """kopf copies spec and annotations into an annotation of its own: 2 x 190 KiB used to overflow 256 KiB."""
     spec = {"pod": {"volumes": [{"name": f"v{i}", "configMap": {"name": "c", "items": [
         {"key": "k" * 250, "path": "p"}] * 20}} for i in range(30)]}}  # admitted: a volume source is free-form
     body = {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
-            "metadata": {"name": "huge", "annotations": {"note": "n" * 150_000}}, "spec": spec}
+            "metadata": {"name": "huge", "annotations": {"note": "n" * 100_000, **{
+                f"team.example.com/tag-{i}": "t" * 60 for i in range(1000)}}}, "spec": spec}
     cluster.server.request("POST", cluster.test_path(), body)
     status = cluster.wait_phase("huge", "Failed", timeout=60)
     message = next(c for c in status["conditions"] if c["type"] == "Succeeded")["message"]

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 
 import kopf
-from acceptance_operator.diffbase import LEAF, PART, WHOLE_LIMIT, BoundedDiffBaseStorage, compact, compact_essence
+from acceptance_operator.diffbase import (
+    LEAF,
+    PART,
+    WHOLE_LIMIT,
+    BoundedDiffBaseStorage,
+    compact,
+    compact_essence,
+    compact_map,
+)
 from kopf._cogs.structs import bodies, patches
 
 
@@ -56,10 +64,27 @@ def test_a_change_inside_a_compacted_part_is_still_a_change_and_none_is_none():
     assert after["spec"]["pod"] != before["spec"]["pod"]  # the diff points at spec.pod (kopf's field="spec" fires)
 
 
+def test_many_small_annotations_are_bounded_and_kopf_can_still_read_them():
+    """A map too large even value by value becomes {"sha256": ...}: still a map, as kopf's own code needs."""
+    s = storage()
+    annotations = {f"team.example.com/note-{i}": "v" * 80 for i in range(2000)}  # ~220 KiB, each value small
+    b = body({"nodes": 1}, annotations)
+    text = stored(s, b)
+    assert len(text) <= 3 * PART
+    essence = s.build(body=b)
+    assert list(essence["metadata"]["annotations"]) == ["sha256"]
+    progress = kopf.AnnotationsProgressStorage(prefix="gpu-acceptance.io")
+    old = progress.clear(essence=essence)  # what kopf does with every essence before diffing
+    changed = dict(annotations, **{"team.example.com/note-7": "w"})
+    new = progress.clear(essence=s.build(body=body({"nodes": 1}, changed)))
+    assert old != new and old["spec"] == new["spec"] == {"nodes": 1}
+
+
 def test_compact_bounds():
     assert compact({"a": 1}) == {"a": 1}
     assert compact("x" * (LEAF + 1)).startswith("sha256:")
     many = {f"k{i}": "v" * 100 for i in range(1000)}
     assert len(json.dumps(compact(many))) <= PART
+    assert compact_map(many) == {"sha256": compact(many)}
     small = {"spec": {"nodes": 1}}
     assert compact_essence(small) is small and len(json.dumps(small)) < WHOLE_LIMIT
