@@ -295,9 +295,9 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
 
 
 def _api_message(e: ApiException) -> str:
-    """The message of the Status object an API error carries, else its HTTP reason."""
+    """The message of the Status object an API error carries (within a condition's share), else its HTTP reason."""
     try:
-        return str(json.loads(e.body)["message"])
+        return manifests.problems_text([str(json.loads(e.body)["message"])])
     except (TypeError, ValueError, KeyError):
         return f"HTTP {e.status} {e.reason}"
 
