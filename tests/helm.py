@@ -81,11 +81,17 @@ def template(
     namespace: str = "gpu-acceptance-system",
     include_crds: bool = False,
     kube_version: str = KUBE_VERSION,
+    api_versions: tuple[str, ...] = (),
     check: bool = True,
 ) -> subprocess.CompletedProcess:
-    """`helm template` of the chart; the raw result (stdout: the YAML stream)."""
+    """`helm template` of the chart; the raw result (stdout: the YAML stream).
+
+    `api_versions`: APIs the (absent) cluster is said to serve, as `helm install` would find them.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         args = ["template", release, str(CHART), "--namespace", namespace, "--kube-version", kube_version]
+        for api in api_versions:
+            args += ["--api-versions", api]
         args += values_file(values, Path(tmp))
         if include_crds:
             args.append("--include-crds")

@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from tests.apiserver import ApiServer
+from tests.cluster.operator_harness import wait_for
 from tests.helm import CHART, NODE_ACTION_PERMISSIONS, OPERATOR_PERMISSIONS, by_kind, helm, render, values_file
 
 ALL_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "nodeActions": {"enabled": True}}
@@ -134,3 +135,45 @@ def test_helm_install_grants_exactly_the_contract(
         "GET", f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{release}-gpu-acceptance", expect=None)
     assert cluster_role["_status"] == 404, "helm uninstall removes the cluster-scoped RBAC"
     assert not can(apiserver, namespace, sa_name, "", "pods", "list")
+
+
+def test_user_policy_refuses_host_path_and_service_account_at_admission(
+    acceptance_crd: ApiServer, namespace: str, helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The chart's ValidatingAdmissionPolicy refuses what userPolicy does not allow, when the test is created."""
+    apiserver, release = acceptance_crd, release_name()
+    path = f"/apis/gpu-acceptance.io/v1alpha1/namespaces/{namespace}/acceptancetests"
+
+    def create(name: str, pod: dict) -> dict:
+        body = {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+                "metadata": {"name": name}, "spec": {"pod": pod}}
+        return apiserver.request("POST", path, body, expect=None)
+
+    host = {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}
+    scoped = {"watchNamespaces": [namespace]}  # the binding covers this test's namespace only
+    helm("install", release, str(CHART), "-n", namespace, "--skip-crds", *values_file(scoped, tmp_path),
+         env=helm_env)
+    try:
+        def refused() -> dict | None:
+            answer = create("host", host)
+            if answer["_status"] == 201:  # the policy is not loaded yet: take the test back and try again
+                apiserver.request("DELETE", f"{path}/host", expect=(200, 202))
+                apiserver.request("PATCH", f"{path}/host", {"metadata": {"finalizers": None}}, expect=None,
+                                  content_type="application/merge-patch+json")
+                return None
+            return answer
+
+        answer = wait_for(refused, "the ValidatingAdmissionPolicy to refuse a hostPath volume", timeout=60)
+        assert answer["_status"] == 403, answer
+        assert "spec.pod.volumes: hostPath volumes are not allowed by this operator" in answer["message"]
+        answer = create("account", {"serviceAccountName": "admin"})
+        assert answer["_status"] == 403 and "userPolicy.allowServiceAccountName" in answer["message"], answer
+        assert create("plain", {"volumes": [{"name": "d", "emptyDir": {}}]})["_status"] == 201
+
+        # Allowed by the chart: the same spec is admitted (the policy drops the hostPath rule).
+        helm("upgrade", release, str(CHART), "-n", namespace, "--skip-crds",
+             *values_file({**scoped, "userPolicy": {"allowHostPath": True, "allowServiceAccountName": False}},
+                          tmp_path), env=helm_env)
+        wait_for(lambda: create("host-ok", host)["_status"] == 201, "hostPath to be admitted", timeout=60)
+    finally:
+        helm("uninstall", release, "-n", namespace, env=helm_env)

@@ -188,6 +188,39 @@ def test_values_reach_the_operator() -> None:
     assert service["spec"]["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
 
 
+VAP_API = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
+
+
+def test_user_policy_is_enforced_at_admission_where_the_cluster_serves_the_api() -> None:
+    assert "ValidatingAdmissionPolicy" not in by_kind(render()), "skipped where the API is missing (< 1.30)"
+    kinds = by_kind(render(api_versions=VAP_API))
+    (policy,) = kinds["ValidatingAdmissionPolicy"]
+    (binding,) = kinds["ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == "gpu-acceptance-user-policy"
+    assert binding["spec"]["validationActions"] == ["Deny"] and "matchResources" not in binding["spec"]
+    # Only creation: kopf's later updates (annotations, finalizer) of an existing test are never blocked.
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [{
+        "apiGroups": ["gpu-acceptance.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"],
+        "resources": ["acceptancetests"]}]
+    fields = [v["message"].split(":")[0] for v in policy["spec"]["validations"]]
+    assert fields == ["spec.pod.volumes", "spec.pod.serviceAccountName"]
+
+    host_allowed = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": False}},
+                                  api_versions=VAP_API))
+    (policy,) = host_allowed["ValidatingAdmissionPolicy"]
+    assert [v["message"].split(":")[0] for v in policy["spec"]["validations"]] == ["spec.pod.serviceAccountName"]
+    both = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True}},
+                          api_versions=VAP_API))
+    assert "ValidatingAdmissionPolicy" not in both and "ValidatingAdmissionPolicyBinding" not in both
+
+
+def test_user_policy_binding_follows_watch_namespaces() -> None:
+    (binding,) = by_kind(render({"watchNamespaces": ["gpu-a", "gpu-b"]}, api_versions=VAP_API))[
+        "ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-a", "gpu-b"]}]
+
+
 def test_metrics_service_selects_the_operator_pod() -> None:
     objects = render()
     (service,) = by_kind(objects)["Service"]
