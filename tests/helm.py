@@ -26,8 +26,8 @@ KUBE_VERSION = "1.33.13"
 OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     [("gpu-acceptance.io", "acceptancetests", v) for v in ("get", "list", "watch", "patch")]
     + [("gpu-acceptance.io", "acceptancetests/status", v) for v in ("get", "patch")]
-    + [("kubeflow.org", r, v) for r in ("pytorchjobs", "mpijobs") for v in ("get", "list", "create", "delete")]
-    + [("", "pods", "list")]
+    + [("kubeflow.org", r, v) for r in ("pytorchjobs", "mpijobs") for v in ("get", "list", "watch", "create", "delete")]
+    + [("", "pods", v) for v in ("list", "watch")]  # watched by label: the jobs' pods only
     + [("", "events", v) for v in ("create", "list")]  # list: the pods' FailedScheduling events
     + [("", "serviceaccounts", v) for v in ("get", "create", "delete")]
     + [("rbac.authorization.k8s.io", r, v) for r in ("roles", "rolebindings") for v in ("get", "create", "delete")]

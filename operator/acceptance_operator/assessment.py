@@ -10,7 +10,7 @@ the inputs and apply the outcome.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from acceptance_workload.report import CheckName, Report
@@ -123,3 +123,26 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     if state.state in ("Running", "Restarting") or diagnosis.any_running(obs.pods):
         return Assessment(RunState("Running", "JobRunning", progress))
     return Assessment(RunState("Pending", "Pending", progress))
+
+
+def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | None:
+    """The earliest moment after `now` at which the clock alone can change assess()'s answer.
+
+    Watch events wake the operator for every change in the cluster; this is
+    for what no event announces: the run's timeout, the report grace after the
+    job ended, and the patience for pods that cannot be scheduled or started.
+    None when no deadline lies ahead (a finished run).
+    """
+    deadlines: list[datetime] = []
+    if obs.start_time is not None:
+        deadlines.append(obs.start_time + timedelta(seconds=obs.timeout_seconds))
+    state = diagnosis.job_state(obs.job)
+    if state.finished and state.since is not None:
+        deadlines.append(state.since + timedelta(seconds=timing.report_grace_seconds))
+    stuck = diagnosis.stuck_pod(obs.pods)
+    if stuck is not None and stuck[1] is not None:
+        deadlines.append(stuck[1] + timedelta(seconds=timing.unschedulable_grace_seconds))
+    for since in diagnosis.unscheduled_since(obs.pods):
+        deadlines.append(since + timedelta(seconds=timing.unschedulable_grace_seconds))
+    ahead = [d for d in deadlines if d > now]
+    return min(ahead) if ahead else None

@@ -196,6 +196,17 @@ def _pending_since(pod: KubeDict) -> datetime | None:
     return parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
 
 
+def unscheduled_since(pods: list[KubeDict]) -> list[datetime]:
+    """Since when each pod that waits for a node has been waiting (the start of its unschedulable grace)."""
+    out = []
+    for pod in pods:
+        if (pod.get("status") or {}).get("phase", "Pending") == "Pending" and not _node(pod):
+            since = _pending_since(pod)
+            if since is not None:
+                out.append(since)
+    return out
+
+
 def _scheduling_message(pod: KubeDict, events: list[KubeDict]) -> str | None:
     """The scheduler's latest word on why this pod does not fit, from its events or its PodScheduled condition."""
     name = _name(pod)

@@ -3,22 +3,26 @@
 The handlers only orchestrate: they read the test, its job, pods and events,
 let pure functions decide (manifests.build_children, assessment.assess,
 conditions.conditions_for, verdict.summarize, node_actions.node_patch) and
-write the outcome. Every entry point (create, resume, spec update, a timer
-while a run is in progress) calls the same level-based reconcile, which reads
-the test afresh and is safe to repeat: children are adopted when they exist,
-the job name carries the generation, and a finished generation is left alone,
-so an operator restart neither re-runs a finished test nor starts a second
-job for a running one.
+write the outcome. Nothing polls: watch events about a test, its child job or
+the job's pods (server-side label selector) put the test's key in a work queue
+(workqueue.py), and worker threads run the same level-based reconcile for
+each key, which reads the test afresh and is safe to repeat: children are
+adopted when they exist, the job name carries the generation, and a finished
+generation is left alone, so an operator restart neither re-runs a finished
+test nor starts a second job for a running one. Jobs and pods are read from
+what the watches delivered (children.py); the clock alone matters only at the
+deadlines assessment.next_look names, and a slow resync is the safety net.
 
 Works under `gpu-acceptance operator` and under `kopf run -m acceptance_operator.handlers`.
 """
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import kopf
@@ -39,7 +43,9 @@ from acceptance_operator.api import (
     OnFailure,
     Summary,
 )
-from acceptance_operator.assessment import Observation, Timing, assess
+from acceptance_operator.assessment import Observation, Timing, assess, next_look
+from acceptance_operator.calm import RateLimit, describe_error
+from acceptance_operator.children import Children
 from acceptance_operator.conditions import (
     BACKEND_NOT_INSTALLED,
     BEFORE_JOB,
@@ -54,8 +60,9 @@ from acceptance_operator.kubeapi import BACKENDS, Kube
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import describe, node_patch
 from acceptance_operator.policy import policy_problems
-from acceptance_operator.settings import OperatorSettings, configure_kopf
+from acceptance_operator.settings import KOPF_WORKERS, OperatorSettings, configure_kopf
 from acceptance_operator.verdict import measured_nodes
+from acceptance_operator.workqueue import WorkQueue, start_workers
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")
@@ -68,12 +75,24 @@ _locks_guard = threading.Lock()
 _kube: Kube | None = None
 BACKENDS_API_VERSION = {"PyTorchJob": manifests.PYTORCHJOB_API_VERSION, "MPIJob": manifests.MPIJOB_API_VERSION}
 _metrics_served = False
+TestKey = tuple[str, str]  # (namespace, name)
+CHILDREN = Children()
+QUEUE: WorkQueue[TestKey] = WorkQueue()
+# Per test: kopf's object logger and the context of its last event (kopf.info/warn post through it).
+_contexts: dict[TestKey, tuple[logging.Logger, contextvars.Context]] = {}
+_workers: list[threading.Thread] = []
+_errors = RateLimit()
+_failures: dict[TestKey, int] = {}  # consecutive failed reconciles: the retry backs off
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
+# A deadline is looked at this much after it: Kubernetes timestamps have whole seconds.
+DEADLINE_MARGIN = timedelta(seconds=1)
 
 
 def kube() -> Kube:
     global _kube
     if _kube is None:
-        _kube = Kube()
+        # One connection per thread that may call at once: our workers and kopf's (the delete handler).
+        _kube = Kube(pool_size=SETTINGS.workers + KOPF_WORKERS)
     return _kube
 
 
@@ -109,22 +128,69 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         METRICS.serve(SETTINGS.metrics_port)
         _metrics_served = True
         log.info("serving /metrics on port %d", SETTINGS.metrics_port)
+    if not _workers:
+        _workers.extend(start_workers(QUEUE, _work, SETTINGS.workers, "reconcile"))
+
+
+@kopf.on.cleanup()
+def cleanup(**_: Any) -> None:
+    QUEUE.close()
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name: str, logger: logging.Logger,
+                        **_: Any) -> None:
+    """Any change of a test (or the first sight of it): reconcile it, unless its run is finished."""
+    key = (namespace, name)
+    label = manifests.test_label_value(_shell(namespace, name, None))
+    if type == "DELETED":
+        CHILDREN.forget_test(namespace, label)
+        QUEUE.forget(key)
+        _contexts.pop(key, None)
+        _failures.pop(key, None)
+        return
+    CHILDREN.know_test(namespace, label, name)
+    _contexts[key] = (logger, contextvars.copy_context())
+    if is_finished(body) and not body.get("metadata", {}).get("deletionTimestamp"):
+        _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
+        QUEUE.forget(key)
+        return
+    QUEUE.add(key)
+
+
+@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={manifests.LABEL_TEST: kopf.PRESENT})
+async def on_pytorchjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    _child_changed("PyTorchJob", type, body)
+
+
+@kopf.on.event("kubeflow.org", "v2beta1", "mpijobs", labels={manifests.LABEL_TEST: kopf.PRESENT})
+async def on_mpijob_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    _child_changed("MPIJob", type, body)
+
+
+@kopf.on.event("", "v1", "pods", labels={manifests.LABEL_TEST: kopf.PRESENT})
+async def on_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    _child_changed("Pod", type, body)
+
+
+def _child_changed(kind: str, event_type: str | None, body: kopf.Body) -> None:
+    """Remember what the watch says and wake the test it belongs to."""
+    obj = dict(body)
+    if kind == "Pod":
+        CHILDREN.pod_event(event_type, obj)
+    else:
+        CHILDREN.job_event(kind, event_type, obj)
+    owner = CHILDREN.owner(obj)
+    if owner is not None:
+        QUEUE.add(owner)
 
 
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-def on_change(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-    reconcile_safely(namespace, name, logger)
-
-
-def _in_progress(body: KubeDict, **_: Any) -> bool:
-    return not is_finished(body)
-
-
-@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.reconcile_interval_seconds, when=_in_progress)
-def follow(namespace: str, name: str, logger: logging.Logger, **_: Any) -> None:
-    reconcile_safely(namespace, name, logger)
+async def on_change(namespace: str, name: str, **_: Any) -> None:
+    """kopf's record of the handled spec; the work itself is queued (the event handler queued it already)."""
+    QUEUE.add((namespace, name))
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, backoff=5)
@@ -144,21 +210,57 @@ def on_delete(namespace: str, name: str, meta: KubeDict, **_: Any) -> None:
         _locks.pop((namespace, name), None)
 
 
+def _work(key: TestKey) -> None:
+    """One reconcile of a queued test, in the context of its last kopf event (for kopf's event posting)."""
+    logger, context = _contexts.get(key, (log, None))
+    if context is None:
+        reconcile_safely(key[0], key[1], logger)
+    else:
+        context.copy().run(reconcile_safely, key[0], key[1], logger)
+
+
 def reconcile_safely(namespace: str, name: str, logger: logging.Logger = log) -> None:
-    """Reconcile; an error is counted and logged, and the next timer tick tries again.
+    """Reconcile and schedule the next look; an error is counted, told in one rate-limited line, and retried.
 
     `logger` is kopf's per-object logger, so JSON logs carry the object they are about.
     """
+    key = (namespace, name)
     with _lock_for(namespace, name):
         try:
-            reconcile(kube(), namespace, name, _now(), logger)
-        except ApiException as e:
-            METRICS.reconcile_error(f"http_{e.status}")
-            logger.warning("reconcile %s/%s: API error %s %s: %s", namespace, name, e.status, e.reason,
-                        (e.body or "")[:500] if isinstance(e.body, str) else e.body)
-        except Exception as e:
-            METRICS.reconcile_error(type(e).__name__)
-            logger.exception("reconcile %s/%s failed", namespace, name)
+            delay = reconcile(kube(), namespace, name, _now(), logger)
+        except Exception as e:  # never a traceback per tick: one line, then a retry
+            METRICS.reconcile_error(f"http_{e.status}" if isinstance(e, ApiException) else type(e).__name__)
+            failures = _failures[key] = _failures.get(key, 0) + 1
+            retry = RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1]
+            _tell_error(logger, namespace, name, e, retry)
+            QUEUE.add_after(key, retry)
+            return
+    if _failures.pop(key, None):
+        logger.info("reconcile %s/%s: works again", namespace, name)
+    if delay is not None:
+        QUEUE.add_after(key, min(delay, SETTINGS.resync_seconds))
+
+
+def _tell_error(logger: logging.Logger, namespace: str, name: str, error: Exception, retry: float) -> None:
+    """One line, no traceback, at most once per period for the same failure (an outage fails every test alike)."""
+    what = describe_error(error)
+    if not isinstance(error, (ApiException, OSError)) and not type(error).__module__.startswith("urllib3"):
+        what = f"{what} at {_where(error)}"  # a bug, not the cluster: say where
+    held = _errors.allow(what)
+    if held is None:
+        return
+    more = f" ({held} more failures like it held back)" if held else ""
+    body = (error.body or "")[:300] if isinstance(error, ApiException) and isinstance(error.body, str) else ""
+    logger.warning(f"reconcile {namespace}/{name} failed: {what}{': ' + body if body else ''}; "
+                   f"retrying in {retry:g}s{more}")
+
+
+def _where(error: BaseException) -> str:
+    """file:line of the innermost frame: enough to find a bug without a traceback per tick."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else "?"
 
 
 # --------------------------------------------------------------------------- reconcile
@@ -199,7 +301,8 @@ def parse_test(obj: KubeDict) -> AcceptanceTest:
     })
 
 
-def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging.Logger = log) -> None:
+def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging.Logger = log) -> float | None:
+    """Bring the test's run one step on; the seconds until the clock alone could change it (None: nothing ahead)."""
     obj = k.get_test(namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return
@@ -223,8 +326,8 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     job_name = manifests.job_name(test)
     if status.get("observedGeneration") != generation or (status.get("job") or {}).get("name") != job_name:
         _start_run(k, obj, test, now, logger)
-    else:
-        _follow_run(k, obj, test, now, logger)
+        return float(test.spec.timeout_seconds)  # the status write is a watch event: the run is followed then
+    return _follow_run(k, obj, test, now, logger)
 
 
 def _selector(test: AcceptanceTest) -> str:
@@ -233,7 +336,13 @@ def _selector(test: AcceptanceTest) -> str:
 
 
 def _stop_other_runs(k: Kube, test: AcceptanceTest, generation: int) -> list[str]:
-    """Delete the jobs of earlier generations: a changed spec stops the old run."""
+    """Delete the jobs of earlier generations: a changed spec stops the old run.
+
+    Generation 1 has no earlier run (a deleted test's jobs went with it: the
+    finalizer waits for on_delete), so a new test costs no LIST.
+    """
+    if generation <= 1:
+        return []
     selector = f"{manifests.LABEL_TEST}={manifests.test_label_value(test)}"
     stopped = []
     for backend in BACKENDS:
@@ -302,55 +411,82 @@ def _api_message(e: ApiException) -> str:
         return f"HTTP {e.status} {e.reason}"
 
 
-def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger) -> None:
-    namespace, name = test.metadata.namespace, test.metadata.name
+def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
+                logger: logging.Logger) -> float | None:
+    """Judge the run from the watched job and pods; a verdict is only ever drawn from a fresh read."""
     status = obj.get("status") or {}
-    backend, job_name = test.spec.backend, manifests.job_name(test)
     start_time = parse_time(status.get("startTime"))
     try:
-        job = k.get_job(backend, namespace, job_name)
-        pods = k.list_pods(namespace, _selector(test))
+        observation = _observe(k, test, status, fresh=False)
+        outcome = assess(observation, now, _timing())
+        if outcome.state.terminal:
+            # The watches may lag: confirm with the API server before the run ends.
+            observation = _observe(k, test, status, fresh=True)
+            outcome = assess(observation, now, _timing())
     except ApiException as e:
         # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout.
         if start_time is None or (now - start_time).total_seconds() < test.spec.timeout_seconds:
             raise
+        job_text = f"{test.spec.backend} {manifests.job_name(test)}"
         _conclude(k, obj, test, RunState("Failed", TIMEOUT, (
             f"no verdict within spec.timeoutSeconds={test.spec.timeout_seconds}, and the operator cannot read "
-            f"{backend} {job_name} or its pods (HTTP {e.status} {e.reason}): check the operator's RBAC")),
+            f"{job_text} or its pods (HTTP {e.status} {e.reason}): check the operator's RBAC")),
             now=now, stop_job=True, logger=logger)
-        return
-    events = _scheduling_events(k, namespace, logger) if any(
-        not (p.get("spec") or {}).get("nodeName") for p in pods) else []
-    observation = Observation(
-        generation=manifests.generation_of(test),
-        job_kind=backend,
-        job_name=job_name,
-        timeout_seconds=test.spec.timeout_seconds,
-        gpus_per_node=test.spec.gpus_per_node,
-        start_time=start_time,
-        raw_report=status.get("report"),
-        job=job,
-        pods=pods,
-        events=events,
-        enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
-    )
-    timing = Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds)
-    outcome = assess(observation, now, timing)
+        return None
+    namespace, name = test.metadata.namespace, test.metadata.name
     if outcome.state.terminal:
         if outcome.report is None:
             # The report may have landed after our first read: judge it rather than the job.
             fresh = k.get_test(namespace, name)
             if fresh and (fresh.get("status") or {}).get("report") != status.get("report"):
-                return  # the next tick judges the new report
+                return 0.0  # judge the new report now
         _conclude(k, obj, test, outcome.state, now=now, summary=outcome.summary, report=outcome.report,
                   stop_job=outcome.stop_job, logger=logger)
-        return
+        return None
     previous = status.get("phase")
     _write_status(k, obj, outcome.state, test, start_time=parse_time(status.get("startTime")),
                   completion_time=None, summary=None, now=now)
     if previous != outcome.state.phase:
         kopf.info(obj, reason=outcome.state.phase, message=outcome.state.message)
     METRICS.set_phase(namespace, name, outcome.state.phase)
+    deadline = next_look(observation, now, _timing())
+    return (deadline + DEADLINE_MARGIN - now).total_seconds() if deadline else SETTINGS.resync_seconds
+
+
+def _timing() -> Timing:
+    return Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds)
+
+
+def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) -> Observation:
+    """The run as the watches last showed it (fresh=False), or as the API server has it now (fresh=True).
+
+    A job the watches have not shown yet (just created, or the operator may not
+    watch jobs) is read from the API server either way.
+    """
+    namespace, backend, job_name = test.metadata.namespace, test.spec.backend, manifests.job_name(test)
+    job = None if fresh else CHILDREN.job(namespace, backend, job_name)
+    if job is None:
+        job = k.get_job(backend, namespace, job_name)
+    if fresh:
+        pods = k.list_pods(namespace, _selector(test))
+    else:
+        pods = CHILDREN.pods(namespace, manifests.test_label_value(test), manifests.generation_of(test))
+    logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
+    events = _scheduling_events(k, namespace, logger) if any(
+        not (p.get("spec") or {}).get("nodeName") for p in pods) else []
+    return Observation(
+        generation=manifests.generation_of(test),
+        job_kind=backend,
+        job_name=job_name,
+        timeout_seconds=test.spec.timeout_seconds,
+        gpus_per_node=test.spec.gpus_per_node,
+        start_time=parse_time(status.get("startTime")),
+        raw_report=status.get("report"),
+        job=job,
+        pods=pods,
+        events=events,
+        enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
+    )
 
 
 def _scheduling_events(k: Kube, namespace: str, logger: logging.Logger) -> list[KubeDict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from typing import Any
 
 from kubernetes import client, config
@@ -30,18 +31,30 @@ BACKENDS: dict[str, tuple[str, str, str, str]] = {
 }
 _lock = threading.Lock()
 _api_client: client.ApiClient | None = None
+# A CRD found installed is believed for this long (every new run asks; a missing one is asked again each time).
+BACKEND_CHECK_TTL_SECONDS = 60.0
 
 
-def api_client() -> client.ApiClient:
-    """One shared client: in-cluster config in a pod, else KUBECONFIG / ~/.kube/config."""
+def api_client(pool_size: int = 10) -> client.ApiClient:
+    """One shared client: in-cluster config in a pod, else KUBECONFIG / ~/.kube/config.
+
+    `pool_size`: connections kept to the API server, at least one per thread
+    that calls it at once; fewer makes urllib3 open and drop a connection per
+    call ("Connection pool is full, discarding connection").
+    """
     global _api_client
     with _lock:
         if _api_client is None:
+            configuration = client.Configuration()
             try:
-                config.load_incluster_config()
+                config.load_incluster_config(client_configuration=configuration)
             except config.ConfigException:
-                config.load_kube_config()
-            _api_client = client.ApiClient()
+                config.load_kube_config(client_configuration=configuration)
+            configuration.connection_pool_maxsize = pool_size
+            # One quick retry of a dropped keep-alive connection; a server that is down fails the call at
+            # once (the caller logs one line and tries again later) instead of three logged retries each.
+            configuration.retries = 1
+            _api_client = client.ApiClient(configuration)
         return _api_client
 
 
@@ -72,8 +85,9 @@ def _ignore_missing(call: Any, *args: Any, **kwargs: Any) -> bool:
 class Kube:
     """The operator's view of the cluster."""
 
-    def __init__(self, api: client.ApiClient | None = None) -> None:
-        api = api or api_client()
+    def __init__(self, api: client.ApiClient | None = None, pool_size: int = 10) -> None:
+        api = api or api_client(pool_size)
+        self._backends_seen: dict[str, float] = {}
         self.custom = client.CustomObjectsApi(api)
         self.core = client.CoreV1Api(api)
         self.rbac = client.RbacAuthorizationV1Api(api)
@@ -84,14 +98,17 @@ class Kube:
         return _or_none(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
 
     def patch_test_status(self, namespace: str, name: str, status: KubeDict) -> KubeDict:
-        return self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH
-        )
+        return _json(self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, {"status": status}, _content_type=MERGE_PATCH,
+            _preload_content=False,
+        ))
 
     # backends and jobs -------------------------------------------------------
     def backend_problem(self, backend: Backend) -> str | None:
         """None when the backend's CRD serves the version we write; otherwise what to install."""
         crd_name, version, _, install = BACKENDS[backend]
+        if time.monotonic() - self._backends_seen.get(backend, -BACKEND_CHECK_TTL_SECONDS) < BACKEND_CHECK_TTL_SECONDS:
+            return None
         crd = _or_none(self.ext.read_custom_resource_definition, crd_name)
         if crd is None:
             return f"the {backend} CRD {crd_name} is not installed: install {install}"
@@ -99,6 +116,7 @@ class Kube:
         if version not in served:
             return (f"the {backend} CRD {crd_name} does not serve kubeflow.org/{version} (it serves "
                     f"{', '.join(served) or 'nothing'}): install {install}")
+        self._backends_seen[backend] = time.monotonic()
         return None
 
     def get_job(self, backend: Backend, namespace: str, name: str) -> KubeDict | None:
@@ -128,16 +146,18 @@ class Kube:
     def create(self, obj: KubeDict) -> tuple[KubeDict, bool]:
         """Create a child; an existing one of the same name is read and returned (adopted): (object, created)."""
         kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        raw = {"_preload_content": False}  # the answer is not turned into typed models: it is not read
         try:
             if kind == "ServiceAccount":
-                self.core.create_namespaced_service_account(ns, obj)
+                self.core.create_namespaced_service_account(ns, obj, **raw)
             elif kind == "Role":
-                self.rbac.create_namespaced_role(ns, obj)
+                self.rbac.create_namespaced_role(ns, obj, **raw)
             elif kind == "RoleBinding":
-                self.rbac.create_namespaced_role_binding(ns, obj)
+                self.rbac.create_namespaced_role_binding(ns, obj, **raw)
             elif kind in BACKENDS:
                 _, version, plural, _ = BACKENDS[kind]
-                return self.custom.create_namespaced_custom_object("kubeflow.org", version, ns, plural, obj), True
+                return _json(self.custom.create_namespaced_custom_object("kubeflow.org", version, ns, plural, obj,
+                                                                         **raw)), True
             else:
                 raise ValueError(f"the operator does not create {kind} objects")
         except ApiException as e:

@@ -7,12 +7,15 @@ import sys
 
 import kopf
 
+from acceptance_operator.calm import CalmFilter
 
-class _QuietTimer(logging.Filter):
-    """Drop kopf's per-tick "Timer 'follow' succeeded." lines: one per test every few seconds is noise."""
+
+class _QuietEvents(logging.Filter):
+    """Drop kopf's per-event "Handler 'on_..._event' succeeded." lines: one per watch event is noise."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.levelno <= logging.INFO and str(record.msg).startswith("Timer 'follow' succeeded"))
+        return not (record.levelno <= logging.INFO and str(record.msg).startswith("Handler 'on_")
+                    and "_event' succeeded" in str(record.msg))
 
 
 def run_operator(
@@ -21,8 +24,10 @@ def run_operator(
     """Run until SIGTERM/SIGINT; 0 on a clean stop, 2 when the settings are unusable."""
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL,
                    log_refkey="object" if json_logs else None)
+    calm = CalmFilter()  # an outage: one line per kind of failure and period, not a traceback per call
     for handler in logging.getLogger().handlers:
-        handler.addFilter(_QuietTimer())
+        handler.addFilter(_QuietEvents())
+        handler.addFilter(calm)
     try:
         # Importing the handlers registers them with kopf and reads the environment settings.
         from acceptance_operator import handlers

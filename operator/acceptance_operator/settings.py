@@ -10,8 +10,11 @@ under a plain `kopf run -m acceptance_operator.handlers`:
   cordon nodes (the chart grants nodes get/patch only then).
 - GPU_ACCEPTANCE_DEFAULT_IMAGE: workload image for tests that keep the
   built-in default spec.image.
-- GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS (5): how often a run in progress
-  is looked at.
+- GPU_ACCEPTANCE_RESYNC_SECONDS (300): a safety net, not a poll: a run in
+  progress is looked at this long after the last look even when no watch event
+  and no deadline asked for it.
+- GPU_ACCEPTANCE_WORKERS (16): threads that reconcile tests; the Kubernetes
+  client's connection pool is sized to them and to kopf's own workers.
 - GPU_ACCEPTANCE_REPORT_GRACE_SECONDS (30): how long after the job finished a
   report may still arrive before ReportMissing/JobFailed.
 - GPU_ACCEPTANCE_METRICS_PORT (8080, 0 off): under `kopf run` only; the CLI
@@ -39,6 +42,10 @@ if TYPE_CHECKING:
 
 FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
+KOPF_WORKERS = 4
+# Watched children: (group, version, plural). Every one carries the test's label.
+CHILD_RESOURCES = (("kubeflow.org", "v1", "pytorchjobs"), ("kubeflow.org", "v2beta1", "mpijobs"), ("", "v1", "pods"))
+CHILD_SELECTOR = f"{GROUP}/test"
 
 
 def _env_float(name: str, default: float, minimum: float) -> float:
@@ -69,7 +76,8 @@ def _env_bool(name: str, default: bool) -> bool:
 class OperatorSettings:
     unschedulable_grace_seconds: float = 600.0
     report_grace_seconds: float = 30.0
-    reconcile_interval_seconds: float = 5.0
+    resync_seconds: float = 300.0
+    workers: int = 16
     node_actions: bool = False
     default_image: str | None = None
     metrics_port: int = 8080
@@ -82,7 +90,8 @@ class OperatorSettings:
         return cls(
             unschedulable_grace_seconds=_env_float("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", 600.0, 0),
             report_grace_seconds=_env_float("GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", 30.0, 0),
-            reconcile_interval_seconds=_env_float("GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS", 5.0, 0.2),
+            resync_seconds=_env_float("GPU_ACCEPTANCE_RESYNC_SECONDS", 300.0, 1),
+            workers=int(_env_float("GPU_ACCEPTANCE_WORKERS", 16, 1)),
             node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", False),
             default_image=os.environ.get("GPU_ACCEPTANCE_DEFAULT_IMAGE", "").strip() or None,
             metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", 8080, 0)),
@@ -109,7 +118,11 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.posting.enabled = True
     settings.posting.level = logging.INFO
     settings.posting.reporting_component = "gpu-acceptance-operator"
-    settings.execution.max_workers = 16
+    # kopf's own threads run only the delete handler; the reconciles run on our workers (workqueue.py).
+    settings.execution.max_workers = KOPF_WORKERS
     # A watch that silently stalls (a dropped connection behind a load balancer) is restarted.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
+    # The child jobs and pods are watched through a server-side label selector: only the tests' own.
+    for resource in CHILD_RESOURCES:
+        settings.watching.label_selectors[resource] = CHILD_SELECTOR

@@ -32,7 +32,6 @@ MERGE = "application/merge-patch+json"
 GROUP_PATH = "/apis/gpu-acceptance.io/v1alpha1"
 JOBS = {"PyTorchJob": ("v1", "pytorchjobs"), "MPIJob": ("v2beta1", "mpijobs")}
 FAST_ENV = {
-    "GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS": "0.5",
     "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "1",
     "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "600",
     "GPU_ACCEPTANCE_NODE_ACTIONS": "false",

@@ -45,10 +45,9 @@ def test_lifecycle_with_the_charts_rbac_only(pytorch_only_apiserver: ApiServer, 
     account, chart_env = install_chart_rbac(server)
     token = server.token_for_service_account(RELEASE_NAMESPACE, account, create=False)
     kubeconfig = server.kubeconfig_for_token(token, tmp_path / "operator.kubeconfig")
-    # The chart's environment, with the test's short reconcile interval and report grace.
+    # The chart's environment, with the test's short report grace.
     env = {k: v for k, v in chart_env.items() if k.startswith("GPU_ACCEPTANCE_")}
-    proc = start_operator(kubeconfig, None, {**env, "GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS": "0.5",
-                                             "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "1"})
+    proc = start_operator(kubeconfig, None, {**env, "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "1"})
 
     namespace = server.create_namespace(f"rbac-{uuid.uuid4().hex[:6]}")
     cluster = Cluster(server, namespace, proc.log_tail)

@@ -3,7 +3,8 @@
 The operator runs with the chart's ClusterRole minus one grant (as after a
 chart/operator version mismatch). Without `list` on events it judges
 scheduling from the pods' PodScheduled condition alone; unable to read the
-job at all, it still ends the run as a Timeout once timeoutSeconds has passed.
+job at all (neither get nor watch), it still ends the run as a Timeout once
+timeoutSeconds has passed.
 """
 
 from __future__ import annotations
@@ -21,17 +22,17 @@ from tests.cluster.operator_harness import Cluster
 from tests.helm import by_kind, render
 
 LABELS = {"gpu-acceptance.io/test": "held", "gpu-acceptance.io/generation": "1"}
-MakeOperator = Callable[[tuple[str, str, str]], Cluster]
+MakeOperator = Callable[[tuple[str, str, tuple[str, ...]]], Cluster]
 
 
 @pytest.fixture
 def operator_without(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperator,
                      tmp_path: Path) -> Iterator[MakeOperator]:
-    """Start an operator whose ClusterRole is the chart's minus one (apiGroup, resource, verb)."""
+    """Start an operator whose ClusterRole is the chart's minus (apiGroup, resource, verbs)."""
     created: list[str] = []
 
-    def start(missing: tuple[str, str, str]) -> Cluster:
-        group, resource, verb = missing
+    def start(missing: tuple[str, str, tuple[str, ...]]) -> Cluster:
+        group, resource, verbs = missing
         (role,) = by_kind(render())["ClusterRole"]
         rules = []
         for rule in role["rules"]:
@@ -39,7 +40,7 @@ def operator_without(acceptance_crd: ApiServer, namespace: str, start_operator: 
                 others = [r for r in rule["resources"] if r != resource]
                 if others:
                     rules.append({**rule, "resources": others})
-                rules.append({**rule, "resources": [resource], "verbs": [v for v in rule["verbs"] if v != verb]})
+                rules.append({**rule, "resources": [resource], "verbs": [v for v in rule["verbs"] if v not in verbs]})
             else:
                 rules.append(rule)
         name = f"degraded-{uuid.uuid4().hex[:6]}"
@@ -64,7 +65,7 @@ def operator_without(acceptance_crd: ApiServer, namespace: str, start_operator: 
 
 
 def test_unschedulable_without_reading_events(operator_without: MakeOperator):
-    cluster = operator_without(("", "events", "list"))
+    cluster = operator_without(("", "events", ("list",)))
     cluster.create_test("held", {"nodes": 2})
     cluster.wait_job("PyTorchJob", "held-g1")
     cluster.create_pod("held-g1-master-0", LABELS)
@@ -79,7 +80,7 @@ def test_unschedulable_without_reading_events(operator_without: MakeOperator):
 
 
 def test_timeout_even_when_the_job_cannot_be_read(operator_without: MakeOperator):
-    cluster = operator_without(("kubeflow.org", "pytorchjobs", "get"))
+    cluster = operator_without(("kubeflow.org", "pytorchjobs", ("get", "watch")))
     cluster.create_test("held", {"timeoutSeconds": 60})
     cluster.wait_phase("held", "Pending")
     cluster.wait_job("PyTorchJob", "held-g1")

@@ -11,16 +11,17 @@ from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE
 from acceptance_operator.diffbase import BoundedDiffBaseStorage
 from acceptance_operator.settings import FINALIZER, OperatorSettings, configure_kopf
 from acceptance_workload import __version__
+from kopf._cogs.structs.references import Resource
 
 
 def test_defaults(monkeypatch):
     for var in ("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "GPU_ACCEPTANCE_NODE_ACTIONS",
-                "GPU_ACCEPTANCE_DEFAULT_IMAGE", "GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS",
+                "GPU_ACCEPTANCE_DEFAULT_IMAGE", "GPU_ACCEPTANCE_RESYNC_SECONDS", "GPU_ACCEPTANCE_WORKERS",
                 "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", "GPU_ACCEPTANCE_METRICS_PORT"):
         monkeypatch.delenv(var, raising=False)
     s = OperatorSettings.from_env()
     assert (s.unschedulable_grace_seconds, s.node_actions, s.default_image) == (600, False, None)
-    assert (s.reconcile_interval_seconds, s.report_grace_seconds, s.metrics_port) == (5, 30, 8080)
+    assert (s.resync_seconds, s.workers, s.report_grace_seconds, s.metrics_port) == (300, 16, 30, 8080)
 
 
 def test_values(monkeypatch):
@@ -35,7 +36,8 @@ def test_values(monkeypatch):
     ("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "ten minutes"),
     ("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "-1"),
     ("GPU_ACCEPTANCE_NODE_ACTIONS", "maybe"),
-    ("GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS", "0"),
+    ("GPU_ACCEPTANCE_RESYNC_SECONDS", "0"),
+    ("GPU_ACCEPTANCE_WORKERS", "0"),
 ])
 def test_bad_values_name_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
@@ -50,6 +52,11 @@ def test_kopf_settings():
     assert settings.peering.standalone is True
     assert settings.persistence.progress_storage.prefix == "gpu-acceptance.io"
     assert settings.persistence.diffbase_storage.prefix == "gpu-acceptance.io"
+    # Only the tests' own jobs and pods are watched (server-side label selector).
+    for resource in (Resource("", "v1", "pods"), Resource("kubeflow.org", "v1", "pytorchjobs"),
+                     Resource("kubeflow.org", "v2beta1", "mpijobs")):
+        assert settings.watching.label_selectors.collect(resource) == ["gpu-acceptance.io/test"]
+    assert settings.watching.label_selectors.collect(Resource("", "v1", "configmaps")) == []
 
 
 def test_user_policy_and_init_image(monkeypatch):

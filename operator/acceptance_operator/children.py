@@ -1,0 +1,106 @@
+"""What the watches have told us about the tests' child jobs and their pods, kept in memory.
+
+Why: reading a run's job and pods from the API server on every look costs a
+GET and a LIST per test; kept up to date by watch events (server-side label
+selector gpu-acceptance.io/test, so nothing else is seen), they cost nothing
+to read. A cache can lag the API server by a moment, so the handlers confirm
+with a fresh read before a cached view may end a run, and read the API server
+when the cache has no job yet (just created, or the watch is not allowed).
+
+Only what the verdict needs is kept: a job's metadata and status (its spec
+holds the pod templates), a pod's metadata, spec.nodeName and status.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from acceptance_operator.manifests import LABEL_GENERATION, LABEL_TEST
+
+KubeDict = dict[str, Any]
+TestKey = tuple[str, str]  # (namespace, AcceptanceTest name)
+
+
+def _meta(obj: KubeDict) -> KubeDict:
+    meta = obj.get("metadata") or {}
+    return {k: meta[k] for k in ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp",
+                                 "ownerReferences") if k in meta}
+
+
+def slim_job(job: KubeDict) -> KubeDict:
+    return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"), "metadata": _meta(job),
+            "status": job.get("status") or {}}
+
+
+def slim_pod(pod: KubeDict) -> KubeDict:
+    spec = pod.get("spec") or {}
+    return {"metadata": _meta(pod), "spec": {k: spec[k] for k in ("nodeName",) if k in spec},
+            "status": pod.get("status") or {}}
+
+
+class Children:
+    """Jobs by (namespace, kind, name); pods by (namespace, test label, generation); test label -> test name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: dict[tuple[str, str, str], KubeDict] = {}
+        self._pods: dict[tuple[str, str, str], dict[str, KubeDict]] = {}
+        self._names: dict[tuple[str, str], str] = {}  # (namespace, label value) -> test name
+
+    # the tests ------------------------------------------------------------------
+    def know_test(self, namespace: str, label: str, name: str) -> None:
+        """Children carry the test's label value (a shortened name for long names): remember whose it is."""
+        with self._lock:
+            self._names[(namespace, label)] = name
+
+    def forget_test(self, namespace: str, label: str) -> None:
+        with self._lock:
+            self._names.pop((namespace, label), None)
+
+    def owner(self, obj: KubeDict) -> TestKey | None:
+        """The test a labelled child belongs to, if that test is known."""
+        meta = obj.get("metadata") or {}
+        label = (meta.get("labels") or {}).get(LABEL_TEST)
+        namespace = meta.get("namespace")
+        if not label or not namespace:
+            return None
+        with self._lock:
+            name = self._names.get((namespace, label))
+        return (namespace, name) if name else None
+
+    # jobs and pods ---------------------------------------------------------------
+    def job_event(self, kind: str, event_type: str | None, job: KubeDict) -> None:
+        meta = job.get("metadata") or {}
+        key = (meta.get("namespace", ""), kind, meta.get("name", ""))
+        with self._lock:
+            if event_type == "DELETED":
+                self._jobs.pop(key, None)
+            else:
+                self._jobs[key] = slim_job(job)
+
+    def pod_event(self, event_type: str | None, pod: KubeDict) -> None:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        key = (meta.get("namespace", ""), labels.get(LABEL_TEST, ""), labels.get(LABEL_GENERATION, ""))
+        with self._lock:
+            if event_type == "DELETED":
+                pods = self._pods.get(key, {})
+                pods.pop(meta.get("name", ""), None)
+                if not pods:
+                    self._pods.pop(key, None)
+            else:
+                self._pods.setdefault(key, {})[meta.get("name", "")] = slim_pod(pod)
+
+    def job(self, namespace: str, kind: str, name: str) -> KubeDict | None:
+        with self._lock:
+            return self._jobs.get((namespace, kind, name))
+
+    def pods(self, namespace: str, label: str, generation: int) -> list[KubeDict]:
+        with self._lock:
+            return list(self._pods.get((namespace, label, str(generation)), {}).values())
+
+    def sizes(self) -> tuple[int, int]:
+        """(jobs, pods) held, for the benchmark and the log."""
+        with self._lock:
+            return len(self._jobs), sum(len(p) for p in self._pods.values())

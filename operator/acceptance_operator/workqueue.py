@@ -1,0 +1,142 @@
+"""The keys (namespace, name) of AcceptanceTests that need a reconcile, and the threads that work them off.
+
+Why not a kopf timer per test: a timer looks at every test every few seconds
+whether anything changed or not, so API requests grow with the number of tests
+and a change waits for the next tick. Here a watch event about a test, its job
+or its pods puts the test's key in the queue at once; a key already waiting is
+not added twice (a burst of events is one reconcile); one key is never worked
+on by two threads; and a key can be scheduled for later (`add_after`): the
+next moment the clock alone can change a run (timeout, report grace,
+unschedulable grace), a slow safety resync, or a retry after an error.
+This is the work queue of Kubernetes' own controllers (client-go), in small.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+
+class WorkQueue(Generic[K]):
+    """A thread-safe set of keys to process, in arrival order, each by one worker at a time."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._ready: deque[K] = deque()
+        self._waiting: set[K] = set()  # in _ready, or to be re-added when its worker is done
+        self._processing: set[K] = set()
+        self._later: list[tuple[float, int, K]] = []  # (due, tie-breaker, key), a heap
+        self._due: dict[K, float] = {}  # the earliest time each key is scheduled for
+        self._seq = itertools.count()
+        self._closed = False
+
+    def add(self, key: K) -> None:
+        """Process `key` as soon as a worker is free (once, however often it is added meanwhile)."""
+        with self._cond:
+            self._add(key)
+
+    def _add(self, key: K) -> None:
+        if key in self._waiting:
+            return
+        self._waiting.add(key)
+        if key not in self._processing:  # else done() puts it back
+            self._ready.append(key)
+            self._cond.notify()
+
+    def add_after(self, key: K, delay: float) -> None:
+        """Process `key` in `delay` seconds (an earlier schedule of the same key wins)."""
+        if delay <= 0:
+            self.add(key)
+            return
+        with self._cond:
+            due = self._clock() + delay
+            if self._due.get(key, float("inf")) <= due:
+                return
+            self._due[key] = due
+            heapq.heappush(self._later, (due, next(self._seq), key))
+            self._cond.notify()
+
+    def forget(self, key: K) -> None:
+        """Drop the key's schedule (a deleted test); a pending immediate add still runs and finds nothing."""
+        with self._cond:
+            self._due.pop(key, None)
+
+    def _promote_due(self) -> float | None:
+        """Move keys whose time has come to the ready queue; the seconds until the next one, if any."""
+        now = self._clock()
+        while self._later:
+            due, _, key = self._later[0]
+            if self._due.get(key) != due:  # superseded by an earlier schedule, or forgotten
+                heapq.heappop(self._later)
+                continue
+            if due > now:
+                return due - now
+            heapq.heappop(self._later)
+            del self._due[key]
+            self._add(key)
+        return None
+
+    def get(self, timeout: float | None = None) -> K | None:
+        """The next key to process (the caller must call done(key)); None when closed or after `timeout`."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while True:
+                wait = self._promote_due()
+                if self._closed:
+                    return None
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._waiting.discard(key)
+                    self._processing.add(key)
+                    return key
+                if deadline is not None:
+                    left = deadline - self._clock()
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                self._cond.wait(wait)
+
+    def done(self, key: K) -> None:
+        """The worker finished `key`; if it was added meanwhile, it is processed again."""
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._waiting:
+                self._ready.append(key)
+                self._cond.notify()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def __len__(self) -> int:
+        """Keys waiting now or scheduled for later."""
+        with self._cond:
+            return len(self._waiting | set(self._due))
+
+
+def start_workers(queue: WorkQueue[K], work: Callable[[K], None], count: int, name: str) -> list[threading.Thread]:
+    """`count` daemon threads that process keys until the queue is closed; `work` must not raise."""
+
+    def loop() -> None:
+        while True:
+            key = queue.get()
+            if key is None:
+                return
+            try:
+                work(key)
+            finally:
+                queue.done(key)
+
+    threads = [threading.Thread(target=loop, name=f"{name}-{i}", daemon=True) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
