@@ -11,7 +11,7 @@ DEV_CLUSTER_DIR ?= .dev-cluster
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
 
-.PHONY: help install tools test lint dev-cluster dev-cluster-down crds operator-install-check workload-install-check
+.PHONY: help install tools test lint dev-cluster dev-cluster-restart dev-cluster-down crds operator-install-check workload-install-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -43,8 +43,11 @@ dev-cluster: ## start kube-apiserver + etcd in the background with the Kubeflow 
 	assets=$$(bash hack/envtest-assets.sh assets); \
 	KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.apiserver up --dir $(DEV_CLUSTER_DIR)
 
-dev-cluster-down: ## stop the dev cluster and remove its folder
-	$(PYTHON) -m tests.apiserver down --dir $(DEV_CLUSTER_DIR)
+dev-cluster-restart: ## restart the dev cluster's API server (an outage of DOWN seconds, default 0); etcd data stays
+	$(PYTHON) -m tests.apiserver restart --dir $(DEV_CLUSTER_DIR) --down-seconds $(or $(DOWN),0)
+
+dev-cluster-down: ## stop the dev cluster and remove its folder (etcd data included)
+	$(PYTHON) -m tests.apiserver down --wipe --dir $(DEV_CLUSTER_DIR)
 
 crds: ## regenerate crds/acceptancetest.yaml and the chart's copy from the models
 	gpu-acceptance crd > crds/acceptancetest.yaml.tmp

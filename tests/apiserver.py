@@ -25,7 +25,9 @@ Command line (a dev cluster in the background)::
 
     python -m tests.apiserver up --dir .dev-cluster
     export KUBECONFIG=$PWD/.dev-cluster/kubeconfig
-    python -m tests.apiserver down --dir .dev-cluster
+    python -m tests.apiserver restart --dir .dev-cluster --down-seconds 30   # an API server outage
+    python -m tests.apiserver down --dir .dev-cluster          # etcd data stays for the next `up`
+    python -m tests.apiserver down --dir .dev-cluster --wipe   # removes it (also `up --wipe`)
 
 No pytest import here: the module is also a command line tool.
 """
@@ -324,6 +326,31 @@ def _write_pki(folder: Path) -> dict[str, Path]:
     return {k: p for k, (p, _) in files.items()}
 
 
+def _read_pki(folder: Path) -> dict[str, Path] | None:
+    """The PKI an earlier start wrote (a restarted dev cluster keeps its certificates and tokens valid)."""
+    names = {"ca_cert": "ca.crt", "ca_key": "ca.key", "serving_cert": "apiserver.crt",
+             "serving_key": "apiserver.key", "admin_cert": "admin.crt", "admin_key": "admin.key",
+             "sa_key": "sa.key", "sa_pub": "sa.pub"}
+    paths = {key: folder / name for key, name in names.items()}
+    return paths if all(p.is_file() for p in paths.values()) else None
+
+
+def _previous_ports(folder: Path) -> list[int] | None:
+    """The ports an earlier start used, if they are free again (etcd remembers its peer URL)."""
+    try:
+        ports = json.loads((folder / "state.json").read_text())["ports"]
+        wanted = [int(ports["etcd"]), int(ports["peer"]), int(ports["apiserver"])]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for port in wanted:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return None
+    return wanted
+
+
 def _b64(path: Path) -> str:
     return base64.b64encode(path.read_bytes()).decode()
 
@@ -411,12 +438,34 @@ class ApiServer:
         if self.dir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="gpu-acceptance-apiserver-"))
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.pki = _write_pki(self.dir / "pki")
-        self.etcd_port, self.peer_port, self.secure_port = free_ports(3)
+        self.pki = _read_pki(self.dir / "pki") or _write_pki(self.dir / "pki")
+        self.etcd_port, self.peer_port, self.secure_port = _previous_ports(self.dir) or free_ports(3)
         self.server = f"https://127.0.0.1:{self.secure_port}"
+        self._assets = assets
         if not self.detached:
             atexit.register(self.stop)
+        self._start_etcd()
+        self._start_apiserver()
+        _write_kubeconfig(
+            self.kubeconfig,
+            self.server,
+            self.pki["ca_cert"],
+            ADMIN_USER,
+            {"client-certificate-data": _b64(self.pki["admin_cert"]),
+             "client-key-data": _b64(self.pki["admin_key"])},
+        )
+        self._write_state()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        self.started_seconds = time.monotonic() - t0
+        return self
 
+    def _start_etcd(self) -> None:
+        assert self.dir is not None and self._assets is not None
+        assets = self._assets
         etcd_url = f"http://127.0.0.1:{self.etcd_port}"
         peer_url = f"http://127.0.0.1:{self.peer_port}"
         self._spawn(
@@ -435,7 +484,11 @@ class ApiServer:
                 "--log-level=warn",
             ],
         )
-        p = self.pki
+
+    def _start_apiserver(self) -> None:
+        assert self.dir is not None and self._assets is not None
+        assets, p = self._assets, self.pki
+        etcd_url = f"http://127.0.0.1:{self.etcd_port}"
         self._spawn(
             "kube-apiserver",
             [
@@ -459,21 +512,32 @@ class ApiServer:
                 f"--v={self.verbosity}",
             ],
         )
-        _write_kubeconfig(
-            self.kubeconfig,
-            self.server,
-            p["ca_cert"],
-            ADMIN_USER,
-            {"client-certificate-data": _b64(p["admin_cert"]), "client-key-data": _b64(p["admin_key"])},
-        )
+
+    # outages -------------------------------------------------------------
+    def stop_apiserver(self) -> None:
+        """Kill kube-apiserver only (an outage): etcd and its data stay, clients get connection refused."""
+        proc = self._procs.pop("kube-apiserver", None)
+        if proc is not None:
+            _kill_group(proc.pid, proc)
+        elif self.dir is not None:
+            _stop_recorded(self.dir, "kube-apiserver")
+        if self.dir is not None:
+            with contextlib.suppress(OSError):
+                (self.dir / "kube-apiserver.pid").unlink()
+
+    def start_apiserver(self) -> None:
+        """Start kube-apiserver again on the same port, certificates and etcd, and wait until it is ready."""
+        if self._assets is None:
+            self._assets = find_assets()
+        self._start_apiserver()
         self._write_state()
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-        self.started_seconds = time.monotonic() - t0
-        return self
+        self._wait_ready()
+
+    def restart_apiserver(self, down_seconds: float = 0.0) -> None:
+        """An API server outage of about `down_seconds`; everything stored survives it."""
+        self.stop_apiserver()
+        time.sleep(down_seconds)
+        self.start_apiserver()
 
     def _spawn(self, name: str, argv: list[str]) -> None:
         assert self.dir is not None
@@ -499,6 +563,7 @@ class ApiServer:
         state = {
             "server": self.server,
             "etcd": f"http://127.0.0.1:{self.etcd_port}",
+            "ports": {"etcd": self.etcd_port, "peer": self.peer_port, "apiserver": self.secure_port},
             "kubeconfig": str(self.kubeconfig),
             "pids": {name: proc.pid for name, proc in self._procs.items()},
         }
@@ -699,14 +764,34 @@ class ApiServer:
 # --------------------------------------------------------------------------- command line
 
 
-def _up(directory: Path, with_crds: bool) -> int:
+def _running(directory: Path) -> bool:
     state = directory / "state.json"
-    if state.is_file():
-        pids = json.loads(state.read_text()).get("pids", {})
-        if pids and all(_alive(pid) for pid in pids.values()):
-            print(f"already running ({directory}); stop it with: python -m tests.apiserver down --dir {directory}")
-            return 0
-        _down(directory, quiet=True)
+    if not state.is_file():
+        return False
+    pids = json.loads(state.read_text()).get("pids", {})
+    return bool(pids) and all(_alive(pid) for pid in pids.values())
+
+
+def _stop_recorded(directory: Path, name: str) -> None:
+    """Stop the process a pid file names, if it still is ours (pid reuse: it runs the named binary)."""
+    pid_file = directory / f"{name}.pid"
+    if not pid_file.is_file():
+        return
+    with contextlib.suppress(ValueError):
+        pid = int(pid_file.read_text().strip())
+        if _alive(pid) and name in _cmdline(pid):
+            _kill_group(pid)
+    with contextlib.suppress(OSError):
+        pid_file.unlink()
+
+
+def _up(directory: Path, with_crds: bool, wipe: bool = False) -> int:
+    """Start the dev cluster; an earlier one's etcd data (and certificates) are kept unless `wipe`."""
+    if _running(directory):
+        print(f"already running ({directory}); stop it with: python -m tests.apiserver down --dir {directory}")
+        return 0
+    _down(directory, quiet=True, wipe=wipe)
+    kept = (directory / "etcd").is_dir()
     server = ApiServer(directory, detached=True)
     try:
         server.start()
@@ -715,45 +800,82 @@ def _up(directory: Path, with_crds: bool) -> int:
     except BaseException:
         server.stop()
         raise
-    print(f"kube-apiserver {server.server} ready in {server.started_seconds:.1f}s; logs in {directory}")
+    print(f"kube-apiserver {server.server} ready in {server.started_seconds:.1f}s; logs in {directory}"
+          + ("; etcd data kept from the last run (--wipe starts empty)" if kept else ""))
     print(f"export KUBECONFIG={server.kubeconfig}")
     return 0
 
 
-def _down(directory: Path, quiet: bool = False) -> int:
+def _down(directory: Path, quiet: bool = False, wipe: bool = False) -> int:
+    """Stop the dev cluster; its folder (etcd data, certificates) stays for the next `up` unless `wipe`."""
     if not directory.exists():
         if not quiet:
             print(f"nothing to stop: {directory} does not exist")
         return 0
     for name in ("kube-apiserver", "etcd"):
-        pid_file = directory / f"{name}.pid"
-        if not pid_file.is_file():
-            continue
-        with contextlib.suppress(ValueError):
-            pid = int(pid_file.read_text().strip())
-            # Only a process that still is ours (pid reuse): it runs the named binary.
-            if _alive(pid) and name in _cmdline(pid):
-                _kill_group(pid)
-    shutil.rmtree(directory, ignore_errors=True)
+        _stop_recorded(directory, name)
+    if wipe:
+        shutil.rmtree(directory, ignore_errors=True)
     if not quiet:
-        print(f"stopped and removed {directory}")
+        print(f"stopped and removed {directory}" if wipe else f"stopped; etcd data kept in {directory} (--wipe "
+              "removes it)")
     return 0
+
+
+def _restart(directory: Path, down_seconds: float, wipe: bool) -> int:
+    """Restart the API server of a running dev cluster (an outage of `down_seconds`); etcd keeps its data.
+
+    With `wipe`, the whole cluster starts again from empty etcd (CRDs installed again).
+    """
+    if wipe:
+        _down(directory, quiet=True, wipe=True)
+        return _up(directory, with_crds=True)
+    if not _running(directory):
+        raise ApiServerError(f"no dev cluster runs in {directory}: start it with: python -m tests.apiserver up")
+    server = ApiServer(directory, detached=True)
+    server.pki = _read_pki(directory / "pki") or {}
+    ports = _recorded_ports(directory)
+    server.etcd_port, server.peer_port, server.secure_port = ports
+    server.server = f"https://127.0.0.1:{server.secure_port}"
+    etcd_pid = json.loads((directory / "state.json").read_text())["pids"]["etcd"]
+    server.stop_apiserver()
+    time.sleep(down_seconds)
+    server.start_apiserver()
+    state = json.loads((directory / "state.json").read_text())
+    state["pids"]["etcd"] = etcd_pid  # still running, untouched
+    (directory / "state.json").write_text(json.dumps(state, indent=2) + "\n")
+    print(f"kube-apiserver {server.server} restarted after {down_seconds:g}s down; etcd data kept")
+    return 0
+
+
+def _recorded_ports(directory: Path) -> tuple[int, int, int]:
+    ports = json.loads((directory / "state.json").read_text())["ports"]
+    return int(ports["etcd"]), int(ports["peer"]), int(ports["apiserver"])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.apiserver", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start etcd + kube-apiserver in the background, install CRDs")
+    up = sub.add_parser("up", help="start etcd + kube-apiserver in the background (keeping earlier etcd data), "
+                                   "install CRDs")
     up.add_argument("--dir", default=".dev-cluster", type=Path)
     up.add_argument("--no-crds", action="store_true", help="install no CRDs")
-    down = sub.add_parser("down", help="stop it and remove its folder")
+    up.add_argument("--wipe", action="store_true", help="start from empty etcd")
+    down = sub.add_parser("down", help="stop it (etcd data stays for the next up unless --wipe)")
     down.add_argument("--dir", default=".dev-cluster", type=Path)
+    down.add_argument("--wipe", action="store_true", help="also remove its folder: etcd data, certificates, logs")
+    restart = sub.add_parser("restart", help="restart the API server (an outage); etcd and its data stay")
+    restart.add_argument("--dir", default=".dev-cluster", type=Path)
+    restart.add_argument("--down-seconds", type=float, default=0.0, help="how long the API server stays down")
+    restart.add_argument("--wipe", action="store_true", help="restart the whole cluster from empty etcd instead")
     args = parser.parse_args(argv)
     directory = args.dir.resolve()
     try:
         if args.command == "up":
-            return _up(directory, with_crds=not args.no_crds)
-        return _down(directory)
+            return _up(directory, with_crds=not args.no_crds, wipe=args.wipe)
+        if args.command == "restart":
+            return _restart(directory, args.down_seconds, args.wipe)
+        return _down(directory, wipe=args.wipe)
     except ApiServerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -235,8 +235,8 @@ def reconcile_safely(namespace: str, name: str, logger: logging.Logger = log) ->
             _tell_error(logger, namespace, name, e, retry)
             QUEUE.add_after(key, retry)
             return
-    if _failures.pop(key, None):
-        logger.info("reconcile %s/%s: works again", namespace, name)
+    if _failures.pop(key, None) and _errors.allow("recovered") is not None:
+        logger.info(f"reconcile {namespace}/{name} works again")  # once a period, not once per test
     if delay is not None:
         QUEUE.add_after(key, min(delay, SETTINGS.resync_seconds))
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tests.apiserver import ApiServer
+from tests.apiserver import REPO_ROOT, ApiServer, kubectl_binary
 
 pytestmark = pytest.mark.cluster
 
@@ -140,3 +143,55 @@ def test_kube_env_points_kubectl_at_the_server(kube_env: dict[str, str], apiserv
         check=True,
     )
     assert out.stdout == apiserver.server
+
+
+def test_api_server_outage_keeps_what_etcd_stored(tmp_path: Path):
+    """restart_apiserver: clients are refused while it is down; afterwards everything stored is there."""
+    server = ApiServer(tmp_path / "cluster")
+    server.start()
+    try:
+        server.create_namespace("survives")
+        port = server.secure_port
+        server.stop_apiserver()
+        with pytest.raises(OSError):
+            server.request("GET", "/api/v1/namespaces/survives")
+        server.start_apiserver()
+        assert server.secure_port == port
+        assert server.request("GET", "/api/v1/namespaces/survives")["metadata"]["name"] == "survives"
+    finally:
+        server.stop()
+
+
+def test_dev_cluster_command_line_keeps_etcd_data_unless_wiped(tmp_path: Path):
+    folder = tmp_path / "dev"
+
+    def cli(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "tests.apiserver", *args, "--dir", str(folder)],
+                              cwd=REPO_ROOT, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    def namespaces() -> set[str]:
+        kubectl = subprocess.run([kubectl_binary(), "--kubeconfig", str(folder / "kubeconfig"), "get", "ns", "-o",
+                                  "name"], capture_output=True, text=True, timeout=60)
+        assert kubectl.returncode == 0, kubectl.stderr
+        return set(kubectl.stdout.split())
+
+    def create_namespace(name: str) -> None:
+        subprocess.run([kubectl_binary(), "--kubeconfig", str(folder / "kubeconfig"), "create", "ns", name],
+                       check=True, capture_output=True, timeout=60)
+
+    try:
+        cli("up", "--no-crds")
+        create_namespace("kept")
+        assert "restarted after 1s down; etcd data kept" in cli("restart", "--down-seconds", "1")
+        assert "namespace/kept" in namespaces()
+        assert "etcd data kept" in cli("down")
+        assert "etcd data kept from the last run" in cli("up", "--no-crds")
+        assert "namespace/kept" in namespaces()
+        cli("down")
+        cli("up", "--no-crds", "--wipe")
+        assert "namespace/kept" not in namespaces()
+    finally:
+        cli("down", "--wipe")
+    assert not folder.exists()
