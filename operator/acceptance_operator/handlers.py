@@ -83,17 +83,23 @@ _contexts: dict[TestKey, tuple[logging.Logger, contextvars.Context]] = {}
 _workers: list[threading.Thread] = []
 _errors = RateLimit()
 _failures: dict[TestKey, int] = {}  # consecutive failed reconciles: the retry backs off
+_own_writes: dict[TestKey, str] = {}  # the resourceVersion our last status write made
+_seen: dict[TestKey, str] = {}  # what of each test a reconcile depends on, as last seen (_fingerprint)
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
+# A job or pod change is looked at this much later, so the burst a controller writes (job Running, pod created,
+# pod Running) is one reconcile and one status write, not three.
+CHILD_SETTLE_SECONDS = 0.2
 # A deadline is looked at this much after it: Kubernetes timestamps have whole seconds.
 DEADLINE_MARGIN = timedelta(seconds=1)
 
 
 def kube() -> Kube:
     global _kube
-    if _kube is None:
-        # One connection per thread that may call at once: our workers and kopf's (the delete handler).
-        _kube = Kube(pool_size=SETTINGS.workers + KOPF_WORKERS)
-    return _kube
+    with _locks_guard:
+        if _kube is None:
+            # One connection per thread that may call at once: our workers and kopf's (the delete handler).
+            _kube = Kube(pool_size=SETTINGS.workers + KOPF_WORKERS)
+        return _kube
 
 
 def _lock_for(namespace: str, name: str) -> threading.Lock:
@@ -129,7 +135,16 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         _metrics_served = True
         log.info("serving /metrics on port %d", SETTINGS.metrics_port)
     if not _workers:
+        _warm_up()
         _workers.extend(start_workers(QUEUE, _work, SETTINGS.workers, "reconcile"))
+
+
+def _warm_up() -> None:
+    """Load the client's lazily imported API modules and open a connection now, not in the first tests' time."""
+    try:
+        kube().backend_problem("PyTorchJob")
+    except Exception as e:  # the first reconcile will say what is wrong, in its own rate-limited line
+        log.debug("warm-up call failed: %s", describe_error(e))
 
 
 @kopf.on.cleanup()
@@ -146,11 +161,16 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     if type == "DELETED":
         CHILDREN.forget_test(namespace, label)
         QUEUE.forget(key)
-        _contexts.pop(key, None)
-        _failures.pop(key, None)
+        for memo in (_contexts, _failures, _own_writes, _seen):
+            memo.pop(key, None)
         return
     CHILDREN.know_test(namespace, label, name)
     _contexts[key] = (logger, contextvars.copy_context())
+    seen, _seen[key] = _seen.get(key), _fingerprint(body)
+    if body.get("metadata", {}).get("resourceVersion") == _own_writes.get(key):
+        return  # the echo of our own status write: nothing new to look at
+    if seen == _seen[key]:
+        return  # only kopf's finalizer or annotations changed: nothing a run depends on
     if is_finished(body) and not body.get("metadata", {}).get("deletionTimestamp"):
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
         QUEUE.forget(key)
@@ -173,6 +193,19 @@ async def on_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
     _child_changed("Pod", type, body)
 
 
+def _fingerprint(body: kopf.Body) -> str:
+    """What a reconcile depends on: spec (by generation), status, deletion, labels and our annotations.
+
+    kopf's own bookkeeping (its finalizer, its last-handled annotation) is left
+    out: the events it causes are not worth a reconcile each.
+    """
+    meta = body.get("metadata") or {}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
+                   if "kopf" not in k and "last-handled" not in k}
+    return json.dumps([meta.get("generation"), meta.get("deletionTimestamp"), meta.get("labels"), annotations,
+                       body.get("status")], sort_keys=True, default=str)
+
+
 def _child_changed(kind: str, event_type: str | None, body: kopf.Body) -> None:
     """Remember what the watch says and wake the test it belongs to."""
     obj = dict(body)
@@ -182,15 +215,7 @@ def _child_changed(kind: str, event_type: str | None, body: kopf.Body) -> None:
         CHILDREN.job_event(kind, event_type, obj)
     owner = CHILDREN.owner(obj)
     if owner is not None:
-        QUEUE.add(owner)
-
-
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
-async def on_change(namespace: str, name: str, **_: Any) -> None:
-    """kopf's record of the handled spec; the work itself is queued (the event handler queued it already)."""
-    QUEUE.add((namespace, name))
+        QUEUE.add_after(owner, CHILD_SETTLE_SECONDS)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, backoff=5)
@@ -419,8 +444,9 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     try:
         observation = _observe(k, test, status, fresh=False)
         outcome = assess(observation, now, _timing())
-        if outcome.state.terminal:
-            # The watches may lag: confirm with the API server before the run ends.
+        if outcome.state.terminal and outcome.report is None:
+            # The job and pods decide, and the watches may lag: confirm with the API server before the run ends.
+            # (A report decides alone, and it comes from the test just read.)
             observation = _observe(k, test, status, fresh=True)
             outcome = assess(observation, now, _timing())
     except ApiException as e:
@@ -626,7 +652,10 @@ def _write_status(
     }
     if all(status.get(key) == value for key, value in desired.items()):
         return
-    k.patch_test_status(meta["namespace"], meta["name"], desired)
+    written = k.patch_test_status(meta["namespace"], meta["name"], desired)
+    version = ((written or {}).get("metadata") or {}).get("resourceVersion")
+    if version:
+        _own_writes[(meta["namespace"], meta["name"])] = version
     obj["status"] = {**status, **{key: v for key, v in desired.items() if v is not None}}
 
 

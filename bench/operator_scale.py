@@ -1,0 +1,345 @@
+"""Benchmark: the operator under N concurrent AcceptanceTests on the dev cluster (real kube-apiserver + etcd).
+
+    make dev-cluster                                   # or: python -m tests.apiserver up --dir .dev-cluster
+    python bench/operator_scale.py --tests 100 --out bench-100.json
+    python bench/operator_scale.py --tests 300 --operator-path /other/checkout/operator   # another version
+
+No kubelet or Kubeflow controller runs, so this script plays them, as the
+cluster tests do (tests/cluster/operator_harness.py): it watches the child
+jobs appear, marks them Running and gives each one pod (created, then Running),
+and writes each test's report as the workload's rank 0 would. The operator is
+a real `gpu-acceptance operator` subprocess watching one fresh namespace.
+
+Measured:
+- create -> job: from just before the test's POST until this script's watch
+  sees the child job (p50/p99/max), for the N tests created at once (burst),
+  and for probe tests created one at a time while the N are in progress
+  (steady: the reaction time at N concurrent tests);
+- report -> verdict: from just before the report's PATCH until the watch sees
+  the test Succeeded, for probe reports one at a time (steady) and for all
+  the other reports at once (burst);
+- API requests: the API server's apiserver_request_total before and after each
+  phase, minus the requests this script made itself: the operator's share, per
+  phase and per second while nothing changes (the idle window);
+- the operator's resident memory: peak (VmHWM) and at the end (VmRSS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests.apiserver import ApiServer, _read_pki, free_ports  # noqa: E402
+from tests.cluster.operator_harness import MERGE, now_ts, report  # noqa: E402
+
+GROUP_PATH = "/apis/gpu-acceptance.io/v1alpha1"
+JOBS_PATH = "/apis/kubeflow.org/v1"
+NON_RESOURCE = re.compile(r"[{,]resource=\"\"")
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+class Driver:
+    """The dev cluster seen by this script, counting its own requests so the operator's can be told apart."""
+
+    def __init__(self, directory: Path) -> None:
+        state = json.loads((directory / "state.json").read_text())
+        self.server = ApiServer(directory, detached=True)
+        self.server.pki = _read_pki(directory / "pki") or {}
+        self.server.server = state["server"]
+        self.requests = 0
+        self._lock = threading.Lock()
+        self.server_pids = state["pids"]  # kube-apiserver, etcd
+
+    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> dict:
+        with self._lock:
+            self.requests += 1
+        return self.server.request(method, path, body, content_type=content_type)
+
+    def request_counts(self) -> dict[str, float]:
+        """apiserver_request_total per "VERB resource[/subresource]", resource requests only."""
+        status, raw = self.server._http("GET", "/metrics", timeout=30)
+        assert status == 200, raw[:300]
+        counts: dict[str, float] = {}
+        for line in raw.decode().splitlines():
+            if line.startswith("apiserver_request_total{") and not NON_RESOURCE.search(line):
+                labels = dict(LABEL.findall(line))
+                key = f"{labels['verb']} {labels['resource']}" + (f"/{labels['subresource']}"
+                                                                   if labels.get("subresource") else "")
+                counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
+        return counts
+
+    def request_total(self) -> float:
+        return sum(self.request_counts().values())
+
+
+class Watch(threading.Thread):
+    """A raw watch stream (list, then watch from its resourceVersion); calls `seen(type, object, time)`."""
+
+    def __init__(self, driver: Driver, path: str, seen: Any) -> None:
+        super().__init__(daemon=True)
+        self.driver, self.path, self.seen = driver, path, seen
+        self.ready = threading.Event()
+
+    def run(self) -> None:
+        for _ in range(60):  # a CRD's storage may still be initializing (HTTP 429)
+            listed = self.driver.server.request("GET", self.path, expect=None)
+            if listed["_status"] == 200:
+                break
+            time.sleep(1)
+        else:
+            raise SystemExit(f"cannot list {self.path}: {listed}")
+        version = listed["metadata"]["resourceVersion"]
+        ctx = self.driver.server._ssl_context()
+        url = f"{self.driver.server.server}{self.path}?watch=true&resourceVersion={version}&timeoutSeconds=3600"
+        with urllib.request.urlopen(urllib.request.Request(url), context=ctx, timeout=3700) as stream:
+            self.ready.set()
+            for line in stream:
+                event = json.loads(line)
+                self.seen(event["type"], event["object"], time.monotonic())
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]  # nearest rank
+    return {"p50": round(statistics.median(ordered), 3), "p99": round(p99, 3), "max": round(ordered[-1], 3),
+            "n": len(ordered)}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory(pid: int) -> dict[str, float]:
+    fields = dict(re.findall(r"^(Vm\w+):\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M))
+    return {"peak_rss_mb": round(int(fields["VmHWM"]) / 1024, 1), "rss_mb": round(int(fields["VmRSS"]) / 1024, 1)}
+
+
+def start_operator(args: argparse.Namespace, kubeconfig: Path, namespace: str, log: Path) -> subprocess.Popen:
+    metrics_port, health_port = free_ports(2)
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([args.operator_path, str(REPO / "workload")])}
+    cmd = [sys.executable, "-m", "acceptance_operator.cli", "operator", "--namespace", namespace,
+           "--metrics-port", str(metrics_port), "--health-port", str(health_port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2):
+                return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise SystemExit(f"the operator exited: see {log}") from None
+            time.sleep(0.3)
+    raise SystemExit(f"the operator did not become healthy: see {log}")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    directory = Path(args.dev_cluster).resolve()
+    driver = Driver(directory)
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    driver.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": namespace}})
+    tests_path = f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests"
+    jobs_path = f"{JOBS_PATH}/namespaces/{namespace}/pytorchjobs"
+    names = [f"t{i:04d}" for i in range(args.tests)]
+
+    job_seen: dict[str, float] = {}
+    phase_seen: dict[tuple[str, str], float] = {}
+    changed = threading.Condition()
+
+    def on_job(kind: str, obj: dict, when: float) -> None:
+        with changed:
+            job_seen.setdefault(obj["metadata"]["labels"]["gpu-acceptance.io/test"], when)
+            changed.notify_all()
+
+    def on_test(kind: str, obj: dict, when: float) -> None:
+        phase = (obj.get("status") or {}).get("phase")
+        with changed:
+            if phase:
+                phase_seen.setdefault((obj["metadata"]["name"], phase), when)
+            changed.notify_all()
+
+    def wait(done: Any, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with changed:
+            while not done():
+                if not all(w.is_alive() for w in watches):
+                    raise SystemExit("a watch of this script ended")
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+                changed.wait(1.0)
+
+    watches = [Watch(driver, jobs_path, on_job), Watch(driver, tests_path, on_test)]
+    for w in watches:
+        w.start()
+        if not w.ready.wait(90):
+            raise SystemExit(f"the watch of {w.path} did not start")
+
+    log = Path(args.log or f"/tmp/operator-bench-{namespace}.log")
+    operator = start_operator(args, directory / "kubeconfig", namespace, log)
+    results: dict[str, Any] = {"tests": args.tests, "operator_path": args.operator_path, "log": str(log),
+                               "load_average_at_start": os.getloadavg()}
+    pool = ThreadPoolExecutor(args.clients)
+    counts_start, mine_start = driver.request_counts(), driver.requests
+    cpu_start = {"operator": cpu_seconds(operator.pid),
+                 **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
+    try:
+        time.sleep(2)  # the operator's watches are up
+        # 1. create N tests at once ----------------------------------------------------------
+        created: dict[str, float] = {}
+        before = driver.request_total(), driver.requests
+
+        def create(name: str) -> None:
+            created[name] = time.monotonic()
+            driver.call("POST", tests_path, {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+                                             "metadata": {"name": name}, "spec": {"nodes": 1}})
+
+        t0 = time.monotonic()
+        list(pool.map(create, names))
+        wait(lambda: len(job_seen) >= len(names), "every child job", args.timeout)
+        wait(lambda: all((n, "Pending") in phase_seen for n in names), "every test Pending", args.timeout)
+        results["create_to_job_s"] = percentiles([job_seen[n] - created[n] for n in names])
+        results["create_burst_s"] = round(time.monotonic() - t0, 2)
+        results["requests_start"] = operator_requests(driver, before)
+
+        # 2. the training-operator and kubelet: job Running, one pod Running ----------------------
+        before = driver.request_total(), driver.requests
+
+        def start(name: str) -> None:
+            job = f"{name}-g1"
+            labels = {"gpu-acceptance.io/test": name, "gpu-acceptance.io/generation": "1"}
+            driver.call("PATCH", f"{jobs_path}/{job}/status", {"status": {"conditions": [{
+                "type": "Running", "status": "True", "reason": "Running", "message": "running",
+                "lastTransitionTime": now_ts(), "lastUpdateTime": now_ts()}]}}, MERGE)
+            pod = f"{job}-master-0"
+            driver.call("POST", f"/api/v1/namespaces/{namespace}/pods", {
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": labels},
+                "spec": {"nodeName": f"node-{name}", "containers": [{"name": "pytorch", "image": "workload:bench"}]}})
+            driver.call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status", {"status": {"phase": "Running"}},
+                        MERGE)
+
+        list(pool.map(start, names))
+        wait(lambda: all((n, "Running") in phase_seen for n in names), "every test Running", args.timeout)
+        results["requests_running"] = operator_requests(driver, before)
+
+        # 3. nothing changes: what does the operator ask? ----------------------------------------
+        before = driver.request_total(), driver.requests
+        time.sleep(args.idle_seconds)
+        idle = operator_requests(driver, before)
+        results["idle"] = {"seconds": args.idle_seconds, "requests": idle,
+                           "requests_per_s": round(idle / args.idle_seconds, 2)}
+
+        # 4. N tests in progress: one more test, one more report, now and then --------------------------
+        bodies = {n: {"status": {"report": report(1, nodes=(f"node-{n}",))}} for n in names}
+        reported: dict[str, float] = {}
+        probes = [f"p{i:04d}" for i in range(args.probes)]
+        for name in probes:
+            create(name)
+            time.sleep(1 / args.probe_rate)
+        wait(lambda: all(p in job_seen for p in probes), "the probes' jobs", args.timeout)
+        results["steady_create_to_job_s"] = percentiles([job_seen[p] - created[p] for p in probes])
+        steady = names[:args.probes]
+        for name in steady:
+            reported[name] = time.monotonic()
+            driver.call("PATCH", f"{tests_path}/{name}/status", bodies[name], MERGE)
+            time.sleep(1 / args.probe_rate)
+        wait(lambda: all((n, "Succeeded") in phase_seen for n in steady), "the probes' verdicts", args.timeout)
+        results["steady_report_to_verdict_s"] = percentiles([phase_seen[(n, "Succeeded")] - reported[n]
+                                                             for n in steady])
+        names = names[args.probes:]
+
+        # 5. all the other reports arrive at once: report -> verdict ------------------------------------
+        before = driver.request_total(), driver.requests
+
+        def deliver(name: str) -> None:
+            reported[name] = time.monotonic()
+            driver.call("PATCH", f"{tests_path}/{name}/status", bodies[name], MERGE)
+
+        list(pool.map(deliver, names))
+        wait(lambda: all((n, "Succeeded") in phase_seen for n in names), "every verdict", args.timeout)
+        results["report_to_verdict_s"] = percentiles([phase_seen[(n, "Succeeded")] - reported[n] for n in names])
+        time.sleep(2)  # the verdict's events and cleanup
+        results["requests_verdict"] = operator_requests(driver, before)
+        total = operator_requests(driver, (sum(counts_start.values()), mine_start))
+        results["requests_total"] = total
+        results["requests_per_test"] = round(total / (args.tests + args.probes), 1)
+        counts_end = driver.request_counts()
+        results["requests_by_kind_incl_this_script"] = dict(sorted(
+            ((k, int(v - counts_start.get(k, 0))) for k, v in counts_end.items() if v > counts_start.get(k, 0)),
+            key=lambda kv: -kv[1]))
+        results["memory"] = memory(operator.pid)
+        results["cpu_seconds"] = {
+            "operator": round(cpu_seconds(operator.pid) - cpu_start["operator"], 1),
+            **{name: round(cpu_seconds(pid) - cpu_start[name], 1) for name, pid in driver.server_pids.items()}}
+        results["load_average_at_end"] = os.getloadavg()
+        log_text = log.read_text(errors="replace")
+        results["log"] = {"bytes": len(log_text), "lines": log_text.count("\n"),
+                          "tracebacks": log_text.count("Traceback"),
+                          "pool_full": log_text.count("Connection pool is full")}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        os.killpg(operator.pid, signal.SIGTERM)
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(operator.pid, signal.SIGKILL)
+        if not args.keep:
+            driver.server.request("DELETE", f"/api/v1/namespaces/{namespace}", expect=None)
+    return results
+
+
+def operator_requests(driver: Driver, before: tuple[float, int]) -> int:
+    """API requests since `before`, less this script's own (its metrics scrapes are not resource requests)."""
+    total_before, mine_before = before
+    return int(driver.request_total() - total_before - (driver.requests - mine_before))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--tests", type=int, default=100, help="concurrent AcceptanceTests (default 100)")
+    p.add_argument("--dev-cluster", default=str(REPO / ".dev-cluster"), help="the folder of `make dev-cluster`")
+    p.add_argument("--operator-path", default=str(REPO / "operator"),
+                   help="the acceptance_operator package's parent folder (another checkout compares versions)")
+    p.add_argument("--clients", type=int, default=16, help="this script's concurrent requests")
+    p.add_argument("--idle-seconds", type=float, default=30.0)
+    p.add_argument("--probes", type=int, default=20,
+                   help="with the N tests in progress: tests created, and reports delivered, one at a time")
+    p.add_argument("--probe-rate", type=float, default=4.0, help="probes per second")
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--log", help="the operator's log file")
+    p.add_argument("--keep", action="store_true", help="keep the namespace and its tests")
+    p.add_argument("--out", help="write the results as JSON here too")
+    args = p.parse_args(argv)
+    if not (Path(args.dev_cluster) / "state.json").is_file():
+        raise SystemExit(f"no dev cluster in {args.dev_cluster}: run `make dev-cluster` first")
+    results = run(args)
+    text = json.dumps(results, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
