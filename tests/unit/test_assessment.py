@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from acceptance_operator.assessment import Observation, Timing, assess
+from acceptance_operator.assessment import Observation, Timing, assess, next_look
 
 from tests.unit.operator_samples import (
     T0,
@@ -128,3 +128,42 @@ def test_report_beats_timeout():
     a = assess(obs(timeout_seconds=60, raw_report=good_report(generation=2).to_wire()), T0 + timedelta(hours=2),
                TIMING)
     assert a.state.phase == "Succeeded"
+
+
+# --------------------------------------------------------------------------- next_look: when the clock alone matters
+
+
+def test_next_look_is_the_timeout_while_the_job_runs():
+    assert next_look(obs(job=RUNNING_JOB, pods=[pod("p", "Running", node="n")]), T0, TIMING) == \
+        T0 + timedelta(seconds=3600)
+
+
+def test_next_look_is_the_end_of_the_report_grace_after_the_job_ended():
+    ended = T0 + timedelta(seconds=100)
+    finished = job(name="t-g2", conditions=[("Succeeded", "True", "", "", ended)])
+    now = ended + timedelta(seconds=1)
+    assert next_look(obs(job=finished), now, TIMING) == ended + timedelta(seconds=30)
+    # and at that moment the run does end: the deadline is where assess() changes its answer
+    assert not assess(obs(job=finished), ended + timedelta(seconds=29), TIMING).state.terminal
+    assert assess(obs(job=finished), ended + timedelta(seconds=30), TIMING).state.reason == "ReportMissing"
+
+
+def test_next_look_is_the_end_of_the_unschedulable_grace():
+    since = T0 + timedelta(seconds=10)
+    pods = [pod("p", conditions=unscheduled("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.", since))]
+    look = next_look(obs(pods=pods), T0 + timedelta(seconds=20), TIMING)
+    assert look == since + timedelta(seconds=600)
+    assert assess(obs(pods=pods), look, TIMING).state.reason == "Unschedulable"
+
+
+def test_next_look_is_the_end_of_the_patience_for_a_stuck_image_pull():
+    pods = [pod("p", node="n", containers=[waiting("ImagePullBackOff")])]
+    assert next_look(obs(pods=pods), T0 + timedelta(seconds=5), TIMING) == T0 + timedelta(seconds=600)
+
+
+def test_next_look_skips_deadlines_already_past():
+    """Past deadlines that did not end the run (no scheduler message yet) leave the next one ahead."""
+    pods = [pod("p", created=T0)]  # Pending, no node, no PodScheduled condition: no message to judge by
+    look = next_look(obs(pods=pods), T0 + timedelta(seconds=700), TIMING)
+    assert look == T0 + timedelta(seconds=3600)
+    assert next_look(obs(pods=pods), T0 + timedelta(seconds=3601), TIMING) is None

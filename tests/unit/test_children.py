@@ -1,0 +1,64 @@
+"""What the watches delivered about the tests' jobs and pods, and which test a child belongs to."""
+
+from __future__ import annotations
+
+from acceptance_operator.children import Children
+
+LABELS = {"gpu-acceptance.io/test": "run", "gpu-acceptance.io/generation": "2"}
+
+
+def job(name: str = "run-g2", **status) -> dict:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "namespace": "lab", "labels": LABELS, "managedFields": [{"big": "x" * 1000}]},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"template": {"spec": {"containers": []}}}}},
+            "status": status}
+
+
+def pod(name: str, phase: str, generation: str = "2") -> dict:
+    return {"metadata": {"name": name, "namespace": "lab", "labels": {**LABELS, "gpu-acceptance.io/generation":
+                                                                      generation}},
+            "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i", "env": [{"name": "X"}]}]},
+            "status": {"phase": phase}}
+
+
+def test_jobs_are_kept_slim_and_follow_their_events():
+    c = Children()
+    c.job_event("PyTorchJob", None, job(conditions=[{"type": "Created", "status": "True"}]))
+    kept = c.job("lab", "PyTorchJob", "run-g2")
+    assert kept["status"] == {"conditions": [{"type": "Created", "status": "True"}]}
+    assert "spec" not in kept and "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["labels"] == LABELS
+    c.job_event("PyTorchJob", "MODIFIED", job(conditions=[{"type": "Running", "status": "True"}]))
+    assert c.job("lab", "PyTorchJob", "run-g2")["status"]["conditions"][0]["type"] == "Running"
+    assert c.job("lab", "MPIJob", "run-g2") is None
+    c.job_event("PyTorchJob", "DELETED", job())
+    assert c.job("lab", "PyTorchJob", "run-g2") is None
+
+
+def test_pods_are_grouped_by_test_and_generation():
+    c = Children()
+    c.pod_event("ADDED", pod("run-g2-master-0", "Pending"))
+    c.pod_event("MODIFIED", pod("run-g2-master-0", "Running"))
+    c.pod_event("ADDED", pod("run-g2-worker-0", "Running"))
+    c.pod_event("ADDED", pod("run-g1-worker-0", "Running", generation="1"))
+    pods = sorted(c.pods("lab", "run", 2), key=lambda p: p["metadata"]["name"])
+    assert [(p["metadata"]["name"], p["status"]["phase"]) for p in pods] == [
+        ("run-g2-master-0", "Running"), ("run-g2-worker-0", "Running")]
+    assert pods[0]["spec"] == {"nodeName": "n1"}
+    c.pod_event("DELETED", pod("run-g2-master-0", "Running"))
+    assert [p["metadata"]["name"] for p in c.pods("lab", "run", 2)] == ["run-g2-worker-0"]
+    assert c.sizes() == (0, 2)
+
+
+def test_a_child_belongs_to_a_known_test_by_its_label():
+    c = Children()
+    assert c.owner(job()) is None  # its test has not been seen yet
+    c.know_test("lab", "run", "run")
+    assert c.owner(job()) == ("lab", "run")
+    c.know_test("lab", "a-very-long-name-shortened-abc123", "a-very-long-name" + "x" * 80)
+    long_pod = pod("p", "Running")
+    long_pod["metadata"]["labels"]["gpu-acceptance.io/test"] = "a-very-long-name-shortened-abc123"
+    assert c.owner(long_pod) == ("lab", "a-very-long-name" + "x" * 80)
+    c.forget_test("lab", "run")
+    assert c.owner(job()) is None
+    assert c.owner({"metadata": {"namespace": "lab", "labels": {}}}) is None

@@ -1,0 +1,98 @@
+"""The reconcile queue: a key once however often it is added, never on two workers, due keys on time."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from acceptance_operator.workqueue import WorkQueue, start_workers
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_key_added_many_times_is_processed_once():
+    q: WorkQueue[str] = WorkQueue()
+    for key in ("a", "b", "a", "a", "b"):
+        q.add(key)
+    assert [q.get(timeout=0), q.get(timeout=0), q.get(timeout=0)] == ["a", "b", None]
+
+
+def test_a_key_added_while_processed_comes_back_after_done_not_to_a_second_worker():
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    assert q.get(timeout=0) == "a"
+    q.add("a")  # an event arrives while a worker reconciles "a"
+    assert q.get(timeout=0) is None  # no second worker gets it meanwhile
+    q.done("a")
+    assert q.get(timeout=0) == "a"
+    q.done("a")
+    assert q.get(timeout=0) is None
+
+
+def test_add_after_is_due_at_its_time_and_the_earliest_schedule_wins():
+    clock = Clock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add_after("a", 10)
+    q.add_after("a", 30)  # later: ignored
+    q.add_after("b", 5)
+    assert q.get(timeout=0) is None
+    assert len(q) == 2
+    clock.now += 5
+    assert q.get(timeout=0) == "b"
+    clock.now += 5
+    assert q.get(timeout=0) == "a"
+    clock.now += 100
+    assert q.get(timeout=0) is None  # the ignored later schedule does not fire again
+
+
+def test_an_earlier_schedule_replaces_a_later_one_and_forget_drops_it():
+    clock = Clock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
+    q.add_after("a", 300)  # the slow resync
+    q.add_after("a", 1)  # a deadline sooner
+    clock.now += 1
+    assert q.get(timeout=0) == "a"
+    q.done("a")
+    q.add_after("b", 1)
+    q.forget("b")  # the test was deleted
+    clock.now += 10
+    assert q.get(timeout=0) is None
+
+
+def test_workers_never_run_one_key_twice_at_once_and_stop_on_close():
+    q: WorkQueue[int] = WorkQueue()
+    running: set[int] = set()
+    overlaps: list[int] = []
+    done = []
+    guard = threading.Lock()
+
+    def work(key: int) -> None:
+        with guard:
+            if key in running:
+                overlaps.append(key)
+            running.add(key)
+        time.sleep(0.002)
+        with guard:
+            running.discard(key)
+            done.append(key)
+
+    threads = start_workers(q, work, 4, "test")
+    for _ in range(50):
+        for key in range(5):
+            q.add(key)
+        time.sleep(0.001)
+    deadline = time.monotonic() + 5
+    while len(q) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    q.close()
+    for t in threads:
+        t.join(timeout=5)
+    assert not overlaps
+    assert set(done) == set(range(5))
+    assert not any(t.is_alive() for t in threads)
