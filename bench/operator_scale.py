@@ -46,7 +46,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.apiserver import ApiServer, _read_pki, free_ports  # noqa: E402
+from tests.apiserver import ApiError, ApiServer, _read_pki, _restart, free_ports  # noqa: E402
 from tests.cluster.operator_harness import MERGE, now_ts, report  # noqa: E402
 
 GROUP_PATH = "/apis/gpu-acceptance.io/v1alpha1"
@@ -98,20 +98,30 @@ class Watch(threading.Thread):
         self.ready = threading.Event()
 
     def run(self) -> None:
-        for _ in range(60):  # a CRD's storage may still be initializing (HTTP 429)
-            listed = self.driver.server.request("GET", self.path, expect=None)
-            if listed["_status"] == 200:
-                break
-            time.sleep(1)
-        else:
-            raise SystemExit(f"cannot list {self.path}: {listed}")
+        while True:  # through API server outages (--outage-seconds): list again, then watch
+            try:
+                self._list_and_watch()
+            except (OSError, ValueError, ApiError):
+                time.sleep(1)
+
+    def _list_and_watch(self) -> None:
+        listed = self.driver.server.request("GET", self.path, expect=None)
+        if listed["_status"] != 200:  # e.g. 429 while a CRD's storage initializes
+            raise ValueError(listed)
+        self.driver.requests += 1
+        now = time.monotonic()
+        for obj in listed.get("items", []):
+            self.seen("LISTED", obj, now)
         version = listed["metadata"]["resourceVersion"]
         ctx = self.driver.server._ssl_context()
         url = f"{self.driver.server.server}{self.path}?watch=true&resourceVersion={version}&timeoutSeconds=3600"
         with urllib.request.urlopen(urllib.request.Request(url), context=ctx, timeout=3700) as stream:
+            self.driver.requests += 1
             self.ready.set()
             for line in stream:
                 event = json.loads(line)
+                if event["type"] == "ERROR":
+                    raise ValueError(event)
                 self.seen(event["type"], event["object"], time.monotonic())
 
 
@@ -184,8 +194,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         with changed:
             while not done():
-                if not all(w.is_alive() for w in watches):
-                    raise SystemExit("a watch of this script ended")
                 if time.monotonic() > deadline:
                     raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
                 changed.wait(1.0)
@@ -269,7 +277,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                                              for n in steady])
         names = names[args.probes:]
 
-        # 5. all the other reports arrive at once: report -> verdict ------------------------------------
+        # 5. optionally, an API server outage while the N tests are in progress ---------------------------
+        if args.outage_seconds:
+            log_before = log.stat().st_size
+            _restart(directory, args.outage_seconds, wipe=False)
+            time.sleep(5)
+            written = log.read_text(errors="replace")[log_before:]
+            results["outage"] = {"seconds": args.outage_seconds, "log_bytes": len(written),
+                                 "log_lines": written.count("\n"), "tracebacks": written.count("Traceback"),
+                                 "pool_full": written.count("Connection pool is full")}
+
+        # 6. all the other reports arrive at once: report -> verdict ------------------------------------
         before = driver.request_total(), driver.requests
 
         def deliver(name: str) -> None:
@@ -326,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probes", type=int, default=20,
                    help="with the N tests in progress: tests created, and reports delivered, one at a time")
     p.add_argument("--probe-rate", type=float, default=4.0, help="probes per second")
+    p.add_argument("--outage-seconds", type=float, default=0,
+                   help="stop the API server this long while the tests run (its log and recovery are measured)")
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--log", help="the operator's log file")
     p.add_argument("--keep", action="store_true", help="keep the namespace and its tests")
