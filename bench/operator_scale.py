@@ -134,9 +134,12 @@ def percentiles(values: list[float]) -> dict[str, float]:
             "n": len(ordered)}
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU time of a process so far (None once it is gone: a restarted API server)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -307,9 +310,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ((k, int(v - counts_start.get(k, 0))) for k, v in counts_end.items() if v > counts_start.get(k, 0)),
             key=lambda kv: -kv[1]))
         results["memory"] = memory(operator.pid)
-        results["cpu_seconds"] = {
-            "operator": round(cpu_seconds(operator.pid) - cpu_start["operator"], 1),
-            **{name: round(cpu_seconds(pid) - cpu_start[name], 1) for name, pid in driver.server_pids.items()}}
+        cpu_end = {"operator": cpu_seconds(operator.pid),
+                   **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
+        results["cpu_seconds"] = {name: round(end - cpu_start[name], 1) if end is not None and cpu_start[name]
+                                  is not None else None for name, end in cpu_end.items()}
         results["load_average_at_end"] = os.getloadavg()
         log_text = log.read_text(errors="replace")
         results["log"] = {"bytes": len(log_text), "lines": log_text.count("\n"),
