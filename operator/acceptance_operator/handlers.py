@@ -194,16 +194,21 @@ async def on_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
 
 
 def _fingerprint(body: kopf.Body) -> str:
-    """What a reconcile depends on: spec (by generation), status, deletion, labels and our annotations.
+    """What a reconcile depends on: the inputs others change (_inputs) and the status.
 
     kopf's own bookkeeping (its finalizer, its last-handled annotation) is left
     out: the events it causes are not worth a reconcile each.
     """
-    meta = body.get("metadata") or {}
+    return json.dumps([*_inputs(body), body.get("status")], sort_keys=True, default=str)
+
+
+def _inputs(obj: KubeDict) -> list[Any]:
+    """What others may change under a reconcile: the spec (by generation), deletion, labels, annotations, report."""
+    meta = obj.get("metadata") or {}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
                    if "kopf" not in k and "last-handled" not in k}
-    return json.dumps([meta.get("generation"), meta.get("deletionTimestamp"), meta.get("labels"), annotations,
-                       body.get("status")], sort_keys=True, default=str)
+    return json.loads(json.dumps([meta.get("generation"), meta.get("deletionTimestamp"), meta.get("labels"),
+                                  annotations, (obj.get("status") or {}).get("report")], default=str))
 
 
 def _child_changed(kind: str, event_type: str | None, body: kopf.Body) -> None:
@@ -652,9 +657,11 @@ def _write_status(
     }
     if all(status.get(key) == value for key, value in desired.items()):
         return
-    written = k.patch_test_status(meta["namespace"], meta["name"], desired)
-    version = ((written or {}).get("metadata") or {}).get("resourceVersion")
-    if version:
+    written = k.patch_test_status(meta["namespace"], meta["name"], desired) or {}
+    version = (written.get("metadata") or {}).get("resourceVersion")
+    # Its echo is skipped only if nothing we read changed meanwhile (a report that landed between our read
+    # and this write is in the answer; kopf may fold its event into our echo's).
+    if version and _inputs(written) == _inputs(obj):
         _own_writes[(meta["namespace"], meta["name"])] = version
     obj["status"] = {**status, **{key: v for key, v in desired.items() if v is not None}}
 

@@ -118,3 +118,29 @@ def test_backend_not_installed_says_how_to_run_again(events, monkeypatch: pytest
     assert succeeded["reason"] == "BackendNotInstalled"
     # Applying the same manifest again changes nothing (no new generation): say what does start a run.
     assert "delete and re-create" in succeeded["message"] and "change its spec" in succeeded["message"]
+
+
+class Patched:
+    """patch_test_status answers with the stored object as the API server would (a new resourceVersion)."""
+
+    def __init__(self, test: dict[str, Any], landed_meanwhile: dict[str, Any] | None = None) -> None:
+        self.test, self.landed = test, landed_meanwhile
+
+    def patch_test_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        stored = json.loads(json.dumps(self.test))
+        stored["status"] = {**stored.get("status", {}), **(self.landed or {}), **status}
+        stored["metadata"]["resourceVersion"] = "43"
+        return stored
+
+
+@pytest.mark.parametrize(("landed", "skipped"), [(None, True), ({"report": {"generation": 1}}, False)])
+def test_the_echo_of_our_status_write_is_skipped_only_if_nothing_landed_meanwhile(landed, skipped):
+    """A report written between our read and our write comes back in the write's answer: its event must count."""
+    from acceptance_operator.conditions import RunState
+
+    handlers._own_writes.clear()
+    obj = stored(1)
+    test = handlers.parse_test(obj)
+    handlers._write_status(Patched(obj, landed), obj, RunState("Running", "JobRunning", "running"), test,
+                           start_time=NOW, completion_time=None, summary=None, now=NOW)
+    assert (handlers._own_writes.get((NS, NAME)) == "43") is skipped
