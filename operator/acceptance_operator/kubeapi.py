@@ -31,8 +31,17 @@ BACKENDS: dict[str, tuple[str, str, str, str]] = {
 }
 _lock = threading.Lock()
 _api_client: client.ApiClient | None = None
+# (connect, read) seconds for every call: a hung API server (not one that refuses) must not hold a worker forever.
+REQUEST_TIMEOUT = (10.0, 60.0)
 # A CRD found installed is believed for this long (every new run asks; a missing one is asked again each time).
 BACKEND_CHECK_TTL_SECONDS = 60.0
+
+
+class _TimedApiClient(client.ApiClient):
+    """The client with a default timeout on every call (the generated API has none)."""
+
+    def call_api(self, *args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
+        return super().call_api(*args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
 
 
 def api_client(pool_size: int = 10) -> client.ApiClient:
@@ -54,7 +63,7 @@ def api_client(pool_size: int = 10) -> client.ApiClient:
             # One quick retry of a dropped keep-alive connection; a server that is down fails the call at
             # once (the caller logs one line and tries again later) instead of three logged retries each.
             configuration.retries = 1
-            _api_client = client.ApiClient(configuration)
+            _api_client = _TimedApiClient(configuration)
         return _api_client
 
 
