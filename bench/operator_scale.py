@@ -302,10 +302,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["report_to_verdict_s"] = percentiles([phase_seen[(n, "Succeeded")] - reported[n] for n in names])
         time.sleep(2)  # the verdict's events and cleanup
         results["requests_verdict"] = operator_requests(driver, before)
-        total = operator_requests(driver, (sum(counts_start.values()), mine_start))
-        results["requests_total"] = total
-        results["requests_per_test"] = round(total / (args.tests + args.probes), 1)
-        counts_end = driver.request_counts()
+        if not args.outage_seconds:  # a restarted API server starts its counters again
+            total = operator_requests(driver, (sum(counts_start.values()), mine_start))
+            results["requests_total"] = total
+            results["requests_per_test"] = round(total / (args.tests + args.probes), 1)
+        counts_end = {} if args.outage_seconds else driver.request_counts()
         results["requests_by_kind_incl_this_script"] = dict(sorted(
             ((k, int(v - counts_start.get(k, 0))) for k, v in counts_end.items() if v > counts_start.get(k, 0)),
             key=lambda kv: -kv[1]))
