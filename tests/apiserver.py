@@ -526,12 +526,25 @@ class ApiServer:
                 (self.dir / "kube-apiserver.pid").unlink()
 
     def start_apiserver(self) -> None:
-        """Start kube-apiserver again on the same port, certificates and etcd, and wait until it is ready."""
+        """Start kube-apiserver again on the same port, certificates and etcd; wait until it serves every CRD."""
         if self._assets is None:
             self._assets = find_assets()
         self._start_apiserver()
         self._write_state()
         self._wait_ready()
+        self._wait_crds_served()
+
+    def _wait_crds_served(self, timeout: float = 60.0) -> None:
+        """/readyz comes before the custom resources' storage: until then they answer 429 "(re)initializing"."""
+        crds = self.request("GET", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")["items"]
+        paths = [f"/apis/{c['spec']['group']}/{v['name']}/{c['spec']['names']['plural']}?limit=1"
+                 for c in crds for v in c["spec"]["versions"] if v.get("served")]
+        deadline = time.monotonic() + timeout
+        for path in paths:
+            while self.request("GET", path, expect=None)["_status"] == 429:
+                if time.monotonic() > deadline:
+                    raise ApiServerError(f"{path} still answers 429 after {timeout:.0f}s")
+                time.sleep(0.2)
 
     def restart_apiserver(self, down_seconds: float = 0.0) -> None:
         """An API server outage of about `down_seconds`; everything stored survives it."""
