@@ -29,8 +29,8 @@ from tests.cluster.conftest import StartOperator
 from tests.cluster.operator_harness import Cluster
 
 FUZZ_SPECS = 240
-# Runs that do start are left alone: a slow timer keeps 2 cores free for the ones being judged.
-QUIET = {"GPU_ACCEPTANCE_RECONCILE_INTERVAL_SECONDS": "60"}
+# Runs that do start are left alone: a slow resync keeps 2 cores free for the ones being judged.
+QUIET = {"GPU_ACCEPTANCE_RESYNC_SECONDS": "300"}
 
 BASE: dict[str, Any] = {
     "nodes": 2,
