@@ -16,7 +16,7 @@ from acceptance_workload import __version__
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import Fabric
 from acceptance_workload.profiles import ProfileName
-from acceptance_workload.report import Report
+from acceptance_workload.report import CHECK_NAMES, Report
 from acceptance_workload.wire import WireModel, byte_size, text
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
@@ -211,6 +211,9 @@ class Pod(WireModel):
         return mounts
 
 
+ONE_CHECK_AT_LEAST = f"checks: enable at least one of {', '.join(CHECK_NAMES)}"
+
+
 class AcceptanceTestSpec(WireModel):
     backend: Backend = "PyTorchJob"
     nodes: int = Field(1, ge=1, le=4096)
@@ -253,8 +256,8 @@ class AcceptanceTestSpec(WireModel):
 
     @model_validator(mode="after")
     def _one_check_at_least(self) -> AcceptanceTestSpec:
-        if not (self.checks.preflight.enabled or self.checks.nccl.enabled or self.checks.ddp.enabled):
-            raise ValueError("checks: enable at least one of preflight, nccl, ddp")
+        if not any(getattr(self.checks, name).enabled for name in CHECK_NAMES):
+            raise ValueError(ONE_CHECK_AT_LEAST)
         if self.network.fabric == "ethernet" and self.checks.nccl.require_transport in ("IB", "IB_GDR"):
             raise ValueError("checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet")
         return self
@@ -263,11 +266,10 @@ class AcceptanceTestSpec(WireModel):
 # CEL rules the API server enforces at admission (the same rules as the validator above).
 SPEC_CEL_RULES: list[dict[str, str]] = [
     {
-        "rule": "!has(self.checks) || "
-        "(!has(self.checks.preflight) || !has(self.checks.preflight.enabled) || self.checks.preflight.enabled) || "
-        "(!has(self.checks.nccl) || !has(self.checks.nccl.enabled) || self.checks.nccl.enabled) || "
-        "(!has(self.checks.ddp) || !has(self.checks.ddp.enabled) || self.checks.ddp.enabled)",
-        "message": "checks: enable at least one of preflight, nccl, ddp",
+        "rule": "!has(self.checks) || " + " || ".join(
+            f"(!has(self.checks.{c}) || !has(self.checks.{c}.enabled) || self.checks.{c}.enabled)"
+            for c in CHECK_NAMES),
+        "message": ONE_CHECK_AT_LEAST,
         "fieldPath": ".checks",
     },
     {

@@ -62,6 +62,62 @@ class PreflightCheck(WireModel):
     thresholds: PreflightThresholds = Field(default_factory=PreflightThresholds)
 
 
+class GpuThresholds(WireModel):
+    """Per-GPU floors, each also judged against the median GPU of the same node.
+
+    The absolute floors find a GPU (or a node) below what its model does; the
+    ratio finds the one GPU slower than its neighbours even when the floor is
+    loose, and names it.
+    """
+
+    min_gemm_tflops: float | None = Field(
+        None, ge=0, alias="minGemmTflops", description="bf16 dense matmul TFLOP/s of each GPU."
+    )
+    min_hbm_gbps: float | None = Field(
+        None, ge=0, alias="minHbmGBps",
+        description="Device-to-device copy bandwidth of each GPU, GB/s counting bytes read plus bytes written.",
+    )
+    min_h2d_gbps: float | None = Field(
+        None, ge=0, alias="minH2dGBps", description="Host-to-device copy bandwidth from pinned memory, GB/s."
+    )
+    min_d2h_gbps: float | None = Field(
+        None, ge=0, alias="minD2hGBps", description="Device-to-host copy bandwidth into pinned memory, GB/s."
+    )
+    min_ratio_to_node_median: float | None = Field(
+        None, ge=0, le=1, alias="minRatioToNodeMedian",
+        description="Each GPU's value over the median of its node's GPUs, for every measurement; "
+        "below it names the GPU.",
+    )
+
+
+class GpuCheck(WireModel):
+    """Each GPU alone: bf16 GEMM, HBM copy, host-to-device and device-to-host copies.
+
+    Each value is the median of `windows` timed windows of `iters` operations,
+    so one hiccup does not decide; GEMM and HBM run on all GPUs at once, host
+    copies one GPU of each node at a time (GPUs can share a PCIe switch's uplink).
+    """
+
+    enabled: bool = True
+    gemm_size: int = Field(8192, ge=64, le=65536, description="M = N = K of the bf16 matmul.")
+    hbm_bytes: ByteSize = Field("1Gi", description="Buffer copied device to device (at least 1Mi).")
+    host_bytes: ByteSize = Field("256Mi", description="Pinned host buffer copied to and from each GPU (at least 1Mi).")
+    windows: int = Field(7, ge=3, le=101, description="Timed windows; each measurement is their median.")
+    iters: int = Field(10, ge=1, description="Operations per timed window.")
+    warmup_iters: int = Field(10, ge=0, description="Untimed operations before the windows.")
+    thresholds: GpuThresholds = Field(default_factory=GpuThresholds)
+
+    @model_validator(mode="after")
+    def _sizes_large_enough(self) -> GpuCheck:
+        for name, alias in (("hbm_bytes", "hbmBytes"), ("host_bytes", "hostBytes")):
+            if parse_bytes(getattr(self, name)) < MIN_GPU_COPY_BYTES:
+                raise ValueError(f"{alias} must be at least 1Mi (a smaller copy measures latency, not bandwidth)")
+        return self
+
+
+MIN_GPU_COPY_BYTES = 1 << 20
+
+
 class NcclThresholds(WireModel):
     """Lowest acceptable bus bandwidth (GB/s, 1e9 bytes) per collective.
 
@@ -182,5 +238,6 @@ class DdpCheck(WireModel):
 
 class ChecksSpec(WireModel):
     preflight: PreflightCheck = Field(default_factory=PreflightCheck)
+    gpu: GpuCheck = Field(default_factory=GpuCheck)
     nccl: NcclCheck = Field(default_factory=NcclCheck)
     ddp: DdpCheck = Field(default_factory=DdpCheck)

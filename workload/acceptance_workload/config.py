@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from acceptance_workload.checks import ChecksSpec, Transport
-from acceptance_workload.profiles import ProfileName, resolve_checks
+from acceptance_workload.profiles import ProfileName, estimated_thresholds, resolve_checks
 from acceptance_workload.wire import WireModel
 
 CONFIG_ENV = "GPU_ACCEPTANCE_CONFIG"
@@ -38,6 +38,11 @@ class WorkloadConfig(WireModel):
     fabric: Fabric = "infiniband"
     gpu_direct_rdma: bool = Field(True, alias="gpuDirectRDMA")
     checks: ChecksSpec = Field(default_factory=ChecksSpec, description="Thresholds already resolved.")
+    estimated_thresholds: list[str] = Field(
+        default_factory=list,
+        description="Thresholds ('check.wireName') that are the profile's estimates, not measured floors; "
+        "results judged by them are marked estimated.",
+    )
     timeout_seconds: int = 3600
     mode: Mode = Field("gpu", description="cpu-smoke: gloo on CPU, tiny sizes, judged without GPU thresholds.")
     report_file: str | None = Field(None, description="Rank 0 also writes the report object (JSON) to this path.")
@@ -46,7 +51,8 @@ class WorkloadConfig(WireModel):
     def build(cls, *, checks: ChecksSpec, profile: ProfileName, nodes: int, **facts: object) -> WorkloadConfig:
         """A config whose thresholds are the profile's, overridden by what the spec set."""
         gpus = int(facts.get("gpus_per_node", cls.model_fields["gpus_per_node"].default))
-        return cls(checks=resolve_checks(checks, profile, nodes, gpus), profile=profile, nodes=nodes, **facts)
+        return cls(checks=resolve_checks(checks, profile, nodes, gpus), profile=profile, nodes=nodes,
+                   estimated_thresholds=estimated_thresholds(checks, profile), **facts)
 
     def required_transport(self) -> Transport | None:
         """The inter-node transport a run must show: explicit, or implied by the fabric."""

@@ -33,6 +33,8 @@ EXIT_ERROR = 2
 CPU_PROCESSES = 2
 CPU_MAX_BYTES = 1 << 20
 QUICK_MAX_BYTES = 1 << 30
+CPU_RATIO_TO_MEDIAN = 0.5
+QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 5
 KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a stopped or hung rank is not waited for long
 
 
@@ -84,11 +86,17 @@ def read_manifest(path: str) -> dict[str, Any]:
 
 
 def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
-    """The checks shrunk to a CPU smoke run: tiny sizes and steps, and no thresholds at all."""
+    """The checks shrunk to a CPU smoke run: tiny sizes and steps, and no GPU thresholds.
+
+    The one threshold left is relative: each process's matmul and copy rate
+    against the median process's (CPU_RATIO_TO_MEDIAN, loose: CPU cores are shared).
+    """
     nccl = checks.nccl
     max_bytes = min(parse_bytes(nccl.max_bytes), CPU_MAX_BYTES)
     return ChecksSpec.model_validate({
         "preflight": {"enabled": checks.preflight.enabled},
+        "gpu": {"enabled": checks.gpu.enabled, "gemmSize": 512, "hbmBytes": "32Mi", "hostBytes": "1Mi", "windows": 5,
+                "iters": 5, "warmupIters": 2, "thresholds": {"minRatioToNodeMedian": CPU_RATIO_TO_MEDIAN}},
         "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
                  "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
                  "perNode": False, "windows": 1,
@@ -99,7 +107,11 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
 
 
 def quick_checks(checks: ChecksSpec) -> ChecksSpec:
-    """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps."""
+    """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps.
+
+    The per-GPU check keeps its sizes (the profile's floors hold for them) and
+    takes fewer, shorter windows.
+    """
     top = min(parse_bytes(checks.nccl.max_bytes), QUICK_MAX_BYTES)
     low = top
     while low // 4 >= parse_bytes(checks.nccl.min_bytes):  # start where x4 steps land exactly on the top size
@@ -109,7 +121,10 @@ def quick_checks(checks: ChecksSpec) -> ChecksSpec:
         "iters": min(checks.nccl.iters, 10), "warmup_iters": min(checks.nccl.warmup_iters, 3)})
     ddp = checks.ddp.model_copy(update={"steps": min(checks.ddp.steps, 12), "windows": min(checks.ddp.windows, 4),
                                         "warmup_steps": min(checks.ddp.warmup_steps, 3)})
-    return checks.model_copy(update={"nccl": nccl, "ddp": ddp})
+    gpu = checks.gpu.model_copy(update={"windows": min(checks.gpu.windows, QUICK_GPU_WINDOWS),
+                                        "iters": min(checks.gpu.iters, QUICK_GPU_ITERS),
+                                        "warmup_iters": min(checks.gpu.warmup_iters, QUICK_GPU_ITERS)})
+    return checks.model_copy(update={"gpu": gpu, "nccl": nccl, "ddp": ddp})
 
 
 def build_config(args: argparse.Namespace, processes: int, expected: int | None = None,

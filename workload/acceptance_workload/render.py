@@ -40,7 +40,7 @@ def _threshold(r: CheckResult) -> str:
         return ""
     sign = {"ge": ">=", "le": "<=", "eq": "=="}[r.comparison]
     t = format_bytes(int(r.threshold)) if r.unit == "bytes" else f"{r.threshold:g}"
-    return f"{sign} {t}"
+    return f"{sign} {t}" + (" (est.)" if r.estimated else "")
 
 
 def _table(rows: list[list[str]]) -> str:
@@ -135,9 +135,26 @@ def ddp_table(report: Report) -> str:
     return head + "\n" + _table(rows)
 
 
+def gpu_table(report: Report) -> str:
+    """Every GPU's per-GPU measurements, one row each (the medians of the windows)."""
+    d = report.gpu
+    if d is None:
+        return ""
+    rows = [["RANK", "NODE", "GPU", "GEMM (TFLOP/s)", "HBM (GB/s)", "H2D (GB/s)", "D2H (GB/s)", "SPREAD", "ERROR"]]
+    for r in d.rows:
+        cells = ["-" if v is None else f"{v:,.1f}" if v >= 100 else f"{v:.4g}"
+                 for v in (r.gemm_tflops, r.hbm_gbps, r.h2d_gbps, r.d2h_gbps)]
+        spread = "-" if r.spread is None else f"{r.spread:.1%}"
+        rows.append([str(r.rank), r.node, str(r.gpu), *cells, spread, r.error or ""])
+    head = (f"# gpu: GEMM {d.gemm_size}^3, HBM copy {human_bytes(d.hbm_bytes)}, host copies "
+            f"{human_bytes(d.host_bytes)}; median of {d.windows} windows of {d.iters}")
+    return head + "\n" + _table(rows)
+
+
 def full_text(report: Report) -> str:
-    """Sweep tables, the DDP table, then the verdict table: what rank 0 prints at the end."""
-    parts = [nccl_table(s) for s in report.nccl]
+    """The per-GPU table, sweep tables, the DDP table, then the verdict table: what rank 0 prints at the end."""
+    parts = [gpu_table(report)] if report.gpu else []
+    parts += [nccl_table(s) for s in report.nccl]
     if report.ddp:
         parts.append(ddp_table(report))
     parts.append(verdict_table(report))

@@ -21,8 +21,8 @@ from pydantic import Field
 from acceptance_workload.checks import Collective, Transport
 from acceptance_workload.wire import WireModel
 
-CheckName = Literal["preflight", "nccl", "ddp"]
-CHECK_NAMES: tuple[CheckName, ...] = ("preflight", "nccl", "ddp")
+CheckName = Literal["preflight", "gpu", "nccl", "ddp"]
+CHECK_NAMES: tuple[CheckName, ...] = ("preflight", "gpu", "nccl", "ddp")  # the order they run in
 Comparison = Literal["ge", "le", "eq", "info"]
 REPORT_VERSION = "v1"
 # Names of the headline results, as the checks write them (job-wide: no node).
@@ -46,6 +46,9 @@ class CheckResult(WireModel):
     message: str = ""
     node: str | None = Field(None, description="Node the measurement belongs to; null for the whole job.")
     gpu: int | None = Field(None, description="GPU index on that node, where one GPU is to blame.")
+    estimated: bool | None = Field(
+        None, description="True when the threshold is the profile's estimate, not yet a measured floor."
+    )
 
 
 def judge(value: float | None, threshold: float | None, comparison: Comparison) -> bool:
@@ -112,6 +115,33 @@ class DdpDetail(WireModel):
     ranks: list[DdpRank] = Field(default_factory=list)
 
 
+class GpuRow(WireModel):
+    """One GPU's measurements (each the median of the check's windows); null where not measured."""
+
+    rank: int
+    node: str
+    gpu: int
+    gemm_tflops: float | None = Field(None, description="bf16 (float32 on a CPU smoke run) matmul TFLOP/s.")
+    hbm_gbps: float | None = Field(None, alias="hbmGBps", description="Device copy, GB/s read plus written.")
+    h2d_gbps: float | None = Field(None, alias="h2dGBps", description="Host-to-device copy from pinned memory.")
+    d2h_gbps: float | None = Field(None, alias="d2hGBps", description="Device-to-host copy into pinned memory.")
+    spread: float | None = Field(
+        None, description="Largest (max - min) / median over the windows of any one measurement: the noise seen."
+    )
+    error: str | None = Field(None, description="Why a measurement could not be taken on this GPU.")
+
+
+class GpuDetail(WireModel):
+    """How the per-GPU check measured, and every GPU's numbers."""
+
+    gemm_size: int
+    hbm_bytes: int
+    host_bytes: int
+    windows: int
+    iters: int
+    rows: list[GpuRow] = Field(default_factory=list)
+
+
 class Environment(WireModel):
     gpu_model: str | None = None
     gpus_per_node: int | None = None
@@ -173,6 +203,7 @@ class Report(WireModel):
     skipped: list[Skip] = Field(default_factory=list)
     failed_nodes: list[str] = Field(default_factory=list)
     environment: Environment = Field(default_factory=Environment)
+    gpu: GpuDetail | None = None
     nccl: list[NcclSweep] = Field(default_factory=list)
     ddp: DdpDetail | None = None
 

@@ -1,4 +1,4 @@
-"""`python -m acceptance_workload`: join the job, run preflight -> nccl -> ddp, deliver the report.
+"""`python -m acceptance_workload`: join the job, run preflight -> gpu -> nccl -> ddp, deliver the report.
 
 Every rank runs this. Rank 0 assembles the report and delivers it (stdout
 table, status.report, termination log, an optional JSON file); every rank
@@ -233,7 +233,7 @@ class Runner:
         return EXIT_ERROR
 
     def checks(self, session: Session, watchdog: Watchdog) -> None:
-        from acceptance_workload import ddp, nccl, preflight, transport
+        from acceptance_workload import ddp, gpubench, nccl, preflight, transport
 
         cfg = self.config
         root = self.is_root
@@ -259,11 +259,21 @@ class Runner:
             failures = session.control.broadcast("preflight verdict", failures)
             if failures:
                 if root:
-                    reason = "preflight failed (" + ", ".join(failures[:5]) + "): collectives not run"
-                    for check in ("nccl", "ddp"):
+                    reason = "preflight failed (" + ", ".join(failures[:5]) + "): later checks not run"
+                    for check in ("gpu", "nccl", "ddp"):
                         if getattr(cfg.checks, check).enabled:
                             self.report.skipped.append(Skip(check=check, name=check, reason=reason))
                 return
+
+        if cfg.checks.gpu.enabled:
+            self.progress("gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time")
+            out = gpubench.run_gpu(session, cfg, watchdog, progress=self.progress)
+            if root:
+                assert out is not None
+                results, skipped, detail = out
+                self.report.results += results
+                self.report.skipped += skipped
+                self.report.gpu = detail
 
         if cfg.checks.nccl.enabled:
             self.stage = "nccl"

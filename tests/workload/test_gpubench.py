@@ -1,0 +1,178 @@
+"""Judging the per-GPU check: numbers in, results out; a slow GPU is named by node and index, a gap fails."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from acceptance_workload import render
+from acceptance_workload.checks import ChecksSpec, GpuCheck
+from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.gpubench import judge_gpus, rate
+from acceptance_workload.local import cpu_smoke_checks
+from acceptance_workload.report import CheckResult, GpuDetail, GpuRow, Report
+
+from tests.workload.multiproc import free_port, rank_env, start
+
+HEALTHY = {"gemm_tflops": 780.0, "hbm_gbps": 2950.0, "h2d_gbps": 52.0, "d2h_gbps": 51.0}
+
+
+def rows(node: str, gpus: int, first_rank: int = 0, **overrides: dict) -> list[GpuRow]:
+    """`gpus` healthy GPUs on `node`; overrides={"g3": {"gemm_tflops": 546}} changes GPU 3."""
+    return [GpuRow(rank=first_rank + g, node=node, gpu=g, **{**HEALTHY, **overrides.get(f"g{g}", {})})
+            for g in range(gpus)]
+
+
+def detail(*parts: list[GpuRow]) -> GpuDetail:
+    return GpuDetail(gemm_size=8192, hbm_bytes=1 << 30, host_bytes=256 << 20, windows=7, iters=10,
+                     rows=[r for p in parts for r in p])
+
+
+def h100() -> GpuCheck:
+    return WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=2).checks.gpu
+
+
+def failed(results: list[CheckResult]) -> list[tuple[str, str | None, int | None]]:
+    return [(r.name, r.node, r.gpu) for r in results if not r.passed]
+
+
+def test_healthy_gpus_pass_every_result_two_per_gpu_and_measurement() -> None:
+    results, skipped = judge_gpus(h100(), detail(rows("a", 8), rows("b", 8, 8)), cpu=False)
+    assert skipped == [] and failed(results) == []
+    assert len(results) == 16 * 4 * 2
+    gemm = next(r for r in results if r.name == "gemm_tflops" and r.node == "b" and r.gpu == 5)
+    assert gemm.value == 780.0 and gemm.threshold == 650 and gemm.comparison == "ge" and gemm.unit == "TFLOP/s"
+    ratio = next(r for r in results if r.name == "gemm_tflops_ratio_to_node_median" and r.gpu == 5)
+    assert ratio.value == 1.0 and ratio.threshold == 0.9
+
+
+def test_one_gpu_at_70_percent_of_its_node_fails_by_ratio_naming_node_and_gpu() -> None:
+    check = h100().model_copy(update={"thresholds": h100().thresholds.model_copy(update={"min_gemm_tflops": 500})})
+    slow = {"g3": {"gemm_tflops": 0.7 * 780}}  # 546: above the absolute floor of 500, so only the ratio catches it
+    results, _ = judge_gpus(check, detail(rows("a", 8), rows("b", 8, 8, **slow)), cpu=False)
+    assert failed(results) == [("gemm_tflops_ratio_to_node_median", "b", 3)]
+    bad = next(r for r in results if not r.passed)
+    assert bad.value == pytest.approx(0.7) and "GPU 3 on node b" in bad.message and "0.700 x the node's median" \
+        in bad.message
+
+
+def test_a_gpu_under_the_floor_fails_both_ways_and_the_ratio_uses_its_own_node_only() -> None:
+    slow = {"g1": {"hbm_gbps": 2000.0}}
+    fast_node = rows("b", 2, 2, g0={"hbm_gbps": 4000.0}, g1={"hbm_gbps": 4000.0})
+    results, _ = judge_gpus(h100(), detail(rows("a", 2, **slow), fast_node), cpu=False)
+    # node a: median of 2950 and 2000 = 2475; 2000 / 2475 = 0.81 fails, 2950 / 2475 = 1.19 passes;
+    # node b's faster GPUs do not make node a's healthy GPU 0 look slow
+    assert failed(results) == [("hbm_bandwidth", "a", 1), ("hbm_bandwidth_ratio_to_node_median", "a", 1)]
+
+
+def test_a_missing_measurement_fails_with_its_error_and_does_not_move_the_median() -> None:
+    gap = {"g2": {"h2d_gbps": None, "d2h_gbps": None, "error": "host copy: RuntimeError: CUDA out of memory"}}
+    results, _ = judge_gpus(h100(), detail(rows("a", 4, **gap)), cpu=False)
+    assert sorted(failed(results)) == [("d2h_bandwidth", "a", 2), ("d2h_bandwidth_ratio_to_node_median", "a", 2),
+                                       ("h2d_bandwidth", "a", 2), ("h2d_bandwidth_ratio_to_node_median", "a", 2)]
+    h2d = next(r for r in results if r.name == "h2d_bandwidth" and r.gpu == 2)
+    assert h2d.value is None and "not measured" in h2d.message and "CUDA out of memory" in h2d.message
+    others = [r for r in results if r.name == "h2d_bandwidth_ratio_to_node_median" and r.gpu != 2]
+    assert [r.value for r in others] == [1.0, 1.0, 1.0]
+
+
+def test_without_thresholds_values_are_recorded_but_a_gap_still_fails() -> None:
+    results, _ = judge_gpus(GpuCheck(), detail(rows("a", 2, g1={"gemm_tflops": 10.0, "hbm_gbps": None})),
+                            cpu=False)
+    assert all(r.comparison == "info" for r in results)
+    assert failed(results) == [("hbm_bandwidth", "a", 1), ("hbm_bandwidth_ratio_to_node_median", "a", 1)]
+
+
+def test_without_host_copies_they_are_skipped_never_passed() -> None:
+    results, skipped = judge_gpus(GpuCheck(), detail(rows("a", 2)), cpu=True)
+    assert [(s.check, s.name) for s in skipped] == [("gpu", "h2d_bandwidth"), ("gpu", "d2h_bandwidth")]
+    assert {r.name for r in results} == {"gemm_tflops", "gemm_tflops_ratio_to_node_median", "hbm_bandwidth",
+                                         "hbm_bandwidth_ratio_to_node_median"}
+
+
+def test_estimated_thresholds_are_marked_on_the_results_judged_by_them() -> None:
+    spec = ChecksSpec.model_validate({"gpu": {"thresholds": {"minGemmTflops": 700}}})
+    config = WorkloadConfig.build(checks=spec, profile="h200-sxm", nodes=1)
+    assert "gpu.minGemmTflops" not in config.estimated_thresholds  # the test set it: a choice, not an estimate
+    assert {"gpu.minHbmGBps", "gpu.minRatioToNodeMedian"} <= set(config.estimated_thresholds)
+    results, _ = judge_gpus(config.checks.gpu, detail(rows("a", 1)), cpu=False,
+                            estimated=config.estimated_thresholds)
+    by_name = {r.name: r for r in results}
+    assert by_name["gemm_tflops"].estimated is None and "estimated" not in by_name["gemm_tflops"].message
+    assert by_name["hbm_bandwidth"].estimated is True and by_name["hbm_bandwidth"].message.endswith(
+        "[estimated threshold]")
+    assert by_name["hbm_bandwidth_ratio_to_node_median"].estimated is True
+    assert "the only GPU of its node" in by_name["gemm_tflops_ratio_to_node_median"].message
+
+
+def test_custom_profile_marks_nothing_estimated() -> None:
+    config = WorkloadConfig.build(checks=ChecksSpec(), profile="custom", nodes=1)
+    assert config.estimated_thresholds == [] and config.checks.gpu.thresholds.model_dump(exclude_none=True) == {}
+
+
+def test_rate_is_the_median_window_and_a_bad_window_makes_it_missing() -> None:
+    # 1 unit of work per op, 10 ops a window: windows of 1 s, 1 s, 2 s (a hiccup), 1 s, 1 s -> 10 per second
+    measured = rate(1.0, [1.0, 1.0, 2.0, 1.0, 1.0], 10)
+    assert measured.value == 10.0 and measured.spread == pytest.approx(0.5)
+    assert rate(1.0, [1.0, 0.0, 1.0], 10).value is None
+
+
+def test_a_rank_slowed_from_outside_is_named_by_the_real_run(tmp_path: Path) -> None:
+    """Three `python -m acceptance_workload` ranks (gloo, CPU); once the gpu check starts, rank 2 is held
+    stopped 9/10 of the time with SIGSTOP, and only rank 2 (node-a, GPU 2) is blamed."""
+    checks = cpu_smoke_checks(ChecksSpec()).model_copy(deep=True)
+    checks.preflight.enabled = checks.nccl.enabled = checks.ddp.enabled = False
+    config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=3, fabric="ethernet", checks=checks,
+                            report_file=str(tmp_path / "report.json"))
+    port = free_port()
+    envs = [rank_env(r, 3, port, extra={CONFIG_ENV: config.to_env()}) for r in range(3)]
+    procs = start([[sys.executable, "-m", "acceptance_workload"]] * 3, envs)
+    started, done, stderr = threading.Event(), threading.Event(), []
+
+    def read_rank0() -> None:
+        for line in procs[0].stderr:
+            stderr.append(line)
+            if "[gpu-acceptance cpu-smoke] gpu:" in line:
+                started.set()
+
+    def throttle(proc: subprocess.Popen) -> None:
+        """Popen.send_signal does nothing once the process has been reaped (its pid may be reused)."""
+        started.wait(60)
+        with contextlib.suppress(ProcessLookupError):
+            while not done.is_set() and proc.poll() is None:
+                proc.send_signal(signal.SIGSTOP)
+                time.sleep(0.045)
+                proc.send_signal(signal.SIGCONT)
+                time.sleep(0.005)
+
+    threads = [threading.Thread(target=read_rank0, daemon=True),
+               threading.Thread(target=throttle, args=(procs[2],), daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        codes = [p.wait(timeout=150) for p in procs]
+    finally:
+        done.set()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for t in threads:
+            t.join(5)
+    assert started.is_set() and codes == [1, 1, 1], "".join(stderr)[-3000:]
+    report = Report.model_validate(json.loads((tmp_path / "report.json").read_text()))
+    assert report.checks_run == ["gpu"] and report.error is None and not report.passed
+    assert report.gpu is not None and [(r.node, r.gpu) for r in report.gpu.rows] == [("node-a", g) for g in range(3)]
+    assert all(r.gemm_tflops and r.hbm_gbps and r.h2d_gbps is None for r in report.gpu.rows)
+    blamed = set(failed(report.results))
+    assert blamed and blamed <= {("gemm_tflops_ratio_to_node_median", "node-a", 2),
+                                 ("hbm_bandwidth_ratio_to_node_median", "node-a", 2)}, render.gpu_table(report)
+    assert report.failed_nodes == ["node-a"]
+    assert {s.name for s in report.skipped} == {"h2d_bandwidth", "d2h_bandwidth"}

@@ -1,0 +1,317 @@
+"""Per-GPU checks built to name a slow GPU: bf16 GEMM, HBM copy, host-to-device and device-to-host copies.
+
+Every value is the median of several timed windows, so one hiccup (a shared
+host's stall, a clock dip) does not decide. GEMM and HBM copies run on every
+GPU of a node at once, as the GPUs work in training; host copies run one GPU
+of each node at a time, because GPUs can share a PCIe switch's uplink to the
+CPU and a concurrent measurement would judge the host, not the GPU's link.
+Each GPU is judged against the profile's floor and against the median GPU of
+its node; a value that could not be measured fails (fail closed).
+
+On a CPU smoke run (gloo) the same machinery measures a float32 matmul and a
+memory copy on CPU tensors, judged only against the node's median; host
+copies do not exist there and are skipped, never passed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from acceptance_workload.checks import GpuCheck
+from acceptance_workload.report import CheckResult, GpuDetail, GpuRow, Skip, judge
+from acceptance_workload.wire import parse_bytes
+
+if TYPE_CHECKING:
+    from acceptance_workload.config import WorkloadConfig
+    from acceptance_workload.control import Watchdog
+    from acceptance_workload.launch import Session
+
+SEED = 4321
+ESTIMATED_SUFFIX = " [estimated threshold]"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One per-GPU measurement: where it lives in GpuRow, how it is named, which threshold judges it."""
+
+    field: str  # GpuRow attribute
+    name: str  # CheckResult name of the absolute result; the relative one adds "_ratio_to_node_median"
+    label: str  # for people
+    cpu_label: str  # the same on a CPU smoke run
+    unit: str
+    threshold: str  # GpuThresholds attribute
+    host: bool  # a copy between host and device: one GPU of a node at a time, none on CPU
+
+    def describe(self, cpu: bool) -> str:
+        return self.cpu_label if cpu else self.label
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("gemm_tflops", "gemm_tflops", "bf16 GEMM", "float32 matmul", "TFLOP/s", "min_gemm_tflops", host=False),
+    Metric("hbm_gbps", "hbm_bandwidth", "HBM copy", "memory copy", "GB/s", "min_hbm_gbps", host=False),
+    Metric("h2d_gbps", "h2d_bandwidth", "host-to-device copy", "-", "GB/s", "min_h2d_gbps", host=True),
+    Metric("d2h_gbps", "d2h_bandwidth", "device-to-host copy", "-", "GB/s", "min_d2h_gbps", host=True),
+)
+RATIO_THRESHOLD = "min_ratio_to_node_median"
+
+
+# --------------------------------------------------------------------------- judging (pure)
+
+
+def _wire(check: GpuCheck, attribute: str) -> str:
+    field = type(check.thresholds).model_fields[attribute]
+    return f"gpu.{field.alias or attribute}"
+
+
+def judge_gpus(check: GpuCheck, detail: GpuDetail, *, cpu: bool = False,
+               estimated: Collection[str] = ()) -> tuple[list[CheckResult], list[Skip]]:
+    """Two results per GPU and measurement: against the profile's floor, and against its node's median GPU.
+
+    `cpu` (a CPU smoke run) skips the host copies with a reason.
+    `estimated`: thresholds ("gpu.minGemmTflops") that are the profile's
+    estimates; results judged by them carry estimated=True and say so.
+    """
+    th = check.thresholds
+    results: list[CheckResult] = []
+    skipped: list[Skip] = []
+    nodes: dict[str, list[GpuRow]] = {}
+    for row in detail.rows:
+        nodes.setdefault(row.node, []).append(row)
+    ratio_floor = th.min_ratio_to_node_median
+    ratio_estimated = ratio_floor is not None and _wire(check, RATIO_THRESHOLD) in estimated
+    for m in METRICS:
+        if m.host and cpu:
+            skipped.append(Skip(check="gpu", name=m.name,
+                                reason="CPU smoke run: no GPU, so no host-to-device or device-to-host copy"))
+            continue
+        floor = getattr(th, m.threshold)
+        floor_estimated = floor is not None and _wire(check, m.threshold) in estimated
+        for rows in nodes.values():
+            present = [v for v in (getattr(r, m.field) for r in rows) if v is not None and v > 0]
+            median = statistics.median(present) if present else None
+            for r in rows:
+                value = getattr(r, m.field)
+                label = m.describe(cpu)
+                results.append(_absolute(m, label, r, value, floor, floor_estimated))
+                results.append(_relative(m, label, r, value, median, len(rows), ratio_floor, ratio_estimated))
+    return results, skipped
+
+
+def _num(v: float) -> str:
+    """700.1234 -> '700.1', 0.00345 -> '0.00345' (CPU smoke values are small)."""
+    return f"{v:,.1f}" if abs(v) >= 100 else f"{v:.4g}"
+
+
+def _where(r: GpuRow) -> str:
+    return f"GPU {r.gpu} on node {r.node}"
+
+
+def _missing(label: str, r: GpuRow) -> str:
+    return f"{_where(r)}: {label} not measured" + (f" ({r.error})" if r.error else "")
+
+
+def _result(r: GpuRow, name: str, value: float | None, unit: str, threshold: float | None,
+            message: str, estimated: bool) -> CheckResult:
+    comparison = "ge" if threshold is not None else "info"
+    return CheckResult(check="gpu", name=name, value=value, unit=unit, threshold=threshold, comparison=comparison,
+                       passed=judge(value, threshold, comparison),
+                       message=message + (ESTIMATED_SUFFIX if estimated else ""),
+                       node=r.node, gpu=r.gpu, estimated=True if estimated else None)
+
+
+def _absolute(m: Metric, label: str, r: GpuRow, value: float | None, floor: float | None,
+              estimated: bool) -> CheckResult:
+    message = _missing(label, r) if value is None else f"{_where(r)}: {label} {_num(value)} {m.unit}"
+    return _result(r, m.name, value, m.unit, floor, message, estimated)
+
+
+def _relative(m: Metric, label: str, r: GpuRow, value: float | None, median: float | None, gpus: int,
+              floor: float | None, estimated: bool) -> CheckResult:
+    name = f"{m.name}_ratio_to_node_median"
+    if value is None:
+        return _result(r, name, None, "", floor, _missing(label, r), estimated)
+    if median is None:
+        return _result(r, name, None, "", floor, f"{_where(r)}: no GPU of node {r.node} measured {label}",
+                       estimated)
+    ratio = round(value / median, 4)
+    alone = " (the only GPU of its node)" if gpus == 1 else ""
+    message = (f"{_where(r)}: {label} {_num(value)} {m.unit} = {ratio:.3f} x the node's median "
+               f"{_num(median)}{alone}")
+    return _result(r, name, ratio, "", floor, message, estimated)
+
+
+# --------------------------------------------------------------------------- measuring (torch)
+
+
+def _windows(op: Callable[[], Any], check: GpuCheck, device: Any) -> list[float]:
+    """Seconds of each timed window of check.iters operations, after check.warmup_iters untimed ones."""
+    import torch
+
+    for _ in range(check.warmup_iters):
+        op()
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+    out = []
+    for _ in range(check.windows):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(check.iters):
+                op()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            for _ in range(check.iters):
+                op()
+            out.append(time.perf_counter() - t0)
+    return out
+
+
+@dataclass
+class Measured:
+    """A rate (the median of the windows' rates) and the spread of those rates."""
+
+    value: float | None
+    spread: float | None
+
+
+def rate(work_per_op: float, seconds: list[float], iters: int) -> Measured:
+    """Work per second at the median window; the spread is (max - min) / median of the windows' rates."""
+    rates = [work_per_op * iters / s for s in seconds if s > 0]
+    if not rates or len(rates) < len(seconds):
+        return Measured(None, None)
+    median = statistics.median(rates)
+    return Measured(median, (max(rates) - min(rates)) / median if median > 0 else None)
+
+
+def measure_gemm(check: GpuCheck, device: Any) -> Measured:
+    """bf16 (float32 on CPU) C = A @ B with N = check.gemm_size, random non-zero data: TFLOP/s."""
+    import torch
+
+    n = check.gemm_size
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    gen = torch.Generator(device=device).manual_seed(SEED)
+    a = torch.randn(n, n, generator=gen, device=device, dtype=dtype)
+    b = torch.randn(n, n, generator=gen, device=device, dtype=dtype)
+    c = torch.empty(n, n, device=device, dtype=dtype)
+    seconds = _windows(lambda: torch.mm(a, b, out=c), check, device)
+    return rate(2 * n**3 / 1e12, seconds, check.iters)
+
+
+def measure_hbm(check: GpuCheck, device: Any) -> Measured:
+    """Device-to-device copy (memory copy on CPU): GB/s counting bytes read plus bytes written."""
+    import torch
+
+    size = parse_bytes(check.hbm_bytes)
+    gen = torch.Generator(device=device).manual_seed(SEED)
+    src = torch.randint(1, 255, (size,), generator=gen, device=device, dtype=torch.uint8)
+    dst = torch.empty_like(src)
+    seconds = _windows(lambda: dst.copy_(src), check, device)
+    return rate(2 * size / 1e9, seconds, check.iters)
+
+
+def measure_host(check: GpuCheck, device: Any) -> tuple[Measured, Measured]:
+    """Host-to-device and device-to-host copies of check.host_bytes through pinned host memory: GB/s."""
+    import torch
+
+    size = parse_bytes(check.host_bytes)
+    host = torch.randint(1, 255, (size,), dtype=torch.uint8).pin_memory()
+    dev = torch.empty(size, device=device, dtype=torch.uint8)
+    h2d = _windows(lambda: dev.copy_(host, non_blocking=True), check, device)
+    d2h = _windows(lambda: host.copy_(dev, non_blocking=True), check, device)
+    return rate(size / 1e9, h2d, check.iters), rate(size / 1e9, d2h, check.iters)
+
+
+class _Mine:
+    """This rank's values and the first error that stopped a measurement."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, float | None] = {m.field: None for m in METRICS}
+        self.spreads: list[float] = []
+        self.errors: list[str] = []
+
+    def take(self, what: str, measure: Callable[[], Measured | tuple[Measured, ...]], *fields: str) -> None:
+        """Run one measurement; an error (out of memory, a CUDA fault) leaves its values missing and is recorded."""
+        try:
+            out = measure()
+        except Exception as e:  # the GPU is judged, not the run ended: its values stay missing and fail
+            self.errors.append(f"{what}: {type(e).__name__}: {str(e)[:300]}")
+            return
+        finally:
+            _free()
+        for f, m in zip(fields, out if isinstance(out, tuple) else (out,), strict=True):
+            self.values[f] = None if m.value is None else float(f"{m.value:.5g}")
+            if m.spread is not None:
+                self.spreads.append(m.spread)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.values, "spread": round(max(self.spreads), 4) if self.spreads else None,
+                "error": "; ".join(self.errors) or None}
+
+
+def _free() -> None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+
+
+def run_gpu(session: Session, config: WorkloadConfig, watchdog: Watchdog,
+            progress: Callable[[str], None] | None = None) -> tuple[list[CheckResult], list[Skip], GpuDetail] | None:
+    """Measure every GPU, gather to rank 0 and judge there; (results, skips, detail) on rank 0, None elsewhere."""
+    check = config.checks.gpu
+    device = session.device
+    control = session.control
+    mine = _Mine()
+    control.allgather("gpu start", None)  # every GPU starts together, as in training
+    with watchdog.step("gpu gemm"):
+        mine.take("gemm", lambda: measure_gemm(check, device), "gemm_tflops")
+    control.allgather("gpu gemm done", None)
+    with watchdog.step("gpu hbm"):
+        mine.take("hbm copy", lambda: measure_hbm(check, device), "hbm_gbps")
+    if device.type == "cuda":
+        _host_turns(session, watchdog, lambda: mine.take("host copy", lambda: measure_host(check, device),
+                                                         "h2d_gbps", "d2h_gbps"))
+    gathered = control.gather("gpu", mine.to_json())
+    if gathered is None:
+        return None
+    detail = GpuDetail(
+        gemm_size=check.gemm_size, hbm_bytes=parse_bytes(check.hbm_bytes), host_bytes=parse_bytes(check.host_bytes),
+        windows=check.windows, iters=check.iters,
+        rows=[GpuRow(rank=i.rank, node=i.node, gpu=i.gpu, **(g or {})) for i, g in
+              zip(session.ranks, gathered, strict=True)],
+    )
+    cpu = device.type != "cuda"
+    results, skipped = judge_gpus(check, detail, cpu=cpu, estimated=config.estimated_thresholds)
+    if progress:
+        progress("gpu: " + headline(detail, results, cpu))
+    return results, skipped, detail
+
+
+def _host_turns(session: Session, watchdog: Watchdog, measure: Callable[[], None]) -> None:
+    """Host copies one GPU of each node at a time; every rank enters every turn (same steps, same counters)."""
+    own = session.node_ranks(session.env.node)
+    turns = max(len(session.node_ranks(node)) for node in session.nodes())
+    for turn in range(turns):
+        session.control.allgather(f"gpu host turn {turn}", None)
+        with watchdog.step(f"gpu host copies, GPU {turn} of each node"):
+            if own.index(session.rank) == turn:
+                measure()
+
+
+def headline(detail: GpuDetail, results: list[CheckResult], cpu: bool = False) -> str:
+    """Medians over all GPUs and the failures, for the progress line."""
+    parts = []
+    for m in METRICS:
+        values = [getattr(r, m.field) for r in detail.rows if getattr(r, m.field) is not None]
+        if values:
+            parts.append(f"{m.describe(cpu)} median {_num(statistics.median(values))} {m.unit}")
+    failed = sum(1 for r in results if not r.passed)
+    return ", ".join(parts) + f"; {failed} of {len(results)} failed"
