@@ -101,8 +101,9 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
         ({"checks": {"nccl": {"maxBytes": "lots"}}}, ["spec.checks.nccl.maxBytes", "should match"]),
         ({"nodez": 2}, ['unknown field "spec.nodez"']),
         ({"network": {"hca": ["mlx5_0"]}}, ['unknown field "spec.network.hca"']),
-        ({"checks": {"preflight": {"enabled": False}, "nccl": {"enabled": False}, "ddp": {"enabled": False}}},
-         ["spec.checks", "enable at least one of preflight, nccl, ddp"]),
+        ({"checks": {"preflight": {"enabled": False}, "gpu": {"enabled": False}, "nccl": {"enabled": False},
+                     "ddp": {"enabled": False}}},
+         ["spec.checks", "enable at least one of preflight, gpu, nccl, ddp"]),
         ({"network": {"fabric": "ethernet"}, "checks": {"nccl": {"requireTransport": "IB"}}},
          ["spec.checks.nccl.requireTransport", "IB cannot be required on network.fabric ethernet"]),
         # Bounds: nothing a user writes is unbounded (issue 8: a 300,000-character env value used to be stored).
@@ -137,8 +138,9 @@ def test_invalid_spec_is_rejected_by_the_server(server: ApiServer, namespace: st
 
 
 def test_cel_rules_allow_what_they_should(server: ApiServer, namespace: str):
-    """The rules are not simply always false: one check on, or IB required on infiniband, is fine."""
-    apply(server, namespace, manifest({"checks": {"nccl": {"enabled": False}, "ddp": {"enabled": False}}}, "one"))
+    """The rules are not simply always false: one check on (gpu alone), or IB required on infiniband, is fine."""
+    only_gpu = {"preflight": {"enabled": False}, "nccl": {"enabled": False}, "ddp": {"enabled": False}}
+    apply(server, namespace, manifest({"checks": only_gpu}, "one"))
     apply(server, namespace, manifest({"network": {"fabric": "infiniband"},
                                        "checks": {"nccl": {"requireTransport": "IB_GDR"}}}, "ib"))
     apply(server, namespace, manifest({"network": {"fabric": "ethernet"},

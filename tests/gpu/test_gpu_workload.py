@@ -90,3 +90,51 @@ def test_a_rank_that_never_joins_an_nccl_collective_is_named(gpus: int, tmp_path
                         extra={"CUDA_VISIBLE_DEVICES": "0,1", "WORKER_BACKEND": "nccl"})
     assert ranks[0].returncode == 3, ranks[0].stderr[-3000:]
     assert "rank 1 (node node-a, GPU 1)" in ranks[0].data["fatal"]
+
+
+def _gpu_check_only(tmp_path: Path, gpus: int, name: str) -> WorkloadConfig:
+    """Only the per-GPU check, judged by the profile of the GPUs here (h100-sxm, h200-sxm, ...)."""
+    import torch
+    from acceptance_workload.profiles import profile_for_gpu
+
+    checks = ChecksSpec.model_validate({"preflight": {"enabled": False}, "nccl": {"enabled": False},
+                                        "ddp": {"enabled": False}})
+    profile = profile_for_gpu(torch.cuda.get_device_name(0)) or "custom"
+    return WorkloadConfig.build(checks=checks, profile=profile, nodes=1, gpus_per_node=gpus,
+                                report_file=str(tmp_path / f"{name}.json"))
+
+
+def test_gpu_check_measures_every_gpu_and_passes_on_healthy_gpus(gpus: int, tmp_path: Path) -> None:
+    config = _gpu_check_only(tmp_path, gpus, "healthy")
+    code = run_processes(config, gpus)
+    report = Report.model_validate(json.loads((tmp_path / "healthy.json").read_text()))
+    assert report.gpu is not None and [r.gpu for r in report.gpu.rows] == list(range(gpus))
+    for row in report.gpu.rows:  # every measurement taken, in the range these parts reach
+        assert row.error is None and row.gemm_tflops and row.hbm_gbps and row.h2d_gbps and row.d2h_gbps, row
+        assert 100 < row.gemm_tflops < 2500 and 500 < row.hbm_gbps < 20_000 and 5 < row.h2d_gbps < 200, row
+    failed = [r for r in report.results if not r.passed]
+    assert code == 0 and report.passed, failed
+    assert len(report.results) == gpus * 4 * 2 and report.skipped == []
+
+
+def test_gpu_check_names_a_gpu_saturated_by_another_process(gpus: int, tmp_path: Path) -> None:
+    """A second process runs matmuls on GPU 1 for the whole check: GPU 1, and only GPU 1, is blamed."""
+    hog = subprocess.Popen([sys.executable, "-c", (
+        "import time, torch\n"
+        "a = torch.randn(8192, 8192, device='cuda:1', dtype=torch.bfloat16)\n"
+        "end = time.time() + 240\n"
+        "while time.time() < end:\n"
+        "    for _ in range(20): a @ a\n"
+        "    torch.cuda.synchronize(1)\n"
+        "    print('busy', flush=True)\n")], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().strip() == "busy"  # GPU 1 is loaded from here on
+        config = _gpu_check_only(tmp_path, gpus, "hog")
+        code = run_processes(config, gpus)
+    finally:
+        hog.kill()
+        hog.wait()
+    report = Report.model_validate(json.loads((tmp_path / "hog.json").read_text()))
+    blamed = {(r.name, r.gpu) for r in report.results if not r.passed}
+    assert code == 1 and ("gemm_tflops_ratio_to_node_median", 1) in blamed, blamed
+    assert all(gpu == 1 for _, gpu in blamed), blamed

@@ -174,7 +174,7 @@ def test_cel_rules_carry_the_cross_field_constraints(schema: dict[str, Any]):
     rules = at(schema, "spec")["x-kubernetes-validations"]
     assert rules == api.SPEC_CEL_RULES
     messages = [r["message"] for r in rules]
-    assert "checks: enable at least one of preflight, nccl, ddp" in messages
+    assert "checks: enable at least one of preflight, gpu, nccl, ddp" in messages
     assert "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet" in messages
     for rule in rules:
         assert rule["fieldPath"].startswith(".")

@@ -102,3 +102,30 @@ def test_workload_config_passes_its_gpu_count_to_the_profile():
     assert config.checks.nccl.thresholds.all_reduce_busbw_gbps == resolve_checks(
         ChecksSpec(), "h100-sxm", 1, 4).nccl.thresholds.all_reduce_busbw_gbps
     assert config.checks.ddp.thresholds.min_throughput_per_gpu == PROFILES["h100-sxm"].ddp["gpt"].min_throughput_per_gpu
+
+
+def test_per_gpu_floors_hold_for_the_default_sizes_or_larger_and_the_ratio_for_any():
+    default = resolve_checks(ChecksSpec(), "h100-sxm", 1).gpu.thresholds
+    assert default == PROFILES["h100-sxm"].gpu and default.min_gemm_tflops and default.min_h2d_gbps
+    small = resolve_checks(ChecksSpec.model_validate({"gpu": {"gemmSize": 4096, "hostBytes": "64Mi"}}),
+                           "h100-sxm", 1).gpu.thresholds
+    assert small.min_gemm_tflops is None and small.min_h2d_gbps is None and small.min_d2h_gbps is None
+    assert small.min_hbm_gbps == default.min_hbm_gbps and small.min_ratio_to_node_median == 0.9
+    larger = resolve_checks(ChecksSpec.model_validate({"gpu": {"hbmBytes": "4Gi"}}), "h200-sxm", 1).gpu.thresholds
+    assert larger.min_hbm_gbps == PROFILES["h200-sxm"].gpu.min_hbm_gbps
+    explicit = ChecksSpec.model_validate({"gpu": {"gemmSize": 1024, "thresholds": {"minGemmTflops": 100}}})
+    assert resolve_checks(explicit, "h100-sxm", 1).gpu.thresholds.min_gemm_tflops == 100
+
+
+def test_estimated_defaults_are_listed_unless_the_spec_sets_them():
+    from acceptance_workload.profiles import estimated_thresholds
+
+    assert "gpu.minGemmTflops" in estimated_thresholds(ChecksSpec(), "h200-sxm")
+    spec = ChecksSpec.model_validate({"gpu": {"thresholds": {"minGemmTflops": 600}}})
+    assert "gpu.minGemmTflops" not in estimated_thresholds(spec, "h200-sxm")
+    assert estimated_thresholds(ChecksSpec(), "custom") == []
+    for profile in PROFILES.values():  # every marker names a real threshold
+        for key in profile.estimated:
+            check, name = key.split(".", 1)
+            fields = type(getattr(ChecksSpec(), check).thresholds).model_fields.values()
+            assert name in {f.alias for f in fields}, key

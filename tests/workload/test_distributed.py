@@ -115,7 +115,7 @@ def test_workload_run_with_a_hung_rank_reports_the_rank_and_exits_2(tmp_path: Pa
 def test_a_rank_that_fails_ends_the_run_at_once_with_its_error(tmp_path: Path) -> None:
     """Rank 1's DDP check raises; rank 0, waiting for it inside DDP, reports rank 1's error well before any timeout."""
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    checks.preflight.enabled = checks.nccl.enabled = False
+    checks.preflight.enabled = checks.gpu.enabled = checks.nccl.enabled = False
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=2, fabric="ethernet", checks=checks,
                             report_file=str(tmp_path / "report.json"))
     port = free_port()

@@ -37,8 +37,15 @@ def test_cpu_smoke_run_writes_the_report_object(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
     assert report.mode == "cpu-smoke" and report.passed and report.error is None
-    assert report.checks_run == ["preflight", "nccl", "ddp"] and report.missing_checks() == []
+    assert report.checks_run == ["preflight", "gpu", "nccl", "ddp"] and report.missing_checks() == []
     assert report.environment.world_size == 2
+    # the per-GPU check on CPU: both processes measured, judged only against their median; host copies skipped
+    assert report.gpu is not None and [r.gpu for r in report.gpu.rows] == [0, 1]
+    assert all(r.gemm_tflops and r.hbm_gbps and r.h2d_gbps is None for r in report.gpu.rows)
+    gpu_results = [r for r in report.results if r.check == "gpu"]
+    assert {r.threshold for r in gpu_results if r.name.endswith("_ratio_to_node_median")} == {0.5}
+    assert all(r.threshold is None for r in gpu_results if not r.name.endswith("_ratio_to_node_median"))
+    assert {s.name for s in report.skipped if s.check == "gpu"} == {"h2d_bandwidth", "d2h_bandwidth"}
     assert {s.collective for s in report.nccl} == {"all_reduce", "all_gather", "reduce_scatter", "alltoall",
                                                   "broadcast", "sendrecv"}
     assert max(r.size for s in report.nccl for r in s.rows) == 1 << 20
@@ -50,6 +57,8 @@ def test_cpu_smoke_run_writes_the_report_object(tmp_path: Path) -> None:
     # labelled as a smoke run wherever a person looks
     assert "CPU SMOKE RUN" in proc.stderr and "VERDICT: PASSED (CPU smoke run)" in proc.stdout
     assert "[gpu-acceptance cpu-smoke] nccl done" in proc.stderr  # progress while it runs
+    assert "[gpu-acceptance cpu-smoke] gpu: float32 matmul median" in proc.stderr
+    assert "# gpu: GEMM 512^3" in proc.stdout
     assert json.loads((tmp_path / "r.json").read_text()) == report.to_wire()
 
 
@@ -150,9 +159,12 @@ def test_a_manifest_sets_checks_and_profile_with_profile_defaults_underneath(tmp
     quick = build_config(_args(file=path, quick=True), 8)
     assert parse_bytes(quick.checks.nccl.max_bytes) == 1 << 30
     assert quick.checks.ddp.steps == 12 and quick.checks.ddp.windows == 4
+    # quick: fewer, shorter windows, the same sizes, so the profile's per-GPU floors still apply
+    assert quick.checks.gpu.windows < config.checks.gpu.windows and quick.checks.gpu.iters < config.checks.gpu.iters
+    assert quick.checks.gpu.thresholds == config.checks.gpu.thresholds and quick.checks.gpu.thresholds.min_gemm_tflops
 
 
-def test_cpu_smoke_checks_drop_every_threshold() -> None:
+def test_cpu_smoke_checks_drop_every_threshold_but_the_relative_gpu_one() -> None:
     from acceptance_workload.checks import ChecksSpec
     from acceptance_workload.profiles import resolve_checks
 
@@ -161,6 +173,8 @@ def test_cpu_smoke_checks_drop_every_threshold() -> None:
     assert smoke.nccl.thresholds.model_dump(exclude_none=True) == {}
     assert smoke.ddp.thresholds.model_dump(exclude_none=True) == {}
     assert smoke.preflight.thresholds.model_dump(exclude_none=True) == {}
+    assert smoke.gpu.thresholds.model_dump(exclude_none=True) == {"min_ratio_to_node_median": 0.5}
+    assert smoke.gpu.gemm_size < 1024 and smoke.gpu.gemm_warmup_seconds == 0
     assert parse_bytes(smoke.nccl.max_bytes) == 1 << 20 and smoke.nccl.sizes()[-1] == 1 << 20
     quick = quick_checks(resolved).nccl.sizes()
     assert quick[-1] == 1 << 30 and quick[0] == 16 and len(quick) == 14  # the 1 GiB reference size is measured

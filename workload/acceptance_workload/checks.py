@@ -103,8 +103,13 @@ class GpuCheck(WireModel):
     hbm_bytes: ByteSize = Field("1Gi", description="Buffer copied device to device (at least 1Mi).")
     host_bytes: ByteSize = Field("256Mi", description="Pinned host buffer copied to and from each GPU (at least 1Mi).")
     windows: int = Field(7, ge=3, le=101, description="Timed windows; each measurement is their median.")
-    iters: int = Field(10, ge=1, description="Operations per timed window.")
+    iters: int = Field(20, ge=1, description="Operations per timed window.")
     warmup_iters: int = Field(10, ge=0, description="Untimed operations before the windows.")
+    gemm_warmup_seconds: float = Field(
+        2.0, ge=0, le=60,
+        description="GEMM runs untimed at least this long first: a GPU holds its first-burst boost clock for "
+        "~0.1 s and settles under its power limit after ~1 s, and the windows must all see the settled clock.",
+    )
     thresholds: GpuThresholds = Field(default_factory=GpuThresholds)
 
     @model_validator(mode="after")

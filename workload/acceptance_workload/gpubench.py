@@ -1,7 +1,10 @@
 """Per-GPU checks built to name a slow GPU: bf16 GEMM, HBM copy, host-to-device and device-to-host copies.
 
 Every value is the median of several timed windows, so one hiccup (a shared
-host's stall, a clock dip) does not decide. GEMM and HBM copies run on every
+host's stall, a clock dip) does not decide. GEMM is measured at the clock a
+GPU sustains under its power limit: on H200 a burst runs at ~780 TFLOP/s for
+~0.1 s at 1980 MHz, then settles near 1500 MHz and ~670-690 TFLOP/s, so
+windows that straddle the change measure the change rather than the GPU. GEMM and HBM copies run on every
 GPU of a node at once, as the GPUs work in training; host copies run one GPU
 of each node at a time, because GPUs can share a PCIe switch's uplink to the
 CPU and a concurrent measurement would judge the host, not the GPU's link.
@@ -147,15 +150,29 @@ def _relative(m: Metric, label: str, r: GpuRow, value: float | None, median: flo
 # --------------------------------------------------------------------------- measuring (torch)
 
 
-def _windows(op: Callable[[], Any], check: GpuCheck, device: Any) -> list[float]:
-    """Seconds of each timed window of check.iters operations, after check.warmup_iters untimed ones."""
+def _windows(op: Callable[[], Any], check: GpuCheck, device: Any, warmup_seconds: float = 0.0) -> list[float]:
+    """Seconds of each timed window of check.iters operations.
+
+    First untimed: check.warmup_iters operations, then more until
+    `warmup_seconds` have passed (a GPU's clock under sustained load is not its
+    first burst's).
+    """
     import torch
+
+    cuda = device.type == "cuda"
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
 
     for _ in range(check.warmup_iters):
         op()
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
+    sync()
+    deadline = time.perf_counter() + warmup_seconds
+    while time.perf_counter() < deadline:
+        for _ in range(check.iters):
+            op()
+        sync()
     out = []
     for _ in range(check.windows):
         if cuda:
@@ -201,7 +218,7 @@ def measure_gemm(check: GpuCheck, device: Any) -> Measured:
     a = torch.randn(n, n, generator=gen, device=device, dtype=dtype)
     b = torch.randn(n, n, generator=gen, device=device, dtype=dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
-    seconds = _windows(lambda: torch.mm(a, b, out=c), check, device)
+    seconds = _windows(lambda: torch.mm(a, b, out=c), check, device, warmup_seconds=check.gemm_warmup_seconds)
     return rate(2 * n**3 / 1e12, seconds, check.iters)
 
 

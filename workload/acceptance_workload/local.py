@@ -34,7 +34,7 @@ CPU_PROCESSES = 2
 CPU_MAX_BYTES = 1 << 20
 QUICK_MAX_BYTES = 1 << 30
 CPU_RATIO_TO_MEDIAN = 0.5
-QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 5
+QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10
 KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a stopped or hung rank is not waited for long
 
 
@@ -96,7 +96,8 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
     return ChecksSpec.model_validate({
         "preflight": {"enabled": checks.preflight.enabled},
         "gpu": {"enabled": checks.gpu.enabled, "gemmSize": 512, "hbmBytes": "32Mi", "hostBytes": "1Mi", "windows": 5,
-                "iters": 5, "warmupIters": 2, "thresholds": {"minRatioToNodeMedian": CPU_RATIO_TO_MEDIAN}},
+                "iters": 5, "warmupIters": 2, "gemmWarmupSeconds": 0,
+                "thresholds": {"minRatioToNodeMedian": CPU_RATIO_TO_MEDIAN}},
         "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
                  "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
                  "perNode": False, "windows": 1,
