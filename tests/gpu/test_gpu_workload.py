@@ -17,6 +17,7 @@ import pytest
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.local import run_processes
+from acceptance_workload.render import gpu_table
 from acceptance_workload.report import Report
 
 from tests.workload.multiproc import REPO, run_workers
@@ -136,5 +137,6 @@ def test_gpu_check_names_a_gpu_saturated_by_another_process(gpus: int, tmp_path:
         hog.wait()
     report = Report.model_validate(json.loads((tmp_path / "hog.json").read_text()))
     blamed = {(r.name, r.gpu) for r in report.results if not r.passed}
-    assert code == 1 and ("gemm_tflops_ratio_to_node_median", 1) in blamed, blamed
-    assert all(gpu == 1 for _, gpu in blamed), blamed
+    print(gpu_table(report))
+    assert code == 1 and ("gemm_tflops_ratio_to_node_median", 1) in blamed, (blamed, gpu_table(report))
+    assert all(gpu == 1 for _, gpu in blamed), (blamed, gpu_table(report))

@@ -52,10 +52,10 @@ class Profile:
         return f"{check}.{threshold}" in self.estimated
 
 
-# Per-GPU floors (checks.gpu): every one is marked estimated until docs/thresholds.md has its
-# 10-run distribution. First figures of this check on 2x H200 (10 runs): sustained bf16 GEMM
-# 649-669 TFLOP/s (a burst reaches 769-798 before the power limit settles the clock), HBM copy
-# 4,229-4,260 GB/s counting read + write, H2D/D2H 55.1-55.5 GB/s, every GPU within 1% of the
+# Per-GPU floors (checks.gpu), marked estimated until H100 and 8-GPU nodes are measured too.
+# This check on 2x H200, 10 full + 10 quick runs (docs/thresholds.md): sustained bf16 GEMM
+# 633-674 TFLOP/s (a burst reaches 769-798 before the power limit settles the clock), HBM copy
+# 4,200-4,260 GB/s counting read + write, H2D/D2H 55.3-55.5 GB/s, every GPU within 2% of the
 # node's median. H100 (not measured by this check): device copy ~2.9-3.0 TB/s, the same 700 W
 # GEMM. The floors sit ~15% under GEMM and HBM and at 40 GB/s for host copies (Azure's H100 gate:
 # 48 GB/s H2D), and a GPU must reach 90% of its node's median GPU.
