@@ -304,6 +304,8 @@ def report(generation: int, *, passed: bool = True, busbw: float = 371.5, failed
 
     results = [CheckResult(check="preflight", name="gpu_count", value=7 if node == failed_node else 8, threshold=8,
                            comparison="eq", passed=node != failed_node, node=node) for node in nodes]
+    results += [CheckResult(check="gpu", name="gemm_tflops", value=665.0, threshold=560, unit="TFLOP/s", passed=True,
+                            node=node, gpu=0) for node in nodes]
     results += [
         CheckResult(check="nccl", name="all_reduce_busbw", value=busbw, threshold=360, unit="GB/s",
                     passed=passed),
@@ -311,7 +313,8 @@ def report(generation: int, *, passed: bool = True, busbw: float = 371.5, failed
                     passed=True),
         CheckResult(check="ddp", name="scaling_efficiency", value=0.93, threshold=0.9, passed=True),
     ]
-    return Report(generation=generation, checks_run=["preflight", "nccl", "ddp"], results=results).finalize().to_wire()
+    return Report(generation=generation, checks_run=["preflight", "gpu", "nccl", "ddp"],
+                  results=results).finalize().to_wire()
 
 
 def json_dump(obj: Any) -> str:

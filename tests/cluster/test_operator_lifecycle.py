@@ -55,14 +55,14 @@ def test_run_passes(cluster: Cluster, backend: str):
     status = cluster.wait_phase("accept", "Succeeded")
 
     assert status["summary"] == {
-        "result": "Passed", "passed": 5, "failed": 0, "total": 5, "allReduceBusbwGBps": 371.5,
+        "result": "Passed", "passed": 7, "failed": 0, "total": 7, "allReduceBusbwGBps": 371.5,
         "ddpThroughputPerGpu": 41000.0, "ddpThroughputUnit": "tokens/s", "scalingEfficiency": 0.93,
         "failedNodes": [],
     }
     assert status["completionTime"] >= status["startTime"]
     succeeded = cluster.condition("accept", "Succeeded")
     assert (succeeded["status"], succeeded["reason"]) == ("True", "ChecksPassed")
-    assert "all 5 checks passed" in succeeded["message"]
+    assert "all 7 checks passed" in succeeded["message"]
     assert cluster.condition("accept", "Running")["status"] == "False"
 
     (row,) = cluster.kubectl_table()
@@ -93,11 +93,11 @@ def test_run_fails_on_the_report(cluster: Cluster, backend: str):
     status = cluster.wait_phase("accept", "Failed")
 
     summary = status["summary"]
-    assert (summary["result"], summary["passed"], summary["failed"], summary["total"]) == ("Failed", 4, 1, 5)
+    assert (summary["result"], summary["passed"], summary["failed"], summary["total"]) == ("Failed", 6, 1, 7)
     assert summary["failedNodes"] == ["node-b"]
     succeeded = cluster.condition("accept", "Succeeded")
     assert (succeeded["status"], succeeded["reason"]) == ("False", "ChecksFailed")
-    assert "1 of 5 checks failed: preflight/gpu_count on node-b: 7 != 8" in succeeded["message"]
+    assert "1 of 7 checks failed: preflight/gpu_count on node-b: 7 != 8" in succeeded["message"]
     assert "nodes to blame: node-b" in succeeded["message"]
     (row,) = cluster.kubectl_table()
     assert (row["PHASE"], row["RESULT"], row["BUS BW"]) == ("Failed", "Failed", "371.5")
