@@ -18,7 +18,8 @@ from tests.cluster.operator_harness import Cluster
 
 
 def test_workload_report_decides_the_run(cluster: Cluster, tmp_path: Path):
-    cluster.create_test("e2e", {"nodes": 1, "checks": {"ddp": {"enabled": False}, "preflight": {"enabled": False}}})
+    cluster.create_test("e2e", {"nodes": 1, "checks": {"ddp": {"enabled": False}, "preflight": {"enabled": False},
+                                                  "gpu": {"enabled": False}}})
     job = cluster.wait_job("PyTorchJob", "e2e-g1")
     master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     (container,) = [c for c in master["containers"] if c["name"] == "pytorch"]

@@ -247,7 +247,7 @@ def measure_host(check: GpuCheck, device: Any) -> tuple[Measured, Measured]:
 
 
 class _Mine:
-    """This rank's values and the first error that stopped a measurement."""
+    """This rank's values, the spread of their windows, and the errors that stopped a measurement."""
 
     def __init__(self) -> None:
         self.values: dict[str, float | None] = {m.field: None for m in METRICS}
