@@ -266,6 +266,7 @@ class Runner:
                 return
 
         if cfg.checks.gpu.enabled:
+            self.stage = "gpu"
             self.progress("gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time")
             out = gpubench.run_gpu(session, cfg, watchdog, progress=self.progress)
             if root:
