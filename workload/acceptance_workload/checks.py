@@ -31,6 +31,8 @@ DEFAULT_BATCH: dict[str, int] = {"gpt": 32, "resnet50": 128}
 MAX_MESSAGE = 2**35  # 32 GiB: one message of the sweep
 MAX_SHM = 2**42  # 4 TiB
 MAX_BUSBW_GBPS = 100_000.0
+MAX_TFLOPS = 1_000_000.0
+MAX_GPU_COPY = 2**36  # 64 GiB: one buffer of the per-GPU copies
 VersionText = text(64)
 
 
@@ -71,17 +73,19 @@ class GpuThresholds(WireModel):
     """
 
     min_gemm_tflops: float | None = Field(
-        None, ge=0, alias="minGemmTflops", description="bf16 dense matmul TFLOP/s of each GPU."
+        None, ge=0, le=MAX_TFLOPS, alias="minGemmTflops", description="bf16 dense matmul TFLOP/s of each GPU."
     )
     min_hbm_gbps: float | None = Field(
-        None, ge=0, alias="minHbmGBps",
+        None, ge=0, le=MAX_BUSBW_GBPS, alias="minHbmGBps",
         description="Device-to-device copy bandwidth of each GPU, GB/s counting bytes read plus bytes written.",
     )
     min_h2d_gbps: float | None = Field(
-        None, ge=0, alias="minH2dGBps", description="Host-to-device copy bandwidth from pinned memory, GB/s."
+        None, ge=0, le=MAX_BUSBW_GBPS, alias="minH2dGBps",
+        description="Host-to-device copy bandwidth from pinned memory, GB/s."
     )
     min_d2h_gbps: float | None = Field(
-        None, ge=0, alias="minD2hGBps", description="Device-to-host copy bandwidth into pinned memory, GB/s."
+        None, ge=0, le=MAX_BUSBW_GBPS, alias="minD2hGBps",
+        description="Device-to-host copy bandwidth into pinned memory, GB/s."
     )
     min_ratio_to_node_median: float | None = Field(
         None, ge=0, le=1, alias="minRatioToNodeMedian",
@@ -100,11 +104,12 @@ class GpuCheck(WireModel):
 
     enabled: bool = True
     gemm_size: int = Field(8192, ge=64, le=65536, description="M = N = K of the bf16 matmul.")
-    hbm_bytes: ByteSize = Field("1Gi", description="Buffer copied device to device (at least 1Mi).")
-    host_bytes: ByteSize = Field("256Mi", description="Pinned host buffer copied to and from each GPU (at least 1Mi).")
+    hbm_bytes: byte_size(MAX_GPU_COPY) = Field("1Gi", description="Buffer copied device to device (at least 1Mi).")
+    host_bytes: byte_size(MAX_GPU_COPY) = Field(
+        "256Mi", description="Pinned host buffer copied to and from each GPU (at least 1Mi).")
     windows: int = Field(7, ge=3, le=101, description="Timed windows; each measurement is their median.")
-    iters: int = Field(20, ge=1, description="Operations per timed window.")
-    warmup_iters: int = Field(10, ge=0, description="Untimed operations before the windows.")
+    iters: int = Field(20, ge=1, le=10_000, description="Operations per timed window.")
+    warmup_iters: int = Field(10, ge=0, le=10_000, description="Untimed operations before the windows.")
     gemm_warmup_seconds: float = Field(
         2.0, ge=0, le=60,
         description="GEMM runs untimed at least this long first: a GPU holds its first-burst boost clock for "
