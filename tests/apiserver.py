@@ -769,9 +769,18 @@ class ApiServer:
             return
         file_args = [a for f in files for a in ("-f", f)]
         self.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=envtest", *file_args)
-        self.kubectl(
-            "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", *file_args, timeout=timeout + 30
-        )
+        # `kubectl wait` fails at once, instead of waiting, on a CRD whose status has no conditions yet (a large
+        # CRD's CEL rules take a moment to compile): ask again until the deadline.
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(1, int(deadline - time.monotonic()))
+            proc = self.kubectl("wait", "--for=condition=Established", f"--timeout={left}s", *file_args,
+                                timeout=left + 30, check=False)
+            if proc.returncode == 0:
+                return
+            if "accessor error" not in proc.stderr or time.monotonic() > deadline:
+                raise ApiServerError(f"CRDs not Established ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+            time.sleep(0.5)
 
 
 # --------------------------------------------------------------------------- command line
