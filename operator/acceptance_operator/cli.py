@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write the report object (as in status.report) to FILE")
     p.add_argument("-f", "--file", metavar="MANIFEST",
                    help="take checks, profile and thresholds from this AcceptanceTest manifest")
-    p.add_argument("--profile", help="threshold profile (default: the manifest's, else h100-sxm)")
+    p.add_argument("--profile", help="threshold profile (default: the manifest's, else the one of the GPUs here)")
     p.add_argument("--gpus", type=int, help="GPUs this node must have (default: the manifest's gpusPerNode, else all "
                    "visible); fewer visible fails the preflight's gpu_count check. With --cpu: gloo processes (2)")
     p.add_argument("--quick", action="store_true", help="short sweep and few steps (minutes, not tens)")

@@ -190,3 +190,15 @@ def test_without_a_profile_the_gpus_own_profile_is_used(monkeypatch: pytest.Monk
     unknown = build_config(_args(), 2)
     assert unknown.profile == "custom" and unknown.checks.nccl.thresholds.all_reduce_busbw_gbps is None
     assert build_config(_args(profile="a100-sxm"), 2).profile == "a100-sxm"  # an explicit profile wins
+
+
+def test_a_manifest_without_a_profile_is_judged_by_the_gpus_own(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # Found on 2x H200: a manifest that only set a timeout judged the GPUs against H100 and failed gpu_model.
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    path = _manifest(tmp_path, "spec:\n  checks:\n    nccl: {collectiveTimeoutSeconds: 20}")
+    assert read_manifest(path)["profile"] is None
+    config = build_config(_args(file=path), 2)
+    assert config.profile == "h200-sxm" and config.checks.nccl.collective_timeout_seconds == 20
