@@ -144,3 +144,14 @@ def test_node_threshold_uses_each_nodes_sweep_and_names_the_slow_node() -> None:
     # a single node: the job sweep is that node's sweep
     single = _by_name(judge_sweeps(_check(nodeAllReduceBusbwGBps=340), sweeps[:2], {}, ["only"], "nccl"))
     assert single[("node_all_reduce_busbw", "only")].value == 380.0
+
+
+def test_a_result_judged_by_an_estimated_floor_says_so() -> None:
+    sweeps = [_sweep("all_reduce", [(GiB, 350.0)]), _sweep("all_gather", [(GiB, 300.0)])]
+    out = judge_sweeps(_check(allReduceBusbwGBps=340, allGatherBusbwGBps=290), sweeps, {}, ["n1"], "nccl",
+                       estimated={"nccl.allReduceBusbwGBps"})
+    r = _by_name(out)
+    assert r[("all_reduce_busbw", None)].estimated and r[("all_reduce_busbw", None)].message.endswith(
+        "[estimated threshold]")
+    assert r[("all_gather_busbw", None)].estimated is None  # its floor is not an estimate
+    assert r[("all_reduce_correctness", None)].estimated is None  # correctness is never estimated

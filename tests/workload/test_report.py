@@ -131,3 +131,12 @@ def test_cpu_smoke_reports_say_so() -> None:
         CheckResult(check="nccl", name="all_reduce_correctness", value=0, threshold=0, comparison="le",
                     passed=True)]).finalize()
     assert "CPU SMOKE RUN" in verdict_table(report) and summary(report).startswith("CPU SMOKE RUN PASSED")
+
+
+def test_ddp_results_judged_by_an_estimated_floor_say_so() -> None:
+    d = detail([100.0, 100.0], [95.0, 95.0])
+    results = {(r.name, r.gpu): r for r in judge_ddp(check(minThroughputPerGpu=85, minScalingEfficiency=0.9),
+                                                    d, [5.0, 4.0], estimated={"ddp.minThroughputPerGpu"})}
+    assert results[("throughput_per_gpu", None)].estimated and results[("gpu_throughput", 0)].estimated
+    assert "[estimated threshold]" in results[("throughput_per_gpu", None)].message
+    assert results[("scaling_efficiency", None)].estimated is None

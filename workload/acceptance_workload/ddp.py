@@ -16,12 +16,12 @@ import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks import DdpCheck
-from acceptance_workload.report import CheckResult, DdpDetail, DdpRank, judge
+from acceptance_workload.report import CheckResult, DdpDetail, DdpRank, judge, with_estimate
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
@@ -189,7 +189,7 @@ def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
                for i, g in zip(session.ranks, gathered, strict=True)],
     )
     losses = [statistics.fmean(step) for step in zip(*(g["losses"] for g in gathered), strict=True)]
-    results = judge_ddp(check, detail, losses)
+    results = judge_ddp(check, detail, losses, config.estimated_thresholds)
     if progress:
         progress(f"ddp {wl.name}: " + "; ".join(r.message for r in results if r.node is None))
     return results, detail
@@ -204,7 +204,21 @@ def window_efficiencies(gathered: list[dict[str, list[float]]]) -> list[float]:
     return out
 
 
-def judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float]) -> list[CheckResult]:
+DDP_THRESHOLD_KEYS = {  # result name -> the threshold it is judged by (wire name)
+    "throughput_per_gpu": "ddp.minThroughputPerGpu",
+    "gpu_throughput": "ddp.minThroughputPerGpu",
+    "scaling_efficiency": "ddp.minScalingEfficiency",
+    "straggler_ratio": "ddp.maxStragglerRatio",
+}
+
+
+def judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float],
+              estimated: Collection[str] = ()) -> list[CheckResult]:
+    """The results, each marked where its threshold is the profile's estimate."""
+    return [with_estimate(r, DDP_THRESHOLD_KEYS.get(r.name, ""), estimated) for r in _judge_ddp(check, detail, losses)]
+
+
+def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float]) -> list[CheckResult]:
     """Throughput, scaling efficiency, straggler and loss results from the gathered numbers."""
     th = check.thresholds
     unit = detail.unit

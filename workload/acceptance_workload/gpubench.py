@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks import GpuCheck
-from acceptance_workload.report import CheckResult, GpuDetail, GpuRow, Skip, judge
+from acceptance_workload.report import ESTIMATED_SUFFIX, CheckResult, GpuDetail, GpuRow, Skip, judge
 from acceptance_workload.wire import parse_bytes
 
 if TYPE_CHECKING:
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from acceptance_workload.launch import Session
 
 SEED = 4321
-ESTIMATED_SUFFIX = " [estimated threshold]"
 
 
 @dataclass(frozen=True)

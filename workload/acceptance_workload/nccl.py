@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.checks import COLLECTIVES, Collective, NcclCheck
-from acceptance_workload.report import CheckResult, NcclRow, NcclSweep, Skip
+from acceptance_workload.checks import COLLECTIVES, Collective, NcclCheck, NcclThresholds
+from acceptance_workload.report import CheckResult, NcclRow, NcclSweep, Skip, with_estimate
 from acceptance_workload.wire import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
@@ -412,8 +412,23 @@ class NcclOutcome:
     skipped: list[Skip] = field(default_factory=list)
 
 
+def threshold_key(result_name: str) -> str:
+    """The wire name of the threshold a busbw result is judged by ("nccl.allReduceBusbwGBps")."""
+    attr = "node_all_reduce_busbw_gbps" if result_name == "node_all_reduce_busbw" else f"{result_name}_gbps"
+    field = NcclThresholds.model_fields.get(attr)
+    return f"nccl.{field.alias or attr}" if field else f"nccl.{result_name}"
+
+
 def judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple[str, str | None], str],
-                 nodes: list[str], backend: str) -> NcclOutcome:
+                 nodes: list[str], backend: str, estimated: Collection[str] = ()) -> NcclOutcome:
+    """Every result, each marked where the threshold it was judged by is the profile's estimate."""
+    out = _judge_sweeps(check, sweeps, skipped, nodes, backend)
+    out.results = [with_estimate(r, threshold_key(r.name), estimated) for r in out.results]
+    return out
+
+
+def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple[str, str | None], str],
+                  nodes: list[str], backend: str) -> NcclOutcome:
     """Results for every sweep (correctness) and every threshold; a threshold whose sweep is missing fails."""
     out = NcclOutcome(sweeps=sweeps)
     th = check.thresholds
@@ -460,7 +475,8 @@ def judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple[
 
 def run_sweeps(session: Session, check: NcclCheck, watchdog: Watchdog, *,
                ops: Mapping[Collective, OpFn] = OPS,
-               progress: Callable[[str], None] | None = None) -> NcclOutcome | None:
+               progress: Callable[[str], None] | None = None,
+               estimated: Collection[str] = ()) -> NcclOutcome | None:
     """The whole-job sweep of every collective, then each node's sweep; judged on rank 0 (None elsewhere)."""
     control = session.control
     nodes = session.nodes()
@@ -493,7 +509,7 @@ def run_sweeps(session: Session, check: NcclCheck, watchdog: Watchdog, *,
                 skipped[(collective, node)] = per_node_skip
     if not session.is_root:
         return None
-    return judge_sweeps(check, sweeps, skipped, nodes, session.backend)
+    return judge_sweeps(check, sweeps, skipped, nodes, session.backend, estimated)
 
 
 def _collect(collective: Collective, per_rank: list[Measured], ranks: list[int], node: str | None,

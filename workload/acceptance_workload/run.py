@@ -279,7 +279,8 @@ class Runner:
         if cfg.checks.nccl.enabled:
             self.stage = "nccl"
             self.progress("nccl sweep")
-            out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=self.progress)
+            out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=self.progress,
+                                  estimated=cfg.estimated_thresholds)
             logs = None
             if session.backend == "nccl" and self.nccl_log is not None:
                 logs = transport.parse_file(self.nccl_log).to_json()
