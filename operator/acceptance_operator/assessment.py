@@ -22,9 +22,11 @@ from acceptance_operator.conditions import (
     JOB_FAILED,
     PASSED,
     REPORT_MISSING,
+    REPORT_REJECTED,
     TIMEOUT,
     RunState,
 )
+from acceptance_operator.rejudge import RunFacts, rejudge
 from acceptance_operator.verdict import report_for_generation, summarize, verdict_message
 
 KubeDict = dict[str, Any]
@@ -61,10 +63,34 @@ class Observation:
     pods: list[KubeDict]
     events: list[KubeDict]
     enabled_checks: tuple[CheckName, ...] = ()
+    run: RunFacts | None = None  # what the report is judged against; without it no report can pass
+
+
+def pod_nodes(pods: list[KubeDict]) -> frozenset[str]:
+    """The nodes the job's pods were scheduled on."""
+    return frozenset(n for p in pods if (n := (p.get("spec") or {}).get("nodeName")))
 
 
 def _failed(reason: str, message: str, *, stop_job: bool = False) -> Assessment:
     return Assessment(RunState("Failed", reason, message), Summary(result="Failed"), stop_job=stop_job)
+
+
+def _verdict(report: Report, obs: Observation) -> Assessment:
+    """The operator's verdict on a report of this generation: judged again, and checked against the run."""
+    if obs.run is None:
+        return _failed(REPORT_REJECTED, "the operator has no record of the run to judge the report against")
+    facts = RunFacts(obs.run.config, obs.run.uid, pod_nodes(obs.pods))
+    judged = rejudge(report, facts)
+    report = judged.report
+    summary = summarize(report)
+    if judged.problems:
+        message = "status.report does not describe this run: " + "; ".join(judged.problems)
+        return Assessment(RunState("Failed", REPORT_REJECTED, message),
+                          summary.model_copy(update={"result": "Failed"}), report)
+    passed = report.verdict()
+    run_state = RunState("Succeeded" if passed else "Failed", PASSED if passed else CHECKS_FAILED,
+                         verdict_message(report))
+    return Assessment(run_state, summary, report)
 
 
 def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
@@ -73,12 +99,8 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     job = obs.job
     state = diagnosis.job_state(job)
     if report is not None:
-        summary = summarize(report)
-        passed = report.verdict()
-        run_state = RunState("Succeeded" if passed else "Failed", PASSED if passed else CHECKS_FAILED,
-                             verdict_message(report))
         # A job still running after its report is exiting: it ends by itself and keeps its logs until the TTL.
-        return Assessment(run_state, summary, report)
+        return _verdict(report, obs)
 
     job_text = f"{obs.job_kind} {obs.job_name}"
     if job is None:
@@ -120,6 +142,8 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
         )
 
     progress = diagnosis.progress(job, obs.pods)
+    if report_problem:
+        progress += f"; {report_problem}"
     if state.state in ("Running", "Restarting") or diagnosis.any_running(obs.pods):
         return Assessment(RunState("Running", "JobRunning", progress))
     return Assessment(RunState("Pending", "Pending", progress))

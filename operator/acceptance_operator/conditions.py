@@ -27,13 +27,15 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 PASSED = "ChecksPassed"
 CHECKS_FAILED = "ChecksFailed"
 REPORT_MISSING = "ReportMissing"
+REPORT_REJECTED = "ReportRejected"  # a report that does not describe this run (CPU smoke, other nodes, ...)
 JOB_FAILED = "JobFailed"
 UNSCHEDULABLE = "Unschedulable"
 TIMEOUT = "Timeout"
 BACKEND_NOT_INSTALLED = "BackendNotInstalled"
 INVALID_SPEC = "InvalidSpec"
 FAILURE_REASONS: tuple[str, ...] = (
-    CHECKS_FAILED, REPORT_MISSING, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, BACKEND_NOT_INSTALLED, INVALID_SPEC,
+    CHECKS_FAILED, REPORT_MISSING, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, BACKEND_NOT_INSTALLED,
+    INVALID_SPEC,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
 BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)

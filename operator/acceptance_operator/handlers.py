@@ -30,7 +30,7 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import manifests
+from acceptance_operator import manifests, ownership
 from acceptance_operator.api import (
     DEFAULT_IMAGE,
     GROUP,
@@ -50,7 +50,7 @@ from acceptance_operator.conditions import (
     BACKEND_NOT_INSTALLED,
     BEFORE_JOB,
     INVALID_SPEC,
-    TERMINAL_PHASES,
+    REPORT_REJECTED,
     TIMEOUT,
     RunState,
     conditions_for,
@@ -60,6 +60,7 @@ from acceptance_operator.kubeapi import BACKENDS, Kube
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import describe, node_patch
 from acceptance_operator.policy import policy_problems
+from acceptance_operator.rejudge import RunFacts
 from acceptance_operator.settings import KOPF_WORKERS, OperatorSettings, configure_kopf
 from acceptance_operator.verdict import measured_nodes
 from acceptance_operator.workqueue import WorkQueue, start_workers
@@ -117,10 +118,9 @@ def _timestamp(value: datetime | None) -> str | None:
 
 
 def is_finished(body: KubeDict) -> bool:
-    """The current generation has a verdict: nothing left to do until the spec changes."""
-    status = body.get("status") or {}
-    generation = (body.get("metadata") or {}).get("generation")
-    return status.get("observedGeneration") == generation and status.get("phase") in TERMINAL_PHASES
+    """The current generation has a verdict by the operator's own record: nothing left to do until the spec
+    changes (status.phase alone proves nothing: the workload's token can write it)."""
+    return ownership.is_finished(body)
 
 
 # --------------------------------------------------------------------------- kopf entry points
@@ -171,7 +171,8 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
         return  # the echo of our own status write: nothing new to look at
     if seen == _seen[key]:
         return  # only kopf's finalizer or annotations changed: nothing a run depends on
-    if is_finished(body) and not body.get("metadata", {}).get("deletionTimestamp"):
+    if is_finished(body) and ownership.restoration(body) is None and not body.get("metadata", {}).get(
+            "deletionTimestamp"):
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
         QUEUE.forget(key)
         return
@@ -206,7 +207,7 @@ def _inputs(obj: KubeDict) -> list[Any]:
     """What others may change under a reconcile: the spec (by generation), deletion, labels, annotations, report."""
     meta = obj.get("metadata") or {}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if "kopf" not in k and "last-handled" not in k}
+                   if "kopf" not in k and "last-handled" not in k and k != ownership.RECORD_ANNOTATION}
     return json.loads(json.dumps([meta.get("generation"), meta.get("deletionTimestamp"), meta.get("labels"),
                                   annotations, (obj.get("status") or {}).get("report")], default=str))
 
@@ -336,6 +337,7 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     obj = k.get_test(namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return
+    _undo_foreign_writes(k, obj, logger)
     status = obj.get("status") or {}
     generation = obj["metadata"].get("generation") or 1
     if is_finished(obj):
@@ -358,6 +360,19 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         _start_run(k, obj, test, now, logger)
         return float(test.spec.timeout_seconds)  # the status write is a watch event: the run is followed then
     return _follow_run(k, obj, test, now, logger)
+
+
+def _undo_foreign_writes(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
+    """Put back phase, conditions and summary as the operator recorded them, if anyone else wrote there."""
+    restore = ownership.restoration(obj)
+    if restore is None:
+        return
+    meta = obj["metadata"]
+    k.patch_test_status(meta["namespace"], meta["name"], restore)
+    obj["status"] = {**(obj.get("status") or {}), **restore}
+    message = f"status fields written by someone other than the operator were put back: {', '.join(sorted(restore))}"
+    logger.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
+    kopf.warn(obj, reason="ForeignStatusWrite", message=message)
 
 
 def _selector(test: AcceptanceTest) -> str:
@@ -449,9 +464,9 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     try:
         observation = _observe(k, test, status, fresh=False)
         outcome = assess(observation, now, _timing())
-        if outcome.state.terminal and outcome.report is None:
+        if outcome.state.terminal and (outcome.report is None or outcome.state.reason == REPORT_REJECTED):
             # The job and pods decide, and the watches may lag: confirm with the API server before the run ends.
-            # (A report decides alone, and it comes from the test just read.)
+            # (A report decides with the pods' nodes only: those are read afresh before it is rejected.)
             observation = _observe(k, test, status, fresh=True)
             outcome = assess(observation, now, _timing())
     except ApiException as e:
@@ -517,6 +532,7 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) ->
         pods=pods,
         events=events,
         enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
+        run=RunFacts(manifests.build_workload_config(test), test.metadata.uid),
     )
 
 
@@ -645,7 +661,8 @@ def _write_status(
         job_text = f"{test.spec.backend} {job_name}"
     else:
         job, job_text = None, "the job"
-    conditions = conditions_for(state, job_text, _conditions(status), generation, now)
+    state = RunState(state.phase, state.reason, ownership.clip_message(state.message))
+    conditions = conditions_for(state, job_text, _conditions(ownership.record(obj) or {}), generation, now)
     desired: KubeDict = {
         "phase": state.phase,
         "conditions": [c.to_wire() for c in conditions],
@@ -655,8 +672,11 @@ def _write_status(
         "job": job,
         "summary": summary.to_wire() if summary is not None else None,
     }
-    if all(status.get(key) == value for key, value in desired.items()):
+    if ownership.record(obj) == desired and all(status.get(key) == value for key, value in desired.items()):
         return
+    # The record first: a crash before the status write leaves a record the next reconcile applies.
+    patched = k.patch_test(meta["namespace"], meta["name"], ownership.record_patch(desired)) or {}
+    obj["metadata"] = {**meta, "annotations": (patched.get("metadata") or {}).get("annotations") or {}}
     written = k.patch_test_status(meta["namespace"], meta["name"], desired) or {}
     version = (written.get("metadata") or {}).get("resourceVersion")
     # Its echo is skipped only if nothing we read changed meanwhile (a report that landed between our read

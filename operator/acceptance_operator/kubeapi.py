@@ -112,6 +112,12 @@ class Kube:
             _preload_content=False,
         ))
 
+    def patch_test(self, namespace: str, name: str, patch: KubeDict) -> KubeDict:
+        """Merge-patch the AcceptanceTest itself (metadata: the operator's status record)."""
+        return self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name, patch, _content_type=MERGE_PATCH
+        )
+
     # backends and jobs -------------------------------------------------------
     def backend_problem(self, backend: Backend) -> str | None:
         """None when the backend's CRD serves the version we write; otherwise what to install."""

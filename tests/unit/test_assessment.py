@@ -7,13 +7,16 @@ from datetime import timedelta
 
 import pytest
 from acceptance_operator.assessment import Observation, Timing, assess, next_look
+from acceptance_operator.rejudge import RunFacts
+from acceptance_workload.checks import ChecksSpec
+from acceptance_workload.config import TestRef, WorkloadConfig
 
+from tests.reports import node_names, passing_report
 from tests.unit.operator_samples import (
     T0,
     good_report,
     job,
     pod,
-    result,
     scheduling_event,
     terminated,
     unscheduled,
@@ -24,10 +27,22 @@ TIMING = Timing(unschedulable_grace_seconds=600, report_grace_seconds=30)
 RUNNING_JOB = job(conditions=[("Created", "True", "", "", T0), ("Running", "True", "", "", T0)])
 
 
+CONFIG = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=2, gpus_per_node=8,
+                              test=TestRef(name="t", namespace="ns", uid="uid-1", generation=2))
+NODE_PODS = [pod(f"t-g2-{i}", "Running", node=n) for i, n in enumerate(node_names(2))]
+
+
 def obs(**changes) -> Observation:
     base = Observation(generation=2, job_kind="PyTorchJob", job_name="t-g2", timeout_seconds=3600, gpus_per_node=8,
-                       start_time=T0, raw_report=None, job=job(name="t-g2"), pods=[], events=[])
+                       start_time=T0, raw_report=None, job=job(name="t-g2"), pods=[], events=[],
+                       run=RunFacts(CONFIG, "uid-1"))
     return replace(base, **changes)
+
+
+def reported(report=None, **changes) -> Observation:
+    """A run whose pods ran on the report's nodes, with the report written."""
+    report = report or passing_report(CONFIG)
+    return obs(**{"raw_report": report.to_wire(), "pods": NODE_PODS, **changes})
 
 
 def test_no_status_yet_is_pending():
@@ -43,18 +58,19 @@ def test_running_job_is_running():
 
 
 def test_passing_report_of_this_generation_succeeds_even_while_the_job_exits():
-    a = assess(obs(job=RUNNING_JOB, raw_report=good_report(generation=2).to_wire()), T0, TIMING)
-    assert (a.state.phase, a.state.reason) == ("Succeeded", "ChecksPassed")
-    assert a.summary.result == "Passed" and a.summary.all_reduce_busbw_gbps == pytest.approx(371.46)
+    a = assess(reported(job=RUNNING_JOB), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Succeeded", "ChecksPassed"), a.state.message
+    assert a.summary.result == "Passed" and a.summary.all_reduce_busbw_gbps == pytest.approx(371.5)
     assert not a.stop_job  # it ends by itself and keeps its logs
 
 
 def test_failing_report_fails_with_checks_failed():
-    report = good_report(generation=2)
-    report.results.append(result("nccl", "all_reduce_busbw", 120, 360, passed=False, unit="GB/s"))
-    a = assess(obs(raw_report=report.to_wire()), T0, TIMING)
+    report = passing_report(CONFIG)
+    busbw = next(r for r in report.results if r.name == "all_reduce_busbw")
+    busbw.value = 120  # still claims passed, against a threshold of its own
+    a = assess(reported(report), T0, TIMING)
     assert (a.state.phase, a.state.reason) == ("Failed", "ChecksFailed")
-    assert "nccl/all_reduce_busbw: 120 < 360 GB/s" in a.state.message
+    assert "nccl/all_reduce_busbw: 120 < 340 GB/s" in a.state.message
     assert a.report is not None and a.summary.failed == 1
 
 
@@ -125,8 +141,7 @@ def test_timeout_stops_the_job_and_says_where_it_was():
 
 
 def test_report_beats_timeout():
-    a = assess(obs(timeout_seconds=60, raw_report=good_report(generation=2).to_wire()), T0 + timedelta(hours=2),
-               TIMING)
+    a = assess(reported(timeout_seconds=60), T0 + timedelta(hours=2), TIMING)
     assert a.state.phase == "Succeeded"
 
 
@@ -167,3 +182,29 @@ def test_next_look_skips_deadlines_already_past():
     look = next_look(obs(pods=pods), T0 + timedelta(seconds=700), TIMING)
     assert look == T0 + timedelta(seconds=3600)
     assert next_look(obs(pods=pods), T0 + timedelta(seconds=3601), TIMING) is None
+
+
+def test_cpu_smoke_report_is_rejected_naming_why():
+    report = passing_report(CONFIG)
+    report.mode = "cpu-smoke"
+    a = assess(reported(report), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "ReportRejected")
+    assert "cpu-smoke report" in a.state.message and a.summary.result == "Failed"
+
+
+def test_report_from_nodes_the_pods_did_not_run_on_is_rejected():
+    a = assess(reported(pods=[pod("t-g2-0", "Running", node="gpu-node-0000")]), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "ReportRejected")
+    assert "gpu-node-0001 ran no pod of this run" in a.state.message
+
+
+def test_without_run_facts_no_report_passes():
+    a = assess(reported(run=None), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "ReportRejected")
+
+
+def test_an_ignored_report_says_why_while_the_run_goes_on():
+    stale = passing_report(CONFIG).model_copy(update={"generation": 1})
+    a = assess(obs(job=RUNNING_JOB, pods=NODE_PODS, raw_report=stale.to_wire()), T0, TIMING)
+    assert a.state.phase == "Running"
+    assert "generation 1, not 2" in a.state.message

@@ -25,6 +25,11 @@ class FakeKube:
     def get_test(self, namespace: str, name: str) -> dict[str, Any] | None:
         return json.loads(json.dumps(self.test))
 
+    def patch_test(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        meta = self.test.setdefault("metadata", {})
+        meta["annotations"] = {**(meta.get("annotations") or {}), **patch["metadata"]["annotations"]}
+        return json.loads(json.dumps(self.test))
+
     def patch_test_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         merged = {**self.test.get("status", {}), **status}
         self.test["status"] = {k: v for k, v in merged.items() if v is not None}

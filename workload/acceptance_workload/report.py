@@ -205,6 +205,7 @@ class Report(WireModel):
     version: str = REPORT_VERSION
     mode: Literal["gpu", "cpu-smoke"] = "gpu"
     generation: int | None = Field(None, description="metadata.generation of the AcceptanceTest this ran for.")
+    uid: str | None = Field(None, description="metadata.uid of the AcceptanceTest this ran for (the run's id).")
     started_at: datetime | None = None
     finished_at: datetime | None = None
     passed: bool = False

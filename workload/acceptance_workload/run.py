@@ -66,6 +66,7 @@ class Runner:
         self.report = Report(
             mode=config.mode,
             generation=config.test.generation if config.test else None,
+            uid=config.test.uid if config.test else None,
             started_at=now(),
             checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
         )

@@ -1,0 +1,88 @@
+"""Phase, conditions and summary are the operator's alone: its record of them, and undoing foreign writes.
+
+The workload's token may patch the status subresource (it writes status.report
+there), so anything in status can be written by it, or by anyone else allowed
+to patch acceptancetests/status. The operator therefore keeps its own record of
+the status fields it owns in an annotation on the AcceptanceTest: a status
+write (to /status) cannot change metadata, so only a writer of the object
+itself (the operator, or the test's owner, who can delete it anyway) can touch
+the record. The operator decides "finished" from the record, never from
+status.phase, and each reconcile first puts back any owned field that differs
+from the record.
+
+The record is written before the status it describes: a crash between the two
+leaves a record the next reconcile re-applies, never a status without one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import Any
+
+from acceptance_operator.api import GROUP
+from acceptance_operator.conditions import TERMINAL_PHASES
+
+KubeDict = dict[str, Any]
+RECORD_ANNOTATION = f"{GROUP}/status-record"
+OWNED_FIELDS: tuple[str, ...] = (
+    "phase", "conditions", "observedGeneration", "startTime", "completionTime", "job", "summary",
+)
+MAX_CONDITION_MESSAGE = 8192  # characters; Kubernetes allows 32 KiB, and a status read by people needs less
+
+
+def encode(owned: KubeDict) -> str:
+    """The record as it is stored: compressed JSON (failedNodes of 1,000 nodes stay small), base64."""
+    text = json.dumps({k: owned.get(k) for k in OWNED_FIELDS}, sort_keys=True, separators=(",", ":"))
+    return base64.b64encode(zlib.compress(text.encode(), 9)).decode()
+
+
+def decode(text: str) -> KubeDict | None:
+    try:
+        value = json.loads(zlib.decompress(base64.b64decode(text, validate=True)))
+    except (ValueError, zlib.error, TypeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def record(obj: KubeDict) -> KubeDict | None:
+    """The owned status fields as the operator last wrote them; None when it never wrote any (or it is unreadable)."""
+    text = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECORD_ANNOTATION)
+    return decode(text) if isinstance(text, str) else None
+
+
+def owned(status: KubeDict) -> KubeDict:
+    return {k: status.get(k) for k in OWNED_FIELDS}
+
+
+def restoration(obj: KubeDict) -> KubeDict | None:
+    """The status patch that puts every owned field back as recorded; None when nothing differs.
+
+    Without a record, no owned field should be set: whatever is there was not
+    written by this operator.
+    """
+    recorded = record(obj) or {k: None for k in OWNED_FIELDS}
+    current = owned(obj.get("status") or {})
+    changed = {k: recorded.get(k) for k in OWNED_FIELDS if current.get(k) != recorded.get(k)}
+    return changed or None
+
+
+def is_finished(obj: KubeDict) -> bool:
+    """The operator has concluded the current generation (by its own record, not by status.phase)."""
+    rec = record(obj)
+    generation = (obj.get("metadata") or {}).get("generation")
+    return rec is not None and rec.get("observedGeneration") == generation and rec.get("phase") in TERMINAL_PHASES
+
+
+def record_patch(owned_status: KubeDict) -> KubeDict:
+    """The metadata merge patch that stores the record."""
+    return {"metadata": {"annotations": {RECORD_ANNOTATION: encode(owned_status)}}}
+
+
+def clip_message(text: str, limit: int = MAX_CONDITION_MESSAGE) -> str:
+    """A condition message within the limit; what is cut says how much."""
+    if len(text) <= limit:
+        return text
+    tail = f"... ({len(text) - limit} more characters; `gpu-acceptance report` has the whole report)"
+    return text[:limit - len(tail)] + tail

@@ -1,0 +1,301 @@
+"""The operator's own judgement of a report: against the spec and the run, never the report's word.
+
+The workload measures; the operator decides. Every result is judged again from
+its value and the threshold the operator derives from the spec and profile
+(the same WorkloadConfig.build the workload was configured with); the
+report's own `passed`, `threshold` and `comparison` are overwritten. One table
+(RULES) says, per (check, result name), how the threshold and comparison
+follow from the resolved checks; a result whose name the table does not know
+fails closed. A report is also checked against the run it claims to describe
+(GPU mode, test uid and generation, node count, GPUs per node, the nodes the
+job's pods ran on) and against the results the spec requires (a report that
+leaves out a judged result fails as if the result had failed).
+
+Pure: no Kubernetes calls; the handlers pass in what they read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from acceptance_workload.checks import COLLECTIVES
+from acceptance_workload.config import WorkloadConfig
+from acceptance_workload.ddp import MIN_LOSS_DECREASE
+from acceptance_workload.preflight import version_tuple
+from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, Report, judge
+from acceptance_workload.wire import parse_bytes
+
+MAX_MESSAGE = 500  # characters of a result's message kept: the report must not grow the status
+RATIO_SUFFIX = "_ratio_to_node_median"
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the operator knows about the run a report claims to describe."""
+
+    config: WorkloadConfig  # the resolved checks and the run's shape, as the operator configured the workload
+    uid: str | None  # metadata.uid of the AcceptanceTest
+    pod_nodes: frozenset[str] | None = None  # nodes the job's pods were scheduled on; None: not observed
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The operator's threshold and comparison for one result, and, where not numeric, its pass/fail."""
+
+    threshold: float | None
+    comparison: Comparison
+    passed: bool | None = None  # None: judge(value, threshold, comparison)
+    note: str = ""
+
+
+Rule = Callable[[CheckResult, WorkloadConfig, Report], Judgement]
+
+
+def numeric(threshold: float | None, comparison: Comparison) -> Judgement:
+    """A measured value against a threshold; without one, recorded but not judged."""
+    return Judgement(threshold, comparison if threshold is not None else "info")
+
+
+def _flag(required: bool) -> Judgement:
+    """A yes/no item (value 1 good, 0 bad), judged only when the spec requires it."""
+    return numeric(1.0 if required else None, "eq")
+
+
+def _version(need: str | None) -> Rule:
+    def rule(r: CheckResult, _c: WorkloadConfig, _r: Report) -> Judgement:
+        if need is None:
+            return numeric(None, "eq")
+        try:
+            ok = r.observed is not None and version_tuple(r.observed) >= version_tuple(need)
+        except ValueError:
+            ok = False
+        return Judgement(1.0, "eq", ok, "" if ok else f"version {r.observed or 'unknown'} below {need}")
+    return rule
+
+
+def _preflight(attr: str, comparison: Comparison, *, scale: Callable[[object], float] = float) -> Rule:
+    def rule(_r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
+        value = getattr(c.checks.preflight.thresholds, attr)
+        return numeric(None if value is None else scale(value), comparison)
+    return rule
+
+
+def _gpu_model(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
+    want = c.checks.preflight.thresholds.gpu_model
+    if want is None:
+        return numeric(None, "eq")
+    ok = r.observed is not None and want.lower() in r.observed.lower()
+    return Judgement(1.0, "eq", ok, "" if ok else f"GPU {r.observed or 'unknown'} is not a {want}")
+
+
+def _version_rule(attr: str) -> Rule:
+    return lambda r, c, rep: _version(getattr(c.checks.preflight.thresholds, attr))(r, c, rep)
+
+
+def _rdma(c: WorkloadConfig) -> bool:
+    return c.nodes > 1 and c.fabric != "ethernet"
+
+
+def _transport(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
+    return _required_transport(r, c.required_transport())
+
+
+def _intra_transport(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
+    return _required_transport(r, c.checks.nccl.thresholds.intra_node_transport)
+
+
+def _required_transport(r: CheckResult, required: str | None) -> Judgement:
+    """The share of connections that used the required transport must be 1, and it must be the one required."""
+    if required is None:
+        return numeric(None, "ge")
+    if r.expected != required:
+        return Judgement(1.0, "ge", False, f"the report judged transport {r.expected}, the run requires {required}")
+    return numeric(1.0, "ge")
+
+
+def _nccl_busbw(collective: str) -> Rule:
+    def rule(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
+        if r.node is not None:
+            return Judgement(None, "ge", False, "a job-wide busbw result names a node")
+        return numeric(c.checks.nccl.thresholds.busbw_threshold(collective), "ge")  # type: ignore[arg-type]
+    return rule
+
+
+def _ddp(attr: str, comparison: Comparison) -> Rule:
+    return lambda _r, c, _rep: numeric(getattr(c.checks.ddp.thresholds, attr), comparison)
+
+
+def _culprit(_r: CheckResult, _c: WorkloadConfig, _rep: Report) -> Judgement:
+    """A rank the workload blamed (stopped, failed, fell behind): always a failure."""
+    return Judgement(1.0, "ge", False)
+
+
+RULES: dict[tuple[str, str], Rule] = {
+    # preflight: per node and per GPU health, against spec.checks.preflight.thresholds
+    ("preflight", "gpu_count"): lambda _r, c, _rep: numeric(float(c.gpus_per_node), "ge"),
+    ("preflight", "gpu_model"): _gpu_model,
+    ("preflight", "driver_version"): _version_rule("min_driver_version"),
+    ("preflight", "cuda_version"): _version_rule("min_cuda_version"),
+    ("preflight", "nccl_version"): _version_rule("min_nccl_version"),
+    ("preflight", "temperature"): _preflight("max_gpu_temperature_c", "le"),
+    ("preflight", "ecc_uncorrected"): _preflight("max_uncorrected_ecc_errors", "le"),
+    ("preflight", "pending_row_remaps"): _preflight("max_pending_row_remaps", "le"),
+    ("preflight", "row_remap_failure"): lambda _r, _c, _rep: _flag(True),
+    ("preflight", "pcie_generation"): _preflight("min_pcie_generation", "ge"),
+    ("preflight", "pcie_width"): _preflight("min_pcie_width", "ge"),
+    ("preflight", "nvlink_active_links"): _preflight("min_nvlink_active_links", "ge"),
+    ("preflight", "throttle"): lambda _r, c, _rep: _flag(bool(c.checks.preflight.thresholds.fail_on_throttle)),
+    ("preflight", "shm_size"): _preflight("min_shm_bytes", "ge", scale=lambda v: float(parse_bytes(v))),
+    ("preflight", "memlock_unlimited"): lambda _r, c, _rep: _flag(
+        bool(c.checks.preflight.thresholds.require_unlimited_memlock) and _rdma(c)),
+    ("preflight", "ib_ports"): lambda _r, _c, _rep: numeric(1.0, "ge"),
+    ("preflight", "ib_port_state"): lambda _r, c, _rep: _flag(c.nodes > 1),
+    ("preflight", "ib_port_rate"): lambda _r, c, _rep: numeric(
+        c.checks.preflight.thresholds.min_ib_rate_gbps if c.nodes > 1 else None, "ge"),
+    ("preflight", "gpu_health"): lambda _r, _c, _rep: numeric(1.0, "ge"),
+    # nccl: busbw per collective over the job, per node, correctness, transports
+    **{("nccl", f"{c}_busbw"): _nccl_busbw(c) for c in COLLECTIVES},
+    **{("nccl", f"{c}_correctness"): (lambda _r, _c, _rep: numeric(0.0, "le")) for c in COLLECTIVES},
+    ("nccl", "node_all_reduce_busbw"): lambda _r, c, _rep: numeric(
+        c.checks.nccl.thresholds.node_all_reduce_busbw_gbps, "ge"),
+    ("nccl", "transport"): _transport,
+    ("nccl", "intra_node_transport"): _intra_transport,
+    # ddp
+    ("ddp", "throughput_per_gpu"): _ddp("min_throughput_per_gpu", "ge"),
+    ("ddp", "gpu_throughput"): _ddp("min_throughput_per_gpu", "ge"),
+    ("ddp", "scaling_efficiency"): _ddp("min_scaling_efficiency", "ge"),
+    ("ddp", "straggler_ratio"): _ddp("max_straggler_ratio", "le"),
+    ("ddp", "loss_decrease"): lambda _r, _c, _rep: numeric(MIN_LOSS_DECREASE, "ge"),
+    # liveness: a rank the workload blamed, in whichever check it happened
+    **{(check, name): _culprit for check in ("preflight", "gpu", "nccl", "ddp")
+       for name in ("rank_responding", "rank_error", "rank_progress")},
+}
+
+
+def rule_for(result: CheckResult) -> Rule | None:
+    return RULES.get((result.check, result.name))
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 3] + "..."
+
+
+def judge_result(result: CheckResult, config: WorkloadConfig, report: Report) -> CheckResult:
+    """The result with the operator's threshold, comparison and pass/fail; unknown names fail closed."""
+    rule = rule_for(result)
+    if rule is None:
+        return result.model_copy(update={
+            "passed": False, "message": _clip(f"the operator does not know the result {result.check}/{result.name} "
+                                              f"and cannot judge it (fails closed); {result.message}")})
+    j = rule(result, config, report)
+    passed = judge(result.value, j.threshold, j.comparison) if j.passed is None else (
+        j.passed and result.value is not None)
+    message = result.message
+    if j.note:
+        message = f"{j.note}; {message}" if message else j.note
+    return result.model_copy(update={"threshold": j.threshold, "comparison": j.comparison, "passed": passed,
+                                     "message": _clip(message)})
+
+
+@dataclass(frozen=True)
+class Required:
+    """A result the spec requires: missing from the report, it counts as failed."""
+
+    check: str
+    name: str
+    node: str | None = None
+    why: str = ""
+
+
+def required_results(config: WorkloadConfig, nodes: Iterable[str]) -> list[Required]:
+    """Every judged result the enabled checks must produce, per node where it is measured per node."""
+    nodes = sorted(nodes)
+    checks = config.checks
+    out: list[Required] = []
+    if checks.preflight.enabled:
+        out += [Required("preflight", "gpu_count", n, "GPUs of every node") for n in nodes]
+    if checks.nccl.enabled:
+        th = checks.nccl.thresholds
+        for collective in checks.nccl.collectives:
+            if th.busbw_threshold(collective) is not None:
+                out.append(Required("nccl", f"{collective}_busbw", None, "its busbw threshold"))
+        if "all_reduce" in checks.nccl.collectives and th.node_all_reduce_busbw_gbps is not None:
+            out += [Required("nccl", "node_all_reduce_busbw", n, "its all_reduce busbw") for n in nodes]
+        if config.required_transport() is not None:
+            out += [Required("nccl", "transport", n, f"transport {config.required_transport()}") for n in nodes]
+        if th.intra_node_transport is not None and config.gpus_per_node >= 2:
+            out += [Required("nccl", "intra_node_transport", n, "its intra-node transport") for n in nodes]
+    if checks.ddp.enabled:
+        out += [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
+        if checks.ddp.thresholds.min_scaling_efficiency is not None:
+            out.append(Required("ddp", "scaling_efficiency"))
+    return out
+
+
+def missing_required(report: Report, config: WorkloadConfig, nodes: Iterable[str]) -> list[CheckResult]:
+    """A failed result for each required one the report lacks (with a value or not)."""
+    present = {(r.check, r.name, r.node) for r in report.results}
+    out = []
+    for req in required_results(config, nodes):
+        if (req.check, req.name, req.node) in present:
+            continue
+        where = f" for node {req.node}" if req.node else ""
+        out.append(CheckResult(check=req.check, name=req.name, value=None, passed=False, node=req.node,  # type: ignore[arg-type]
+                               message=f"the report has no {req.name} result{where} ({req.why} is judged)"))
+    return out
+
+
+def run_problems(report: Report, facts: RunFacts) -> list[str]:
+    """Why the report does not describe this run; empty when it does."""
+    c, env = facts.config, report.environment
+    problems: list[str] = []
+    if report.mode != "gpu":
+        problems.append(f"it is a {report.mode} report (gloo on CPU), which never passes an AcceptanceTest")
+    test = c.test
+    if test is not None and report.generation != test.generation:
+        problems.append(f"it is for generation {report.generation}, not {test.generation}")
+    if facts.uid is not None and report.uid != facts.uid:
+        problems.append(f"it is for the test with uid {report.uid}, not {facts.uid}")
+    hostnames = set(env.hostnames)
+    if env.nodes != c.nodes or len(hostnames) != c.nodes:
+        problems.append(f"it measured {len(hostnames)} node(s) (environment.nodes {env.nodes}), "
+                        f"spec.nodes is {c.nodes}")
+    if env.gpus_per_node != c.gpus_per_node:
+        problems.append(f"it measured {env.gpus_per_node} GPU(s) per node, spec.gpusPerNode is {c.gpus_per_node}")
+    if env.world_size is not None and env.world_size != c.nodes * c.gpus_per_node:
+        problems.append(f"its world size is {env.world_size}, the run has {c.nodes * c.gpus_per_node} GPUs")
+    named = {r.node for r in report.results if r.node}
+    if named - hostnames:
+        problems.append(f"results name node(s) it did not run on: {_few(named - hostnames)}")
+    if facts.pod_nodes is not None:
+        foreign = hostnames - facts.pod_nodes
+        if foreign:
+            problems.append(f"node(s) {_few(foreign)} ran no pod of this run (its pods ran on "
+                            f"{_few(facts.pod_nodes) or 'no node'})")
+    return problems
+
+
+def _few(names: Iterable[str], limit: int = 5) -> str:
+    names = sorted(names)
+    more = f" (and {len(names) - limit} more)" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+@dataclass
+class Rejudged:
+    """The report with the operator's pass/fail on every result, and why it does not fit the run (if so)."""
+
+    report: Report
+    problems: list[str] = field(default_factory=list)
+
+
+def rejudge(report: Report, facts: RunFacts) -> Rejudged:
+    """Judge every result again, add the required results the report lacks, check the report fits the run."""
+    judged = report.model_copy(deep=True)
+    nodes = judged.environment.hostnames or sorted({r.node for r in judged.results if r.node})
+    judged.results = [judge_result(r, facts.config, report) for r in judged.results]
+    judged.results += missing_required(judged, facts.config, nodes)
+    judged.checks_run = [c for c in CHECK_NAMES if getattr(facts.config.checks, c).enabled]
+    judged.finalize()
+    return Rejudged(judged, run_problems(report, facts))

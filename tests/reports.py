@@ -1,0 +1,131 @@
+"""Realistic full reports, as a healthy GPU run's rank 0 writes them, for any number of nodes.
+
+Every result the workload writes on a healthy H100/H200 run is here, with the
+values such a run measures (comfortably above the profile floors), so the
+operator's re-judging has something real to chew on; a test changes one value
+or one fact to see the verdict move. Used by the unit tests, the cluster
+harness and the size test (1024 nodes).
+"""
+
+from __future__ import annotations
+
+from acceptance_workload.checks import COLLECTIVES
+from acceptance_workload.config import WorkloadConfig
+from acceptance_workload.report import (
+    CheckResult,
+    DdpDetail,
+    DdpRank,
+    Environment,
+    NcclRow,
+    NcclSweep,
+    Report,
+)
+
+SIZES = [1 << p for p in range(3, 33)]  # 8 B .. 4 GiB, as the default sweep
+
+
+def node_names(count: int, prefix: str = "gpu-node") -> list[str]:
+    return [f"{prefix}-{i:04d}" for i in range(count)]
+
+
+def _sweep(collective: str, ranks: int, busbw: float, node: str | None) -> NcclSweep:
+    rows = [NcclRow(size=s, count=s // 4, timeUs=5.0 + s / (busbw * 1e3), algbwGBps=busbw * min(1.0, s / 2**30),
+                    busbwGBps=round(busbw * min(1.0, s / 2**30), 2), wrong=0) for s in SIZES]
+    return NcclSweep(collective=collective, scope="node" if node else "job", node=node, ranks=ranks,
+                     dtype="float32", timing="median of 3 windows of 10 operations", rows=rows)
+
+
+def _r(check: str, name: str, value: float | None, *, node: str | None = None, gpu: int | None = None,
+       unit: str = "", observed: str | None = None, expected: str | None = None, message: str = "") -> CheckResult:
+    # What the workload claims: passed, with a threshold of its own (the operator must not use either).
+    return CheckResult(check=check, name=name, value=value, unit=unit, threshold=None, comparison="info",
+                       passed=True, node=node, gpu=gpu, observed=observed, expected=expected,
+                       message=message or f"{name} {value}")
+
+
+def preflight_results(node: str, gpus: int, multi_node: bool) -> list[CheckResult]:
+    out = [
+        _r("preflight", "shm_size", float(64 << 30), node=node, unit="bytes"),
+        _r("preflight", "memlock_unlimited", 1.0, node=node, observed="unlimited"),
+        _r("preflight", "gpu_count", float(gpus), node=node, unit="GPUs"),
+        _r("preflight", "driver_version", 1.0, node=node, observed="570.86.15"),
+        _r("preflight", "cuda_version", 1.0, node=node, observed="12.8"),
+        _r("preflight", "nccl_version", 1.0, node=node, observed="2.27.3"),
+    ]
+    if multi_node:
+        for port in range(gpus):
+            out += [_r("preflight", "ib_port_state", 1.0, node=node, observed=f"mlx5_{port}:1 4: ACTIVE"),
+                    _r("preflight", "ib_port_rate", 400.0, node=node, unit="Gb/s", observed=f"mlx5_{port}:1 400")]
+    for gpu in range(gpus):
+        out += [
+            _r("preflight", "gpu_model", 1.0, node=node, gpu=gpu, observed="NVIDIA H100 80GB HBM3"),
+            _r("preflight", "temperature", 38.0, node=node, gpu=gpu, unit="C"),
+            _r("preflight", "ecc_uncorrected", 0.0, node=node, gpu=gpu),
+            _r("preflight", "pending_row_remaps", 0.0, node=node, gpu=gpu),
+            _r("preflight", "throttle", 1.0, node=node, gpu=gpu, observed="0x0"),
+            _r("preflight", "pcie_generation", 5.0, node=node, gpu=gpu),
+            _r("preflight", "pcie_width", 16.0, node=node, gpu=gpu, unit="lanes"),
+            _r("preflight", "nvlink_active_links", 18.0, node=node, gpu=gpu, unit="links"),
+        ]
+    return out
+
+
+def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, uid: str | None = None,
+                   busbw: float = 371.5) -> Report:
+    """A healthy run of `config` on `nodes` (default: as many as config.nodes, named gpu-node-NNNN)."""
+    nodes = nodes if nodes is not None else node_names(config.nodes)
+    gpus = config.gpus_per_node
+    multi = len(nodes) > 1
+    test = config.test
+    results: list[CheckResult] = []
+    sweeps: list[NcclSweep] = []
+    for node in nodes:
+        results += preflight_results(node, gpus, multi)
+    for c in config.checks.nccl.collectives if config.checks.nccl.enabled else ():
+        sweeps.append(_sweep(c, len(nodes) * gpus, busbw, None))
+        results += [_r("nccl", f"{c}_correctness", 0.0, unit="elements"),
+                    _r("nccl", f"{c}_busbw", busbw if c in ("all_reduce", "all_gather", "reduce_scatter") else 90.0,
+                       unit="GB/s", observed="4Gi")]
+    if config.checks.nccl.enabled and "all_reduce" in config.checks.nccl.collectives:
+        for node in nodes:
+            sweeps.append(_sweep("all_reduce", gpus, 365.0, node))
+            results += [_r("nccl", "all_reduce_correctness", 0.0, node=node, unit="elements"),
+                        _r("nccl", "node_all_reduce_busbw", 365.0, node=node, unit="GB/s")]
+        required = config.required_transport()
+        for node in nodes:
+            if required is not None:
+                results.append(_r("nccl", "transport", 1.0, node=node, unit="fraction", observed=required,
+                                  expected=required))
+            intra = config.checks.nccl.thresholds.intra_node_transport
+            if intra is not None and gpus >= 2:
+                results.append(_r("nccl", "intra_node_transport", 1.0, node=node, unit="fraction", observed=intra,
+                                  expected=intra))
+        if required is None:
+            results.append(_r("nccl", "transport", 56.0, unit="connections", observed="P2P"))
+    ddp = None
+    if config.checks.ddp.enabled:
+        unit = "tokens/s" if config.checks.ddp.model == "gpt" else "images/s"
+        per_gpu = 400_000.0 if unit == "tokens/s" else 2_100.0
+        ranks = [DdpRank(rank=i * gpus + g, node=node, gpu=g, baseline_throughput=per_gpu * 1.05,
+                         ddp_throughput=per_gpu) for i, node in enumerate(nodes) for g in range(gpus)]
+        ddp = DdpDetail(model=config.checks.ddp.model, unit=unit, world_size=len(ranks), batch_size=32, windows=5,
+                        steps_per_window=6, window_efficiency=[0.95] * 5, first_loss=10.4, last_loss=7.2,
+                        ranks=ranks)
+        results += [_r("ddp", "throughput_per_gpu", per_gpu, unit=unit),
+                    _r("ddp", "scaling_efficiency", 0.95),
+                    _r("ddp", "straggler_ratio", 1.01, node=nodes[0], gpu=0),
+                    _r("ddp", "loss_decrease", 0.31, unit="fraction")]
+        results += [_r("ddp", "gpu_throughput", r.baseline_throughput, node=r.node, gpu=r.gpu, unit=unit)
+                    for r in ranks]
+    checks_run = [c for c in ("preflight", "nccl", "ddp") if getattr(config.checks, c).enabled]
+    return Report(
+        mode="gpu", generation=test.generation if test else None, uid=uid or (test.uid if test else None),
+        checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp,
+        environment=Environment(gpu_model="NVIDIA H100 80GB HBM3", gpus_per_node=gpus, nodes=len(nodes),
+                                world_size=len(nodes) * gpus, driver_version="570.86.15", cuda_version="12.8",
+                                nccl_version="2.27.3", torch_version="2.7.0", hostnames=list(nodes),
+                                transports=["P2P", "IB_GDR"] if multi else ["P2P"]),
+    ).finalize()
+
+
+__all__ = ["COLLECTIVES", "node_names", "passing_report", "preflight_results"]
