@@ -172,15 +172,44 @@ class Cluster:
         return self.server.request("PATCH", self.test_path(name) + "/status", {"status": status},
                                    content_type=MERGE)
 
-    def write_report(self, name: str, report: dict[str, Any]) -> None:
-        """What the workload's rank 0 does at the end of a run."""
+    def write_report(self, name: str, report: dict[str, Any], *, place_pods: bool = True) -> None:
+        """What the workload's rank 0 does at the end of a run (from a pod on each node the report names).
+
+        The report carries the test's uid, as the workload's config does; unless
+        told not to, the scheduler's part is played first: a pod of the run on
+        every reported node that has none yet.
+        """
+        obj = self.get_test(name) or {}
+        report = {**report, "uid": report.get("uid") or obj.get("metadata", {}).get("uid")}
+        if place_pods:
+            self.place_pods(name, int(report.get("generation") or 1),
+                            (report.get("environment") or {}).get("hostnames") or [])
         self.patch_status(name, {"report": report})
+
+    def place_pods(self, name: str, generation: int, nodes: list[str]) -> None:
+        labels = {"gpu-acceptance.io/test": name, "gpu-acceptance.io/generation": str(generation)}
+        selector = ",".join(f"{k}%3D{v}" for k, v in labels.items())
+        pods = self.server.request("GET", f"/api/v1/namespaces/{self.ns}/pods?labelSelector={selector}")["items"]
+        placed = {(p.get("spec") or {}).get("nodeName") for p in pods}
+        for i, node in enumerate(nodes):
+            if node not in placed:
+                self.create_pod(f"{name}-g{generation}-on-{i}", labels, node=node)
+
+    def patch_record(self, name: str, **fields: Any) -> None:
+        """As an admin: change the operator's own record of the status (and the status to match)."""
+        from acceptance_operator import ownership
+
+        obj = self.get_test(name) or {}
+        recorded = {**(ownership.record(obj) or {}), **fields}
+        self.server.request("PATCH", self.test_path(name), ownership.record_patch(recorded), content_type=MERGE)
+        self.patch_status(name, fields)
 
     def age_run_until_failed(self, name: str, seconds: int = 120) -> None:
         """Move the run's startTime `seconds` into the past until the operator ends it.
 
         timeoutSeconds has a floor of 60 s; rather than wait, a test ages the run.
-        The operator may rewrite startTime on its way, so the patch is repeated.
+        The operator puts back what others write into status, so the test changes its record (as an admin
+        could) and the status; it may rewrite startTime on its way, so the patch is repeated.
         """
         long_ago = (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -189,7 +218,7 @@ class Cluster:
             if status.get("phase") == "Failed":
                 return True
             if status.get("startTime") != long_ago:
-                self.patch_status(name, {"startTime": long_ago})
+                self.patch_record(name, startTime=long_ago)
             return False
 
         self.wait(ended, f"the run of {name} to end")
@@ -299,22 +328,23 @@ class Cluster:
 
 def report(generation: int, *, passed: bool = True, busbw: float = 371.5, failed_node: str | None = None,
            nodes: tuple[str, ...] = ("node-a",)) -> dict[str, Any]:
-    """A report as the workload writes it (the contract model, serialised)."""
-    from acceptance_workload.report import CheckResult, Report
+    """A full report as a healthy run of a default spec on `nodes` writes it (the contract model, serialised).
 
-    results = [CheckResult(check="preflight", name="gpu_count", value=7 if node == failed_node else 8, threshold=8,
-                           comparison="eq", passed=node != failed_node, node=node) for node in nodes]
-    results += [CheckResult(check="gpu", name="gemm_tflops", value=665.0, threshold=560, unit="TFLOP/s", passed=True,
-                            node=node, gpu=0) for node in nodes]
-    results += [
-        CheckResult(check="nccl", name="all_reduce_busbw", value=busbw, threshold=360, unit="GB/s",
-                    passed=passed),
-        CheckResult(check="ddp", name="throughput_per_gpu", value=41000.0, threshold=30000, unit="tokens/s",
-                    passed=True),
-        CheckResult(check="ddp", name="scaling_efficiency", value=0.93, threshold=0.9, passed=True),
-    ]
-    return Report(generation=generation, checks_run=["preflight", "gpu", "nccl", "ddp"],
-                  results=results).finalize().to_wire()
+    passed=False puts all_reduce busbw at 120 GB/s (the report still claims it passed: the operator judges);
+    failed_node reports 7 of 8 GPUs on that node. The test's uid is filled in when it is written.
+    """
+    from acceptance_workload.checks import ChecksSpec
+    from acceptance_workload.config import TestRef, WorkloadConfig
+
+    from tests.reports import passing_report
+
+    config = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=len(nodes), gpus_per_node=8,
+                                  test=TestRef(name="-", namespace="-", generation=generation))
+    out = passing_report(config, list(nodes), busbw=busbw if passed else min(busbw, 120.0))
+    for r in out.results:
+        if r.name == "gpu_count" and r.node == failed_node:
+            r.value = 7.0
+    return out.to_wire()
 
 
 def json_dump(obj: Any) -> str:

@@ -40,8 +40,8 @@ def test_metrics_after_a_pass_and_a_failure(cluster: Cluster, operator: Operator
     assert get(m, "gpu_acceptance_test_phase", namespace=ns, name="bad", phase="Failed") == 1
     assert get(m, "gpu_acceptance_allreduce_busbw_gbps", namespace=ns, name="good") == 380.25
     assert get(m, "gpu_acceptance_allreduce_busbw_gbps", namespace=ns, name="bad") == 210.0
-    assert get(m, "gpu_acceptance_ddp_throughput_per_gpu", namespace=ns, name="good", unit="tokens/s") == 41000
-    assert get(m, "gpu_acceptance_scaling_efficiency", namespace=ns, name="good") == 0.93
+    assert get(m, "gpu_acceptance_ddp_throughput_per_gpu", namespace=ns, name="good", unit="tokens/s") == 400000
+    assert get(m, "gpu_acceptance_scaling_efficiency", namespace=ns, name="good") == 0.95
     for node, passed in (("m-1", 1), ("m-2", 1), ("m-3", 1), ("m-4", 0)):
         assert get(m, "gpu_acceptance_node_passed", node=node) == passed
     assert get(m, "gpu_acceptance_run_duration_seconds_count", result="passed") == 1

@@ -72,7 +72,7 @@ def test_spec_change_stops_the_old_run_and_starts_a_new_one(cluster: Cluster):
 
     # A report of the old run does not decide the new one.
     cluster.write_report("run", report(1))
-    cluster.write_report("run", report(2))
+    cluster.write_report("run", report(2, nodes=("node-a", "node-b")))
     status = cluster.wait_phase("run", "Succeeded")
     assert status["observedGeneration"] == 2
     for condition in status["conditions"]:

@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.report import CheckResult, Report
 from acceptance_workload.status import custom_objects_api, patch_report
 
 from tests.cluster.operator_harness import Cluster
+from tests.reports import passing_report
 
 
 def test_workload_report_decides_the_run(cluster: Cluster, tmp_path: Path):
@@ -32,12 +32,9 @@ def test_workload_report_decides_the_run(cluster: Cluster, tmp_path: Path):
     account = master["serviceAccountName"]
     token = cluster.server.token_for_service_account(cluster.ns, account, create=False)
     kubeconfig = cluster.server.kubeconfig_for_token(token, tmp_path / "rank0.kubeconfig")
-    report = Report(
-        generation=config.test.generation,
-        checks_run=["nccl"],
-        results=[CheckResult(check="nccl", name="all_reduce_busbw", value=377.3, threshold=360, unit="GB/s",
-                             passed=True)],
-    ).finalize()
+    report = passing_report(config, ["gpu-node-7"], busbw=377.3)  # a healthy run of the config it was given
+    assert report.uid == config.test.uid and report.generation == 1
+    cluster.place_pods("e2e", 1, ["gpu-node-7"])  # rank 0 writes from a pod on the node it measured
     patch_report(config.test, report, api=custom_objects_api(str(kubeconfig)), deadline_seconds=20)
 
     status = cluster.wait_phase("e2e", "Succeeded")

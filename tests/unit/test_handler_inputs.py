@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_operator import handlers, ownership, manifests
+from acceptance_operator import handlers, manifests, ownership
 from acceptance_operator.api import DEFAULT_IMAGE
 from pydantic import ValidationError
 
