@@ -15,8 +15,9 @@ from typing import Annotated, Any, Literal
 from acceptance_workload import __version__
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import Fabric
+from acceptance_workload.evidence import StatusReport
 from acceptance_workload.profiles import ProfileName
-from acceptance_workload.report import CHECK_NAMES, Report
+from acceptance_workload.report import CHECK_NAMES
 from acceptance_workload.wire import WireModel, byte_size, text
 from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
@@ -319,7 +320,9 @@ class AcceptanceTestStatus(WireModel):
     completion_time: datetime | None = None
     job: JobRef | None = None
     summary: Summary | None = None
-    report: Report | None = Field(None, description="Written by the workload's rank 0.")
+    report: StatusReport | None = Field(
+        None, description="Written by the workload's rank 0: the compact status part; the full evidence is in "
+        "the ConfigMaps it lists (gpu-acceptance report NAME).")
 
 
 class ObjectMeta(WireModel):

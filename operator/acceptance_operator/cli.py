@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=_cmd_operator)
 
+    from acceptance_operator.report_cli import add_parser as add_report_parser
+
+    add_report_parser(sub)
+
     p = sub.add_parser("local", help="run the checks on this machine's GPUs (or a CPU smoke run)")
     p.add_argument("--cpu", action="store_true", help="CPU smoke run with gloo (2 processes, small sizes)")
     p.add_argument("--json", metavar="FILE", help="write the report object (as in status.report) to FILE")

@@ -30,7 +30,7 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import manifests, ownership
+from acceptance_operator import evidence_hooks, manifests, ownership
 from acceptance_operator.api import (
     DEFAULT_IMAGE,
     GROUP,
@@ -236,6 +236,7 @@ def on_delete(namespace: str, name: str, meta: KubeDict, **_: Any) -> None:
                 k.delete_job(backend, namespace, job["metadata"]["name"])  # type: ignore[arg-type]
         for obj in manifests.build_rbac(shell):
             k.delete(obj["kind"], namespace, obj["metadata"]["name"])
+        evidence_hooks.delete_all(k, namespace, selector)
         METRICS.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
@@ -431,6 +432,8 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
                 f"the API server rejected {child['kind']} {child['metadata']['name']}: {_api_message(e)} "
                 "(fix the spec and apply it again)")), now=now, logger=logger)
             return
+        if not created:
+            evidence_hooks.renew_adopted(k, child, created_obj)
         if not created and child["kind"] in BACKENDS:
             # The job exists already (a restart between creating it and recording it): its run started then.
             # (An existing ServiceAccount, Role or RoleBinding is normal: every generation shares them.)
@@ -527,7 +530,7 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) ->
         timeout_seconds=test.spec.timeout_seconds,
         gpus_per_node=test.spec.gpus_per_node,
         start_time=parse_time(status.get("startTime")),
-        raw_report=status.get("report"),
+        raw_report=evidence_hooks.full_report(k, test, status.get("report")),
         job=job,
         pods=pods,
         events=events,

@@ -169,6 +169,8 @@ class Kube:
                 self.rbac.create_namespaced_role(ns, obj, **raw)
             elif kind == "RoleBinding":
                 self.rbac.create_namespaced_role_binding(ns, obj, **raw)
+            elif kind == "ConfigMap":
+                self.core.create_namespaced_config_map(ns, obj, **raw)
             elif kind in BACKENDS:
                 _, version, plural, _ = BACKENDS[kind]
                 return _json(self.custom.create_namespaced_custom_object("kubeflow.org", version, ns, plural, obj,
@@ -191,6 +193,8 @@ class Kube:
             return _or_none(self.rbac.read_namespaced_role, name, namespace)
         if kind == "RoleBinding":
             return _or_none(self.rbac.read_namespaced_role_binding, name, namespace)
+        if kind == "ConfigMap":
+            return _or_none(self.core.read_namespaced_config_map, name, namespace)
         return self.get_job(kind, namespace, name)  # type: ignore[arg-type]
 
     def delete(self, kind: str, namespace: str, name: str) -> bool:
@@ -200,7 +204,23 @@ class Kube:
             return _ignore_missing(self.rbac.delete_namespaced_role, name, namespace)
         if kind == "RoleBinding":
             return _ignore_missing(self.rbac.delete_namespaced_role_binding, name, namespace)
+        if kind == "ConfigMap":
+            return _ignore_missing(self.core.delete_namespaced_config_map, name, namespace)
         return self.delete_job(kind, namespace, name)  # type: ignore[arg-type]
+
+    def renew(self, obj: KubeDict) -> None:
+        """Make an adopted child what this run needs: a Role its rules, an evidence ConfigMap empty, new labels."""
+        kind, ns, name = obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]
+        if kind == "Role":
+            self.rbac.patch_namespaced_role(name, ns, {"rules": obj["rules"]})
+        elif kind == "ConfigMap":
+            self.core.patch_namespaced_config_map(
+                name, ns, {"metadata": {"labels": obj["metadata"]["labels"]}, "data": None},
+                _content_type=MERGE_PATCH)
+
+    def list_configmaps(self, namespace: str, selector: str) -> list[KubeDict]:
+        return _json(self.core.list_namespaced_config_map(namespace, label_selector=selector,
+                                                          _preload_content=False)).get("items", [])
 
     # pods, events, nodes ----------------------------------------------------
     def list_pods(self, namespace: str, selector: str) -> list[KubeDict]:

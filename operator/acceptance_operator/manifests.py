@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from acceptance_workload import evidence
 from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
 from pydantic import ValidationError
 
@@ -123,6 +124,11 @@ def service_account_name(test: AcceptanceTest) -> str:
     return _fit(test.metadata.name, "-workload", MAX_CHILD_NAME)
 
 
+def evidence_names(test: AcceptanceTest) -> list[str]:
+    """The run's evidence ConfigMaps: <name>-evidence-job, then one per group of nodes (<name>-evidence-K)."""
+    return evidence.shard_names(_fit(test.metadata.name, "-evidence", MAX_CHILD_NAME), test.spec.nodes)
+
+
 def test_label_value(test: AcceptanceTest) -> str:
     """The test's name as a label value (names longer than 63 characters are shortened with a hash)."""
     return _fit(test.metadata.name, "", MAX_LABEL_VALUE)
@@ -173,7 +179,8 @@ def build_workload_config(test: AcceptanceTest) -> WorkloadConfig:
         checks=spec.checks,
         profile=spec.profile,
         nodes=spec.nodes,
-        test=TestRef(name=meta.name, namespace=meta.namespace, uid=meta.uid, generation=generation_of(test)),
+        test=TestRef(name=meta.name, namespace=meta.namespace, uid=meta.uid, generation=generation_of(test),
+                     evidence=evidence_names(test)),
         gpus_per_node=spec.gpus_per_node,
         fabric=spec.network.fabric,
         gpu_direct_rdma=spec.network.gpu_direct_rdma,
@@ -489,8 +496,19 @@ def build_job(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE)
 # --------------------------------------------------------------------------- RBAC and all children
 
 
+def build_evidence(test: AcceptanceTest) -> list[dict[str, Any]]:
+    """The run's evidence ConfigMaps, empty: the workload fills them (by name only), the test owns them."""
+    labels = {**test_labels(test), LABEL_ROLE: "evidence"}
+    return [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(test, name, labels)}
+            for name in evidence_names(test)]
+
+
 def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
-    """ServiceAccount, Role (get+patch on this test's status only) and RoleBinding; shared by all generations."""
+    """ServiceAccount, Role and RoleBinding; shared by all generations (the Role follows the evidence names).
+
+    The Role allows exactly what rank 0 does: get/patch this test's status, and get/patch/update the
+    run's evidence ConfigMaps by name; nothing else, no list, no create.
+    """
     name = service_account_name(test)
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TEST: test_label_value(test)}
     return [
@@ -500,7 +518,9 @@ def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
             "kind": "Role",
             "metadata": _metadata(test, name, labels),
             "rules": [{"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"],
-                       "resourceNames": [test.metadata.name], "verbs": ["get", "patch"]}],
+                       "resourceNames": [test.metadata.name], "verbs": ["get", "patch"]},
+                      {"apiGroups": [""], "resources": ["configmaps"],
+                       "resourceNames": evidence_names(test), "verbs": ["get", "patch", "update"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -514,7 +534,7 @@ def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
 
 def build_children(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[dict[str, Any]]:
     """Everything to create for one run, in creation order: RBAC first, so the pods start with their identity."""
-    return [*build_rbac(test), build_job(test, init_image=init_image)]
+    return [*build_rbac(test), *build_evidence(test), build_job(test, init_image=init_image)]
 
 
 # --------------------------------------------------------------------------- gpu-acceptance render

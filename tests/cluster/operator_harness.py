@@ -179,12 +179,23 @@ class Cluster:
         told not to, the scheduler's part is played first: a pod of the run on
         every reported node that has none yet.
         """
+        from acceptance_operator.handlers import parse_test
+        from acceptance_operator.manifests import evidence_names
+        from acceptance_workload.evidence import EVIDENCE_KEY, split
+        from acceptance_workload.report import Report
+        from acceptance_workload.status import merge_patch
+
         obj = self.get_test(name) or {}
         report = {**report, "uid": report.get("uid") or obj.get("metadata", {}).get("uid")}
         if place_pods:
             self.place_pods(name, int(report.get("generation") or 1),
                             (report.get("environment") or {}).get("hostnames") or [])
-        self.patch_status(name, {"report": report})
+        # As rank 0 delivers it (acceptance_workload.status.patch_report): evidence first, then the status part.
+        status, shards = split(Report.model_validate(report), evidence_names(parse_test(obj)))
+        for cm, text in shards.items():
+            self.server.request("PATCH", f"/api/v1/namespaces/{self.ns}/configmaps/{cm}",
+                                {"data": {EVIDENCE_KEY: text}}, content_type=MERGE, expect=(200, 404))
+        self.patch_status(name, merge_patch(status)["status"])
 
     def place_pods(self, name: str, generation: int, nodes: list[str]) -> None:
         labels = {"gpu-acceptance.io/test": name, "gpu-acceptance.io/generation": str(generation)}

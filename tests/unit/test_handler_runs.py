@@ -21,6 +21,7 @@ class FakeKube:
         self.test = test
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.reject = reject or {}
+        self.renewed: list[tuple[str, str]] = []
 
     def get_test(self, namespace: str, name: str) -> dict[str, Any] | None:
         return json.loads(json.dumps(self.test))
@@ -49,6 +50,10 @@ class FakeKube:
     def delete(self, kind: str, namespace: str, name: str) -> bool:
         return self.objects.pop((kind, name), None) is not None
 
+    def renew(self, obj: dict[str, Any]) -> None:
+        self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
+        self.renewed.append((obj["kind"], obj["metadata"]["name"]))
+
     def list_jobs(self, backend: str, namespace: str, selector: str) -> list[dict[str, Any]]:
         return [o for (kind, _), o in self.objects.items() if kind == backend]
 
@@ -75,8 +80,10 @@ def test_a_new_generation_creates_its_job_even_while_the_shared_rbac_exists(even
     handlers.reconcile(k, NS, NAME, NOW)
     assert ("PyTorchJob", "run-g1") in k.objects
     k.test["metadata"]["generation"] = 2
+    k.objects[("ConfigMap", "run-evidence-job")]["data"] = {"evidence.json": "{}"}  # the first run's report
     handlers.reconcile(k, NS, NAME, NOW)
     assert ("PyTorchJob", "run-g2") in k.objects and ("PyTorchJob", "run-g1") not in k.objects
+    assert k.renewed == [("ConfigMap", "run-evidence-job"), ("ConfigMap", "run-evidence-0")]  # emptied, relabelled
     reason, message = events[-1]
     assert reason == "RunStarted"
     assert "PyTorchJob run-g2 created" in message, message  # the ServiceAccount etc. were reused, not the job
@@ -93,7 +100,8 @@ def test_a_job_the_api_server_rejects_ends_the_run_instead_of_retrying_forever(e
     succeeded = next(c for c in status["conditions"] if c["type"] == "Succeeded")
     assert succeeded["reason"] == "InvalidSpec"
     assert "spec.x: bad" in succeeded["message"]
-    assert not k.objects  # the run's ServiceAccount, Role and RoleBinding went with it
+    # the run's ServiceAccount, Role and RoleBinding went with it; its (empty) evidence stays with the test
+    assert {kind for kind, _ in k.objects} == {"ConfigMap"}
     assert handlers.is_finished(k.test)
 
 
@@ -112,7 +120,8 @@ def test_an_invalid_new_spec_stops_the_old_run_and_its_write_access(events):
     k.test["spec"] = {"placement": {"nodeSelector": {"gpu": "not a label value"}}}
     handlers.reconcile(k, NS, NAME, NOW)
     assert k.test["status"]["phase"] == "Failed"
-    assert not k.objects  # neither the gen-1 job nor the workload's ServiceAccount, Role, RoleBinding remain
+    # neither the gen-1 job nor the workload's ServiceAccount, Role, RoleBinding remain (evidence stays)
+    assert {kind for kind, _ in k.objects} == {"ConfigMap"}
 
 
 def test_backend_not_installed_says_how_to_run_again(events, monkeypatch: pytest.MonkeyPatch):

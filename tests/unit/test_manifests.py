@@ -15,12 +15,14 @@ from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.manifests import (
     build_affinity,
     build_children,
+    build_evidence,
     build_job,
     build_mpijob,
     build_network_env,
     build_pytorchjob,
     build_rbac,
     build_workload_config,
+    evidence_names,
     job_name,
     parse_test,
     render,
@@ -504,16 +506,31 @@ def test_mpi_launcher_follows_tolerations_and_scheduler():
 # --------------------------------------------------------------------------- RBAC, owners, children
 
 
-def test_rbac_allows_only_get_and_patch_on_this_tests_status():
+def test_rbac_allows_only_this_tests_status_and_its_evidence_by_name():
     sa, role, binding = build_rbac(make(name="standard", namespace="lab"))
     assert (sa["kind"], role["kind"], binding["kind"]) == ("ServiceAccount", "Role", "RoleBinding")
     assert sa["metadata"]["name"] == role["metadata"]["name"] == binding["metadata"]["name"] == "standard-workload"
     assert {o["metadata"]["namespace"] for o in (sa, role, binding)} == {"lab"}
     assert role["rules"] == [{"apiGroups": ["gpu-acceptance.io"], "resources": ["acceptancetests/status"],
-                              "resourceNames": ["standard"], "verbs": ["get", "patch"]}]
+                              "resourceNames": ["standard"], "verbs": ["get", "patch"]},
+                             {"apiGroups": [""], "resources": ["configmaps"],
+                              "resourceNames": ["standard-evidence-job", "standard-evidence-0"],
+                              "verbs": ["get", "patch", "update"]}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": "standard-workload"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "standard-workload", "namespace": "lab"}]
+
+
+def test_evidence_is_one_configmap_for_the_job_and_one_per_eight_nodes():
+    test = make({"nodes": 1024}, name="big")
+    names = evidence_names(test)
+    assert names[:2] == ["big-evidence-job", "big-evidence-0"] and len(names) == 1 + 128
+    cms = build_evidence(test)
+    assert [c["metadata"]["name"] for c in cms] == names and all("data" not in c for c in cms)
+    assert cms[0]["metadata"]["labels"]["gpu-acceptance.io/role"] == "evidence"
+    assert build_workload_config(test).test.evidence == names
+    role = build_rbac(test)[1]
+    assert role["rules"][1]["resourceNames"] == names
 
 
 def test_rbac_is_shared_by_generations():
@@ -523,7 +540,8 @@ def test_rbac_is_shared_by_generations():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_children_are_rbac_then_the_job_all_owned_by_the_test(backend: str):
     children = build_children(make({"backend": backend}))
-    assert [c["kind"] for c in children] == ["ServiceAccount", "Role", "RoleBinding", backend]
+    assert [c["kind"] for c in children] == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap",
+                                             backend]
     for child in children:
         assert child["metadata"]["ownerReferences"] == [{
             "apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest", "name": "t", "uid": UID,
@@ -557,7 +575,8 @@ def test_examples_render(example: Path):
     test = parse_test(example.read_text())
     docs = list(yaml.safe_load_all(render(test)))
     assert [d["kind"] for d in docs][:3] == ["ServiceAccount", "Role", "RoleBinding"]
-    assert docs[3]["kind"] == test.spec.backend
+    assert {d["kind"] for d in docs[3:-1]} == {"ConfigMap"}
+    assert docs[-1]["kind"] == test.spec.backend
     assert docs == json.loads(json.dumps(build_children(test)))
 
 

@@ -45,8 +45,9 @@ def test_standard_example_renders_the_children():
     assert proc.stderr == ""
     assert proc.stdout.startswith("---\n")
     docs = list(yaml.safe_load_all(proc.stdout))
-    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "PyTorchJob"]
-    job = docs[3]
+    assert [d["kind"] for d in docs] == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap",
+                                         "PyTorchJob"]
+    job = docs[-1]
     assert job["metadata"]["name"] == "standard-g1"
     replicas = job["spec"]["pytorchReplicaSpecs"]
     assert (replicas["Master"]["replicas"], replicas["Worker"]["replicas"]) == (1, 1)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
+from acceptance_workload.evidence import EVIDENCE_KEY, StatusReport, assemble, compact, split
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import CheckResult, DdpDetail, Report
 from acceptance_workload.status import (
@@ -60,7 +61,7 @@ def test_conflicts_and_server_errors_are_retried_then_succeed() -> None:
 
 def test_a_refusal_is_final_and_says_why() -> None:
     api = FakeApi([ApiException(status=403, reason="Forbidden")])
-    with pytest.raises(StatusWriteError, match="HTTP 403 Forbidden: the pod's ServiceAccount may not patch"):
+    with pytest.raises(StatusWriteError, match="HTTP 403 Forbidden: the pod's ServiceAccount may not write it"):
         patch_report(REF, report(), api=api, sleep=lambda s: None)
     assert len(api.calls) == 1
 
@@ -73,10 +74,10 @@ def test_retries_stop_at_the_deadline() -> None:
 
 
 def test_merge_patch_clears_what_the_new_report_leaves_empty() -> None:
-    body = merge_patch(report())["status"]["report"]
-    assert body["error"] is None and body["ddp"] is None and body["environment"]["gpuModel"] is None
-    assert body["results"][0] == {"check": "nccl", "name": "all_reduce_correctness", "value": 0.0, "unit": "",
-                                  "threshold": 0.0, "comparison": "le", "passed": True, "message": ""}
+    body = merge_patch(compact(report(), []))["status"]["report"]
+    assert body["error"] is None and body["uid"] is None and body["environment"]["gpuModel"] is None
+    assert body["headline"]["allReduceBusbwGBps"] is None
+    assert body["tally"] == {"passed": 1, "failed": 0, "total": 1} and body["failures"] == []
 
 
 def test_termination_log_only_when_writable(tmp_path: Path) -> None:
@@ -97,14 +98,16 @@ def _create_test(apiserver, namespace: str, name: str) -> dict:
 
 
 def _per_test_role(apiserver, namespace: str, obj: dict) -> str:
+    """What the operator creates for a run: the workload's identity and the run's (empty) evidence ConfigMaps."""
     from acceptance_operator.api import AcceptanceTest
-    from acceptance_operator.manifests import build_rbac
+    from acceptance_operator.manifests import build_evidence, build_rbac
 
     test = AcceptanceTest.model_validate({k: v for k, v in obj.items() if not k.startswith("_")})
     sa = None
-    for child in build_rbac(test):
+    for child in [*build_rbac(test), *build_evidence(test)]:
         group = "api/v1" if child["apiVersion"] == "v1" else f"apis/{child['apiVersion']}"
-        plural = {"ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings"}[child["kind"]]
+        plural = {"ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
+                  "ConfigMap": "configmaps"}[child["kind"]]
         apiserver.request("POST", f"/{group}/namespaces/{namespace}/{plural}", child)
         if child["kind"] == "ServiceAccount":
             sa = child["metadata"]["name"]
@@ -127,26 +130,56 @@ def _stored_report(apiserver, namespace: str, name: str) -> dict | None:
     return apiserver.request("GET", f"{AT_PATH.format(ns=namespace)}/{name}").get("status", {}).get("report")
 
 
+EVIDENCE = ["mine-evidence-job", "mine-evidence-0"]
+
+
+def _evidence(apiserver, namespace: str, name: str) -> str | None:
+    return (apiserver.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}").get("data") or {}).get(
+        EVIDENCE_KEY)
+
+
 def test_the_per_test_account_writes_its_own_report_and_nothing_else(apiserver, namespace, own_test) -> None:
     obj, kubeconfig = own_test
     api = custom_objects_api(str(kubeconfig))
-    ref = TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1)
+    core = _core_api(kubeconfig)
+    ref = TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1, evidence=EVIDENCE)
     first = report(error="rank 1 (node a, GPU 1) failed", ddp=DdpDetail(model="gpt", unit="tokens/s",
                                                                          world_size=2, batch_size=8))
-    patch_report(ref, first, api=api)
+    patch_report(ref, first, api=api, core=core)
     stored = _stored_report(apiserver, namespace, "mine")
-    assert Report.model_validate(stored) == first
+    status, shards = split(first, EVIDENCE)
+    assert StatusReport.model_validate(stored) == status
+    assert {name: _evidence(apiserver, namespace, name) for name in EVIDENCE} == shards
     # a later report without error/ddp leaves no trace of the earlier ones
     second = report(generation=1)
-    patch_report(ref, second, api=api)
+    patch_report(ref, second, api=api, core=core)
     stored = _stored_report(apiserver, namespace, "mine")
-    assert "error" not in stored and "ddp" not in stored
-    assert Report.model_validate(stored) == second
+    assert "error" not in stored
+    assert StatusReport.model_validate(stored) == split(second, EVIDENCE)[0]
+    assert Report.model_validate_json(_evidence(apiserver, namespace, EVIDENCE[0])).ddp is None
 
     _create_test(apiserver, namespace, "other")
     with pytest.raises(StatusWriteError, match="HTTP 403"):
-        patch_report(TestRef(name="other", namespace=namespace), second, api=api)
+        patch_report(TestRef(name="other", namespace=namespace), second, api=api, core=core)
     assert _stored_report(apiserver, namespace, "other") is None
+    # Only its own evidence, only by name: no other ConfigMap, no creating one, no listing.
+    apiserver.request("POST", f"/api/v1/namespaces/{namespace}/configmaps",
+                      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "someone-elses"}})
+    with pytest.raises(StatusWriteError, match="HTTP 403"):
+        patch_report(ref.model_copy(update={"evidence": ["someone-elses", EVIDENCE[1]]}), second, api=api, core=core)
+    for forbidden in (lambda: core.list_namespaced_config_map(namespace),
+                      lambda: core.create_namespaced_config_map(namespace, {"metadata": {"name": "mine-evidence-9"}}),
+                      lambda: core.delete_namespaced_config_map(EVIDENCE[0], namespace)):
+        with pytest.raises(ApiException) as refused:
+            forbidden()
+        assert refused.value.status == 403
+
+
+def _core_api(kubeconfig):
+    from acceptance_workload.status import api_client
+    from kubernetes import client
+
+    return client.CoreV1Api(api_client(str(kubeconfig)))
 
 
 def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespace, own_test, tmp_path) -> None:
@@ -156,7 +189,8 @@ def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespa
     checks.preflight.enabled = checks.ddp.enabled = False
     checks.nccl.collectives = ["all_reduce", "broadcast"]
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=1, fabric="ethernet", checks=checks,
-                            test=TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1))
+                            test=TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1,
+                                         evidence=EVIDENCE))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "OMPI_", "PMI_"))}
     env.update({CONFIG_ENV: config.to_env(), "KUBECONFIG": str(kubeconfig), "NODE_NAME": "cpu-node",
                 "CUDA_VISIBLE_DEVICES": ""})
@@ -164,7 +198,9 @@ def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespa
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "VERDICT: PASSED (CPU smoke run)" in proc.stdout
-    stored = Report.model_validate(_stored_report(apiserver, namespace, "mine"))
-    assert stored.mode == "cpu-smoke" and stored.passed and stored.generation == 1
-    assert [s.collective for s in stored.nccl] == ["all_reduce", "broadcast"]
-    assert stored.environment.hostnames == ["cpu-node"]
+    status = StatusReport.model_validate(_stored_report(apiserver, namespace, "mine"))
+    assert status.mode == "cpu-smoke" and status.passed and status.generation == 1
+    assert [row.node for row in status.nodes] == ["cpu-node"]
+    full = assemble(status, {name: _evidence(apiserver, namespace, name) for name in EVIDENCE})
+    assert [s.collective for s in full.nccl] == ["all_reduce", "broadcast"]
+    assert full.environment.hostnames == ["cpu-node"] and full.uid == obj["metadata"]["uid"]

@@ -28,6 +28,8 @@ class TestRef(WireModel):
     namespace: str
     uid: str | None = None
     generation: int | None = None
+    evidence: list[str] = Field(
+        default_factory=list, description="ConfigMaps rank 0 writes the full report into (evidence.shard_names).")
 
 
 class WorkloadConfig(WireModel):

@@ -1,9 +1,13 @@
-"""Rank 0 writes the report into its AcceptanceTest's status, and a summary into the termination log.
+"""Rank 0 delivers the report: evidence into the run's ConfigMaps, the status part into the test's status.
 
-The patch is a JSON merge patch of {"status": {"report": ...}} on the status
-subresource, sent with the per-test ServiceAccount (in-cluster config, or
-KUBECONFIG when set). Fields the new report leaves empty are sent as null, so
-nothing of an earlier report survives the merge. Conflicts, throttling and
+First each evidence ConfigMap the operator created for the run (TestRef.evidence)
+gets its shard of the full report (evidence.split), then the compact status
+part goes into status.report as a JSON merge patch on the status subresource:
+the status part lands last, so when the operator sees it, the evidence is
+there. Both are sent with the per-test ServiceAccount (in-cluster config, or
+KUBECONFIG when set), whose Role names exactly those objects. Fields the new
+report leaves empty are sent as null, so nothing of an earlier report survives
+the merge. Conflicts, throttling and
 server errors are retried with backoff for a bounded time; a refusal (403,
 404, 422) is final and said plainly. The Kubernetes client is imported only
 here, only when a report is written: the workload runs without it otherwise.
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance_workload.config import TestRef
+from acceptance_workload.evidence import EVIDENCE_KEY, StatusReport, compact, split
 from acceptance_workload.render import summary
 from acceptance_workload.report import Report
 
@@ -51,71 +56,95 @@ def _strip_nulls(value: Any) -> Any:
     return value
 
 
-def merge_patch(report: Report) -> dict[str, Any]:
-    """The body rank 0 sends: the whole report, with null for every field it leaves empty."""
+def merge_patch(report: StatusReport) -> dict[str, Any]:
+    """The status body rank 0 sends: the status part, with null for every field it leaves empty."""
     full = report.model_dump(mode="json", by_alias=True, exclude_none=False)
     return {"status": {"report": _nulls_outside_lists(full)}}
 
 
-def custom_objects_api(kubeconfig: str | None = None) -> Any:
-    """A CustomObjectsApi from KUBECONFIG (or `kubeconfig`) when given, else the pod's in-cluster config."""
+def api_client(kubeconfig: str | None = None) -> Any:
+    """An ApiClient from KUBECONFIG (or `kubeconfig`) when given, else the pod's in-cluster config."""
     from kubernetes import client, config
 
     path = kubeconfig or os.environ.get("KUBECONFIG")
     if path:
-        return client.CustomObjectsApi(config.new_client_from_config(config_file=path))
+        return config.new_client_from_config(config_file=path)
     cfg = client.Configuration()
     config.load_incluster_config(client_configuration=cfg)
-    return client.CustomObjectsApi(client.ApiClient(cfg))
+    return client.ApiClient(cfg)
+
+
+def custom_objects_api(kubeconfig: str | None = None) -> Any:
+    from kubernetes import client
+
+    return client.CustomObjectsApi(api_client(kubeconfig))
 
 
 def _describe(test: TestRef) -> str:
     return f"acceptancetests/{test.name} in namespace {test.namespace}"
 
 
-def patch_report(test: TestRef, report: Report, *, api: Any = None, deadline_seconds: float = DEFAULT_DEADLINE_SECONDS,
-                 sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] | None = None) -> None:
-    """Merge-patch status.report of `test`; retries transient failures until the deadline."""
+def patch_report(test: TestRef, report: Report, *, api: Any = None, core: Any = None,
+                 deadline_seconds: float = DEFAULT_DEADLINE_SECONDS, sleep: Callable[[float], None] = time.sleep,
+                 log: Callable[[str], None] | None = None) -> None:
+    """Deliver `report` for `test`: every evidence shard, then status.report; each retried until the deadline."""
+    status_part, shards = split(report, test.evidence) if test.evidence else (compact(report, []), {})
+    if api is None or (shards and core is None):
+        from kubernetes import client
+
+        shared = api_client()
+        api = api or client.CustomObjectsApi(shared)
+        core = core or client.CoreV1Api(shared)
+    deadline = time.monotonic() + deadline_seconds
+    for name, text in shards.items():
+        _retrying(f"evidence ConfigMap {name} of {_describe(test)}", test, deadline, deadline_seconds, sleep, log,
+                  lambda name=name, text=text: core.patch_namespaced_config_map(
+                      name, test.namespace, {"data": {EVIDENCE_KEY: text}}, _request_timeout=30))
+    body = merge_patch(status_part)
+    _retrying(f"the report into {_describe(test)}", test, deadline, deadline_seconds, sleep, log,
+              lambda: api.patch_namespaced_custom_object_status(
+                  GROUP, VERSION, test.namespace, PLURAL, test.name, body,
+                  _content_type="application/merge-patch+json", _request_timeout=30))
+
+
+def _retrying(what: str, test: TestRef, deadline: float, deadline_seconds: float,
+              sleep: Callable[[float], None], log: Callable[[str], None] | None, call: Callable[[], Any]) -> None:
+    """Run `call`; conflicts, throttling, server and connection errors are retried until `deadline`."""
     from kubernetes.client.exceptions import ApiException
 
-    api = api or custom_objects_api()
-    body = merge_patch(report)
-    deadline = time.monotonic() + deadline_seconds
     attempt = 0
     while True:
         attempt += 1
         try:
-            api.patch_namespaced_custom_object_status(
-                GROUP, VERSION, test.namespace, PLURAL, test.name, body,
-                _content_type="application/merge-patch+json", _request_timeout=30)
+            call()
             return
         except ApiException as e:
             if e.status not in RETRY_STATUS:
-                raise StatusWriteError(_refusal(test, e.status, e.reason, e.body)) from e
+                raise StatusWriteError(_refusal(what, test, e.status, e.reason, e.body)) from e
             why = f"HTTP {e.status} {e.reason}"
         except Exception as e:  # connection refused / reset / timeout: the API server may be restarting
             why = f"{type(e).__name__}: {e}"
         left = deadline - time.monotonic()
         if left <= 0:
             raise StatusWriteError(
-                f"could not write the report into {_describe(test)} within {deadline_seconds:.0f}s "
-                f"({attempt} attempts); last error: {why}")
+                f"could not write {what} within {deadline_seconds:.0f}s ({attempt} attempts); last error: {why}")
         pause = min(left, min(15.0, 0.5 * 2 ** (attempt - 1)) * (0.5 + random.random() / 2))
         if log:
-            log(f"status write attempt {attempt} failed ({why}); retrying in {pause:.1f}s")
+            log(f"writing {what}: attempt {attempt} failed ({why}); retrying in {pause:.1f}s")
         sleep(pause)
 
 
-def _refusal(test: TestRef, status: int, reason: str, body: Any) -> str:
+def _refusal(what: str, test: TestRef, status: int, reason: str, body: Any) -> str:
     text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
     hint = {
         401: "the ServiceAccount token was not accepted",
-        403: "the pod's ServiceAccount may not patch this test's status (the per-test Role allows get/patch "
-             "on acceptancetests/status of this test only; was spec.pod.serviceAccountName changed?)",
-        404: "the AcceptanceTest (or its CRD) does not exist any more",
+        403: "the pod's ServiceAccount may not write it (the per-test Role allows get/patch on "
+             "acceptancetests/status of this test and on this run's evidence ConfigMaps only; was "
+             "spec.pod.serviceAccountName changed?)",
+        404: "the AcceptanceTest, its CRD or the evidence ConfigMap does not exist any more",
         422: "the API server rejected the report (schema mismatch between workload image and CRD version?)",
     }.get(status, "the API server refused the patch")
-    return f"writing the report into {_describe(test)} failed: HTTP {status} {reason}: {hint}. {text[:500]}"
+    return f"writing {what} failed: HTTP {status} {reason}: {hint}. {text[:500]}"
 
 
 def write_termination_log(report: Report, path: str | os.PathLike = TERMINATION_LOG) -> bool:

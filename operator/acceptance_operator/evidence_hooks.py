@@ -1,0 +1,75 @@
+"""The operator's side of the evidence ConfigMaps: keep them fit for each run, read them back, delete them.
+
+The builders (manifests.build_evidence, build_rbac) say what the objects are;
+acceptance_workload.evidence says what they hold and how a report is split and
+assembled. Here only the calls: an adopted Role or ConfigMap is renewed for the
+new run, the full report is assembled from status.report and exactly the
+ConfigMaps this run owns (never names the status part itself lists), and all
+of a test's evidence goes with the test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from acceptance_workload.evidence import EVIDENCE_KEY, EvidenceError, StatusReport, assemble
+from acceptance_workload.report import Report
+from pydantic import ValidationError
+
+from acceptance_operator import manifests
+from acceptance_operator.api import AcceptanceTest
+from acceptance_operator.kubeapi import Kube
+
+KubeDict = dict[str, Any]
+EVIDENCE_ROLE = "evidence"
+
+
+def renew_adopted(k: Kube, child: KubeDict, existing: KubeDict) -> None:
+    """A Role from an earlier run gets this run's rules; an evidence ConfigMap is emptied for this run."""
+    stale = {
+        "Role": lambda: existing.get("rules") != child["rules"],
+        "ConfigMap": lambda: bool(existing.get("data")) or (existing.get("metadata") or {}).get("labels")
+        != child["metadata"]["labels"],
+    }.get(child["kind"])
+    if stale is not None and stale():
+        k.renew(child)
+
+
+def delete_all(k: Kube, namespace: str, test_selector: str) -> None:
+    """Every evidence ConfigMap of the test (any run): ownerReferences do it too where a GC runs."""
+    for cm in k.list_configmaps(namespace, f"{test_selector},{manifests.LABEL_ROLE}={EVIDENCE_ROLE}"):
+        k.delete("ConfigMap", namespace, cm["metadata"]["name"])
+
+
+def _failed(status: StatusReport, why: str) -> KubeDict:
+    """A report that cannot pass, saying why its evidence is unusable."""
+    return Report(mode=status.mode, generation=status.generation, uid=status.uid, checks_run=status.checks_run,
+                  error=f"the report's evidence cannot be used: {why}").to_wire()
+
+
+def full_report(k: Kube, test: AcceptanceTest, raw: Any) -> Any:
+    """The full report of this run (a wire dict), assembled from status.report and the run's evidence.
+
+    None without a report; a status part of another generation comes back as a
+    stub with that generation (it is ignored, and the status says why); an
+    unreadable one comes back as is (reading it fails, and the status says why).
+    """
+    if not raw:
+        return None
+    try:
+        status = StatusReport.model_validate(raw)
+    except ValidationError:
+        return raw
+    if status.generation != manifests.generation_of(test):
+        return {"generation": status.generation}
+    expected = manifests.evidence_names(test)
+    if status.evidence != expected:
+        return _failed(status, f"it names ConfigMaps {status.evidence[:3]}..., this run's are {expected[:3]}...")
+    shards = {}
+    for name in expected:
+        cm = k.read("ConfigMap", test.metadata.namespace, name) or {}
+        shards[name] = (cm.get("data") or {}).get(EVIDENCE_KEY)
+    try:
+        return assemble(status, shards).to_wire()
+    except EvidenceError as e:
+        return _failed(status, str(e))

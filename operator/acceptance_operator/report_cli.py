@@ -1,0 +1,142 @@
+"""`gpu-acceptance report NAME`: the full report of a test's current run, from its status and evidence.
+
+Without options it prints the operator's verdict and the report as the
+operator judged it (its thresholds, not the report's); `--json` prints the
+full report the workload wrote, assembled from status.report and the run's
+evidence ConfigMaps (the object `gpu-acceptance local --json` writes);
+`--node N` keeps what was measured on node N. `--deliver FILE` delivers a
+saved report for the current run exactly as rank 0 does (evidence first, then
+status.report), stamped with the run's generation and uid: an admin
+re-delivering a report from a pod's log after an outage, or a test.
+
+Exit codes: 0 printed or delivered, 1 no usable report yet, 2 could not read
+or write (no such test, refused, a FILE that is not a report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from acceptance_workload.report import Report
+from pydantic import ValidationError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="print a test's full report from the cluster, or deliver a saved one")
+    p.add_argument("name", help="AcceptanceTest name")
+    p.add_argument("-n", "--namespace", default=None, help="namespace (default: the kubeconfig's, else default)")
+    p.add_argument("--node", help="only what was measured on this node")
+    p.add_argument("--json", action="store_true", help="print the full report object (JSON) instead of tables")
+    p.add_argument("--deliver", metavar="FILE",
+                   help="deliver this saved report (as `local --json` writes it) for the test's current run")
+    p.set_defaults(func=run_report)
+
+
+def _namespace(given: str | None) -> str:
+    if given:
+        return given
+    try:
+        from kubernetes import config
+
+        _, active = config.list_kube_config_contexts()
+        return (active or {}).get("context", {}).get("namespace") or "default"
+    except Exception:
+        return "default"
+
+
+def for_node(report: Report, node: str) -> Report:
+    """The part of the report measured on `node` (its results, sweeps and DDP ranks)."""
+    ddp = report.ddp.model_copy(update={"ranks": [r for r in report.ddp.ranks if r.node == node]}) \
+        if report.ddp else None
+    return report.model_copy(update={
+        "results": [r for r in report.results if r.node == node],
+        "nccl": [s for s in report.nccl if s.node == node], "ddp": ddp,
+        "failed_nodes": [n for n in report.failed_nodes if n == node]})
+
+
+def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    from kubernetes.client.exceptions import ApiException
+
+    from acceptance_operator.kubeapi import Kube
+
+    namespace = _namespace(args.namespace)
+    try:
+        k = Kube()
+        obj = k.get_test(namespace, args.name)
+        if obj is None:
+            err.write(f"error: no AcceptanceTest {args.name} in namespace {namespace}\n")
+            return 2
+        if args.deliver:
+            return deliver(k, obj, Path(args.deliver), out, err)
+        return show(k, obj, args, out, err)
+    except ApiException as e:
+        err.write(f"error: the API server refused: HTTP {e.status} {e.reason}\n")
+        return 2
+
+
+def _test(obj: dict):
+    from acceptance_operator.handlers import parse_test
+
+    return parse_test(obj)
+
+
+def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO) -> int:
+    """Deliver the saved report for the test's current run, as rank 0 does."""
+    from acceptance_workload.status import StatusWriteError, patch_report
+
+    from acceptance_operator import manifests
+
+    try:
+        report = Report.model_validate_json(path.read_text())
+    except (OSError, ValidationError) as e:
+        err.write(f"error: {path} is not a saved report (`gpu-acceptance local --json FILE` writes one): "
+                  f"{str(e)[:500]}\n")
+        return 2
+    test = _test(obj)
+    ref = manifests.build_workload_config(test).test
+    assert ref is not None
+    report = report.model_copy(update={"generation": ref.generation, "uid": ref.uid})
+    try:
+        patch_report(ref, report, api=k.custom, core=k.core, deadline_seconds=60)
+    except StatusWriteError as e:
+        err.write(f"error: {e}\n")
+        return 2
+    out.write(f"delivered {path} to acceptancetests/{ref.name} in {ref.namespace} for generation {ref.generation} "
+              f"({len(ref.evidence)} evidence ConfigMaps)\n")
+    return 0
+
+
+def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from acceptance_workload.render import full_text
+
+    from acceptance_operator import evidence_hooks, manifests
+    from acceptance_operator.rejudge import RunFacts, rejudge
+
+    test = _test(obj)
+    status = obj.get("status") or {}
+    raw = evidence_hooks.full_report(k, test, status.get("report"))
+    if not raw:
+        err.write(f"no report for {args.name} yet (phase {status.get('phase') or 'none'})\n")
+        return 1
+    try:
+        report = Report.model_validate(raw)
+    except ValidationError:
+        err.write("status.report could not be read as a report\n")
+        return 1
+    if report.generation != manifests.generation_of(test):
+        err.write(f"status.report is for generation {report.generation}, the test is at generation "
+                  f"{manifests.generation_of(test)}: no report for the current run yet\n")
+        return 1
+    if args.json:
+        out.write(json.dumps((for_node(report, args.node) if args.node else report).to_wire(), indent=2) + "\n")
+        return 0
+    judged = rejudge(report, RunFacts(manifests.build_workload_config(test), test.metadata.uid)).report
+    verdict = next((c for c in status.get("conditions") or [] if c.get("type") == "Succeeded"), {})
+    out.write(f"{test.metadata.namespace}/{test.metadata.name} generation {report.generation}: "
+              f"{status.get('phase') or 'Pending'} {verdict.get('reason', '')}\n{verdict.get('message', '')}\n\n")
+    out.write(full_text(for_node(judged, args.node) if args.node else judged))
+    return 0

@@ -1,0 +1,121 @@
+"""The full evidence lives in ConfigMaps the operator creates for each run; `gpu-acceptance report` reads it back.
+
+Against the real API server and operator: the evidence objects come with the
+run, are owned by the test and named in the workload's Role (only they), go
+with the test; a 1024-node report keeps the status small; the CLI assembles
+the full report and delivers a saved one as rank 0 does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from acceptance_workload.checks import ChecksSpec
+from acceptance_workload.config import TestRef, WorkloadConfig
+from acceptance_workload.report import Report
+
+from tests.cluster.operator_harness import Cluster, report
+from tests.reports import node_names, passing_report
+
+STATUS_LIMIT = 256 * 1024
+
+
+def configmaps(cluster: Cluster, test: str) -> dict[str, dict]:
+    items = cluster.server.request(
+        "GET", f"/api/v1/namespaces/{cluster.ns}/configmaps?labelSelector=gpu-acceptance.io/test%3D{test}")["items"]
+    return {cm["metadata"]["name"]: cm for cm in items}
+
+
+def cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KUBECONFIG": str(cluster.server.kubeconfig)}
+    return subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "report", *args, "-n", cluster.ns],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_evidence_objects_come_with_the_run_are_named_in_the_role_and_go_with_the_test(cluster: Cluster):
+    created = cluster.create_test("ev", {"nodes": 9})
+    cluster.wait_phase("ev", "Pending")
+    names = ["ev-evidence-job", "ev-evidence-0", "ev-evidence-1"]
+    cms = configmaps(cluster, "ev")
+    assert sorted(cms) == sorted(names)
+    for cm in cms.values():
+        assert cm["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
+        assert "data" not in cm
+    role = cluster.server.request("GET", cluster.role_path("ev-workload"))
+    assert role["rules"][1] == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": names,
+                                "verbs": ["get", "patch", "update"]}
+
+    written = report(1, nodes=tuple(node_names(9)))
+    cluster.write_report("ev", written)
+    status = cluster.wait_phase("ev", "Succeeded")
+    assert status["report"]["evidence"] == names and "results" not in status["report"]
+    assert all(cm.get("data") for cm in configmaps(cluster, "ev").values())
+
+    cluster.delete_test("ev")
+    cluster.wait(lambda: cluster.get_test("ev") is None, "the test to be deleted")
+    assert configmaps(cluster, "ev") == {}
+
+
+def test_a_1024_node_report_keeps_the_status_small(cluster: Cluster):
+    cluster.create_test("big", {"nodes": 1024})
+    cluster.wait_phase("big", "Pending")
+    written = Report.model_validate(report(1, nodes=tuple(node_names(1024)), failed_node="gpu-node-0007"))
+    for r in written.results:  # long messages everywhere, as a bad day writes them
+        r.message = "the fabric manager says: " + "x" * 2000
+    cluster.write_report("big", written.to_wire())
+    status = cluster.wait_phase("big", "Failed", timeout=180)
+    assert status["summary"]["failedNodes"] == ["gpu-node-0007"]
+    size = len(json.dumps(status, separators=(",", ":")))
+    print(f"status of a 1024-node run: {size} bytes")
+    assert size <= STATUS_LIMIT, size
+    assert all(len(c["message"]) <= 32 * 1024 for c in status["conditions"])
+    assert len(status["report"]["nodes"]) == 1024
+
+
+def test_report_cli_prints_the_full_report_and_delivers_a_saved_one(cluster: Cluster, tmp_path: Path):
+    cluster.create_test("cli", {"nodes": 2})
+    cluster.wait_phase("cli", "Pending")
+    assert cli(cluster, "cli").returncode == 1  # no report yet
+
+    # A saved report (as `local --json` writes it: no generation, no uid) delivered for the current run.
+    config = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=2, gpus_per_node=8,
+                                  test=TestRef(name="local", namespace="-"))
+    saved = passing_report(config, ["n-1", "n-2"])
+    (tmp_path / "saved.json").write_text(json.dumps(saved.to_wire()))
+    cluster.place_pods("cli", 1, ["n-1", "n-2"])
+    delivered = cli(cluster, "cli", "--deliver", str(tmp_path / "saved.json"))
+    assert delivered.returncode == 0, delivered.stderr
+    cluster.wait_phase("cli", "Succeeded")
+
+    full = cli(cluster, "cli", "--json")
+    assert full.returncode == 0, full.stderr
+    back = Report.model_validate_json(full.stdout)
+    assert back.generation == 1 and back.uid == cluster.get_test("cli")["metadata"]["uid"]
+    assert sorted(r.model_dump_json() for r in back.results) == sorted(r.model_dump_json() for r in saved.results)
+    one = Report.model_validate_json(cli(cluster, "cli", "--json", "--node", "n-2").stdout)
+    assert {r.node for r in one.results} == {"n-2"} and {s.node for s in one.nccl} == {"n-2"}
+    text = cli(cluster, "cli").stdout
+    assert "Succeeded ChecksPassed" in text and "all_reduce" in text
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}}")
+    refused = cli(cluster, "cli", "--deliver", str(bad))
+    assert refused.returncode == 2 and "is not a saved report" in refused.stderr
+
+
+def test_a_delivered_cpu_smoke_report_fails_naming_why(cluster: Cluster, tmp_path: Path):
+    cluster.create_test("cpu", {"nodes": 1})
+    cluster.wait_phase("cpu", "Pending")
+    config = WorkloadConfig.build(checks=ChecksSpec(), profile="custom", nodes=1, gpus_per_node=8,
+                                  test=TestRef(name="local", namespace="-"))
+    smoke = passing_report(config, ["laptop"]).model_copy(update={"mode": "cpu-smoke"})
+    (tmp_path / "smoke.json").write_text(json.dumps(smoke.to_wire()))
+    cluster.place_pods("cpu", 1, ["laptop"])
+    assert cli(cluster, "cpu", "--deliver", str(tmp_path / "smoke.json")).returncode == 0
+    cluster.wait_phase("cpu", "Failed")
+    succeeded = cluster.condition("cpu", "Succeeded")
+    assert succeeded["reason"] == "ReportRejected" and "cpu-smoke report" in succeeded["message"]

@@ -1,0 +1,84 @@
+"""A report split into its status part and evidence shards, and put back together: small at any node count."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from acceptance_workload.checks import ChecksSpec
+from acceptance_workload.config import TestRef, WorkloadConfig
+from acceptance_workload.evidence import (
+    MAX_FAILURES,
+    EvidenceError,
+    StatusReport,
+    assemble,
+    shard_names,
+    split,
+)
+
+from tests.reports import passing_report
+
+STATUS_LIMIT = 256 * 1024
+OBJECT_LIMIT = 1024 * 1024
+
+
+def config(nodes: int) -> WorkloadConfig:
+    return WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=nodes, gpus_per_node=8,
+                                test=TestRef(name="t", namespace="ns", uid="u-1", generation=4))
+
+
+def same(a: list, b: list) -> bool:
+    """The same items in any order (the job-wide part comes first once assembled)."""
+    return sorted(x.model_dump_json() for x in a) == sorted(x.model_dump_json() for x in b)
+
+
+def size(obj) -> int:
+    return len(json.dumps(obj, separators=(",", ":")))
+
+
+def test_split_and_assemble_give_back_the_whole_report():
+    report = passing_report(config(20))
+    names = shard_names("t-evidence", 20)
+    status, shards = split(report, names)
+    assert list(shards) == names and status.evidence == names
+    full = assemble(status, shards)
+    assert same(full.results, report.results) and same(full.nccl, report.nccl)
+    assert same(full.ddp.ranks, report.ddp.ranks) and full.environment == report.environment
+    assert full.model_copy(update={"results": [], "nccl": [], "ddp": None}) == report.model_copy(
+        update={"results": [], "nccl": [], "ddp": None})
+    assert {row.node for row in status.nodes} == set(report.environment.hostnames)
+
+
+def test_a_1024_node_report_fits_the_status_and_every_shard_fits_an_object():
+    report = passing_report(config(1024))
+    for r in report.results:  # a bad day: every node fails something, with a long message
+        if r.name == "gpu_count":
+            r.value, r.passed, r.message = 7.0, False, "GPU 7 fell off the bus " * 200
+    report.finalize()
+    assert size(report.to_wire()) > 20 * OBJECT_LIMIT  # what status.report held before
+    status, shards = split(report, shard_names("t-evidence", 1024))
+    assert size({"report": status.to_wire()}) <= STATUS_LIMIT, size(status.to_wire())
+    assert max(len(text) for text in shards.values()) < OBJECT_LIMIT - 4096
+    assert len(status.failures) == MAX_FAILURES and status.failures_omitted == 1024 - MAX_FAILURES
+    assert status.tally.failed == 1024 and len(status.nodes) == 1024 and not status.nodes[0].passed
+    assert len(status.failed_nodes) == 1024
+    assert same(assemble(status, shards).results, report.results)
+
+
+def test_missing_or_foreign_evidence_cannot_be_assembled():
+    report = passing_report(config(9))
+    status, shards = split(report, shard_names("t-evidence", 9))
+    with pytest.raises(EvidenceError, match="t-evidence-1 is missing"):
+        assemble(status, {**shards, "t-evidence-1": None})
+    other = passing_report(config(9)).model_copy(update={"generation": 3})
+    _, foreign = split(other, shard_names("t-evidence", 9))
+    with pytest.raises(EvidenceError, match="generation 3"):
+        assemble(status, {**shards, "t-evidence-0": foreign["t-evidence-0"]})
+
+
+def test_the_status_part_is_a_model_of_its_own():
+    status, _ = split(passing_report(config(2)), shard_names("t-evidence", 2))
+    wire = status.to_wire()
+    assert "results" not in wire and "nccl" not in wire
+    assert StatusReport.model_validate(wire) == status
+    assert wire["headline"]["allReduceBusbwGBps"] == 371.5

@@ -1,0 +1,231 @@
+"""A report in two parts: the compact status part, and the full evidence in objects owned by the test.
+
+status.report must stay small at any node count (a status is read on every
+`kubectl get`, and an object over ~1.5 MiB is refused), so it holds only what a
+person needs first: the verdict as the workload saw it, the failures with
+their evidence, the headline numbers and one short row per node. Everything
+else (every result, every NCCL sweep row, the DDP ranks) goes into evidence
+shards: ConfigMaps the operator creates for the run, one for the job-wide part
+and one per group of NODES_PER_SHARD nodes, each a partial Report, which the
+workload may write by name only. `assemble` puts the full Report back
+together; it is what the operator judges and what `gpu-acceptance report`
+prints.
+
+Pure: no Kubernetes imports; status.py writes, the operator and CLI read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+
+from pydantic import Field
+
+from acceptance_workload.report import (
+    CHECK_NAMES,
+    CheckName,
+    CheckResult,
+    Environment,
+    Report,
+)
+from acceptance_workload.wire import WireModel
+
+NODES_PER_SHARD = 8  # ~45 KB of evidence a node (8 GPUs): 8 nodes stay far under the 1 MiB object limit
+SHARD_BUDGET_BYTES = 900 * 1024  # a shard larger than this drops its sweep rows (and says so)
+EVIDENCE_KEY = "evidence.json"
+MAX_FAILURES = 40  # failures listed in the status; the rest are counted and are in the evidence
+MAX_FAILURE_MESSAGE = 300
+MAX_ROW_FAILURE = 120
+MAX_ERROR = 2000
+
+
+def shard_count(nodes: int) -> int:
+    """Node shards for a run of `nodes` nodes (the job-wide shard comes on top)."""
+    return max(1, math.ceil(nodes / NODES_PER_SHARD))
+
+
+def shard_names(prefix: str, nodes: int) -> list[str]:
+    """Names of a run's evidence ConfigMaps: the job-wide one first, then one per group of nodes."""
+    return [f"{prefix}-job", *(f"{prefix}-{k}" for k in range(shard_count(nodes)))]
+
+
+class NodeRow(WireModel):
+    """One node in one line: how many results, how many failed, the first failure in words."""
+
+    node: str
+    passed: bool
+    results: int
+    failed: int
+    failure: str | None = Field(None, description="The first failed result, e.g. 'preflight/gpu_count GPU 3: ...'.")
+
+
+class Tally(WireModel):
+    passed: int = 0
+    failed: int = 0
+    total: int = 0
+
+
+class Headline(WireModel):
+    all_reduce_busbw_gbps: float | None = Field(None, alias="allReduceBusbwGBps")
+    ddp_throughput_per_gpu: float | None = None
+    ddp_throughput_unit: str | None = None
+    scaling_efficiency: float | None = None
+
+
+class StatusReport(WireModel):
+    """What the workload writes into status.report: compact at any node count; the evidence holds the rest."""
+
+    version: str = "v1"
+    mode: str = Field("gpu", description="gpu, or cpu-smoke (which never passes an AcceptanceTest).")
+    generation: int | None = None
+    uid: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    passed: bool = Field(False, description="The workload's own verdict; the operator judges again.")
+    error: str | None = None
+    checks_run: list[CheckName] = Field(default_factory=list)
+    tally: Tally = Field(default_factory=Tally)
+    headline: Headline = Field(default_factory=Headline)
+    failures: list[CheckResult] = Field(default_factory=list, description="The first failed results.")
+    failures_omitted: int = Field(0, description="Failed results not listed here (all are in the evidence).")
+    failed_nodes: list[str] = Field(default_factory=list)
+    nodes: list[NodeRow] = Field(default_factory=list)
+    environment: Environment = Field(default_factory=Environment)
+    evidence: list[str] = Field(default_factory=list, description="ConfigMaps holding the full report.")
+
+
+def _clip(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit - 3] + "..."
+
+
+def _short(r: CheckResult) -> str:
+    gpu = f" GPU {r.gpu}" if r.gpu is not None else ""
+    return _clip(f"{r.check}/{r.name}{gpu}: {r.message or r.value}", MAX_ROW_FAILURE) or ""
+
+
+def _headline(report: Report) -> Headline:
+    def job_wide(check: str, name: str) -> CheckResult | None:
+        return next((r for r in report.results if (r.check, r.name, r.node) == (check, name, None)
+                     and r.value is not None), None)
+    busbw, tput, eff = (job_wide("nccl", "all_reduce_busbw"), job_wide("ddp", "throughput_per_gpu"),
+                        job_wide("ddp", "scaling_efficiency"))
+    return Headline(all_reduce_busbw_gbps=busbw.value if busbw else None,
+                    ddp_throughput_per_gpu=tput.value if tput else None,
+                    ddp_throughput_unit=(tput.unit or None) if tput else None,
+                    scaling_efficiency=eff.value if eff else None)
+
+
+def node_rows(report: Report) -> list[NodeRow]:
+    by_node: dict[str, list[CheckResult]] = {n: [] for n in report.environment.hostnames}
+    for r in report.results:
+        if r.node:
+            by_node.setdefault(r.node, []).append(r)
+    rows = []
+    for node in sorted(by_node):
+        failed = [r for r in by_node[node] if not r.passed]
+        rows.append(NodeRow(node=node, passed=not failed, results=len(by_node[node]), failed=len(failed),
+                            failure=_short(failed[0]) if failed else None))
+    return rows
+
+
+def compact(report: Report, evidence: list[str]) -> StatusReport:
+    """The status part of a report."""
+    failures = [r for r in report.results if not r.passed]
+    missing = report.missing_checks()
+    passed = sum(1 for r in report.results if r.passed)
+    return StatusReport(
+        mode=report.mode, generation=report.generation, uid=report.uid, started_at=report.started_at,
+        finished_at=report.finished_at, passed=report.passed, error=_clip(report.error, MAX_ERROR),
+        checks_run=report.checks_run,
+        tally=Tally(passed=passed, failed=len(failures) + len(missing), total=len(report.results) + len(missing)),
+        headline=_headline(report),
+        failures=[r.model_copy(update={"message": _clip(r.message, MAX_FAILURE_MESSAGE) or ""})
+                  for r in failures[:MAX_FAILURES]],
+        failures_omitted=max(0, len(failures) - MAX_FAILURES),
+        failed_nodes=report.failed_nodes, nodes=node_rows(report),
+        environment=report.environment.model_copy(update={"hostnames": []}),
+        evidence=evidence,
+    )
+
+
+def _node_groups(report: Report, groups: int) -> list[list[str]]:
+    nodes = sorted({*report.environment.hostnames, *(r.node for r in report.results if r.node)})
+    per = max(NODES_PER_SHARD, math.ceil(len(nodes) / groups)) if nodes else NODES_PER_SHARD
+    return [nodes[k * per:(k + 1) * per] for k in range(groups)]
+
+
+def _partial(report: Report, nodes: set[str] | None) -> Report:
+    """The part of the report about `nodes` (None: the job-wide part, with the environment and errors)."""
+    def mine(node: str | None) -> bool:
+        return node is None if nodes is None else node in nodes
+    ddp = report.ddp.model_copy(update={"ranks": [r for r in report.ddp.ranks if nodes is not None
+                                                  and r.node in nodes]}) if report.ddp else None
+    base = report if nodes is None else Report(mode=report.mode, generation=report.generation, uid=report.uid)
+    return base.model_copy(update={
+        "results": [r for r in report.results if mine(r.node)],
+        "skipped": report.skipped if nodes is None else [],
+        "nccl": [s for s in report.nccl if mine(s.node if s.scope == "node" else None)],
+        "ddp": ddp, "failed_nodes": report.failed_nodes if nodes is None else [],
+    }, deep=True)
+
+
+def _fit(part: Report) -> str:
+    """The shard's JSON; over budget, its sweep rows go first (the results keep the judged numbers)."""
+    text = json.dumps(part.to_wire(), separators=(",", ":"))
+    if len(text) > SHARD_BUDGET_BYTES:
+        part.nccl = [s.model_copy(update={"rows": [], "timing": "rows dropped: the shard was too large"})
+                     for s in part.nccl]
+        for r in part.results:
+            r.message = _clip(r.message, MAX_FAILURE_MESSAGE) or ""
+        text = json.dumps(part.to_wire(), separators=(",", ":"))
+    return text
+
+
+def split(report: Report, names: list[str]) -> tuple[StatusReport, dict[str, str]]:
+    """The status part and each evidence ConfigMap's data (JSON of a partial Report), by name.
+
+    `names` are the run's ConfigMaps (shard_names): the job-wide part goes into the first, the nodes,
+    in name order, are spread over the others.
+    """
+    if len(names) < 2:
+        raise ValueError("a report needs a job-wide evidence ConfigMap and at least one for its nodes")
+    groups = _node_groups(report, len(names) - 1)
+    shards = {names[0]: _fit(_partial(report, None))}
+    for name, group in zip(names[1:], groups, strict=True):
+        shards[name] = _fit(_partial(report, set(group)))
+    return compact(report, names), shards
+
+
+class EvidenceError(ValueError):
+    """The evidence of a report cannot be put together: what is missing or does not belong."""
+
+
+def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
+    """The full report from its status part and its evidence shards (every one listed must be there)."""
+    parts: list[Report] = []
+    for name in status.evidence:
+        text = shards.get(name)
+        if not text:
+            raise EvidenceError(f"evidence ConfigMap {name} is missing or empty")
+        try:
+            part = Report.model_validate(json.loads(text))
+        except ValueError as e:
+            raise EvidenceError(f"evidence ConfigMap {name} could not be read: {str(e)[:300]}") from e
+        if (part.generation, part.uid) != (status.generation, status.uid):
+            raise EvidenceError(f"evidence ConfigMap {name} is for generation {part.generation} of uid {part.uid}, "
+                                f"not generation {status.generation} of uid {status.uid}")
+        parts.append(part)
+    if not parts:
+        raise EvidenceError("status.report lists no evidence")
+    job, nodes = parts[0], parts[1:]
+    full = job.model_copy(deep=True)
+    for part in nodes:
+        full.results += part.results
+        full.nccl += part.nccl
+        if full.ddp and part.ddp:
+            full.ddp.ranks += part.ddp.ranks
+    full.checks_run = [c for c in CHECK_NAMES if c in full.checks_run]
+    return full
