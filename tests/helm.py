@@ -31,6 +31,9 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [("", "events", v) for v in ("create", "list")]  # list: the pods' FailedScheduling events
     + [("", "serviceaccounts", v) for v in ("get", "create", "delete")]
     + [("rbac.authorization.k8s.io", r, v) for r in ("roles", "rolebindings") for v in ("get", "create", "delete")]
+    + [("rbac.authorization.k8s.io", "roles", "patch")]  # a new run's evidence names
+    # the runs' evidence ConfigMaps; update because the workload's Role grants it
+    + [("", "configmaps", v) for v in ("get", "list", "create", "patch", "update", "delete")]
     + [("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")]
     + [("", "namespaces", v) for v in ("list", "watch")]
 )

@@ -16,6 +16,7 @@ Pure: no Kubernetes imports; status.py writes, the operator and CLI read.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from datetime import datetime
@@ -60,13 +61,17 @@ class NodeRow(WireModel):
     failure: str | None = Field(None, description="The first failed result, e.g. 'preflight/gpu_count GPU 3: ...'.")
 
 
-class Tally(WireModel):
+class TallyPart(WireModel):
+    """Report.tally() on the wire."""
+
     passed: int = 0
     failed: int = 0
     total: int = 0
 
 
-class Headline(WireModel):
+class HeadlinePart(WireModel):
+    """Report.headline() on the wire."""
+
     all_reduce_busbw_gbps: float | None = Field(None, alias="allReduceBusbwGBps")
     ddp_throughput_per_gpu: float | None = None
     ddp_throughput_unit: str | None = None
@@ -85,8 +90,8 @@ class StatusReport(WireModel):
     passed: bool = Field(False, description="The workload's own verdict; the operator judges again.")
     error: str | None = None
     checks_run: list[CheckName] = Field(default_factory=list)
-    tally: Tally = Field(default_factory=Tally)
-    headline: Headline = Field(default_factory=Headline)
+    tally: TallyPart = Field(default_factory=TallyPart)
+    headline: HeadlinePart = Field(default_factory=HeadlinePart)
     failures: list[CheckResult] = Field(default_factory=list, description="The first failed results.")
     failures_omitted: int = Field(0, description="Failed results not listed here (all are in the evidence).")
     failed_nodes: list[str] = Field(default_factory=list)
@@ -106,18 +111,6 @@ def _short(r: CheckResult) -> str:
     return _clip(f"{r.check}/{r.name}{gpu}: {r.message or r.value}", MAX_ROW_FAILURE) or ""
 
 
-def _headline(report: Report) -> Headline:
-    def job_wide(check: str, name: str) -> CheckResult | None:
-        return next((r for r in report.results if (r.check, r.name, r.node) == (check, name, None)
-                     and r.value is not None), None)
-    busbw, tput, eff = (job_wide("nccl", "all_reduce_busbw"), job_wide("ddp", "throughput_per_gpu"),
-                        job_wide("ddp", "scaling_efficiency"))
-    return Headline(all_reduce_busbw_gbps=busbw.value if busbw else None,
-                    ddp_throughput_per_gpu=tput.value if tput else None,
-                    ddp_throughput_unit=(tput.unit or None) if tput else None,
-                    scaling_efficiency=eff.value if eff else None)
-
-
 def node_rows(report: Report) -> list[NodeRow]:
     by_node: dict[str, list[CheckResult]] = {n: [] for n in report.environment.hostnames}
     for r in report.results:
@@ -134,14 +127,13 @@ def node_rows(report: Report) -> list[NodeRow]:
 def compact(report: Report, evidence: list[str]) -> StatusReport:
     """The status part of a report."""
     failures = [r for r in report.results if not r.passed]
-    missing = report.missing_checks()
-    passed = sum(1 for r in report.results if r.passed)
+    tally, headline = report.tally(), report.headline()
     return StatusReport(
         mode=report.mode, generation=report.generation, uid=report.uid, started_at=report.started_at,
         finished_at=report.finished_at, passed=report.passed, error=_clip(report.error, MAX_ERROR),
         checks_run=report.checks_run,
-        tally=Tally(passed=passed, failed=len(failures) + len(missing), total=len(report.results) + len(missing)),
-        headline=_headline(report),
+        tally=TallyPart(passed=tally.passed, failed=tally.failed, total=tally.total),
+        headline=HeadlinePart(**dataclasses.asdict(headline)),
         failures=[r.model_copy(update={"message": _clip(r.message, MAX_FAILURE_MESSAGE) or ""})
                   for r in failures[:MAX_FAILURES]],
         failures_omitted=max(0, len(failures) - MAX_FAILURES),
