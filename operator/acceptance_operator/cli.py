@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("local", help="run the checks on this machine's GPUs (or a CPU smoke run)")
     p.add_argument("--cpu", action="store_true", help="CPU smoke run with gloo (2 processes, small sizes)")
-    p.add_argument("--json", metavar="FILE", help="write the report object (as in status.report) to FILE")
+    p.add_argument("--json", metavar="FILE", help="write the full report object to FILE (what `report --deliver` "
+                   "delivers and `report --json` prints)")
     p.add_argument("-f", "--file", metavar="MANIFEST",
                    help="take checks, profile and thresholds from this AcceptanceTest manifest")
     p.add_argument("--profile", help="threshold profile (default: the manifest's, else the one of the GPUs here)")
