@@ -292,10 +292,12 @@ class Rejudged:
 
 def rejudge(report: Report, facts: RunFacts) -> Rejudged:
     """Judge every result again, add the required results the report lacks, check the report fits the run."""
-    judged = report.model_copy(deep=True)
+    # A shallow copy with new results: the sweeps and environment are read, never changed (a deep copy of a
+    # 1,000-node report's sweeps would cost seconds).
+    judged = report.model_copy(update={
+        "results": [judge_result(r, facts.config, report) for r in report.results],
+        "checks_run": [c for c in CHECK_NAMES if getattr(facts.config.checks, c).enabled]})
     nodes = judged.environment.hostnames or sorted({r.node for r in judged.results if r.node})
-    judged.results = [judge_result(r, facts.config, report) for r in judged.results]
     judged.results += missing_required(judged, facts.config, nodes)
-    judged.checks_run = [c for c in CHECK_NAMES if getattr(facts.config.checks, c).enabled]
     judged.finalize()
     return Rejudged(judged, run_problems(report, facts))
