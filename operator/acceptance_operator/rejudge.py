@@ -47,9 +47,30 @@ class Judgement:
     comparison: Comparison
     passed: bool | None = None  # None: judge(value, threshold, comparison)
     note: str = ""
+    value: float | None = None  # a value the operator derived from the report's measurements; replaces the result's
 
 
-Rule = Callable[[CheckResult, WorkloadConfig, Report], Judgement]
+@dataclass
+class Context:
+    """What a rule judges against: the operator's config, and the report's own measurements for relative rules."""
+
+    config: WorkloadConfig
+    report: Report
+    _by_name: dict[tuple[str, str], dict[str, list[CheckResult]]] = field(default_factory=dict)
+
+    def on_node(self, check: str, name: str, node: str | None) -> list[CheckResult]:
+        """The report's results of one measurement on one node (indexed once per measurement)."""
+        key = (check, name)
+        if key not in self._by_name:
+            index: dict[str, list[CheckResult]] = {}
+            for r in self.report.results:
+                if (r.check, r.name) == key and r.node:
+                    index.setdefault(r.node, []).append(r)
+            self._by_name[key] = index
+        return self._by_name[key].get(node or "", [])
+
+
+Rule = Callable[[CheckResult, Context], Judgement]
 
 
 def numeric(threshold: float | None, comparison: Comparison) -> Judgement:
@@ -63,7 +84,7 @@ def _flag(required: bool) -> Judgement:
 
 
 def _version(need: str | None) -> Rule:
-    def rule(r: CheckResult, _c: WorkloadConfig, _r: Report) -> Judgement:
+    def rule(r: CheckResult, _x: Context) -> Judgement:
         if need is None:
             return numeric(None, "eq")
         try:
@@ -75,14 +96,14 @@ def _version(need: str | None) -> Rule:
 
 
 def _preflight(attr: str, comparison: Comparison, *, scale: Callable[[object], float] = float) -> Rule:
-    def rule(_r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
-        value = getattr(c.checks.preflight.thresholds, attr)
+    def rule(_r: CheckResult, x: Context) -> Judgement:
+        value = getattr(x.config.checks.preflight.thresholds, attr)
         return numeric(None if value is None else scale(value), comparison)
     return rule
 
 
-def _gpu_model(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
-    want = c.checks.preflight.thresholds.gpu_model
+def _gpu_model(r: CheckResult, x: Context) -> Judgement:
+    want = x.config.checks.preflight.thresholds.gpu_model
     if want is None:
         return numeric(None, "eq")
     ok = r.observed is not None and want.lower() in r.observed.lower()
@@ -90,19 +111,19 @@ def _gpu_model(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
 
 
 def _version_rule(attr: str) -> Rule:
-    return lambda r, c, rep: _version(getattr(c.checks.preflight.thresholds, attr))(r, c, rep)
+    return lambda r, x: _version(getattr(x.config.checks.preflight.thresholds, attr))(r, x)
 
 
 def _rdma(c: WorkloadConfig) -> bool:
     return c.nodes > 1 and c.fabric != "ethernet"
 
 
-def _transport(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
-    return _required_transport(r, c.required_transport())
+def _transport(r: CheckResult, x: Context) -> Judgement:
+    return _required_transport(r, x.config.required_transport())
 
 
-def _intra_transport(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
-    return _required_transport(r, c.checks.nccl.thresholds.intra_node_transport)
+def _intra_transport(r: CheckResult, x: Context) -> Judgement:
+    return _required_transport(r, x.config.checks.nccl.thresholds.intra_node_transport)
 
 
 def _required_transport(r: CheckResult, required: str | None) -> Judgement:
@@ -115,25 +136,25 @@ def _required_transport(r: CheckResult, required: str | None) -> Judgement:
 
 
 def _nccl_busbw(collective: str) -> Rule:
-    def rule(r: CheckResult, c: WorkloadConfig, _rep: Report) -> Judgement:
+    def rule(r: CheckResult, x: Context) -> Judgement:
         if r.node is not None:
             return Judgement(None, "ge", False, "a job-wide busbw result names a node")
-        return numeric(c.checks.nccl.thresholds.busbw_threshold(collective), "ge")  # type: ignore[arg-type]
+        return numeric(x.config.checks.nccl.thresholds.busbw_threshold(collective), "ge")  # type: ignore[arg-type]
     return rule
 
 
 def _ddp(attr: str, comparison: Comparison) -> Rule:
-    return lambda _r, c, _rep: numeric(getattr(c.checks.ddp.thresholds, attr), comparison)
+    return lambda _r, x: numeric(getattr(x.config.checks.ddp.thresholds, attr), comparison)
 
 
-def _culprit(_r: CheckResult, _c: WorkloadConfig, _rep: Report) -> Judgement:
+def _culprit(_r: CheckResult, _x: Context) -> Judgement:
     """A rank the workload blamed (stopped, failed, fell behind): always a failure."""
     return Judgement(1.0, "ge", False)
 
 
 RULES: dict[tuple[str, str], Rule] = {
     # preflight: per node and per GPU health, against spec.checks.preflight.thresholds
-    ("preflight", "gpu_count"): lambda _r, c, _rep: numeric(float(c.gpus_per_node), "ge"),
+    ("preflight", "gpu_count"): lambda _r, x: numeric(float(x.config.gpus_per_node), "ge"),
     ("preflight", "gpu_model"): _gpu_model,
     ("preflight", "driver_version"): _version_rule("min_driver_version"),
     ("preflight", "cuda_version"): _version_rule("min_cuda_version"),
@@ -141,24 +162,24 @@ RULES: dict[tuple[str, str], Rule] = {
     ("preflight", "temperature"): _preflight("max_gpu_temperature_c", "le"),
     ("preflight", "ecc_uncorrected"): _preflight("max_uncorrected_ecc_errors", "le"),
     ("preflight", "pending_row_remaps"): _preflight("max_pending_row_remaps", "le"),
-    ("preflight", "row_remap_failure"): lambda _r, _c, _rep: _flag(True),
+    ("preflight", "row_remap_failure"): lambda _r, _x: _flag(True),
     ("preflight", "pcie_generation"): _preflight("min_pcie_generation", "ge"),
     ("preflight", "pcie_width"): _preflight("min_pcie_width", "ge"),
     ("preflight", "nvlink_active_links"): _preflight("min_nvlink_active_links", "ge"),
-    ("preflight", "throttle"): lambda _r, c, _rep: _flag(bool(c.checks.preflight.thresholds.fail_on_throttle)),
+    ("preflight", "throttle"): lambda _r, x: _flag(bool(x.config.checks.preflight.thresholds.fail_on_throttle)),
     ("preflight", "shm_size"): _preflight("min_shm_bytes", "ge", scale=lambda v: float(parse_bytes(v))),
-    ("preflight", "memlock_unlimited"): lambda _r, c, _rep: _flag(
-        bool(c.checks.preflight.thresholds.require_unlimited_memlock) and _rdma(c)),
-    ("preflight", "ib_ports"): lambda _r, _c, _rep: numeric(1.0, "ge"),
-    ("preflight", "ib_port_state"): lambda _r, c, _rep: _flag(c.nodes > 1),
-    ("preflight", "ib_port_rate"): lambda _r, c, _rep: numeric(
-        c.checks.preflight.thresholds.min_ib_rate_gbps if c.nodes > 1 else None, "ge"),
-    ("preflight", "gpu_health"): lambda _r, _c, _rep: numeric(1.0, "ge"),
+    ("preflight", "memlock_unlimited"): lambda _r, x: _flag(
+        bool(x.config.checks.preflight.thresholds.require_unlimited_memlock) and _rdma(x.config)),
+    ("preflight", "ib_ports"): lambda _r, _x: numeric(1.0, "ge"),
+    ("preflight", "ib_port_state"): lambda _r, x: _flag(x.config.nodes > 1),
+    ("preflight", "ib_port_rate"): lambda _r, x: numeric(
+        x.config.checks.preflight.thresholds.min_ib_rate_gbps if x.config.nodes > 1 else None, "ge"),
+    ("preflight", "gpu_health"): lambda _r, _x: numeric(1.0, "ge"),
     # nccl: busbw per collective over the job, per node, correctness, transports
     **{("nccl", f"{c}_busbw"): _nccl_busbw(c) for c in COLLECTIVES},
-    **{("nccl", f"{c}_correctness"): (lambda _r, _c, _rep: numeric(0.0, "le")) for c in COLLECTIVES},
-    ("nccl", "node_all_reduce_busbw"): lambda _r, c, _rep: numeric(
-        c.checks.nccl.thresholds.node_all_reduce_busbw_gbps, "ge"),
+    **{("nccl", f"{c}_correctness"): (lambda _r, _x: numeric(0.0, "le")) for c in COLLECTIVES},
+    ("nccl", "node_all_reduce_busbw"): lambda _r, x: numeric(
+        x.config.checks.nccl.thresholds.node_all_reduce_busbw_gbps, "ge"),
     ("nccl", "transport"): _transport,
     ("nccl", "intra_node_transport"): _intra_transport,
     # ddp
@@ -166,7 +187,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("ddp", "gpu_throughput"): _ddp("min_throughput_per_gpu", "ge"),
     ("ddp", "scaling_efficiency"): _ddp("min_scaling_efficiency", "ge"),
     ("ddp", "straggler_ratio"): _ddp("max_straggler_ratio", "le"),
-    ("ddp", "loss_decrease"): lambda _r, _c, _rep: numeric(MIN_LOSS_DECREASE, "ge"),
+    ("ddp", "loss_decrease"): lambda _r, _x: numeric(MIN_LOSS_DECREASE, "ge"),
     # liveness: a rank the workload blamed, in whichever check it happened
     **{(check, name): _culprit for check in ("preflight", "gpu", "nccl", "ddp")
        for name in ("rank_responding", "rank_error", "rank_progress")},
@@ -181,21 +202,21 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_MESSAGE else text[:MAX_MESSAGE - 3] + "..."
 
 
-def judge_result(result: CheckResult, config: WorkloadConfig, report: Report) -> CheckResult:
+def judge_result(result: CheckResult, context: Context) -> CheckResult:
     """The result with the operator's threshold, comparison and pass/fail; unknown names fail closed."""
     rule = rule_for(result)
     if rule is None:
         return result.model_copy(update={
             "passed": False, "message": _clip(f"the operator does not know the result {result.check}/{result.name} "
                                               f"and cannot judge it (fails closed); {result.message}")})
-    j = rule(result, config, report)
-    passed = judge(result.value, j.threshold, j.comparison) if j.passed is None else (
-        j.passed and result.value is not None)
+    j = rule(result, context)
+    value = result.value if j.value is None else j.value
+    passed = judge(value, j.threshold, j.comparison) if j.passed is None else (j.passed and value is not None)
     message = result.message
     if j.note:
         message = f"{j.note}; {message}" if message else j.note
-    return result.model_copy(update={"threshold": j.threshold, "comparison": j.comparison, "passed": passed,
-                                     "message": _clip(message)})
+    return result.model_copy(update={"value": value, "threshold": j.threshold, "comparison": j.comparison,
+                                     "passed": passed, "message": _clip(message)})
 
 
 @dataclass(frozen=True)
@@ -292,10 +313,11 @@ class Rejudged:
 
 def rejudge(report: Report, facts: RunFacts) -> Rejudged:
     """Judge every result again, add the required results the report lacks, check the report fits the run."""
+    context = Context(facts.config, report)
     # A shallow copy with new results: the sweeps and environment are read, never changed (a deep copy of a
     # 1,000-node report's sweeps would cost seconds).
     judged = report.model_copy(update={
-        "results": [judge_result(r, facts.config, report) for r in report.results],
+        "results": [judge_result(r, context) for r in report.results],
         "checks_run": [c for c in CHECK_NAMES if getattr(facts.config.checks, c).enabled]})
     nodes = judged.environment.hostnames or sorted({r.node for r in judged.results if r.node})
     judged.results += missing_required(judged, facts.config, nodes)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_operator.rejudge import RULES, RunFacts, judge_result, rejudge, required_results
+from acceptance_operator.rejudge import RULES, Context, RunFacts, judge_result, rejudge, required_results
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import TestRef, WorkloadConfig
 from acceptance_workload.report import CheckResult
@@ -170,4 +170,4 @@ def test_every_result_the_workload_writes_has_a_rule():
 def test_judging_keeps_the_message_short():
     cfg = config()
     r = CheckResult(check="nccl", name="all_reduce_busbw", value=1.0, passed=True, message="x" * 100_000)
-    assert len(judge_result(r, cfg, passing_report(cfg)).message) <= 500
+    assert len(judge_result(r, Context(cfg, passing_report(cfg))).message) <= 500
