@@ -35,10 +35,24 @@ def renew_adopted(k: Kube, child: KubeDict, existing: KubeDict) -> None:
         k.renew(child)
 
 
-def delete_all(k: Kube, namespace: str, test_selector: str) -> None:
-    """Every evidence ConfigMap of the test (any run): ownerReferences do it too where a GC runs."""
-    for cm in k.list_configmaps(namespace, f"{test_selector},{manifests.LABEL_ROLE}={EVIDENCE_ROLE}"):
-        k.delete("ConfigMap", namespace, cm["metadata"]["name"])
+def delete_all(k: Kube, namespace: str, test_selector: str, names: list[str]) -> None:
+    """Every evidence ConfigMap of the test: by label (any run), and by name (the workload may patch labels away).
+
+    ownerReferences do it too where a garbage collector runs.
+    """
+    labelled = k.list_configmaps(namespace, f"{test_selector},{manifests.LABEL_ROLE}={EVIDENCE_ROLE}")
+    for name in sorted({*(cm["metadata"]["name"] for cm in labelled), *names}):
+        k.delete("ConfigMap", namespace, name)
+
+
+def names_of(obj: KubeDict) -> list[str]:
+    """The current run's evidence names, if the stored spec can be read."""
+    from acceptance_operator.handlers import parse_test
+
+    try:
+        return manifests.evidence_names(parse_test(obj))
+    except ValidationError:
+        return []
 
 
 def _failed(status: StatusReport, why: str) -> KubeDict:

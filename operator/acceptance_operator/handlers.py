@@ -225,7 +225,7 @@ def _child_changed(kind: str, event_type: str | None, body: kopf.Body) -> None:
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, backoff=5)
-def on_delete(namespace: str, name: str, meta: KubeDict, **_: Any) -> None:
+def on_delete(namespace: str, name: str, meta: KubeDict, body: KubeDict, **_: Any) -> None:
     """Delete every child; in a real cluster ownerReferences do it too, but nothing relies on a GC running."""
     with _lock_for(namespace, name):
         k = kube()
@@ -236,7 +236,7 @@ def on_delete(namespace: str, name: str, meta: KubeDict, **_: Any) -> None:
                 k.delete_job(backend, namespace, job["metadata"]["name"])  # type: ignore[arg-type]
         for obj in manifests.build_rbac(shell):
             k.delete(obj["kind"], namespace, obj["metadata"]["name"])
-        evidence_hooks.delete_all(k, namespace, selector)
+        evidence_hooks.delete_all(k, namespace, selector, evidence_hooks.names_of(body))
         METRICS.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)

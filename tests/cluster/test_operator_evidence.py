@@ -18,7 +18,7 @@ from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import TestRef, WorkloadConfig
 from acceptance_workload.report import Report
 
-from tests.cluster.operator_harness import Cluster, report
+from tests.cluster.operator_harness import MERGE, Cluster, report
 from tests.reports import node_names, passing_report
 
 STATUS_LIMIT = 256 * 1024
@@ -49,6 +49,13 @@ def test_evidence_objects_come_with_the_run_are_named_in_the_role_and_go_with_th
     assert role["rules"][1] == {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": names,
                                 "verbs": ["get", "patch", "update"]}
 
+    # The workload may write its evidence by name only, but it may also patch their labels away: the operator
+    # still finds them by name when the test goes.
+    token = cluster.server.token_for_service_account(cluster.ns, "ev-workload", create=False)
+    cluster.server.request("PATCH", f"/api/v1/namespaces/{cluster.ns}/configmaps/ev-evidence-1",
+                           {"metadata": {"labels": None, "ownerReferences": None}}, token=token, content_type=MERGE)
+    refused = cluster.server.request("GET", f"/api/v1/namespaces/{cluster.ns}/configmaps", token=token, expect=None)
+    assert refused["_status"] == 403
     written = report(1, nodes=tuple(node_names(9)))
     cluster.write_report("ev", written)
     status = cluster.wait_phase("ev", "Succeeded")
@@ -58,6 +65,7 @@ def test_evidence_objects_come_with_the_run_are_named_in_the_role_and_go_with_th
     cluster.delete_test("ev")
     cluster.wait(lambda: cluster.get_test("ev") is None, "the test to be deleted")
     assert configmaps(cluster, "ev") == {}
+    assert not cluster.exists(f"/api/v1/namespaces/{cluster.ns}/configmaps/ev-evidence-1")
 
 
 def test_a_1024_node_report_keeps_the_status_small(cluster: Cluster):
