@@ -140,6 +140,12 @@ class Patched:
     def __init__(self, test: dict[str, Any], landed_meanwhile: dict[str, Any] | None = None) -> None:
         self.test, self.landed = test, landed_meanwhile
 
+    def patch_test(self, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """The operator's record (an annotation): written before the status, not an input of a reconcile."""
+        meta = self.test["metadata"]
+        meta["annotations"] = {**(meta.get("annotations") or {}), **patch["metadata"]["annotations"]}
+        return json.loads(json.dumps(self.test))
+
     def patch_test_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         stored = json.loads(json.dumps(self.test))
         stored["status"] = {**stored.get("status", {}), **(self.landed or {}), **status}
