@@ -11,15 +11,21 @@ from __future__ import annotations
 
 from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
+from acceptance_workload.gpubench import METRICS
 from acceptance_workload.report import (
     CheckResult,
     DdpDetail,
     DdpRank,
     Environment,
+    GpuDetail,
+    GpuRow,
     NcclRow,
     NcclSweep,
     Report,
 )
+
+# What a healthy H100/H200 GPU measures (GpuRow field -> value): above every profile floor.
+GPU_VALUES = {"gemm_tflops": 665.0, "hbm_gbps": 4_200.0, "h2d_gbps": 55.3, "d2h_gbps": 55.4}
 
 SIZES = [1 << p for p in range(3, 33)]  # 8 B .. 4 GiB, as the default sweep
 
@@ -81,6 +87,17 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
     sweeps: list[NcclSweep] = []
     for node in nodes:
         results += preflight_results(node, gpus, multi)
+    gpu_detail = None
+    if config.checks.gpu.enabled:
+        rows = [GpuRow(rank=i * gpus + g, node=node, gpu=g, spread=0.01, **GPU_VALUES)
+                for i, node in enumerate(nodes) for g in range(gpus)]
+        gpu_detail = GpuDetail(gemm_size=8192, hbm_bytes=1 << 30, host_bytes=256 << 20, windows=7, iters=20,
+                               rows=rows)
+        for row in rows:
+            for m in METRICS:
+                value = getattr(row, m.field)
+                results += [_r("gpu", m.name, value, node=row.node, gpu=row.gpu, unit=m.unit),
+                            _r("gpu", f"{m.name}_ratio_to_node_median", 1.0, node=row.node, gpu=row.gpu)]
     for c in config.checks.nccl.collectives if config.checks.nccl.enabled else ():
         sweeps.append(_sweep(c, len(nodes) * gpus, busbw, None))
         results += [_r("nccl", f"{c}_correctness", 0.0, unit="elements"),
@@ -117,10 +134,10 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
                     _r("ddp", "loss_decrease", 0.31, unit="fraction")]
         results += [_r("ddp", "gpu_throughput", r.baseline_throughput, node=r.node, gpu=r.gpu, unit=unit)
                     for r in ranks]
-    checks_run = [c for c in ("preflight", "nccl", "ddp") if getattr(config.checks, c).enabled]
+    checks_run = [c for c in ("preflight", "gpu", "nccl", "ddp") if getattr(config.checks, c).enabled]
     return Report(
         mode="gpu", generation=test.generation if test else None, uid=uid or (test.uid if test else None),
-        checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp,
+        checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp, gpu=gpu_detail,
         environment=Environment(gpu_model="NVIDIA H100 80GB HBM3", gpus_per_node=gpus, nodes=len(nodes),
                                 world_size=len(nodes) * gpus, driver_version="570.86.15", cuda_version="12.8",
                                 nccl_version="2.27.3", torch_version="2.7.0", hostnames=list(nodes),

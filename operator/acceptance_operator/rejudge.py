@@ -16,12 +16,14 @@ Pure: no Kubernetes calls; the handlers pass in what they read.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
+from acceptance_workload.gpubench import METRICS as GPU_METRICS
 from acceptance_workload.preflight import version_tuple
 from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, Report, judge
 from acceptance_workload.wire import parse_bytes
@@ -147,6 +149,27 @@ def _ddp(attr: str, comparison: Comparison) -> Rule:
     return lambda _r, x: numeric(getattr(x.config.checks.ddp.thresholds, attr), comparison)
 
 
+def _gpu_floor(attr: str) -> Rule:
+    return lambda _r, x: numeric(getattr(x.config.checks.gpu.thresholds, attr), "ge")
+
+
+def _gpu_ratio(metric: str) -> Rule:
+    """The GPU's value over its node's median GPU, recomputed from the report's own per-GPU measurements."""
+    def rule(r: CheckResult, x: Context) -> Judgement:
+        floor = x.config.checks.gpu.thresholds.min_ratio_to_node_median
+        comparison: Comparison = "ge" if floor is not None else "info"
+        siblings = x.on_node("gpu", metric, r.node)
+        own = next((s.value for s in siblings if s.gpu == r.gpu), None)
+        present = [s.value for s in siblings if s.value is not None and s.value > 0]
+        if own is None or not present:
+            return Judgement(floor, comparison, False, f"no {metric} of GPU {r.gpu} and its node {r.node} to compare")
+        ratio = round(own / statistics.median(present), 4)
+        note = "" if r.value is not None and abs(r.value - ratio) <= 1e-3 else (
+            f"the report said {r.value}, its measurements give {ratio}")
+        return Judgement(floor, comparison, note=note, value=ratio)
+    return rule
+
+
 def _culprit(_r: CheckResult, _x: Context) -> Judgement:
     """A rank the workload blamed (stopped, failed, fell behind): always a failure."""
     return Judgement(1.0, "ge", False)
@@ -188,6 +211,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("ddp", "scaling_efficiency"): _ddp("min_scaling_efficiency", "ge"),
     ("ddp", "straggler_ratio"): _ddp("max_straggler_ratio", "le"),
     ("ddp", "loss_decrease"): lambda _r, _x: numeric(MIN_LOSS_DECREASE, "ge"),
+    # gpu: each GPU against the profile's floor, and against the median GPU of its node
+    **{("gpu", m.name): _gpu_floor(m.threshold) for m in GPU_METRICS},
+    **{("gpu", m.name + RATIO_SUFFIX): _gpu_ratio(m.name) for m in GPU_METRICS},
     # liveness: a rank the workload blamed, in whichever check it happened
     **{(check, name): _culprit for check in ("preflight", "gpu", "nccl", "ddp")
        for name in ("rank_responding", "rank_error", "rank_progress")},
@@ -227,6 +253,7 @@ class Required:
     name: str
     node: str | None = None
     why: str = ""
+    gpu: int | None = None
 
 
 def required_results(config: WorkloadConfig, nodes: Iterable[str]) -> list[Required]:
@@ -236,6 +263,10 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str]) -> list[Requi
     out: list[Required] = []
     if checks.preflight.enabled:
         out += [Required("preflight", "gpu_count", n, "GPUs of every node") for n in nodes]
+    if checks.gpu.enabled:
+        out += [Required("gpu", name, n, "every GPU's measurements", g) for n in nodes
+                for g in range(config.gpus_per_node)
+                for m in GPU_METRICS for name in (m.name, m.name + RATIO_SUFFIX)]
     if checks.nccl.enabled:
         th = checks.nccl.thresholds
         for collective in checks.nccl.collectives:
@@ -256,14 +287,16 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str]) -> list[Requi
 
 def missing_required(report: Report, config: WorkloadConfig, nodes: Iterable[str]) -> list[CheckResult]:
     """A failed result for each required one the report lacks (with a value or not)."""
-    present = {(r.check, r.name, r.node) for r in report.results}
+    present = {(r.check, r.name, r.node, r.gpu) for r in report.results}
+    present |= {(c, n, node, None) for c, n, node, _ in present}  # a per-node requirement is met by any GPU's
     out = []
     for req in required_results(config, nodes):
-        if (req.check, req.name, req.node) in present:
+        if (req.check, req.name, req.node, req.gpu) in present:
             continue
-        where = f" for node {req.node}" if req.node else ""
-        out.append(CheckResult(check=req.check, name=req.name, value=None, passed=False, node=req.node,  # type: ignore[arg-type]
-                               message=f"the report has no {req.name} result{where} ({req.why} is judged)"))
+        where = (f" for node {req.node}" if req.node else "") + (f" GPU {req.gpu}" if req.gpu is not None else "")
+        message = f"the report has no {req.name} result{where} ({req.why} is judged)"
+        out.append(CheckResult(check=req.check, name=req.name, value=None, passed=False,  # type: ignore[arg-type]
+                               node=req.node, gpu=req.gpu, message=message))
     return out
 
 

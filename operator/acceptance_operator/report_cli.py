@@ -49,12 +49,14 @@ def _namespace(given: str | None) -> str:
 
 
 def for_node(report: Report, node: str) -> Report:
-    """The part of the report measured on `node` (its results, sweeps and DDP ranks)."""
+    """The part of the report measured on `node` (its results, sweeps, per-GPU rows and DDP ranks)."""
     ddp = report.ddp.model_copy(update={"ranks": [r for r in report.ddp.ranks if r.node == node]}) \
         if report.ddp else None
+    gpu = report.gpu.model_copy(update={"rows": [r for r in report.gpu.rows if r.node == node]}) \
+        if report.gpu else None
     return report.model_copy(update={
         "results": [r for r in report.results if r.node == node],
-        "nccl": [s for s in report.nccl if s.node == node], "ddp": ddp,
+        "nccl": [s for s in report.nccl if s.node == node], "ddp": ddp, "gpu": gpu,
         "failed_nodes": [n for n in report.failed_nodes if n == node]})
 
 

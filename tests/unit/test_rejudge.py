@@ -171,3 +171,38 @@ def test_judging_keeps_the_message_short():
     cfg = config()
     r = CheckResult(check="nccl", name="all_reduce_busbw", value=1.0, passed=True, message="x" * 100_000)
     assert len(judge_result(r, Context(cfg, passing_report(cfg))).message) <= 500
+
+
+def gpu_result(report, name: str, node: str, gpu: int) -> CheckResult:
+    return next(r for r in report.results if (r.check, r.name, r.node, r.gpu) == ("gpu", name, node, gpu))
+
+
+def test_a_gpu_below_the_profile_floor_fails_naming_node_and_gpu():
+    cfg = config()
+    report = passing_report(cfg)
+    gpu_result(report, "hbm_bandwidth", "gpu-node-0001", 6).value = 1_000.0
+    out = rejudge(report, facts(cfg))
+    failed = [(r.name, r.node, r.gpu) for r in out.report.results if not r.passed]
+    # absolute floor (h100-sxm 2,500 GB/s), and against its node's median: the ratio is recomputed from the values
+    assert failed == [("hbm_bandwidth", "gpu-node-0001", 6), ("hbm_bandwidth_ratio_to_node_median", "gpu-node-0001", 6)]
+    ratio = gpu_result(out.report, "hbm_bandwidth_ratio_to_node_median", "gpu-node-0001", 6)
+    assert ratio.value == pytest.approx(1_000 / 4_200, abs=1e-3) and "the report said 1.0" in ratio.message
+
+
+def test_a_gpu_slower_than_its_neighbours_fails_even_under_a_loose_floor():
+    cfg = config(checks={"gpu": {"thresholds": {"minGemmTflops": 100}}})
+    report = passing_report(cfg)
+    gpu_result(report, "gemm_tflops", "gpu-node-0000", 2).value = 400.0  # its ratio still claims 1.0
+    out = rejudge(report, facts(cfg))
+    assert [(r.name, r.gpu) for r in out.report.results if not r.passed] == [("gemm_tflops_ratio_to_node_median", 2)]
+    assert out.report.failed_nodes == ["gpu-node-0000"]
+
+
+def test_every_gpu_must_be_reported():
+    cfg = config()
+    report = passing_report(cfg)
+    report.results = [r for r in report.results if not (r.check == "gpu" and r.node == "gpu-node-0001" and r.gpu == 7)]
+    out = rejudge(report, facts(cfg))
+    missing = {(r.name, r.gpu) for r in out.report.results if not r.passed}
+    assert ("gemm_tflops", 7) in missing and ("d2h_bandwidth_ratio_to_node_median", 7) in missing
+    assert len(missing) == 8

@@ -6,7 +6,8 @@ person needs first: the verdict as the workload saw it, the failures with
 their evidence, the headline numbers and one short row per node. Everything
 else (every result, every NCCL sweep row, the DDP ranks) goes into evidence
 shards: ConfigMaps the operator creates for the run, one for the job-wide part
-and one per group of NODES_PER_SHARD nodes, each a partial Report, which the
+and one per group of NODES_PER_SHARD nodes (their results, sweeps, per-GPU rows and DDP ranks), each a
+partial Report, which the
 workload may write by name only. `assemble` puts the full Report back
 together; it is what the operator judges and what `gpu-acceptance report`
 prints.
@@ -155,12 +156,14 @@ def _partial(report: Report, nodes: set[str] | None) -> Report:
         return node is None if nodes is None else node in nodes
     ddp = report.ddp.model_copy(update={"ranks": [r for r in report.ddp.ranks if nodes is not None
                                                   and r.node in nodes]}) if report.ddp else None
+    gpu = report.gpu.model_copy(update={"rows": [r for r in report.gpu.rows if nodes is not None
+                                                 and r.node in nodes]}) if report.gpu else None
     base = report if nodes is None else Report(mode=report.mode, generation=report.generation, uid=report.uid)
     return base.model_copy(update={
         "results": [r for r in report.results if mine(r.node)],
         "skipped": report.skipped if nodes is None else [],
         "nccl": [s for s in report.nccl if mine(s.node if s.scope == "node" else None)],
-        "ddp": ddp, "failed_nodes": report.failed_nodes if nodes is None else [],
+        "ddp": ddp, "gpu": gpu, "failed_nodes": report.failed_nodes if nodes is None else [],
     }, deep=True)
 
 
@@ -219,5 +222,7 @@ def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
         full.nccl += part.nccl
         if full.ddp and part.ddp:
             full.ddp.ranks += part.ddp.ranks
+        if full.gpu and part.gpu:
+            full.gpu.rows += part.gpu.rows
     full.checks_run = [c for c in CHECK_NAMES if c in full.checks_run]
     return full
