@@ -287,14 +287,20 @@ def run_gpu(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     control = session.control
     mine = _Mine()
     control.allgather("gpu start", None)  # every GPU starts together, as in training
-    with watchdog.step("gpu gemm"):
-        mine.take("gemm", lambda: measure_gemm(check, device), "gemm_tflops")
-    control.allgather("gpu gemm done", None)
-    with watchdog.step("gpu hbm"):
-        mine.take("hbm copy", lambda: measure_hbm(check, device), "hbm_gbps")
     if device.type == "cuda":
+        with watchdog.step("gpu gemm"):
+            mine.take("gemm", lambda: measure_gemm(check, device), "gemm_tflops")
+        control.allgather("gpu gemm done", None)
+        with watchdog.step("gpu hbm"):
+            mine.take("hbm copy", lambda: measure_hbm(check, device), "hbm_gbps")
         _host_turns(session, watchdog, lambda: mine.take("host copy", lambda: measure_host(check, device),
                                                          "h2d_gbps", "d2h_gbps"))
+    else:
+        # CPU processes share the host's cores: measured one at a time, or whichever process the
+        # scheduler starves (3 processes on 2 cores) looks slow next to the others.
+        _rank_turns(session, watchdog, lambda: (
+            mine.take("gemm", lambda: measure_gemm(check, device), "gemm_tflops"),
+            mine.take("hbm copy", lambda: measure_hbm(check, device), "hbm_gbps")))
     gathered = control.gather("gpu", mine.to_json())
     if gathered is None:
         return None
@@ -309,6 +315,15 @@ def run_gpu(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     if progress:
         progress("gpu: " + headline(detail, results, cpu))
     return results, skipped, detail
+
+
+def _rank_turns(session: Session, watchdog: Watchdog, measure: Callable[[], object]) -> None:
+    """One rank of the whole job at a time; every rank enters every turn (same steps, same counters)."""
+    for turn in range(session.world_size):
+        session.control.allgather(f"gpu turn {turn}", None)
+        with watchdog.step(f"gpu measurements, rank {turn}"):
+            if session.rank == turn:
+                measure()
 
 
 def _host_turns(session: Session, watchdog: Watchdog, measure: Callable[[], None]) -> None:
