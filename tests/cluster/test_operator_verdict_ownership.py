@@ -9,6 +9,7 @@ pass their values do not earn, end Failed naming why.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -37,16 +38,28 @@ def test_what_the_workload_writes_into_phase_summary_or_conditions_does_not_stan
     cluster.create_test("forge", {"nodes": 1})
     cluster.wait_phase("forge", "Pending")
     api = workload_api(cluster, "forge", tmp_path)
-    forge(api, cluster, "forge")
-    assert cluster.status("forge")["phase"] == "Succeeded"  # the API server took it...
 
     def put_back() -> dict[str, Any] | None:
         status = cluster.status("forge")
         ok = status.get("phase") == "Pending" and "summary" not in status and all(
             c.get("message") != "trust me" for c in status.get("conditions", []))
         return status if ok else None
-    cluster.wait(put_back, "the operator to put its status back", timeout=10)  # ...the operator did not
-    assert cluster.wait_event("forge", "ForeignStatusWrite")[0] == "Warning"
+
+    # A forgery that lands while the operator is writing its own status of the new run is simply overwritten
+    # by that write (no event); one that lands on a settled run is put back and reported. Either way it must
+    # not stand, every time; the event must come at the latest once the run has settled.
+    event = None
+    for _ in range(3):
+        forge(api, cluster, "forge")
+        assert cluster.status("forge")["phase"] == "Succeeded"  # the API server took it...
+        cluster.wait(put_back, "the operator to put its status back", timeout=10)  # ...the operator did not
+        event = next((e for e in cluster.events("forge") if e[1] == "ForeignStatusWrite"), None)
+        if event is None:
+            with contextlib.suppress(AssertionError):
+                event = cluster.wait_event("forge", "ForeignStatusWrite", timeout=10)
+        if event is not None:
+            break
+    assert event is not None and event[0] == "Warning"
 
     # The run goes on and its verdict is the operator's.
     cluster.write_report("forge", report(1, busbw=371.5))
