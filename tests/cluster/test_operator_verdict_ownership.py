@@ -78,35 +78,31 @@ def test_a_finished_verdict_is_put_back_too(cluster: Cluster):
     assert status["summary"] == failed["summary"] and status["conditions"] == failed["conditions"]
 
 
+def verdict_on(cluster: Cluster, name: str, nodes: int, written: dict[str, Any]) -> tuple[dict, dict]:
+    """Create a test of `nodes` nodes, deliver `written` as its report; its Failed status and Succeeded condition."""
+    cluster.create_test(name, {"nodes": nodes})
+    cluster.wait_phase(name, "Pending")
+    cluster.write_report(name, written)
+    return cluster.wait_phase(name, "Failed"), cluster.condition(name, "Succeeded")
+
+
 def test_a_cpu_smoke_report_fails_naming_why(cluster: Cluster):
-    cluster.create_test("smoke", {"nodes": 1})
-    cluster.wait_phase("smoke", "Pending")
-    cluster.write_report("smoke", {**report(1), "mode": "cpu-smoke"})
-    cluster.wait_phase("smoke", "Failed")
-    succeeded = cluster.condition("smoke", "Succeeded")
+    _, succeeded = verdict_on(cluster, "smoke", 1, {**report(1), "mode": "cpu-smoke"})
     assert succeeded["reason"] == "ReportRejected"
     assert "cpu-smoke report" in succeeded["message"]
 
 
 def test_a_report_for_the_wrong_node_count_fails_naming_why(cluster: Cluster):
-    cluster.create_test("wide", {"nodes": 64})
-    cluster.wait_phase("wide", "Pending")
-    cluster.write_report("wide", report(1, nodes=("node-a",)))
-    cluster.wait_phase("wide", "Failed")
-    succeeded = cluster.condition("wide", "Succeeded")
+    _, succeeded = verdict_on(cluster, "wide", 64, report(1, nodes=("node-a",)))
     assert succeeded["reason"] == "ReportRejected"
     assert "spec.nodes is 64" in succeeded["message"]
 
 
 def test_a_passing_claim_below_its_threshold_fails(cluster: Cluster):
-    cluster.create_test("claim", {"nodes": 1})
-    cluster.wait_phase("claim", "Pending")
     written = report(1)
     busbw = next(r for r in written["results"] if r["name"] == "all_reduce_busbw")
     busbw.update(value=1.0, threshold=0.5, passed=True)
-    cluster.write_report("claim", written)
-    status = cluster.wait_phase("claim", "Failed")
-    succeeded = cluster.condition("claim", "Succeeded")
+    status, succeeded = verdict_on(cluster, "claim", 1, written)
     assert succeeded["reason"] == "ChecksFailed"
     assert "nccl/all_reduce_busbw: 1 < 340 GB/s" in succeeded["message"]
     assert status["summary"]["failed"] == 1
