@@ -201,7 +201,9 @@ def main(argv: list[str] | None = None) -> int:
 
         gpus = args.gpus or torch.cuda.device_count()
     tmp = tempfile.mkdtemp(prefix="ddp-stability-")
-    port = 29000 + os.getpid() % 1000
+    from acceptance_workload.launch import free_port
+
+    port = free_port()
     procs = []
     for rank in range(gpus):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(gpus), MASTER_ADDR="127.0.0.1",

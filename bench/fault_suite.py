@@ -79,8 +79,9 @@ class Run:
     lines: list[str] = field(default_factory=list)
     sweep_started: threading.Event = field(default_factory=threading.Event)
 
-    def rank_pid(self, rank: int) -> int | None:
-        """The pid of rank `rank`: a child of this run whose environment says RANK=rank."""
+    def ranks(self) -> dict[int, int]:
+        """rank -> pid of this run's workload processes: its children whose environment has RANK."""
+        out = {}
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
@@ -90,9 +91,13 @@ class Run:
                 env = (entry / "environ").read_bytes().split(b"\0")
             except (OSError, ValueError, IndexError):
                 continue
-            if ppid == self.proc.pid and f"RANK={rank}".encode() in env:
-                return int(entry.name)
-        return None
+            rank = next((v[5:] for v in env if v.startswith(b"RANK=")), None)
+            if ppid == self.proc.pid and rank is not None and rank.isdigit():
+                out[int(rank)] = int(entry.name)
+        return out
+
+    def rank_pid(self, rank: int) -> int | None:
+        return self.ranks().get(rank)
 
 
 @dataclass
@@ -199,10 +204,7 @@ def _read(run: Run) -> None:
 
 def _release_children(run: Run) -> None:
     """A stopped rank would outlive the run: continue and end every child left."""
-    for rank in range(64):
-        pid = run.rank_pid(rank)
-        if pid is None:
-            continue
+    for pid in run.ranks().values():
         for sig in (signal.SIGCONT, signal.SIGKILL):
             try:
                 os.kill(pid, sig)
