@@ -343,3 +343,18 @@ class AcceptanceTest(WireModel):
     metadata: ObjectMeta
     spec: AcceptanceTestSpec = Field(default_factory=AcceptanceTestSpec)
     status: AcceptanceTestStatus | None = None
+
+
+def parse_test(obj: dict[str, Any]) -> AcceptanceTest:
+    """Validate a stored AcceptanceTest object with the API models (raises ValidationError naming the field).
+
+    Here rather than in the handlers, so the report CLI and the evidence hooks need not import kopf's handlers.
+    """
+    meta = obj.get("metadata") or {}
+    return AcceptanceTest.model_validate({
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "generation", "labels", "annotations")
+                     if k in meta},
+        "spec": obj.get("spec") or {},
+    })

@@ -47,7 +47,7 @@ def delete_all(k: Kube, namespace: str, test_selector: str, names: list[str]) ->
 
 def names_of(obj: KubeDict) -> list[str]:
     """The current run's evidence names, if the stored spec can be read."""
-    from acceptance_operator.handlers import parse_test
+    from acceptance_operator.api import parse_test
 
     try:
         return manifests.evidence_names(parse_test(obj))

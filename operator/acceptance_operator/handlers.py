@@ -42,6 +42,7 @@ from acceptance_operator.api import (
     ObjectMeta,
     OnFailure,
     Summary,
+    parse_test,
 )
 from acceptance_operator.assessment import Observation, Timing, assess, next_look
 from acceptance_operator.calm import RateLimit, describe_error
@@ -319,18 +320,6 @@ def _effective(test: AcceptanceTest) -> AcceptanceTest:
         spec = test.spec.model_copy(update={"image": SETTINGS.default_image})
         return test.model_copy(update={"spec": spec})
     return test
-
-
-def parse_test(obj: KubeDict) -> AcceptanceTest:
-    """Validate the stored object with the API models (raises ValidationError naming the field)."""
-    meta = obj.get("metadata") or {}
-    return AcceptanceTest.model_validate({
-        "apiVersion": obj.get("apiVersion"),
-        "kind": obj.get("kind"),
-        "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "generation", "labels", "annotations")
-                     if k in meta},
-        "spec": obj.get("spec") or {},
-    })
 
 
 def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging.Logger = log) -> float | None:

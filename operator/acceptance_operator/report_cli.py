@@ -81,7 +81,7 @@ def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
 
 
 def _test(obj: dict):
-    from acceptance_operator.handlers import parse_test
+    from acceptance_operator.api import parse_test
 
     return parse_test(obj)
 
