@@ -134,6 +134,7 @@ def measure(trainers: dict[str, Trainer], check: DdpCheck, device: Any, watchdog
             with watchdog.step(f"ddp {name} window {w} start"):
                 sync()
                 barrier()
+                sync()  # NCCL's all_reduce returns before it completes: wait until every rank has arrived
             times = []
             for i in range(check.steps_per_window()):
                 with watchdog.step(f"ddp {name} window {w} step {i}"):
