@@ -24,6 +24,7 @@ from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
+from acceptance_workload.gpubench import Metric as GpuMetric
 from acceptance_workload.preflight import version_tuple
 from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, Report, judge
 from acceptance_workload.wire import parse_bytes
@@ -153,10 +154,12 @@ def _gpu_floor(attr: str) -> Rule:
     return lambda _r, x: numeric(getattr(x.config.checks.gpu.thresholds, attr), "ge")
 
 
-def _gpu_ratio(metric: str) -> Rule:
+def _gpu_ratio(m: GpuMetric) -> Rule:
     """The GPU's value over its node's median GPU, recomputed from the report's own per-GPU measurements."""
+    metric = m.name
+
     def rule(r: CheckResult, x: Context) -> Judgement:
-        floor = x.config.checks.gpu.thresholds.min_ratio_to_node_median
+        floor = getattr(x.config.checks.gpu.thresholds, m.ratio_threshold)
         comparison: Comparison = "ge" if floor is not None else "info"
         siblings = x.on_node("gpu", metric, r.node)
         own = next((s.value for s in siblings if s.gpu == r.gpu), None)
@@ -213,7 +216,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("ddp", "loss_decrease"): lambda _r, _x: numeric(MIN_LOSS_DECREASE, "ge"),
     # gpu: each GPU against the profile's floor, and against the median GPU of its node
     **{("gpu", m.name): _gpu_floor(m.threshold) for m in GPU_METRICS},
-    **{("gpu", m.name + RATIO_SUFFIX): _gpu_ratio(m.name) for m in GPU_METRICS},
+    **{("gpu", m.name + RATIO_SUFFIX): _gpu_ratio(m) for m in GPU_METRICS},
     # liveness: a rank the workload blamed, in whichever check it happened
     **{(check, name): _culprit for check in ("preflight", "gpu", "nccl", "ddp")
        for name in ("rank_responding", "rank_error", "rank_progress")},

@@ -120,12 +120,26 @@ def test_per_gpu_floors_hold_for_the_default_sizes_or_larger_and_the_ratio_for_a
 def test_estimated_defaults_are_listed_unless_the_spec_sets_them():
     from acceptance_workload.profiles import estimated_thresholds
 
-    assert "gpu.minGemmTflops" in estimated_thresholds(ChecksSpec(), "h200-sxm")
-    spec = ChecksSpec.model_validate({"gpu": {"thresholds": {"minGemmTflops": 600}}})
-    assert "gpu.minGemmTflops" not in estimated_thresholds(spec, "h200-sxm")
+    assert "gpu.minH2dGBps" in estimated_thresholds(ChecksSpec(), "h200-sxm")
+    spec = ChecksSpec.model_validate({"gpu": {"thresholds": {"minH2dGBps": 45}}})
+    assert "gpu.minH2dGBps" not in estimated_thresholds(spec, "h200-sxm")
     assert estimated_thresholds(ChecksSpec(), "custom") == []
     for profile in PROFILES.values():  # every marker names a real threshold
-        for key in profile.estimated:
+        for key in profile.estimated.union(*profile.estimated_by_model.values()):
             check, name = key.split(".", 1)
             fields = type(getattr(ChecksSpec(), check).thresholds).model_fields.values()
             assert name in {f.alias for f in fields}, key
+
+
+def test_what_was_measured_is_not_estimated_and_what_was_not_is():
+    """4x H100 measured gpt DDP and GEMM/HBM; resnet50 on H100, other models and multi-node DDP were not."""
+    from acceptance_workload.profiles import estimated_thresholds
+
+    gpt = estimated_thresholds(ChecksSpec(), "h100-sxm")
+    assert not {"ddp.minThroughputPerGpu", "ddp.minScalingEfficiency", "gpu.minGemmTflops"} & set(gpt)
+    resnet = ChecksSpec.model_validate({"ddp": {"model": "resnet50"}})
+    assert "ddp.minThroughputPerGpu" in estimated_thresholds(resnet, "h100-sxm")
+    assert "ddp.minThroughputPerGpu" not in estimated_thresholds(resnet, "h200-sxm")
+    assert {"ddp.minScalingEfficiency", "ddp.maxStragglerRatio"} <= set(
+        estimated_thresholds(ChecksSpec(), "h200-sxm", nodes=2))
+    assert "ddp.minScalingEfficiency" in estimated_thresholds(ChecksSpec(), "b200")

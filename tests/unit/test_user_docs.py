@@ -49,7 +49,8 @@ def cell(value: object) -> str:
     return str(value)
 
 
-def rows(model: type[WireModel], pick: typing.Callable[[Profile], WireModel], check: str) -> list[str]:
+def rows(model: type[WireModel], pick: typing.Callable[[Profile], WireModel], check: str,
+         ddp_model: str | None = None) -> list[str]:
     """The table rows as the docs must show them: a default the profile marks estimated says so."""
     out = []
     for name, field in model.model_fields.items():
@@ -57,7 +58,7 @@ def rows(model: type[WireModel], pick: typing.Callable[[Profile], WireModel], ch
         cells = []
         for p in PROFILE_COLUMNS:
             value = getattr(pick(PROFILES[p]), name)
-            estimated = value is not None and PROFILES[p].is_estimated(check, wire)
+            estimated = value is not None and PROFILES[p].is_estimated(check, wire, ddp_model)
             cells.append(cell(value) + (" (estimated)" if estimated else ""))
         out.append(f"| `{wire}` | {' | '.join(cells)} |")
     return out
@@ -80,7 +81,8 @@ def test_threshold_tables_match_the_profiles(section: str, model: type[WireModel
     table = THRESHOLDS[start:THRESHOLDS.index("\n\n", THRESHOLDS.index("|---", start))]
     header = "| threshold | " + " | ".join(f"`{p}`" for p in PROFILE_COLUMNS) + " |"
     assert header in table
-    for row in rows(model, pick, check):
+    ddp_model = section.split("`")[1] if check == "ddp" else None
+    for row in rows(model, pick, check, ddp_model):
         assert row in table, f"{section}: expected row {row}"
 
 

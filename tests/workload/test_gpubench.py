@@ -98,18 +98,32 @@ def test_without_host_copies_they_are_skipped_never_passed() -> None:
 
 
 def test_estimated_thresholds_are_marked_on_the_results_judged_by_them() -> None:
-    spec = ChecksSpec.model_validate({"gpu": {"thresholds": {"minGemmTflops": 700}}})
+    spec = ChecksSpec.model_validate({"gpu": {"thresholds": {"minH2dGBps": 45}}})
     config = WorkloadConfig.build(checks=spec, profile="h200-sxm", nodes=1)
-    assert "gpu.minGemmTflops" not in config.estimated_thresholds  # the test set it: a choice, not an estimate
-    assert {"gpu.minHbmGBps", "gpu.minRatioToNodeMedian"} <= set(config.estimated_thresholds)
+    assert "gpu.minH2dGBps" not in config.estimated_thresholds  # the test set it: a choice, not an estimate
+    assert {"gpu.minD2hGBps", "gpu.minHostCopyRatioToNodeMedian"} <= set(config.estimated_thresholds)
+    assert "gpu.minGemmTflops" not in config.estimated_thresholds  # measured on H200 and H100
     results, _ = judge_gpus(config.checks.gpu, detail(rows("a", 1)), cpu=False,
                             estimated=config.estimated_thresholds)
     by_name = {r.name: r for r in results}
-    assert by_name["gemm_tflops"].estimated is None and "estimated" not in by_name["gemm_tflops"].message
-    assert by_name["hbm_bandwidth"].estimated is True and by_name["hbm_bandwidth"].message.endswith(
+    for measured in ("gemm_tflops", "gemm_tflops_ratio_to_node_median", "h2d_bandwidth"):
+        assert by_name[measured].estimated is None and "estimated" not in by_name[measured].message
+    assert by_name["d2h_bandwidth"].estimated is True and by_name["d2h_bandwidth"].message.endswith(
         "[estimated threshold]")
-    assert by_name["hbm_bandwidth_ratio_to_node_median"].estimated is True
+    assert by_name["h2d_bandwidth_ratio_to_node_median"].estimated is True
     assert "the only GPU of its node" in by_name["gemm_tflops_ratio_to_node_median"].message
+
+
+def test_host_copies_have_their_own_looser_ratio_to_the_node_median() -> None:
+    """Healthy host copies spread more than GEMM (4x H100: down to 0.93): 0.85 of the median passes them."""
+    check = h100()
+    assert check.thresholds.min_host_copy_ratio_to_node_median == 0.8
+    uneven = {"g2": {"h2d_gbps": 0.85 * 52, "gemm_tflops": 0.85 * 780}, "g5": {"d2h_gbps": 0.5 * 51}}
+    results, _ = judge_gpus(check, detail(rows("a", 8, **uneven)), cpu=False)
+    assert failed(results) == [("gemm_tflops_ratio_to_node_median", "a", 2),
+                               ("d2h_bandwidth", "a", 5), ("d2h_bandwidth_ratio_to_node_median", "a", 5)]
+    h2d = next(r for r in results if r.name == "h2d_bandwidth_ratio_to_node_median" and r.gpu == 2)
+    assert h2d.passed and h2d.threshold == 0.8
 
 
 def test_custom_profile_marks_nothing_estimated() -> None:

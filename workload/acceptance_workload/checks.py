@@ -89,8 +89,12 @@ class GpuThresholds(WireModel):
     )
     min_ratio_to_node_median: float | None = Field(
         None, ge=0, le=1, alias="minRatioToNodeMedian",
-        description="Each GPU's value over the median of its node's GPUs, for every measurement; "
-        "below it names the GPU.",
+        description="Each GPU's GEMM and HBM value over the median of its node's GPUs; below it names the GPU.",
+    )
+    min_host_copy_ratio_to_node_median: float | None = Field(
+        None, ge=0, le=1, alias="minHostCopyRatioToNodeMedian",
+        description="Each GPU's host-to-device and device-to-host bandwidth over the median of its node's GPUs; "
+        "below it names the GPU. Looser than minRatioToNodeMedian: host copies of healthy GPUs spread more.",
     )
 
 

@@ -54,7 +54,7 @@ class WorkloadConfig(WireModel):
         """A config whose thresholds are the profile's, overridden by what the spec set."""
         gpus = int(facts.get("gpus_per_node", cls.model_fields["gpus_per_node"].default))
         return cls(checks=resolve_checks(checks, profile, nodes, gpus), profile=profile, nodes=nodes,
-                   estimated_thresholds=estimated_thresholds(checks, profile), **facts)
+                   estimated_thresholds=estimated_thresholds(checks, profile, nodes), **facts)
 
     def required_transport(self) -> Transport | None:
         """The inter-node transport a run must show: explicit, or implied by the fabric."""

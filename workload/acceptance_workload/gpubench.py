@@ -45,7 +45,8 @@ class Metric:
     label: str  # for people
     cpu_label: str  # the same on a CPU smoke run
     unit: str
-    threshold: str  # GpuThresholds attribute
+    threshold: str  # GpuThresholds attribute of the absolute floor
+    ratio_threshold: str  # GpuThresholds attribute of the floor relative to the node's median GPU
     host: bool  # a copy between host and device: one GPU of a node at a time, none on CPU
 
     def describe(self, cpu: bool) -> str:
@@ -53,12 +54,15 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("gemm_tflops", "gemm_tflops", "bf16 GEMM", "float32 matmul", "TFLOP/s", "min_gemm_tflops", host=False),
-    Metric("hbm_gbps", "hbm_bandwidth", "HBM copy", "memory copy", "GB/s", "min_hbm_gbps", host=False),
-    Metric("h2d_gbps", "h2d_bandwidth", "host-to-device copy", "-", "GB/s", "min_h2d_gbps", host=True),
-    Metric("d2h_gbps", "d2h_bandwidth", "device-to-host copy", "-", "GB/s", "min_d2h_gbps", host=True),
+    Metric("gemm_tflops", "gemm_tflops", "bf16 GEMM", "float32 matmul", "TFLOP/s", "min_gemm_tflops",
+           "min_ratio_to_node_median", host=False),
+    Metric("hbm_gbps", "hbm_bandwidth", "HBM copy", "memory copy", "GB/s", "min_hbm_gbps",
+           "min_ratio_to_node_median", host=False),
+    Metric("h2d_gbps", "h2d_bandwidth", "host-to-device copy", "-", "GB/s", "min_h2d_gbps",
+           "min_host_copy_ratio_to_node_median", host=True),
+    Metric("d2h_gbps", "d2h_bandwidth", "device-to-host copy", "-", "GB/s", "min_d2h_gbps",
+           "min_host_copy_ratio_to_node_median", host=True),
 )
-RATIO_THRESHOLD = "min_ratio_to_node_median"
 
 
 # --------------------------------------------------------------------------- judging (pure)
@@ -83,8 +87,6 @@ def judge_gpus(check: GpuCheck, detail: GpuDetail, *, cpu: bool = False,
     nodes: dict[str, list[GpuRow]] = {}
     for row in detail.rows:
         nodes.setdefault(row.node, []).append(row)
-    ratio_floor = th.min_ratio_to_node_median
-    ratio_estimated = ratio_floor is not None and _wire(check, RATIO_THRESHOLD) in estimated
     for m in METRICS:
         if m.host and cpu:
             skipped.append(Skip(check="gpu", name=m.name,
@@ -92,6 +94,8 @@ def judge_gpus(check: GpuCheck, detail: GpuDetail, *, cpu: bool = False,
             continue
         floor = getattr(th, m.threshold)
         floor_estimated = floor is not None and _wire(check, m.threshold) in estimated
+        ratio_floor = getattr(th, m.ratio_threshold)
+        ratio_estimated = ratio_floor is not None and _wire(check, m.ratio_threshold) in estimated
         for rows in nodes.values():
             present = [v for v in (getattr(r, m.field) for r in rows) if v is not None and v > 0]
             median = statistics.median(present) if present else None
