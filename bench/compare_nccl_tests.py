@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         print("no common sizes: run both with the same -b/-e/-f", file=sys.stderr)
         return 1
     judged = [s for s in set(theirs) & set(ours) if s >= args.min_bytes]
+    if not judged:
+        print(f"no common size >= {args.min_bytes} B: nothing was judged (raise -e / MAX_BYTES)", file=sys.stderr)
+        return 1
     print(f"# {len(judged) - len([b for b in bad if b >= args.min_bytes])}/{len(judged)} sizes >= {args.min_bytes} B "
           f"within {args.tolerance:g}%")
     return 1 if bad else 0

@@ -71,8 +71,9 @@ def pod_nodes(pods: list[KubeDict]) -> frozenset[str]:
     return frozenset(n for p in pods if (n := (p.get("spec") or {}).get("nodeName")))
 
 
-def _failed(reason: str, message: str, *, stop_job: bool = False) -> Assessment:
-    return Assessment(RunState("Failed", reason, message), Summary(result="Failed"), stop_job=stop_job)
+def _failed(reason: str, message: str, *, stop_job: bool = False, failed_nodes: list[str] | None = None) -> Assessment:
+    summary = Summary(result="Failed", failed_nodes=failed_nodes or [])
+    return Assessment(RunState("Failed", reason, message), summary, stop_job=stop_job)
 
 
 def _verdict(report: Report, obs: Observation) -> Assessment:
@@ -84,9 +85,10 @@ def _verdict(report: Report, obs: Observation) -> Assessment:
     report = judged.report
     summary = summarize(report)
     if judged.problems:
+        # Nothing in a report that does not describe this run is trusted: not its numbers' nodes, not its blame.
         message = "status.report does not describe this run: " + "; ".join(judged.problems)
         return Assessment(RunState("Failed", REPORT_REJECTED, message),
-                          summary.model_copy(update={"result": "Failed"}), report)
+                          summary.model_copy(update={"result": "Failed", "failed_nodes": []}))
     passed = report.verdict()
     run_state = RunState("Succeeded" if passed else "Failed", PASSED if passed else CHECKS_FAILED,
                          verdict_message(report))
@@ -121,7 +123,8 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
         if state.deadline_exceeded:
             return _failed(TIMEOUT, f"{job_text} was stopped at spec.timeoutSeconds={obs.timeout_seconds}: "
                                     f"{state.message or state.reason}")
-        return _failed(JOB_FAILED, diagnosis.job_failure(job, obs.pods).message)
+        return _failed(JOB_FAILED, diagnosis.job_failure(job, obs.pods).message,
+                       failed_nodes=diagnosis.culprit_nodes(obs.pods))
 
     stuck = diagnosis.stuck_pod(obs.pods)
     if stuck is not None:

@@ -143,6 +143,37 @@ def failed_pod(pods: list[KubeDict]) -> Finding | None:
     return None
 
 
+def culprit_nodes(pods: list[KubeDict]) -> list[str]:
+    """The nodes a failed job without a report can be blamed on: where the failure was local.
+
+    Pods that failed while others did not; or, when every pod failed (one
+    rank's death takes the others down with it), the one that failed strictly
+    first. A single pod, or pods that all failed at the same moment, point at
+    something common to all (image, command, spec): nobody is blamed then.
+    """
+    failed = [(_finished_at(p), n) for p in pods if container_failure(p) and (n := _node(p))]
+    if not failed or len(pods) < 2:
+        return []
+    if len(failed) < len(pods):
+        return sorted({n for _, n in failed})
+    if any(t is None for t, _ in failed):
+        return []
+    failed.sort()
+    first, second = failed[0][0], failed[1][0]
+    return [failed[0][1]] if first < second else []
+
+
+def _finished_at(pod: KubeDict) -> datetime | None:
+    """When the pod's first container to end with an error ended."""
+    ends = []
+    for _, s in _statuses(pod):
+        term = (s.get("state") or {}).get("terminated") or (s.get("lastState") or {}).get("terminated") or {}
+        if term.get("exitCode", 0) != 0 or term.get("reason") == "OOMKilled":
+            ends.append(parse_time(term.get("finishedAt")))
+    known = [t for t in ends if t is not None]
+    return min(known) if known else None
+
+
 def stuck_pod(pods: list[KubeDict]) -> tuple[Finding, datetime | None] | None:
     """A pod whose container cannot start (ImagePullBackOff, ...) and since when its pod exists."""
     for pod in _sorted(pods):

@@ -588,12 +588,14 @@ def _conclude(
     METRICS.record_run(state.phase == "Succeeded", (now - start).total_seconds() if start else None)
     if report is not None:
         METRICS.set_nodes(measured_nodes(report))
-        if state.phase == "Failed":
-            _act_on_nodes(k, obj, test, report)
+    if state.phase == "Failed":
+        _act_on_nodes(k, obj, test, summary.failed_nodes)
 
 
-def _act_on_nodes(k: Kube, obj: KubeDict, test: AcceptanceTest, report: Report) -> None:
-    action, nodes = test.spec.on_failure, report.blamed_nodes()
+def _act_on_nodes(k: Kube, obj: KubeDict, test: AcceptanceTest, nodes: list[str]) -> None:
+    """spec.onFailure on the nodes the verdict blames (status.summary.failedNodes): the operator's, never a
+    rejected report's."""
+    action = test.spec.on_failure
     if action == "none" or not nodes:
         return
     if not SETTINGS.node_actions:

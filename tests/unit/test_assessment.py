@@ -192,10 +192,47 @@ def test_cpu_smoke_report_is_rejected_naming_why():
     assert "cpu-smoke report" in a.state.message and a.summary.result == "Failed"
 
 
-def test_report_from_nodes_the_pods_did_not_run_on_is_rejected():
-    a = assess(reported(pods=[pod("t-g2-0", "Running", node="gpu-node-0000")]), T0, TIMING)
+def test_report_from_nodes_the_pods_did_not_run_on_is_rejected_and_its_blame_is_not_trusted():
+    report = passing_report(CONFIG)
+    bad = next(r for r in report.results if r.node == "gpu-node-0001")
+    bad.value, bad.passed = 0.0, False  # a report that blames gpu-node-0001
+    pods = [pod("t-g2-0", "Running", node="gpu-node-0000"), pod("t-g2-1", "Running", node="elsewhere")]
+    a = assess(reported(report, pods=pods), T0, TIMING)
     assert (a.state.phase, a.state.reason) == ("Failed", "ReportRejected")
     assert "gpu-node-0001 ran no pod of this run" in a.state.message
+    assert a.summary.failed_nodes == [] and a.report is None  # no node action, no node metrics from it
+
+
+def test_pods_the_job_controller_removed_do_not_reject_a_report():
+    """cleanPodPolicy Running deletes workers still running when the job ends; rank 0's pod stays."""
+    a = assess(reported(pods=[pod("t-g2-0", "Succeeded", node="gpu-node-0000")]), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Succeeded", "ChecksPassed")
+    two_unknown = passing_report(CONFIG)
+    two_unknown.environment.hostnames = ["gpu-node-0001", "elsewhere"]
+    for r in two_unknown.results:
+        if r.node == "gpu-node-0000":
+            r.node = "elsewhere"
+    a = assess(reported(two_unknown, pods=[pod("t-g2-0", "Succeeded", node="gpu-node-0000")]), T0, TIMING)
+    assert a.state.reason == "ReportRejected" and "ran no pod of this run" in a.state.message
+
+
+def _failed_at(name: str, node: str, second: int) -> dict:
+    end = (T0 + timedelta(seconds=second)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    container = terminated(code=1)
+    container["state"]["terminated"]["finishedAt"] = end
+    return pod(name, "Failed", node=node, containers=[container])
+
+
+@pytest.mark.parametrize(("pods", "blamed"), [
+    ([_failed_at("w0", "n0", 5), pod("w1", "Running", node="n1")], ["n0"]),  # one failed, the other did not
+    ([_failed_at("w0", "n0", 9), _failed_at("w1", "n1", 5), _failed_at("w2", "n2", 9)], ["n1"]),  # n1 first
+    ([_failed_at("w0", "n0", 5), _failed_at("w1", "n1", 5)], []),  # together: something common to both
+    ([_failed_at("w0", "n0", 5)], []),  # one pod: node or spec, cannot tell
+])
+def test_a_failed_job_without_report_blames_the_node_where_the_failure_was_local(pods, blamed):
+    failed = job(name="t-g2", conditions=[("Failed", "True", "PyTorchJobFailed", "1 Worker failed", T0)])
+    a = assess(obs(job=failed, pods=pods), T0 + timedelta(minutes=1), TIMING)
+    assert a.state.reason == "JobFailed" and a.summary.failed_nodes == blamed
 
 
 def test_without_run_facts_no_report_passes():

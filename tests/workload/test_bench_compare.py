@@ -81,3 +81,11 @@ def test_several_runs_are_compared_at_their_medians(tmp_path: Path, capsys) -> N
     assert compare.main([*files, "--collective", "all_reduce"]) == 0
     out = capsys.readouterr().out
     assert "median of 3 nccl-tests and 3 of our runs" in out and "342.03    341.00" in out
+
+
+def test_nothing_judged_is_a_failure_not_a_pass(tmp_path: Path, capsys) -> None:
+    """Sizes only under 64 MiB in common: no accuracy was shown, so the comparison fails closed."""
+    (tmp_path / "nt.txt").write_text(NCCL_TESTS)
+    (tmp_path / "ours.json").write_text(json.dumps(ours({4194304: 140.0})))
+    assert compare.main([str(tmp_path / "nt.txt"), str(tmp_path / "ours.json"), "--collective", "all_reduce"]) == 1
+    assert "nothing was judged" in capsys.readouterr().err
