@@ -17,7 +17,9 @@ from acceptance_operator import api
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Result", "type": "string", "jsonPath": ".status.summary.result"},
+    # The Succeeded condition's reason (Passed, ChecksFailed, Timeout, InvalidSpec, ...): what Phase does not say.
+    {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Succeeded")].reason',
+     "description": "reason of the Succeeded condition: why the test is in its phase"},
     {"name": "Bus BW", "type": "number", "jsonPath": ".status.summary.allReduceBusbwGBps",
      "description": "all_reduce bus bandwidth over the whole job, GB/s"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},

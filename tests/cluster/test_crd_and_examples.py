@@ -227,7 +227,12 @@ def table(server: ApiServer, namespace: str, *extra: str) -> list[list[str]]:
 def test_printer_columns_show_phase_result_bus_bw_and_wide_backend_profile(server: ApiServer, namespace: str):
     apply(server, namespace, (REPO / "examples" / "standard.yaml").read_text())
     apply(server, namespace, (REPO / "examples" / "mpijob.yaml").read_text())
-    status = {"status": {"phase": "Succeeded", "observedGeneration": 1,
+    # Reason reads the Succeeded condition among others (JSONPath filter), not the first condition.
+    conditions = [{"type": "Running", "status": "False", "reason": "Finished", "message": "",
+                   "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                  {"type": "Succeeded", "status": "True", "reason": "ChecksPassed", "message": "all passed",
+                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    status = {"status": {"phase": "Succeeded", "observedGeneration": 1, "conditions": conditions,
                          "summary": {"result": "Passed", "passed": 12, "failed": 0, "total": 12,
                                      "allReduceBusbwGBps": 371.2}}}
     server.kubectl("patch", "acceptancetests", "standard", "-n", namespace, "--subresource=status", "--type=merge",
@@ -237,14 +242,14 @@ def test_printer_columns_show_phase_result_bus_bw_and_wide_backend_profile(serve
     assert stored["metadata"]["generation"] == 1  # a status write is not a new run
 
     header, *rows = table(server, namespace)
-    assert [h.strip() for h in header] == ["NAME", "PHASE", "RESULT", "BUS BW", "NODES", "AGE"]
+    assert [h.strip() for h in header] == ["NAME", "PHASE", "REASON", "BUS BW", "NODES", "AGE"]
     by_name = {r[0].strip(): [c.strip() for c in r] for r in rows}
-    assert by_name["standard"][1:5] == ["Succeeded", "Passed", "371.2", "2"]
+    assert by_name["standard"][1:5] == ["Succeeded", "ChecksPassed", "371.2", "2"]
     # A test without a status yet shows blanks but still its node count.
     assert by_name["mpijob"][1] == "2"
 
     header, *rows = table(server, namespace, "-o", "wide")
-    assert [h.strip() for h in header] == ["NAME", "PHASE", "RESULT", "BUS BW", "NODES", "AGE", "BACKEND",
+    assert [h.strip() for h in header] == ["NAME", "PHASE", "REASON", "BUS BW", "NODES", "AGE", "BACKEND",
                                            "PROFILE"]
     wide = {r[0].strip(): [c.strip() for c in r] for r in rows}
     assert wide["standard"][-2:] == ["PyTorchJob", "h100-sxm"]

@@ -68,8 +68,8 @@ def test_run_passes(cluster: Cluster, backend: str):
     assert cluster.condition("accept", "Running")["status"] == "False"
 
     (row,) = cluster.kubectl_table()
-    assert (row["NAME"], row["PHASE"], row["RESULT"], row["BUS BW"], row["NODES"]) == (
-        "accept", "Succeeded", "Passed", "371.5", "2")
+    assert (row["NAME"], row["PHASE"], row["REASON"], row["BUS BW"], row["NODES"]) == (
+        "accept", "Succeeded", "ChecksPassed", "371.5", "2")
     (wide,) = cluster.kubectl_table("-o", "wide")
     assert (wide["BACKEND"], wide["PROFILE"]) == (backend, "h100-sxm")
 
@@ -104,5 +104,5 @@ def test_run_fails_on_the_report(cluster: Cluster, backend: str):
     assert f"1 of {n} checks failed: preflight/gpu_count on node-b: 7 < 8 GPUs" in succeeded["message"]
     assert "nodes to blame: node-b" in succeeded["message"]
     (row,) = cluster.kubectl_table()
-    assert (row["PHASE"], row["RESULT"], row["BUS BW"]) == ("Failed", "Failed", "371.5")
+    assert (row["PHASE"], row["REASON"], row["BUS BW"]) == ("Failed", "ChecksFailed", "371.5")
     assert cluster.wait_event("accept", "ChecksFailed")[0] == "Warning"

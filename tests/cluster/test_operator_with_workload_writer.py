@@ -43,4 +43,4 @@ def test_workload_report_decides_the_run(cluster: Cluster, tmp_path: Path):
     status = cluster.wait_phase("e2e", "Succeeded")
     assert status["summary"]["allReduceBusbwGBps"] == 377.3
     (row,) = cluster.kubectl_table()
-    assert (row["PHASE"], row["RESULT"], row["BUS BW"]) == ("Succeeded", "Passed", "377.3")
+    assert (row["PHASE"], row["REASON"], row["BUS BW"]) == ("Succeeded", "ChecksPassed", "377.3")

@@ -204,7 +204,7 @@ def test_printer_columns(crd: dict[str, Any]):
     table = [(c["name"], c["jsonPath"], c.get("priority", 0)) for c in columns]
     assert table == [
         ("Phase", ".status.phase", 0),
-        ("Result", ".status.summary.result", 0),
+        ("Reason", '.status.conditions[?(@.type=="Succeeded")].reason', 0),
         ("Bus BW", ".status.summary.allReduceBusbwGBps", 0),
         ("Nodes", ".spec.nodes", 0),
         ("Age", ".metadata.creationTimestamp", 0),
@@ -215,7 +215,8 @@ def test_printer_columns(crd: dict[str, Any]):
 
 def test_printer_column_paths_exist_in_the_schema(crd: dict[str, Any], schema: dict[str, Any]):
     for column in crd["spec"]["versions"][0]["additionalPrinterColumns"]:
-        path = column["jsonPath"].lstrip(".")
+        # A JSONPath filter over a list (conditions[?(@.type=="Succeeded")]) walks into the list's items.
+        path = re.sub(r"\[\?\(.*?\)\]", ".[]", column["jsonPath"]).lstrip(".")
         if path.startswith("metadata."):
             continue
         at(schema, path)  # KeyError when a column points at nothing
