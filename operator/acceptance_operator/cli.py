@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu", action="store_true", help="CPU smoke run with gloo (2 processes, small sizes)")
     p.add_argument("--json", metavar="FILE", help="write the full report object to FILE (what `report --deliver` "
                    "delivers and `report --json` prints)")
+    p.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML page with plots "
+                   "(needs matplotlib: pip install 'gpu-acceptance[report]')")
+    p.add_argument("--junit", metavar="FILE", help="also write the report as JUnit XML (one testcase per result)")
     p.add_argument("-f", "--file", metavar="MANIFEST",
                    help="take checks, profile and thresholds from this AcceptanceTest manifest")
     p.add_argument("--profile", help="threshold profile (default: the manifest's, else the one of the GPUs here)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -24,9 +25,12 @@ from pydantic import ValidationError
 
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.exports import ExportError, write_exports
+from acceptance_workload.exports import require as require_exports
 from acceptance_workload.launch import free_port
 from acceptance_workload.profiles import PROFILE_NAMES, ProfileName, profile_for_gpu
 from acceptance_workload.render import CPU_BANNER
+from acceptance_workload.report import CHECK_NAMES, Report
 from acceptance_workload.wire import parse_bytes
 
 EXIT_ERROR = 2
@@ -154,7 +158,7 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
         print(f"note: requireTransport {checks.nccl.require_transport} is between nodes; a local run has one node, "
               "so it is not required here", file=sys.stderr)
         checks = checks.model_copy(update={"nccl": checks.nccl.model_copy(update={"require_transport": None})})
-    report_file = os.path.abspath(args.json) if args.json else None
+    report_file = report_path(args)
     if args.cpu:
         return WorkloadConfig(checks=cpu_smoke_checks(checks), profile="custom", nodes=nodes, gpus_per_node=per_node,
                               fabric="ethernet", mode="cpu-smoke", report_file=report_file, timeout_seconds=900)
@@ -164,6 +168,43 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
     return WorkloadConfig.build(checks=checks, profile=profile, nodes=nodes,
                                 gpus_per_node=(expected // nodes if expected else per_node), fabric=fabric,
                                 gpu_direct_rdma=manifest.get("gpu_direct_rdma", True), report_file=report_file)
+
+
+def report_path(args: argparse.Namespace) -> str | None:
+    """Where rank 0 writes the report object: --json FILE, else a scratch file when --html or --junit need it."""
+    if args.json:
+        return os.path.abspath(args.json)
+    if getattr(args, "html", None) or getattr(args, "junit", None):
+        return os.path.join(tempfile.mkdtemp(prefix="gpu-acceptance-"), "report.json")
+    return None
+
+
+def write_files(args: argparse.Namespace, config: WorkloadConfig, code: int, started: float) -> int:
+    """--html and --junit from the report rank 0 wrote; a run that wrote none gives a failed report (fail closed).
+
+    A report file older than the run (a --json FILE left by an earlier run) is not this run's.
+    """
+    if not (getattr(args, "html", None) or getattr(args, "junit", None)) or not config.report_file:
+        return code
+    path = Path(config.report_file)
+    try:
+        if path.stat().st_mtime < started - 1:  # 1 s: file systems with coarse timestamps
+            raise FileNotFoundError(str(path))
+        report = Report.model_validate_json(path.read_text())
+    except (OSError, ValidationError) as e:
+        reason = "no report was written" if isinstance(e, OSError) else f"its report could not be read: {str(e)[:300]}"
+        report = Report(mode=config.mode, checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
+                        error=f"the local run ended with exit code {code} and {reason}").finalize()
+    try:
+        for line in write_exports(report, html=args.html, junit=args.junit):
+            print(f"gpu-acceptance local: {line}", file=sys.stderr)
+    except ExportError as e:
+        print(f"gpu-acceptance local: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if not args.json:  # the scratch file report_path made
+            shutil.rmtree(path.parent, ignore_errors=True)
+    return code
 
 
 def detected_profile(cpu: bool) -> ProfileName:
@@ -293,6 +334,11 @@ def run_local(args: argparse.Namespace) -> int:
                   "run `gpu-acceptance local --cpu` for a CPU smoke run of the checks", file=sys.stderr)
             return EXIT_ERROR
     try:
+        require_exports(getattr(args, "html", None))
+    except ExportError as e:
+        print(f"gpu-acceptance local: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
         manifest = read_manifest(args.file) if args.file else {}
         expected = None if args.cpu else (args.gpus or manifest.get("gpus_per_node") or available)
         if expected is not None and expected > available:
@@ -309,4 +355,5 @@ def run_local(args: argparse.Namespace) -> int:
     print(f"gpu-acceptance local: {world} {what}, profile {config.profile}"
           + (f", {config.nodes} simulated nodes" if config.nodes > 1 else "")
           + (", quick" if args.quick and not args.cpu else ""), file=sys.stderr)
-    return run_processes(config, world)
+    started = time.time()
+    return write_files(args, config, run_processes(config, world), started)

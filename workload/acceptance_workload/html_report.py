@@ -1,0 +1,373 @@
+"""A report as one self-contained HTML page with plots (`--html FILE`), for people and vendors.
+
+The page opens with the verdict and the nodes to blame, then shows what the
+text tables cannot: busbw against message size per collective (log axes, the
+profile's floor, the nccl-tests reference where one was measured on the same
+kind of machine), a node x metric heatmap and the DDP throughput per rank.
+Everything is inside the file (the plots are matplotlib SVG, the style is
+inline), so nothing is fetched when it is opened, also offline or in a
+ticket system.
+
+matplotlib is an optional extra (`pip install 'gpu-acceptance[report]'`): it
+is imported only here and only when a page is made, so the workload image does
+not need it. What the report means (verdict, tally, headline, failed nodes)
+comes from report.py, never from here.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from acceptance_workload.checks import Collective
+from acceptance_workload.render import CPU_BANNER, human_bytes, verdict_line
+from acceptance_workload.report import CheckResult, NcclSweep, Report
+
+INSTALL_HINT = "pip install 'gpu-acceptance[report]' (or: pip install matplotlib)"
+NCCL_PLOT_ID = "plot-nccl-{collective}"  # one figure per collective; the Chromium test counts them by this id
+HEATMAP_ID = "plot-node-heatmap"
+DDP_PLOT_ID = "plot-ddp-ranks"
+
+
+class HtmlUnavailable(RuntimeError):
+    """matplotlib is not installed: the message says how to install it."""
+
+
+@dataclass(frozen=True)
+class NcclReference:
+    """busbw that nccl-tests measured on one kind of machine: a reference curve, not a threshold."""
+
+    label: str
+    gpu: str  # matched against the report's GPU model
+    ranks: int  # and against the sweep's rank count
+    busbw: dict[Collective, tuple[tuple[int, float], ...]]  # collective -> (log2 bytes, out-of-place busbw GB/s)
+
+
+# nccl-tests' own measurements (docs/benchmarks.md, raw outputs in docs/benchmarks-data/h200x2-2026-11-26/
+# nccltests_*_perf.run1.txt): the one home of these figures in code. Add a machine when it has been measured.
+NCCL_TESTS_REFERENCE: tuple[NcclReference, ...] = (
+    NcclReference(
+        label="nccl-tests 2.19.0, 2x H200 SXM (NV18), NCCL 2.28.9",
+        gpu="H200", ranks=2,
+        busbw={
+            "all_reduce": ((20, 45.88), (21, 70.24), (22, 119.81), (23, 168.25), (24, 213.20), (25, 243.10),
+                           (26, 270.60), (27, 286.05), (28, 300.80), (29, 315.93), (30, 328.31), (31, 339.38),
+                           (32, 347.69)),
+            "all_gather": ((20, 23.50), (21, 50.17), (22, 75.89), (23, 112.26), (24, 153.10), (25, 184.16),
+                           (26, 212.82), (27, 232.82), (28, 245.56), (29, 257.05), (30, 274.62), (31, 275.78),
+                           (32, 288.77)),
+            "reduce_scatter": ((20, 29.99), (21, 58.85), (22, 82.37), (23, 118.47), (24, 158.12), (25, 183.97),
+                               (26, 210.02), (27, 225.91), (28, 238.58), (29, 255.36), (30, 276.96), (31, 286.00),
+                               (32, 290.49)),
+            "alltoall": ((20, 35.50), (21, 65.41), (22, 95.74), (23, 127.76), (24, 151.49), (25, 208.26),
+                         (26, 241.73), (27, 266.24), (28, 283.80), (29, 297.34), (30, 332.70), (31, 335.58),
+                         (32, 337.98)),
+            "broadcast": ((20, 48.40), (21, 98.22), (22, 160.91), (23, 212.74), (24, 261.55), (25, 298.54),
+                          (26, 328.28), (27, 347.64), (28, 357.46), (29, 361.49), (30, 364.96), (31, 365.33),
+                          (32, 367.71)),
+            "sendrecv": ((20, 49.68), (21, 97.52), (22, 130.07), (23, 156.53), (24, 200.99), (25, 247.42),
+                         (26, 268.93), (27, 292.05), (28, 306.39), (29, 354.24), (30, 360.96), (31, 363.35),
+                         (32, 365.02)),
+        },
+    ),
+)
+
+
+def reference_for(report: Report, sweep: NcclSweep) -> NcclReference | None:
+    """The nccl-tests reference measured on this sweep's kind of machine (GPU model and ranks), if any."""
+    model = (report.environment.gpu_model or "").upper()
+    return next((ref for ref in NCCL_TESTS_REFERENCE
+                 if ref.gpu.upper() in model and ref.ranks == sweep.ranks and sweep.collective in ref.busbw), None)
+
+
+def floor_for(report: Report, sweep: NcclSweep) -> CheckResult | None:
+    """The judged busbw result of this sweep: its threshold is the floor drawn on the plot."""
+    name = f"{sweep.collective}_busbw" if sweep.scope == "job" else f"node_{sweep.collective}_busbw"
+    node = None if sweep.scope == "job" else sweep.node
+    return next((r for r in report.results if r.check == "nccl" and r.name == name and r.node == node
+                 and r.threshold is not None and r.comparison == "ge"), None)
+
+
+# --- plots -------------------------------------------------------------------------------------------------------
+
+def pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError:
+        raise HtmlUnavailable(f"--html needs matplotlib, which is not installed here: {INSTALL_HINT}") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _svg(plt: Any, fig: Any, salt: str) -> str:
+    """The figure as inline SVG: text stays text (no font files), ids are unique per figure (hash salt)."""
+    buf = io.StringIO()
+    with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": salt}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]  # drop the XML declaration and DOCTYPE: not allowed inside HTML
+
+
+def nccl_figure(plt: Any, report: Report, collective: str, sweeps: list[NcclSweep]) -> str:
+    """busbw against message size, log-log: the job-wide sweep, each node's, floors and the reference."""
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    drawn_floors: set[tuple[float, str]] = set()
+    refs: dict[str, NcclReference] = {}
+    for sweep in sweeps:
+        rows = [r for r in sweep.rows if r.size > 0 and r.busbw_gbps > 0]
+        where = "job" if sweep.scope == "job" else f"node {sweep.node}"
+        if rows:
+            ax.plot([r.size for r in rows], [r.busbw_gbps for r in rows], marker="o", markersize=3,
+                    linewidth=2 if sweep.scope == "job" else 1, label=f"{where} ({sweep.ranks} ranks)")
+        floor = floor_for(report, sweep)
+        if floor is not None and floor.threshold and floor.threshold > 0:
+            key = (floor.threshold, "job" if sweep.scope == "job" else "node")
+            if key not in drawn_floors:
+                drawn_floors.add(key)
+                ax.axhline(floor.threshold, color="tab:red", linestyle="--", linewidth=1,
+                           label=f"{key[1]} floor {floor.threshold:g} GB/s" + (" (est.)" if floor.estimated else ""))
+        ref = reference_for(report, sweep)
+        if ref is not None:
+            refs[ref.label] = ref
+    for ref in refs.values():
+        points = ref.busbw[collective]  # type: ignore[index]
+        ax.plot([1 << e for e, _ in points], [v for _, v in points], color="0.45", linestyle=":", linewidth=1.5,
+                label=ref.label)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(collective)
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: human_bytes(v) + "B" if v >= 1 else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
+    return _svg(plt, fig, f"nccl-{collective}")
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def node_metrics(report: Report) -> tuple[list[str], list[str], list[list[float | None]]]:
+    """Nodes, metric labels and each node's value of each metric (None: not measured on that node)."""
+    nodes = sorted({*report.environment.hostnames, *(r.node for r in report.results if r.node),
+                    *(r.node for r in (report.gpu.rows if report.gpu else [])),
+                    *(r.node for r in (report.ddp.ranks if report.ddp else []))})
+    unit = report.ddp.unit if report.ddp else ""
+
+    def busbw(node: str) -> float | None:
+        judged = next((r.value for r in report.results if r.name == "node_all_reduce_busbw" and r.node == node
+                       and r.value is not None), None)
+        if judged is not None:
+            return judged
+        return max((row.busbw_gbps for s in report.nccl if s.collective == "all_reduce" and s.node == node
+                    for row in s.rows), default=None)
+
+    def gpu_median(field: str) -> Callable[[str], float | None]:
+        return lambda node: _median([getattr(r, field) for r in (report.gpu.rows if report.gpu else [])
+                                     if r.node == node and getattr(r, field) is not None])
+
+    def ddp(node: str) -> float | None:
+        return _median([r.ddp_throughput for r in (report.ddp.ranks if report.ddp else []) if r.node == node])
+
+    metrics: list[tuple[str, Callable[[str], float | None]]] = [
+        ("all_reduce busbw\nin the node (GB/s)", busbw),
+        ("GEMM TFLOP/s\n(median GPU)", gpu_median("gemm_tflops")),
+        ("HBM copy GB/s\n(median GPU)", gpu_median("hbm_gbps")),
+        (f"DDP {unit or 'samples/s'}\nper GPU (median rank)", ddp),
+    ]
+    return nodes, [label for label, _ in metrics], [[fn(node) for _, fn in metrics] for node in nodes]
+
+
+def heatmap_figure(plt: Any, report: Report) -> str:
+    """Nodes x metrics, coloured by each value's ratio to the metric's median node (a slow node stands out)."""
+    import numpy as np
+
+    nodes, labels, values = node_metrics(report)
+    ratios = np.full((len(nodes), len(labels)), np.nan)
+    for j in range(len(labels)):
+        column = [row[j] for row in values if row[j] is not None]
+        median = _median(column)
+        for i, row in enumerate(values):
+            if row[j] is not None and median:
+                ratios[i, j] = row[j] / median
+    fig, ax = plt.subplots(figsize=(1.6 * len(labels) + 2, 0.35 * len(nodes) + 1.2))
+    cmap = plt.get_cmap("RdYlGn").copy()
+    cmap.set_bad("0.85")
+    image = ax.imshow(np.ma.masked_invalid(ratios), cmap=cmap, vmin=0.8, vmax=1.2, aspect="auto")
+    ax.set_xticks(range(len(labels)), labels=labels, fontsize=8)
+    ax.xaxis.tick_top()
+    ax.set_yticks(range(len(nodes)), labels=[n + (" (failed)" if n in report.failed_nodes else "") for n in nodes],
+                  fontsize=8)
+    for tick, node in zip(ax.get_yticklabels(), nodes, strict=True):
+        if node in report.failed_nodes:
+            tick.set_color("tab:red")
+    for i, row in enumerate(values):
+        for j, v in enumerate(row):
+            text = "missing" if v is None else f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+            ax.text(j, i, text, ha="center", va="center", fontsize=8)
+    fig.colorbar(image, ax=ax, label="ratio to the median node", shrink=0.8)
+    return _svg(plt, fig, "heatmap")
+
+
+def ddp_figure(plt: Any, report: Report) -> str:
+    """Each rank's one-GPU baseline and DDP throughput side by side: a straggler is the short pair."""
+    d = report.ddp
+    assert d is not None and d.ranks
+    ranks = sorted(d.ranks, key=lambda r: r.rank)
+    x = list(range(len(ranks)))
+    fig, ax = plt.subplots(figsize=(min(14.0, max(7.0, 0.5 * len(ranks) + 2)), 3.6))
+    ax.bar([i - 0.2 for i in x], [r.baseline_throughput for r in ranks], width=0.4, label="one GPU alone",
+           color="tab:gray")
+    ax.bar([i + 0.2 for i in x], [r.ddp_throughput for r in ranks], width=0.4, label="in DDP", color="tab:blue")
+    ax.set_xticks(x, labels=[f"{r.rank}\n{r.node}/{r.gpu}" for r in ranks], fontsize=7)
+    ax.set_xlabel("rank (node/GPU)")
+    ax.set_ylabel(d.unit)
+    ax.set_title(f"DDP {d.model}: throughput per rank")
+    ax.legend(fontsize=7)
+    ax.grid(True, axis="y", alpha=0.3)
+    return _svg(plt, fig, "ddp")
+
+
+# --- page --------------------------------------------------------------------------------------------------------
+
+STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}
+.verdict{font-size:1.4em;font-weight:bold;padding:.6em 1em;border-radius:6px;color:#fff}
+.passed{background:#2e7d32}.failed{background:#c62828}.smoke{background:#f9a825;color:#000;padding:.4em 1em}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:.25em .5em;
+text-align:left;vertical-align:top}th{background:#f4f4f4}tr.fail td{background:#fdecea}
+figure{margin:1em 0}figure svg{max-width:100%;height:auto}.plots figure svg{width:100%}
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(480px,1fr));gap:1em}.muted{color:#666;font-size:.85em}
+"""
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _value(r: CheckResult) -> str:
+    if r.value is None:
+        return "missing"
+    return human_bytes(r.value) if r.unit == "bytes" else f"{r.value:,.4g}"
+
+
+def _threshold(r: CheckResult) -> str:
+    if r.threshold is None or r.comparison == "info":
+        return ""
+    sign = {"ge": "&ge;", "le": "&le;", "eq": "="}[r.comparison]
+    return f"{sign} {_e(f'{r.threshold:g}')}" + (" (est.)" if r.estimated else "")
+
+
+def results_table(results: list[CheckResult]) -> str:
+    head = "<tr><th>result</th><th>check</th><th>measurement</th><th>node</th><th>GPU</th><th>value</th>" \
+           "<th>threshold</th><th>unit</th><th>detail</th></tr>"
+    rows = [f'<tr class="{"pass" if r.passed else "fail"}"><td>{"pass" if r.passed else "FAIL"}</td>'
+            f"<td>{_e(r.check)}</td><td>{_e(r.name)}</td><td>{_e(r.node or '-')}</td>"
+            f"<td>{'-' if r.gpu is None else r.gpu}</td><td>{_e(_value(r))}</td><td>{_threshold(r)}</td>"
+            f"<td>{_e(r.unit)}</td><td>{_e(r.message)}</td></tr>" for r in results]
+    return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _verdict_section(report: Report, title: str, operator_verdict: str | None) -> str:
+    passed = report.verdict()
+    parts = [f"<h1>{_e(title)}</h1>"]
+    if report.mode == "cpu-smoke":
+        parts.append(f'<p class="smoke">{_e(CPU_BANNER)}</p>')
+    parts.append(f'<div id="verdict" class="verdict {"passed" if passed else "failed"}">'
+                 f"{_e(verdict_line(report))}</div>")
+    if operator_verdict:
+        parts.append(f'<p id="operator-verdict">{_e(operator_verdict)}</p>')
+    nodes = ", ".join(report.failed_nodes) or "none"
+    parts.append(f'<p id="failed-nodes"><b>Failed nodes:</b> {_e(nodes)}</p>')
+    missing = report.missing_checks()
+    if missing:
+        parts.append(f"<p><b>No result at all from</b> {_e(', '.join(missing))} (fails).</p>")
+    if report.error:
+        parts.append(f"<p><b>The run could not complete:</b> {_e(report.error)}</p>")
+    failures = [r for r in report.results if not r.passed]
+    if failures:
+        parts.append(f'<h2>Failures ({len(failures)})</h2><div id="failures">{results_table(failures)}</div>')
+    head = report.headline().parts()
+    if head:
+        parts.append(f"<p><b>Headline:</b> {_e('; '.join(head))}</p>")
+    env = report.environment
+    facts = [f"{k} {v}" for k, v in (("GPU", env.gpu_model), ("driver", env.driver_version),
+                                      ("CUDA", env.cuda_version), ("NCCL", env.nccl_version),
+                                      ("torch", env.torch_version), ("nodes", env.nodes),
+                                      ("world size", env.world_size)) if v]
+    if env.transports:
+        facts.append("transports " + ",".join(env.transports))
+    times = [f"{label} {t.isoformat(timespec='seconds')}" for label, t in (("started", report.started_at),
+                                                                          ("finished", report.finished_at)) if t]
+    parts.append(f'<p class="muted">{_e("; ".join(facts + times))}</p>')
+    return "\n".join(parts)
+
+
+def _nccl_section(plt: Any, report: Report) -> str:
+    by_collective: dict[str, list[NcclSweep]] = {}
+    for s in report.nccl:
+        by_collective.setdefault(s.collective, []).append(s)
+    if not by_collective:
+        return ""
+    parts = ["<h2>NCCL: busbw against message size</h2>",
+             '<p class="muted">Log axes. Dashed red: the floor the busbw result is judged against (at sizes of '
+             "at least the profile's reference size). Dotted grey: nccl-tests on the same kind of machine, where "
+             "one was measured (docs/benchmarks.md).</p>"]
+    figures = []
+    for collective, sweeps in by_collective.items():
+        fig_id = NCCL_PLOT_ID.format(collective=collective)
+        figures.append(f'<figure id="{fig_id}" class="plot">{nccl_figure(plt, report, collective, sweeps)}</figure>')
+    return "\n".join(parts) + f'<div class="plots">{"".join(figures)}</div>'
+
+
+
+def _sweep_tables(report: Report) -> str:
+    if not report.nccl:
+        return ""
+    blocks = []
+    for s in report.nccl:
+        where = "job" if s.scope == "job" else f"node {s.node}"
+        rows = "".join(f"<tr><td>{r.size}</td><td>{_e(human_bytes(r.size))}</td><td>{r.time_us:.2f}</td>"
+                       f"<td>{r.algbw_gbps:.2f}</td><td>{r.busbw_gbps:.2f}</td><td>{r.wrong}</td></tr>"
+                       for r in s.rows)
+        blocks.append(f"<details><summary>{_e(s.collective)} ({_e(where)}, {s.ranks} ranks, {_e(s.dtype)})"
+                      f"</summary><table><tr><th>size (B)</th><th>size</th><th>time (us)</th><th>algbw (GB/s)</th>"
+                      f"<th>busbw (GB/s)</th><th>#wrong</th></tr>{rows}</table></details>")
+    return "<h2>NCCL sweep tables</h2>" + "".join(blocks)
+
+
+def render_html(report: Report, title: str = "GPU acceptance report", operator_verdict: str | None = None) -> str:
+    """The whole page. `operator_verdict` is the operator's phase, reason and message, for a cluster run."""
+    plt = pyplot()
+    body = [_verdict_section(report, title, operator_verdict), _nccl_section(plt, report)]
+    nodes, _, _ = node_metrics(report)
+    if nodes:
+        body.append(f'<h2>Nodes</h2><figure id="{HEATMAP_ID}" class="plot">{heatmap_figure(plt, report)}'
+                    "<figcaption>Each node's numbers, coloured by their ratio to the median node; grey: not "
+                    "measured.</figcaption></figure>")
+    if report.ddp and report.ddp.ranks:
+        body.append(f'<h2>DDP</h2><figure id="{DDP_PLOT_ID}" class="plot">{ddp_figure(plt, report)}</figure>')
+    body.append(f"<h2>All results ({len(report.results)})</h2>{results_table(report.results)}")
+    if report.skipped:
+        items = "".join(f"<li>{_e(s.check)} {_e(s.name)}: {_e(s.reason)}</li>" for s in report.skipped)
+        body.append(f"<h2>Not measured</h2><ul>{items}</ul>")
+    body.append(_sweep_tables(report))
+    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f"<style>{STYLE}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n")
+    return _strip_svg_metadata(page)
+
+
+def _strip_svg_metadata(page: str) -> str:
+    """matplotlib's RDF metadata block: namespaces and a generator line, nothing a reader needs."""
+    return re.sub(r"<metadata>.*?</metadata>", "", page, flags=re.S)

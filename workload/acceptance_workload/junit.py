@@ -1,0 +1,104 @@
+"""A report as JUnit XML, for CI systems that gate on acceptance (`--junit FILE`).
+
+One testsuite per check (preflight, gpu, nccl, ddp), one testcase per check
+result, its failure carrying the result's message and evidence. Fail closed as
+the report is (report.py): an enabled check without any result is one more
+failed testcase, and a run that could not complete is an errored one, so a CI
+gate that only counts failures cannot pass a report that did not pass.
+Skipped measurements are listed in the suite's output, never as passes.
+
+Pure: the standard library's ElementTree only.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections import Counter
+
+from acceptance_workload.report import CHECK_NAMES, CheckResult, Report
+
+SUITES_NAME = "gpu-acceptance"
+RUN_CASE = "run"  # the errored testcase of a run that could not complete
+
+
+def case_name(r: CheckResult) -> str:
+    """'gemm_tflops [node gpu-node-7, GPU 3]': the measurement and where it was taken."""
+    where = [f"node {r.node}"] if r.node else []
+    if r.gpu is not None:
+        where.append(f"GPU {r.gpu}")
+    return r.name + (f" [{', '.join(where)}]" if where else "")
+
+
+def _number(v: float | None) -> str:
+    return "missing" if v is None else f"{v:g}"
+
+
+def evidence(r: CheckResult) -> str:
+    """The failure's body: every field a person needs to judge the result again."""
+    sign = {"ge": ">=", "le": "<=", "eq": "==", "info": "(not judged)"}[r.comparison]
+    lines = [f"value: {_number(r.value)} {r.unit}".rstrip()]
+    if r.threshold is not None and r.comparison != "info":
+        lines.append(f"threshold: {sign} {r.threshold:g} {r.unit}".rstrip()
+                     + (" (the profile's estimate)" if r.estimated else ""))
+    for label, text in (("observed", r.observed), ("expected", r.expected), ("node", r.node)):
+        if text:
+            lines.append(f"{label}: {text}")
+    if r.gpu is not None:
+        lines.append(f"gpu: {r.gpu}")
+    if r.message:
+        lines.append(f"detail: {r.message}")
+    return "\n".join(lines)
+
+
+def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
+    return ET.SubElement(suite, "testcase", {"classname": classname, "name": name, "time": "0"})
+
+
+def _suite_attrs(suite: ET.Element, cases: list[ET.Element]) -> None:
+    kinds = Counter(child.tag for case in cases for child in case if child.tag in ("failure", "error"))
+    suite.set("tests", str(len(cases)))
+    suite.set("failures", str(kinds["failure"]))
+    suite.set("errors", str(kinds["error"]))
+    suite.set("skipped", "0")
+
+
+def junit_xml(report: Report, name: str = "local") -> str:
+    """The report as a JUnit XML document; `name` (the test's namespace/name, or 'local') names the suites."""
+    root = ET.Element("testsuites", {"name": f"{SUITES_NAME} {name}"})
+    checks = [c for c in CHECK_NAMES if c in report.checks_run or any(r.check == c for r in report.results)]
+    missing = set(report.missing_checks())
+    all_cases: list[ET.Element] = []
+    for check in checks:
+        classname = f"{SUITES_NAME}.{check}"
+        suite = ET.SubElement(root, "testsuite", {"name": f"{name} {check}"})
+        if report.mode == "cpu-smoke":
+            props = ET.SubElement(suite, "properties")
+            ET.SubElement(props, "property", {"name": "mode", "value": "cpu-smoke (NOT a GPU acceptance verdict)"})
+        cases = []
+        for r in (r for r in report.results if r.check == check):
+            case = _case(suite, classname, case_name(r))
+            if not r.passed:
+                message = r.message or f"{r.name}: {_number(r.value)} {r.unit}".rstrip()
+                ET.SubElement(case, "failure", {"message": message, "type": "missing" if r.value is None
+                                                else "threshold"}).text = evidence(r)
+            cases.append(case)
+        if check in missing:
+            case = _case(suite, classname, f"{check} (no result)")
+            ET.SubElement(case, "failure", {"message": f"check {check} was enabled and produced no result",
+                                            "type": "missing"}).text = "A missing measurement fails (fail closed)."
+            cases.append(case)
+        skipped = [s for s in report.skipped if s.check == check]
+        if skipped:
+            ET.SubElement(suite, "system-out").text = "\n".join(f"not measured: {s.name}: {s.reason}"
+                                                                 for s in skipped)
+        _suite_attrs(suite, cases)
+        all_cases += cases
+    if report.error:
+        suite = ET.SubElement(root, "testsuite", {"name": f"{name} {RUN_CASE}"})
+        case = _case(suite, f"{SUITES_NAME}.{RUN_CASE}", RUN_CASE)
+        ET.SubElement(case, "error", {"message": report.error[:500], "type": "run"}).text = report.error
+        _suite_attrs(suite, [case])
+        all_cases.append(case)
+    _suite_attrs(root, all_cases)
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
