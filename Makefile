@@ -16,8 +16,8 @@ TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-install: ## pip-install the project (operator + dev extras) and the workload's CPU test needs
-	$(PIP) install -e '.[operator,dev]'
+install: ## pip-install the project (operator, report + dev extras) and the workload's CPU test needs
+	$(PIP) install -e '.[operator,report,dev]'
 	$(PIP) install nvidia-ml-py
 	@if $(PYTHON) -c 'import urllib.request as u; u.urlopen("$(TORCH_CPU_INDEX)/torch/", timeout=5)' 2>/dev/null; then \
 	  echo "$(PIP) install torch --index-url $(TORCH_CPU_INDEX)"; \
@@ -27,7 +27,7 @@ install: ## pip-install the project (operator + dev extras) and the workload's C
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, lua5.4, kube-apiserver + etcd (built from Go modules), Kubeflow CRDs: cached outside the repo
+tools: ## helm, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd (built from Go modules), Kubeflow CRDs: cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null

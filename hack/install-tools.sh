@@ -3,6 +3,7 @@
 #   helm   built from its Go module (go install helm.sh/helm/v3/cmd/helm@<pin>)
 #          into ${GPU_ACCEPTANCE_CACHE:-~/.cache/gpu-acceptance}/bin
 #   lua5.4 the Debian package (Argo CD health checks are Lua), only if missing
+#   chromium the Debian package (the HTML report is opened in headless Chromium in a test), only if missing
 # and checks that kubectl is on PATH. Silent when everything is already there.
 #
 #   hack/install-tools.sh          install what is missing
@@ -48,18 +49,23 @@ install_helm() {
   [ "$("$bin/helm" version --template '{{.Version}}')" = "$HELM_VERSION" ] || die "built helm does not report ${HELM_VERSION}"
 }
 
-install_lua() {
-  command -v lua5.4 >/dev/null 2>&1 && return
-  command -v apt-get >/dev/null 2>&1 || die "lua5.4 is missing and apt-get is not available; install Lua 5.4 by hand"
-  log "installing lua5.4 (apt-get)"
+# apt_install COMMAND PACKAGE: install the Debian package when COMMAND is not on PATH.
+apt_install() {
+  local cmd=$1 pkg=$2
+  command -v "$cmd" >/dev/null 2>&1 && return
+  command -v apt-get >/dev/null 2>&1 || die "$cmd is missing and apt-get is not available; install $pkg by hand"
+  log "installing $pkg (apt-get)"
   local out; out=$(mktemp)
   if ! { as_root apt-get update -qq && as_root env DEBIAN_FRONTEND=noninteractive \
-      apt-get install -y -qq --no-install-recommends lua5.4; } >"$out" 2>&1; then
-    cat "$out" >&2; rm -f "$out"; die "apt-get install lua5.4 failed"
+      apt-get install -y -qq --no-install-recommends "$pkg"; } >"$out" 2>&1; then
+    cat "$out" >&2; rm -f "$out"; die "apt-get install $pkg failed"
   fi
   rm -f "$out"
-  command -v lua5.4 >/dev/null 2>&1 || die "lua5.4 still missing after apt-get install"
+  command -v "$cmd" >/dev/null 2>&1 || die "$cmd still missing after apt-get install $pkg"
 }
+
+install_lua() { apt_install lua5.4 lua5.4; }
+install_chromium() { apt_install chromium chromium; }
 
 check_kubectl() {
   command -v "${KUBECTL:-kubectl}" >/dev/null 2>&1 ||
@@ -67,7 +73,7 @@ check_kubectl() {
 }
 
 case "${1:-install}" in
-  install) install_helm; install_lua; check_kubectl ;;
+  install) install_helm; install_lua; install_chromium; check_kubectl ;;
   bindir) echo "$bin" ;;
   *) echo "usage: $0 [install|bindir]" >&2; exit 2 ;;
 esac

@@ -201,8 +201,7 @@ def heatmap_figure(plt: Any, report: Report) -> str:
             if row[j] is not None and median:
                 ratios[i, j] = row[j] / median
     fig, ax = plt.subplots(figsize=(1.6 * len(labels) + 2, 0.35 * len(nodes) + 1.2))
-    cmap = plt.get_cmap("RdYlGn").copy()
-    cmap.set_bad("0.85")
+    cmap = plt.get_cmap("RdYlGn").with_extremes(bad="0.85")
     image = ax.imshow(np.ma.masked_invalid(ratios), cmap=cmap, vmin=0.8, vmax=1.2, aspect="auto")
     ax.set_xticks(range(len(labels)), labels=labels, fontsize=8)
     ax.xaxis.tick_top()

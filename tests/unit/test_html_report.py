@@ -1,0 +1,168 @@
+"""The HTML report: verdict and failed nodes first, one busbw plot per collective, heatmap, DDP bars, self-contained.
+
+Reports judged as the operator judges them (rejudge), so the floors on the
+plots are the operator's thresholds. The page is read back with the standard
+library's HTML parser; tests/workload/test_report_html.py opens a real run's
+page in Chromium.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from acceptance_operator.rejudge import RunFacts, rejudge
+from acceptance_workload.checks import COLLECTIVES, ChecksSpec
+from acceptance_workload.config import TestRef, WorkloadConfig
+from acceptance_workload.html_report import (
+    DDP_PLOT_ID,
+    HEATMAP_ID,
+    NCCL_PLOT_ID,
+    NCCL_TESTS_REFERENCE,
+    node_metrics,
+    render_html,
+)
+from acceptance_workload.report import Report
+
+from tests.reports import passing_report
+
+NODES = ["gpu-node-a", "gpu-node-b"]
+
+
+class Page(HTMLParser):
+    """Ids in document order, the id of each <svg>'s enclosing figure, and every URL-like attribute."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.ids: list[str] = []
+        self.figure_svgs: dict[str, int] = {}
+        self.urls: list[str] = []
+        self.tags: set[str] = set()
+        self._figure: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        self.tags.add(tag)
+        if a.get("id"):
+            self.ids.append(a["id"] or "")
+        if tag == "figure":
+            self._figure = a.get("id")
+        if tag == "svg" and self._figure:
+            self.figure_svgs[self._figure] = self.figure_svgs.get(self._figure, 0) + 1
+        self.urls += [v for k, v in attrs if k in ("src", "href", "xlink:href", "data", "action") and v]
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "figure":
+            self._figure = None
+
+
+def judged(gpu_model: str, gpus: int = 2, profile: str = "h200-sxm") -> Report:
+    """A two-node run judged by the operator; node b's all_reduce inside the node is under its floor."""
+    cfg = WorkloadConfig.build(checks=ChecksSpec(), profile=profile, nodes=2, gpus_per_node=gpus,
+                               test=TestRef(name="t", namespace="ns", uid="u-1", generation=1))
+    report = passing_report(cfg, NODES)
+    report.environment.gpu_model = gpu_model
+    for r in report.results:
+        if r.name == "gpu_model":
+            r.observed = gpu_model
+        if r.name == "node_all_reduce_busbw" and r.node == "gpu-node-b":
+            r.value = 120.0
+    for s in report.nccl:
+        if s.node == "gpu-node-b":
+            for row in s.rows:
+                row.busbw_gbps = row.busbw_gbps / 3
+    out = rejudge(report, RunFacts(cfg, "u-1", frozenset(NODES))).report
+    assert out.failed_nodes == ["gpu-node-b"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def h200_page() -> tuple[Report, str]:
+    report = judged("NVIDIA H200")
+    return report, render_html(report, title="ns/t", operator_verdict="Failed ChecksFailed")
+
+
+def test_verdict_and_failed_nodes_come_before_any_plot(h200_page):
+    report, page = h200_page
+    ids = Page(page).ids
+    first_plot = min(i for i, x in enumerate(ids) if x.startswith("plot-"))
+    assert ids.index("verdict") < ids.index("failed-nodes") < ids.index("failures") < first_plot
+    verdict = page[page.index('id="verdict"'):]
+    assert verdict.split("</div>")[0].endswith(f"FAILED: {report.tally().passed}/{report.tally().total} checks passed")
+    assert "gpu-node-b" in page[page.index('id="failed-nodes"'):].split("</p>")[0]
+    assert "Failed ChecksFailed" in page
+
+
+def test_one_svg_plot_per_collective_then_the_heatmap_and_ddp_bars(h200_page):
+    report, page = h200_page
+    parsed = Page(page)
+    expected = {NCCL_PLOT_ID.format(collective=c) for c in COLLECTIVES}
+    assert {s.collective for s in report.nccl} == set(COLLECTIVES)
+    assert {k for k in parsed.figure_svgs if k.startswith("plot-nccl-")} == expected
+    assert all(parsed.figure_svgs[k] == 1 for k in expected)
+    assert parsed.figure_svgs[HEATMAP_ID] == 1 and parsed.figure_svgs[DDP_PLOT_ID] == 1
+
+
+def _figure(page: str, fig_id: str) -> str:
+    start = page.index(f'id="{fig_id}"')
+    return page[start:page.index("</figure>", start)]
+
+
+def test_plots_carry_the_judged_floor_and_the_nccl_tests_reference_of_the_same_machine(h200_page):
+    report, page = h200_page
+    node_floor = next(r.threshold for r in report.results if r.name == "node_all_reduce_busbw")
+    all_reduce = _figure(page, NCCL_PLOT_ID.format(collective="all_reduce"))
+    assert node_floor == 299 and f"node floor {node_floor:g} GB/s" in all_reduce
+    assert "job floor" not in all_reduce  # 2 GPUs a node: the job-wide busbw is reported, not judged
+    # Each node's sweep has 2 ranks on H200: nccl-tests' 2x H200 curve is drawn beside it.
+    (ref,) = NCCL_TESTS_REFERENCE
+    assert ref.label in all_reduce and "NCCL 2.28.9" in ref.label and "H200" in ref.label
+    assert "node gpu-node-b (2 ranks)" in all_reduce and "job (4 ranks)" in all_reduce
+    # Collectives measured only over the job (4 ranks) have no reference of that size.
+    assert ref.label not in _figure(page, NCCL_PLOT_ID.format(collective="alltoall"))
+
+
+def test_job_floors_where_judged_and_no_reference_where_none_was_measured_on_that_kind_of_gpu():
+    report = judged("NVIDIA H100 80GB HBM3", gpus=8, profile="h100-sxm")
+    page = render_html(report)
+    floors = {r.name: r.threshold for r in report.results if r.name.endswith("_busbw") and r.node is None}
+    assert floors["all_reduce_busbw"] == 340 and floors["all_gather_busbw"] == 306 and floors["alltoall_busbw"] is None
+    assert "job floor 340 GB/s" in _figure(page, NCCL_PLOT_ID.format(collective="all_reduce"))
+    assert "job floor 306 GB/s" in _figure(page, NCCL_PLOT_ID.format(collective="all_gather"))
+    assert "floor" not in _figure(page, NCCL_PLOT_ID.format(collective="alltoall"))
+    assert NCCL_TESTS_REFERENCE[0].label not in page
+
+
+def test_the_heatmap_has_a_row_per_node_and_marks_the_failed_one(h200_page):
+    report, page = h200_page
+    nodes, labels, values = node_metrics(report)
+    assert nodes == NODES and len(labels) == 4
+    assert values[1][0] == 120.0 and values[0][1] == pytest.approx(665.0)  # busbw of b, GEMM median of a
+    heatmap = _figure(page, HEATMAP_ID)
+    assert "gpu-node-b (failed)" in heatmap and "gpu-node-a (failed)" not in heatmap
+
+
+def test_the_page_fetches_nothing(h200_page):
+    _, page = h200_page
+    parsed = Page(page)
+    assert not parsed.tags & {"script", "link", "img", "iframe", "object", "embed"}
+    inline = [u for u in parsed.urls if not u.startswith(("#", "data:"))]  # in-page links and inline images only
+    assert parsed.urls and not inline, inline[:5]
+    assert "url(" not in page.replace("url(#", "") and "@import" not in page
+
+
+def test_without_matplotlib_html_is_refused_before_the_run_saying_what_to_install(tmp_path: Path):
+    blocked = tmp_path / "blocked"
+    (blocked / "matplotlib").mkdir(parents=True)
+    (blocked / "matplotlib" / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocked), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "local", "--cpu", "--html", "r.html"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "--html needs matplotlib" in proc.stderr and "gpu-acceptance[report]" in proc.stderr
+    assert "VERDICT" not in proc.stdout and not (tmp_path / "r.html").exists()

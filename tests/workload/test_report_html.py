@@ -1,0 +1,105 @@
+"""A real `gpu-acceptance local --cpu` run's HTML report, opened in headless Chromium, and its JUnit file.
+
+Chromium is Debian's package (hack/install-tools.sh installs it); in CI
+(CI=true) a missing Chromium fails this test instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import junitparser
+import pytest
+from acceptance_workload.html_report import DDP_PLOT_ID, HEATMAP_ID, NCCL_PLOT_ID
+from acceptance_workload.render import CPU_BANNER, verdict_line
+from acceptance_workload.report import Report
+
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOT = REPO / "hack" / "report_screenshot.py"
+sys.path.insert(0, str(SCREENSHOT.parent))
+from report_screenshot import find_chromium  # noqa: E402
+
+
+class Figures(HTMLParser):
+    """The <svg> elements inside each <figure id=...> of the DOM Chromium built."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.svgs: dict[str, int] = {}
+        self._figure: str | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "figure":
+            self._figure = dict(attrs).get("id")
+        elif tag == "svg" and self._figure:
+            self.svgs[self._figure] = self.svgs.get(self._figure, 0) + 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "figure":
+            self._figure = None
+
+
+@pytest.fixture(scope="module")
+def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cpu-run")
+    proc = subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "local", "--cpu", "--json", "r.json",
+                           "--html", "r.html", "--junit", "r.xml"], cwd=out, capture_output=True, text=True,
+                          timeout=600)
+    # 1: a check failed (a CPU smoke run on a busy machine can miss its loose per-process ratio); the files are
+    # written either way, and the tests below hold whatever the verdict.
+    assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "wrote the HTML report to r.html" in proc.stderr and "wrote the JUnit XML to r.xml" in proc.stderr
+    return out
+
+
+def chromium() -> str:
+    browser = find_chromium()
+    if browser is None:
+        message = "no chromium on PATH: apt-get install -y chromium (bash hack/install-tools.sh installs it)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return browser
+
+
+def test_the_html_report_shows_one_plot_per_collective_in_chromium(cpu_run: Path):
+    chromium()
+    report = Report.model_validate(json.loads((cpu_run / "r.json").read_text()))
+    collectives = {s.collective for s in report.nccl}
+    assert len(collectives) == 6
+    dom = subprocess.run([sys.executable, str(SCREENSHOT), "--dump-dom", str(cpu_run / "r.html")],
+                         capture_output=True, text=True, timeout=180)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    svgs = Figures(dom.stdout).svgs
+    assert {k: v for k, v in svgs.items() if k.startswith("plot-nccl-")} == {
+        NCCL_PLOT_ID.format(collective=c): 1 for c in collectives}
+    assert svgs[HEATMAP_ID] == 1 and svgs[DDP_PLOT_ID] == 1
+    assert report.results and report.ddp is not None and report.ddp.ranks
+    assert verdict_line(report) in dom.stdout and CPU_BANNER in dom.stdout  # the page's verdict is the report's
+
+    png = cpu_run / "r.png"
+    shot = subprocess.run([sys.executable, str(SCREENSHOT), str(cpu_run / "r.html"), str(png)],
+                          capture_output=True, text=True, timeout=180)
+    assert shot.returncode == 0, shot.stderr[-2000:]
+    from PIL import Image
+
+    with Image.open(png) as im:
+        width, height = im.size
+        colours = im.convert("RGB").resize((64, 256)).getcolors(64 * 256)
+    assert width == 1280 and 1500 < height < 8000  # trimmed to the page: six plots, heatmap, bars and tables
+    assert colours is not None and len(colours) > 20  # drawn plots, not a blank or one-colour window
+
+
+def test_the_junit_file_of_a_real_run_has_one_testcase_per_result(cpu_run: Path):
+    report = Report.model_validate(json.loads((cpu_run / "r.json").read_text()))
+    xml = junitparser.JUnitXml.fromfile(str(cpu_run / "r.xml"))
+    cases = [case for suite in xml for case in suite]
+    assert len(cases) == len(report.results) and report.missing_checks() == [] and report.error is None
+    assert all(case.is_passed for case in cases) == report.verdict()
+    assert sorted({case.classname for case in cases}) == sorted(f"gpu-acceptance.{c}" for c in report.checks_run)
