@@ -4,7 +4,9 @@ Without options it prints the operator's verdict and the report as the
 operator judged it (its thresholds, not the report's); `--json` prints the
 full report the workload wrote, assembled from status.report and the run's
 evidence ConfigMaps (the object `gpu-acceptance local --json` writes);
-`--node N` keeps what was measured on node N. `--deliver FILE` delivers a
+`--node N` keeps what was measured on node N; `--html FILE` and `--junit FILE`
+also write the report as the operator judged it as a page with plots and as
+JUnit XML (exports.py). `--deliver FILE` delivers a
 saved report for the current run exactly as rank 0 does (evidence first, then
 status.report), stamped with the run's generation and uid: an admin
 re-delivering a report from a pod's log after an outage, or a test.
@@ -21,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from acceptance_workload.exports import ExportError, write_exports
+from acceptance_workload.exports import require as require_exports
 from acceptance_workload.report import Report
 from pydantic import ValidationError
 
@@ -31,6 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--namespace", default=None, help="namespace (default: the kubeconfig's, else default)")
     p.add_argument("--node", help="only what was measured on this node")
     p.add_argument("--json", action="store_true", help="print the full report object (JSON) instead of tables")
+    p.add_argument("--html", metavar="FILE", help="also write the report as one self-contained HTML page with plots "
+                   "(needs matplotlib: pip install 'gpu-acceptance[report]')")
+    p.add_argument("--junit", metavar="FILE", help="also write the report as JUnit XML (one testcase per result)")
     p.add_argument("--deliver", metavar="FILE",
                    help="deliver this saved report (as `local --json` writes it) for the test's current run")
     p.set_defaults(func=run_report)
@@ -66,6 +73,11 @@ def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
     from acceptance_operator.kubeapi import Kube
 
     namespace = _namespace(args.namespace)
+    try:
+        require_exports(getattr(args, "html", None))
+    except ExportError as e:
+        err.write(f"error: {e}\n")
+        return 2
     try:
         k = Kube()
         obj = k.get_test(namespace, args.name)
@@ -133,12 +145,24 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         err.write(f"status.report is for generation {report.generation}, the test is at generation "
                   f"{manifests.generation_of(test)}: no report for the current run yet\n")
         return 1
-    if args.json:
-        out.write(json.dumps((for_node(report, args.node) if args.node else report).to_wire(), indent=2) + "\n")
-        return 0
     judged = rejudge(report, RunFacts(manifests.build_workload_config(test), test.metadata.uid)).report
+    if args.node:
+        report, judged = for_node(report, args.node), for_node(judged, args.node)
     verdict = next((c for c in status.get("conditions") or [] if c.get("type") == "Succeeded"), {})
-    out.write(f"{test.metadata.namespace}/{test.metadata.name} generation {report.generation}: "
-              f"{status.get('phase') or 'Pending'} {verdict.get('reason', '')}\n{verdict.get('message', '')}\n\n")
-    out.write(full_text(for_node(judged, args.node) if args.node else judged))
+    operator_verdict = f"{status.get('phase') or 'Pending'} {verdict.get('reason', '')}".rstrip()
+    title = f"{test.metadata.namespace}/{test.metadata.name}" + (f" node {args.node}" if args.node else "")
+    if args.json:
+        out.write(json.dumps(report.to_wire(), indent=2) + "\n")
+    else:
+        out.write(f"{test.metadata.namespace}/{test.metadata.name} generation {report.generation}: "
+                  f"{operator_verdict}\n{verdict.get('message', '')}\n\n")
+        out.write(full_text(judged))
+    try:
+        for line in write_exports(judged, html=args.html, junit=args.junit, name=title,
+                                  operator_verdict=f"The operator's verdict (generation {report.generation}): "
+                                  f"{operator_verdict}. {verdict.get('message', '')}".strip()):
+            err.write(line + "\n")
+    except ExportError as e:
+        err.write(f"error: {e}\n")
+        return 2
     return 0

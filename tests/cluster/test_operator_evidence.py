@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import junitparser
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import TestRef, WorkloadConfig
 from acceptance_workload.report import Report
@@ -108,6 +109,16 @@ def test_report_cli_prints_the_full_report_and_delivers_a_saved_one(cluster: Clu
     assert {r.node for r in one.results} == {"n-2"} and {s.node for s in one.nccl} == {"n-2"}
     text = cli(cluster, "cli").stdout
     assert "Succeeded ChecksPassed" in text and "all_reduce" in text
+
+    # --html and --junit: the report as the operator judged it, beside the text.
+    files = cli(cluster, "cli", "--html", str(tmp_path / "r.html"), "--junit", str(tmp_path / "r.xml"))
+    assert files.returncode == 0, files.stderr
+    assert "Succeeded ChecksPassed" in files.stdout and "wrote the HTML report" in files.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "The operator&#x27;s verdict (generation 1): Succeeded ChecksPassed" in page
+    assert all(f'id="plot-nccl-{s.collective}"' in page for s in saved.nccl)
+    cases = [c for suite in junitparser.JUnitXml.fromfile(str(tmp_path / "r.xml")) for c in suite]
+    assert len(cases) == len(saved.results) and all(c.is_passed for c in cases)
 
     bad = tmp_path / "bad.json"
     bad.write_text("{}}")
