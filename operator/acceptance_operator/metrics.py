@@ -37,6 +37,9 @@ class OperatorMetrics:
         self.efficiency = Gauge("gpu_acceptance_scaling_efficiency",
                                 "DDP scaling efficiency of the test's last run (0-1).",
                                 ["namespace", "name"], registry=r)
+        self.failed_nodes = Gauge("gpu_acceptance_test_failed_nodes",
+                                  "Nodes the test's last run blamed (status.summary.failedNodes); 0 when none.",
+                                  ["namespace", "name"], registry=r)
         self.node_passed = Gauge("gpu_acceptance_node_passed",
                                  "1 if the node passed the last run that measured it, 0 if it was blamed.",
                                  ["node"], registry=r)
@@ -61,6 +64,7 @@ class OperatorMetrics:
             self._clear_headline(namespace, name)
             if summary is None:
                 return
+            self.failed_nodes.labels(namespace=namespace, name=name).set(len(summary.failed_nodes))
             if summary.all_reduce_busbw_gbps is not None:
                 self.busbw.labels(namespace=namespace, name=name).set(summary.all_reduce_busbw_gbps)
             if summary.ddp_throughput_per_gpu is not None:
@@ -94,6 +98,7 @@ class OperatorMetrics:
     def _clear_headline(self, namespace: str, name: str) -> None:
         _remove(self.busbw, namespace, name)
         _remove(self.efficiency, namespace, name)
+        _remove(self.failed_nodes, namespace, name)
         unit = self._units.pop((namespace, name), None)
         if unit is not None:
             _remove(self.throughput, namespace, name, unit)

@@ -18,7 +18,8 @@ from tests.apiserver import ApiServer
 from tests.cluster.operator_harness import wait_for
 from tests.helm import CHART, NODE_ACTION_PERMISSIONS, OPERATOR_PERMISSIONS, by_kind, helm, render, values_file
 
-ALL_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "nodeActions": {"enabled": True}}
+ALL_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "nodeActions": {"enabled": True},
+          "grafana": {"dashboards": {"enabled": True}}}
 NOT_INSTALLABLE_HERE = {"ServiceMonitor", "PrometheusRule"}
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 # Permissions the operator must not have, beside every verb the contract leaves out on its own resources.
@@ -48,7 +49,8 @@ def test_rendered_chart_passes_server_side_dry_run(apiserver: ApiServer, namespa
     assert kinds.keys() >= NOT_INSTALLABLE_HERE, "rendered, and checked in the unit tests"
     sent = [o for o in objects if o["kind"] not in NOT_INSTALLABLE_HERE]
     assert sorted({o["kind"] for o in sent}) == [
-        "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Deployment", "Service", "ServiceAccount"]
+        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "Service",
+        "ServiceAccount"]
     out = dry_run(apiserver, namespace, sent)
     for obj in sent:
         line = [line for line in out.splitlines() if f"/{obj['metadata']['name']} " in line

@@ -7,6 +7,7 @@ what it says, is tests/cluster/test_chart.py.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from tests.helm import (
 
 CHART_META = yaml.safe_load((CHART / "Chart.yaml").read_text())
 DEFAULT_VALUES = yaml.safe_load((CHART / "values.yaml").read_text())
-ALL_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "nodeActions": {"enabled": True}}
+ALL_ON = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}, "nodeActions": {"enabled": True},
+          "grafana": {"dashboards": {"enabled": True}}}
 NAMESPACE = "gpu-acceptance-system"
 
 
@@ -292,7 +294,13 @@ def test_service_monitor_scrapes_the_metrics_service() -> None:
     assert endpoint["honorLabels"] is True, "the per-test `namespace` label must not become exported_namespace"
 
 
-def test_prometheus_rule_alerts_on_a_failed_test() -> None:
+def github_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a document's headings (lower case, punctuation dropped, spaces to hyphens)."""
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#{1,6} (.+)$", markdown, flags=re.M)}
+
+
+def test_prometheus_rule_alerts_on_a_failed_test_and_on_the_operator() -> None:
     extra = {"alert": "GpuAcceptanceRunsFailing",
              "expr": 'increase(gpu_acceptance_runs_total{result="failed"}[1h]) > 0'}
     values = {"prometheusRule": {"enabled": True, "for": "5m", "severity": "critical", "labels": {"release": "kps"},
@@ -301,15 +309,66 @@ def test_prometheus_rule_alerts_on_a_failed_test() -> None:
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "kps"
     (group,) = rule["spec"]["groups"]
-    alert, added = group["rules"]
-    assert alert["alert"] == "GpuAcceptanceTestFailed"
+    *alerts, added = group["rules"]
+    by_name = {a["alert"]: a for a in alerts}
+    assert list(by_name) == ["GpuAcceptanceTestFailed", "GpuAcceptanceOperatorDown", "GpuAcceptanceReconcileErrors"]
+    alert = by_name["GpuAcceptanceTestFailed"]
     assert alert["expr"] == 'gpu_acceptance_test_phase{phase="Failed"} == 1'
     assert alert["for"] == "5m"
-    assert alert["labels"] == {"severity": "critical"}
+    assert all(a["labels"] == {"severity": "critical"} for a in alerts)
     # Prometheus templates survive Helm's own templating.
     assert alert["annotations"]["summary"] == "AcceptanceTest {{ $labels.namespace }}/{{ $labels.name }} failed"
     assert "kubectl describe acceptancetest" in alert["annotations"]["description"]
+    assert "{{ $value | humanize }}" in by_name["GpuAcceptanceReconcileErrors"]["annotations"]["description"]
+    assert by_name["GpuAcceptanceOperatorDown"]["expr"] == "absent(gpu_acceptance_runs_total)"
     assert added == extra
+    # tests/cluster/test_operator_metrics.py checks every metric these name against a real scrape.
+
+
+def test_every_alert_links_a_section_of_the_troubleshooting_doc() -> None:
+    base = DEFAULT_VALUES["prometheusRule"]["runbookBaseUrl"]
+    assert base.endswith("/docs/troubleshooting.md")
+    anchors = github_anchors((REPO / "docs" / "troubleshooting.md").read_text())
+    (rule,) = by_kind(render({"prometheusRule": {"enabled": True}}))["PrometheusRule"]
+    alerts = rule["spec"]["groups"][0]["rules"]
+    for alert in alerts:
+        url, _, anchor = alert["annotations"]["runbook_url"].partition("#")
+        assert url == base and anchor in anchors, (alert["alert"], anchor)
+        assert anchor == alert["alert"].lower()  # the section is titled with the alert's name
+    mirror = "https://git.example.com/platform/gpu-acceptance/-/blob/v0.1.0/docs/troubleshooting.md"
+    (rule,) = by_kind(render({"prometheusRule": {"enabled": True, "runbookBaseUrl": mirror}}))["PrometheusRule"]
+    assert {a["annotations"]["runbook_url"].partition("#")[0] for a in rule["spec"]["groups"][0]["rules"]} == {mirror}
+
+
+DASHBOARD = json.loads((CHART / "dashboards" / "gpu-acceptance.json").read_text())
+
+
+def test_grafana_dashboard_configmap_only_when_enabled() -> None:
+    assert "ConfigMap" not in by_kind(render())
+    (cm,) = by_kind(render({"grafana": {"dashboards": {"enabled": True}}}))["ConfigMap"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == NAMESPACE and "annotations" not in cm["metadata"]
+    (key,) = cm["data"]
+    assert key.endswith(".json") and json.loads(cm["data"][key]) == DASHBOARD
+    values = {"grafana": {"dashboards": {"enabled": True, "label": "dashboards", "labelValue": "gpu",
+                                         "namespace": "monitoring", "annotations": {"grafana_folder": "GPU"}}}}
+    (cm,) = by_kind(render(values))["ConfigMap"]
+    assert cm["metadata"]["labels"]["dashboards"] == "gpu" and "grafana_dashboard" not in cm["metadata"]["labels"]
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["annotations"] == {"grafana_folder": "GPU"}
+
+
+def test_grafana_dashboard_covers_what_the_issue_asks_and_uses_its_datasource_variable() -> None:
+    """Tests by phase, busbw per test, failed nodes, run durations; every panel on the ${datasource} variable."""
+    panels = [p for p in DASHBOARD["panels"] if p["type"] != "row"]
+    exprs = " ".join(t["expr"] for p in panels for t in p["targets"])
+    for metric in ("gpu_acceptance_test_phase", "gpu_acceptance_allreduce_busbw_gbps", "gpu_acceptance_node_passed",
+                   "gpu_acceptance_test_failed_nodes", "gpu_acceptance_run_duration_seconds_bucket"):
+        assert metric in exprs, metric
+    assert all(p["datasource"]["uid"] == "${datasource}" for p in panels)
+    assert all(t["datasource"]["uid"] == "${datasource}" for p in panels for t in p["targets"])
+    assert len({p["id"] for p in DASHBOARD["panels"]}) == len(DASHBOARD["panels"])
+    assert DASHBOARD["uid"] == "gpu-acceptance"
 
 
 # --------------------------------------------------------------------------- what the schema and checks reject
@@ -331,6 +390,10 @@ def test_prometheus_rule_alerts_on_a_failed_test() -> None:
         ({"userPolicy": {"allowHostPath": "yes", "allowServiceAccountName": False}}, "/userPolicy/allowHostPath"),
         ({"userPolicy": {"allowHostPaths": True}}, "userPolicy"),
         ({"ulimitInit": {"image": 5}}, "/ulimitInit/image"),
+        ({"grafana": {"dashboards": {"enabled": "yes"}}}, "/grafana/dashboards/enabled"),
+        ({"grafana": {"dashboards": {"enabled": True, "namespace": "Monitoring"}}}, "/grafana/dashboards/namespace"),
+        ({"prometheusRule": {"enabled": True, "runbookBaseUrl": "docs/troubleshooting.md"}},
+         "/prometheusRule/runbookBaseUrl"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

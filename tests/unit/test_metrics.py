@@ -43,7 +43,9 @@ def test_headline_numbers_and_their_removal():
     assert value(m, "gpu_acceptance_ddp_throughput_per_gpu", namespace="ns", name="t", unit="tokens/s") == 41000
     assert value(m, "gpu_acceptance_scaling_efficiency", namespace="ns", name="t") == 0.93
     # A new run without DDP numbers leaves no stale DDP series behind.
-    m.set_headline("ns", "t", Summary(result="Failed", all_reduce_busbw_gbps=100))
+    assert value(m, "gpu_acceptance_test_failed_nodes", namespace="ns", name="t") == 0
+    m.set_headline("ns", "t", Summary(result="Failed", all_reduce_busbw_gbps=100, failed_nodes=["gpu-2", "gpu-5"]))
+    assert value(m, "gpu_acceptance_test_failed_nodes", namespace="ns", name="t") == 2
     assert value(m, "gpu_acceptance_ddp_throughput_per_gpu", namespace="ns", name="t", unit="tokens/s") is None
     assert value(m, "gpu_acceptance_scaling_efficiency", namespace="ns", name="t") is None
     assert value(m, "gpu_acceptance_allreduce_busbw_gbps", namespace="ns", name="t") == 100
