@@ -6,16 +6,19 @@ Chromium is Debian's package (hack/install-tools.sh installs it); in CI
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import junitparser
 import pytest
 from acceptance_workload.html_report import DDP_PLOT_ID, HEATMAP_ID, NCCL_PLOT_ID
+from acceptance_workload.local import build_config, write_files
 from acceptance_workload.render import CPU_BANNER, verdict_line
 from acceptance_workload.report import Report
 
@@ -103,3 +106,24 @@ def test_the_junit_file_of_a_real_run_has_one_testcase_per_result(cpu_run: Path)
     assert len(cases) == len(report.results) and report.missing_checks() == [] and report.error is None
     assert all(case.is_passed for case in cases) == report.verdict()
     assert sorted({case.classname for case in cases}) == sorted(f"gpu-acceptance.{c}" for c in report.checks_run)
+
+
+def _args(tmp_path: Path, **kw) -> argparse.Namespace:
+    base = {"cpu": True, "json": None, "file": None, "profile": None, "gpus": None, "quick": False,
+            "simulate_nodes": None, "html": None, "junit": str(tmp_path / "r.xml")}
+    return argparse.Namespace(**{**base, **kw})
+
+
+@pytest.mark.parametrize("stale", [False, True], ids=["no-report", "stale-json-of-an-earlier-run"])
+def test_a_run_that_wrote_no_report_gives_a_failing_junit_file(tmp_path: Path, stale: bool):
+    """Fail closed: rank 0 died before delivering (or --json FILE is an earlier run's), so the file errs."""
+    args = _args(tmp_path, json=str(tmp_path / "old.json") if stale else None)
+    config = build_config(args, 2)
+    if stale:
+        Path(config.report_file).write_text(json.dumps(Report(checks_run=["nccl"], passed=True).to_wire()))
+        os.utime(config.report_file, (time.time() - 3600, time.time() - 3600))
+    assert write_files(args, config, 2, started=time.time()) == 2
+    cases = [case for suite in junitparser.JUnitXml.fromfile(str(tmp_path / "r.xml")) for case in suite]
+    run = next(c for c in cases if c.name == "run")
+    assert run.is_error and "ended with exit code 2 and no report was written" in run.result[0].message
+    assert {c.name for c in cases if c.is_failure} == {f"{c} (no result)" for c in ("preflight", "gpu", "nccl", "ddp")}
