@@ -21,14 +21,16 @@ from acceptance_workload.config import TestRef, WorkloadConfig
 from acceptance_workload.html_report import (
     DDP_PLOT_ID,
     HEATMAP_ID,
+    HEATMAP_MAX_NODES,
     NCCL_PLOT_ID,
     NCCL_TESTS_REFERENCE,
+    heatmap_rows,
     node_metrics,
     render_html,
 )
 from acceptance_workload.report import Report
 
-from tests.reports import passing_report
+from tests.reports import node_names, passing_report
 
 NODES = ["gpu-node-a", "gpu-node-b"]
 
@@ -122,7 +124,8 @@ def test_plots_carry_the_judged_floor_and_the_nccl_tests_reference_of_the_same_m
     # Each node's sweep has 2 ranks on H200: nccl-tests' 2x H200 curve is drawn beside it.
     (ref,) = NCCL_TESTS_REFERENCE
     assert ref.label in all_reduce and "NCCL 2.28.9" in ref.label and "H200" in ref.label
-    assert "node gpu-node-b (2 ranks)" in all_reduce and "job (4 ranks)" in all_reduce
+    assert "node gpu-node-b (failed) (2 ranks)" in all_reduce and "node gpu-node-a (2 ranks)" in all_reduce
+    assert "job (4 ranks)" in all_reduce
     # Collectives measured only over the job (4 ranks) have no reference of that size.
     assert ref.label not in _figure(page, NCCL_PLOT_ID.format(collective="alltoall"))
 
@@ -166,3 +169,26 @@ def test_without_matplotlib_html_is_refused_before_the_run_saying_what_to_instal
     assert proc.returncode == 2, proc.stderr
     assert "--html needs matplotlib" in proc.stderr and "gpu-acceptance[report]" in proc.stderr
     assert "VERDICT" not in proc.stdout and not (tmp_path / "r.html").exists()
+
+
+def test_a_hundred_nodes_stay_readable():
+    """Many nodes: a band for the healthy nodes' sweeps, the failed node's own line, a capped heatmap, no
+    per-result table (all are folded per measurement), DDP as points."""
+    cfg = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=100, gpus_per_node=8,
+                               test=TestRef(name="t", namespace="ns", uid="u-1", generation=1))
+    nodes = node_names(100)
+    report = passing_report(cfg, nodes)
+    for r in report.results:
+        if r.name == "node_all_reduce_busbw" and r.node == nodes[42]:
+            r.passed, r.value = False, 100.0
+    report.finalize()
+    assert report.failed_nodes == [nodes[42]]
+    page = render_html(report)
+    all_reduce = _figure(page, NCCL_PLOT_ID.format(collective="all_reduce"))
+    assert "99 other nodes: min to max" in all_reduce and f"node {nodes[42]} (failed) (8 ranks)" in all_reduce
+    assert f"node {nodes[0]} (" not in all_reduce
+    shown, _, _, _, total = heatmap_rows(report)
+    assert total == 100 and len(shown) == HEATMAP_MAX_NODES and nodes[42] in shown
+    assert f"{HEATMAP_MAX_NODES} of 100 nodes" in _figure(page, HEATMAP_ID)
+    assert "Every result" not in page and "Passed results" in page
+    assert len(page) < 5_000_000, len(page)

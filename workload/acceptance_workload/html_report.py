@@ -32,6 +32,10 @@ INSTALL_HINT = "pip install 'gpu-acceptance[report]' (or: pip install matplotlib
 NCCL_PLOT_ID = "plot-nccl-{collective}"  # one figure per collective; the Chromium test counts them by this id
 HEATMAP_ID = "plot-node-heatmap"
 DDP_PLOT_ID = "plot-ddp-ranks"
+NODE_LINES_MAX = 8  # more nodes' sweeps than this in one plot: a band (min to max, median), failed nodes drawn each
+HEATMAP_MAX_NODES = 64  # more nodes than this: the heatmap shows the failed ones, then the lowest against the median
+DDP_BARS_MAX = 64  # more ranks than this: points instead of bars
+FULL_TABLE_MAX = 2000  # results listed one by one (folded per measurement above it; all are in --json and --junit)
 
 
 class HtmlUnavailable(RuntimeError):
@@ -116,28 +120,45 @@ def _svg(plt: Any, fig: Any, salt: str) -> str:
     return text[text.index("<svg"):]  # drop the XML declaration and DOCTYPE: not allowed inside HTML
 
 
-def nccl_figure(plt: Any, report: Report, collective: str, sweeps: list[NcclSweep]) -> str:
-    """busbw against message size, log-log: the job-wide sweep, each node's, floors and the reference."""
-    fig, ax = plt.subplots(figsize=(7.2, 3.6))
-    drawn_floors: set[tuple[float, str]] = set()
-    refs: dict[str, NcclReference] = {}
+def _points(sweep: NcclSweep) -> tuple[list[int], list[float]]:
+    rows = [r for r in sweep.rows if r.size > 0 and r.busbw_gbps > 0]  # a log axis has no 0
+    return [r.size for r in rows], [r.busbw_gbps for r in rows]
+
+
+def _node_band(ax: Any, sweeps: list[NcclSweep]) -> None:
+    """Many nodes: their min-max band and median per size, instead of one line each."""
+    by_size: dict[int, list[float]] = {}
     for sweep in sweeps:
-        rows = [r for r in sweep.rows if r.size > 0 and r.busbw_gbps > 0]
-        where = "job" if sweep.scope == "job" else f"node {sweep.node}"
-        if rows:
-            ax.plot([r.size for r in rows], [r.busbw_gbps for r in rows], marker="o", markersize=3,
-                    linewidth=2 if sweep.scope == "job" else 1, label=f"{where} ({sweep.ranks} ranks)")
-        floor = floor_for(report, sweep)
+        for size, busbw in zip(*_points(sweep), strict=True):
+            by_size.setdefault(size, []).append(busbw)
+    sizes = sorted(by_size)
+    ax.fill_between(sizes, [min(by_size[s]) for s in sizes], [max(by_size[s]) for s in sizes], color="tab:orange",
+                    alpha=0.25, label=f"{len(sweeps)} other nodes: min to max")
+    ax.plot(sizes, [statistics.median(by_size[s]) for s in sizes], color="tab:orange", linewidth=1,
+            label=f"{len(sweeps)} other nodes: median")
+
+
+def nccl_figure(plt: Any, report: Report, collective: str, sweeps: list[NcclSweep]) -> str:
+    """busbw against message size, log-log: the job-wide sweep, the nodes' (failed ones each), floors, reference."""
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    many = sum(1 for s in sweeps if s.scope == "node") > NODE_LINES_MAX
+    banded = [s for s in sweeps if many and s.scope == "node" and s.node not in report.failed_nodes]
+    if banded:
+        _node_band(ax, banded)
+    for sweep in (s for s in sweeps if s not in banded):
+        failed = sweep.scope == "node" and sweep.node in report.failed_nodes
+        where = "job" if sweep.scope == "job" else f"node {sweep.node}" + (" (failed)" if failed else "")
+        ax.plot(*_points(sweep), marker="o", markersize=3, linewidth=2 if sweep.scope == "job" else 1,
+                label=f"{where} ({sweep.ranks} ranks)", **({"color": "tab:red"} if failed and many else {}))
+    drawn_floors: set[tuple[float, str]] = set()
+    for floor in (floor_for(report, s) for s in sweeps):
         if floor is not None and floor.threshold and floor.threshold > 0:
-            key = (floor.threshold, "job" if sweep.scope == "job" else "node")
+            key = (floor.threshold, "node" if floor.node else "job")
             if key not in drawn_floors:
                 drawn_floors.add(key)
                 ax.axhline(floor.threshold, color="tab:red", linestyle="--", linewidth=1,
                            label=f"{key[1]} floor {floor.threshold:g} GB/s" + (" (est.)" if floor.estimated else ""))
-        ref = reference_for(report, sweep)
-        if ref is not None:
-            refs[ref.label] = ref
-    for ref in refs.values():
+    for ref in {ref.label: ref for s in sweeps if (ref := reference_for(report, s))}.values():
         points = ref.busbw[collective]  # type: ignore[index]
         ax.plot([1 << e for e, _ in points], [v for _, v in points], color="0.45", linestyle=":", linewidth=1.5,
                 label=ref.label)
@@ -188,21 +209,34 @@ def node_metrics(report: Report) -> tuple[list[str], list[str], list[list[float 
     return nodes, [label for label, _ in metrics], [[fn(node) for _, fn in metrics] for node in nodes]
 
 
+def heatmap_rows(report: Report) -> tuple[list[str], list[str], list[list[float | None]], list[list[float]], int]:
+    """The heatmap's nodes, labels, values and ratios to the median node, and how many nodes there are in all.
+
+    Over HEATMAP_MAX_NODES nodes it keeps the failed ones first, then those furthest under the median
+    (a missing value counts as lowest), so the page stays readable at a thousand nodes.
+    """
+    nodes, labels, values = node_metrics(report)
+    medians = [_median([row[j] for row in values if row[j] is not None]) for j in range(len(labels))]
+    ratios = [[v / medians[j] if v is not None and medians[j] else float("nan") for j, v in enumerate(row)]
+              for row in values]
+    order = list(range(len(nodes)))
+    if len(nodes) > HEATMAP_MAX_NODES:
+        def lowest(i: int) -> tuple[bool, float]:
+            finite = [r for r in ratios[i] if r == r]  # NaN != NaN: a missing value
+            return nodes[i] not in report.failed_nodes, min(finite) if len(finite) == len(labels) else 0.0
+        order = sorted(sorted(order, key=lowest)[:HEATMAP_MAX_NODES])
+    return ([nodes[i] for i in order], labels, [values[i] for i in order], [ratios[i] for i in order], len(nodes))
+
+
 def heatmap_figure(plt: Any, report: Report) -> str:
     """Nodes x metrics, coloured by each value's ratio to the metric's median node (a slow node stands out)."""
     import numpy as np
 
-    nodes, labels, values = node_metrics(report)
-    ratios = np.full((len(nodes), len(labels)), np.nan)
-    for j in range(len(labels)):
-        column = [row[j] for row in values if row[j] is not None]
-        median = _median(column)
-        for i, row in enumerate(values):
-            if row[j] is not None and median:
-                ratios[i, j] = row[j] / median
+    nodes, labels, values, ratios, total = heatmap_rows(report)
     fig, ax = plt.subplots(figsize=(1.6 * len(labels) + 2, 0.35 * len(nodes) + 1.2))
     cmap = plt.get_cmap("RdYlGn").with_extremes(bad="0.85")
-    image = ax.imshow(np.ma.masked_invalid(ratios), cmap=cmap, vmin=0.8, vmax=1.2, aspect="auto")
+    image = ax.imshow(np.ma.masked_invalid(np.array(ratios, dtype=float)), cmap=cmap, vmin=0.8, vmax=1.2,
+                      aspect="auto")
     ax.set_xticks(range(len(labels)), labels=labels, fontsize=8)
     ax.xaxis.tick_top()
     ax.set_yticks(range(len(nodes)), labels=[n + (" (failed)" if n in report.failed_nodes else "") for n in nodes],
@@ -213,23 +247,36 @@ def heatmap_figure(plt: Any, report: Report) -> str:
     for i, row in enumerate(values):
         for j, v in enumerate(row):
             text = "missing" if v is None else f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
-            ax.text(j, i, text, ha="center", va="center", fontsize=8)
-    fig.colorbar(image, ax=ax, label="ratio to the median node", shrink=0.8)
+            dark = ratios[i][j] == ratios[i][j] and abs(ratios[i][j] - 1) > 0.15  # NaN != NaN: grey, not dark
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
+    if total > len(nodes):
+        ax.set_xlabel(f"{len(nodes)} of {total} nodes: the failed ones, then the lowest against the median",
+                      fontsize=8)
+    fig.colorbar(image, ax=ax, label="ratio to the median node", shrink=min(0.8, 3.0 / (0.35 * len(nodes) + 1.2)))
     return _svg(plt, fig, "heatmap")
 
 
 def ddp_figure(plt: Any, report: Report) -> str:
-    """Each rank's one-GPU baseline and DDP throughput side by side: a straggler is the short pair."""
+    """Each rank's one-GPU baseline and DDP throughput side by side: a straggler is the short pair.
+
+    Over DDP_BARS_MAX ranks, points instead of bars (a thousand nodes have eight thousand ranks).
+    """
     d = report.ddp
     assert d is not None and d.ranks
     ranks = sorted(d.ranks, key=lambda r: r.rank)
-    x = list(range(len(ranks)))
+    x = [r.rank for r in ranks]
     fig, ax = plt.subplots(figsize=(min(14.0, max(7.0, 0.5 * len(ranks) + 2)), 3.6))
-    ax.bar([i - 0.2 for i in x], [r.baseline_throughput for r in ranks], width=0.4, label="one GPU alone",
-           color="tab:gray")
-    ax.bar([i + 0.2 for i in x], [r.ddp_throughput for r in ranks], width=0.4, label="in DDP", color="tab:blue")
-    ax.set_xticks(x, labels=[f"{r.rank}\n{r.node}/{r.gpu}" for r in ranks], fontsize=7)
-    ax.set_xlabel("rank (node/GPU)")
+    if len(ranks) <= DDP_BARS_MAX:
+        ax.bar([i - 0.2 for i in x], [r.baseline_throughput for r in ranks], width=0.4, label="one GPU alone",
+               color="tab:gray")
+        ax.bar([i + 0.2 for i in x], [r.ddp_throughput for r in ranks], width=0.4, label="in DDP", color="tab:blue")
+        ax.set_xticks(x, labels=[f"{r.rank}\n{r.node}/{r.gpu}" for r in ranks], fontsize=7)
+        ax.set_xlabel("rank (node/GPU)")
+    else:
+        ax.plot(x, [r.baseline_throughput for r in ranks], ".", markersize=2, color="tab:gray", label="one GPU alone")
+        ax.plot(x, [r.ddp_throughput for r in ranks], ".", markersize=2, color="tab:blue", label="in DDP")
+        ax.set_xlabel("rank")
+        ax.set_ylim(bottom=0)
     ax.set_ylabel(d.unit)
     ax.set_title(f"DDP {d.model}: throughput per rank")
     ax.legend(fontsize=7)
@@ -276,6 +323,29 @@ def results_table(results: list[CheckResult]) -> str:
             f"<td>{'-' if r.gpu is None else r.gpu}</td><td>{_e(_value(r))}</td><td>{_threshold(r)}</td>"
             f"<td>{_e(r.unit)}</td><td>{_e(r.message)}</td></tr>" for r in results]
     return f"<table>{head}{''.join(rows)}</table>"
+
+
+def _passed_section(report: Report) -> str:
+    """Passed results folded per measurement (count, nodes, range); each one too where there are not many."""
+    groups: dict[tuple[str, str], list[CheckResult]] = {}
+    for r in report.results:
+        if r.passed:
+            groups.setdefault((r.check, r.name), []).append(r)
+    rows = []
+    for (check, name), group in groups.items():
+        values = [r.value for r in group if r.value is not None]
+        shown = [_value(r.model_copy(update={"value": v})) for v in (min(values), max(values))] if values else []
+        span = " .. ".join(dict.fromkeys(shown))  # one value when min == max
+        nodes = len({r.node for r in group if r.node})
+        rows.append(f"<tr><td>{_e(check)}</td><td>{_e(name)}</td><td>{len(group)}</td><td>{nodes or '-'}</td>"
+                    f"<td>{_e(span)}</td><td>{_threshold(group[0])}</td><td>{_e(group[0].unit)}</td></tr>")
+    passed = sum(len(g) for g in groups.values())
+    out = (f"<h2>Passed results ({passed}), per measurement</h2><table><tr><th>check</th><th>measurement</th>"
+           f"<th>results</th><th>nodes</th><th>values</th><th>threshold</th><th>unit</th></tr>{''.join(rows)}</table>")
+    if len(report.results) <= FULL_TABLE_MAX:
+        out += (f"<details><summary>Every result ({len(report.results)})</summary>"
+                f"{results_table(report.results)}</details>")
+    return out
 
 
 def _verdict_section(report: Report, title: str, operator_verdict: str | None) -> str:
@@ -357,7 +427,7 @@ def render_html(report: Report, title: str = "GPU acceptance report", operator_v
                     "measured.</figcaption></figure>")
     if report.ddp and report.ddp.ranks:
         body.append(f'<h2>DDP</h2><figure id="{DDP_PLOT_ID}" class="plot">{ddp_figure(plt, report)}</figure>')
-    body.append(f"<h2>All results ({len(report.results)})</h2>{results_table(report.results)}")
+    body.append(_passed_section(report))
     if report.skipped:
         items = "".join(f"<li>{_e(s.check)} {_e(s.name)}: {_e(s.reason)}</li>" for s in report.skipped)
         body.append(f"<h2>Not measured</h2><ul>{items}</ul>")
