@@ -108,6 +108,7 @@ def test_one_svg_plot_per_collective_then_the_heatmap_and_ddp_bars(h200_page):
     assert {k for k in parsed.figure_svgs if k.startswith("plot-nccl-")} == expected
     assert all(parsed.figure_svgs[k] == 1 for k in expected)
     assert parsed.figure_svgs[HEATMAP_ID] == 1 and parsed.figure_svgs[DDP_PLOT_ID] == 1
+    assert len(parsed.ids) == len(set(parsed.ids)), "ids repeat across the figures"
 
 
 def _figure(page: str, fig_id: str) -> str:

@@ -117,7 +117,13 @@ def _svg(plt: Any, fig: Any, salt: str) -> str:
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     plt.close(fig)
     text = buf.getvalue()
-    return text[text.index("<svg"):]  # drop the XML declaration and DOCTYPE: not allowed inside HTML
+    text = text[text.index("<svg"):]  # drop the XML declaration and DOCTYPE: not allowed inside HTML
+    # matplotlib numbers its elements per figure (figure_1, axes_1, ...): prefix them, and what refers to them,
+    # so that the ids of the page's figures stay unique.
+    ids = set(re.findall(r'\bid="([^"]+)"', text))
+    text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{salt}-{m.group(1)}"', text)
+    return re.sub(r'(url\(#|href="#)([^")]+)',
+                  lambda m: m.group(1) + (f"{salt}-" if m.group(2) in ids else "") + m.group(2), text)
 
 
 def _points(sweep: NcclSweep) -> tuple[list[int], list[float]]:
@@ -149,7 +155,7 @@ def nccl_figure(plt: Any, report: Report, collective: str, sweeps: list[NcclSwee
         failed = sweep.scope == "node" and sweep.node in report.failed_nodes
         where = "job" if sweep.scope == "job" else f"node {sweep.node}" + (" (failed)" if failed else "")
         ax.plot(*_points(sweep), marker="o", markersize=3, linewidth=2 if sweep.scope == "job" else 1,
-                label=f"{where} ({sweep.ranks} ranks)", **({"color": "tab:red"} if failed and many else {}))
+                label=f"{where} ({sweep.ranks} ranks)", **({"color": "tab:red"} if failed else {}))
     drawn_floors: set[tuple[float, str]] = set()
     for floor in (floor_for(report, s) for s in sweeps):
         if floor is not None and floor.threshold and floor.threshold > 0:
@@ -398,7 +404,6 @@ def _nccl_section(plt: Any, report: Report) -> str:
         fig_id = NCCL_PLOT_ID.format(collective=collective)
         figures.append(f'<figure id="{fig_id}" class="plot">{nccl_figure(plt, report, collective, sweeps)}</figure>')
     return "\n".join(parts) + f'<div class="plots">{"".join(figures)}</div>'
-
 
 
 def _sweep_tables(report: Report) -> str:
