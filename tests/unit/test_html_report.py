@@ -26,6 +26,7 @@ from acceptance_workload.html_report import (
     NCCL_TESTS_REFERENCE,
     heatmap_rows,
     node_metrics,
+    reference_for,
     render_html,
 )
 from acceptance_workload.report import Report
@@ -123,7 +124,7 @@ def test_plots_carry_the_judged_floor_and_the_nccl_tests_reference_of_the_same_m
     assert node_floor == 299 and f"node floor {node_floor:g} GB/s" in all_reduce
     assert "job floor" not in all_reduce  # 2 GPUs a node: the job-wide busbw is reported, not judged
     # Each node's sweep has 2 ranks on H200: nccl-tests' 2x H200 curve is drawn beside it.
-    (ref,) = NCCL_TESTS_REFERENCE
+    ref = next(r for r in NCCL_TESTS_REFERENCE if r.gpu == "NVIDIA H200")
     assert ref.label in all_reduce and "NCCL 2.28.9" in ref.label and "H200" in ref.label
     assert "node gpu-node-b (failed) (2 ranks)" in all_reduce and "node gpu-node-a (2 ranks)" in all_reduce
     assert "job (4 ranks)" in all_reduce
@@ -139,7 +140,19 @@ def test_job_floors_where_judged_and_no_reference_where_none_was_measured_on_tha
     assert "job floor 340 GB/s" in _figure(page, NCCL_PLOT_ID.format(collective="all_reduce"))
     assert "job floor 306 GB/s" in _figure(page, NCCL_PLOT_ID.format(collective="all_gather"))
     assert "floor" not in _figure(page, NCCL_PLOT_ID.format(collective="alltoall"))
-    assert NCCL_TESTS_REFERENCE[0].label not in page
+    assert not [r.label for r in NCCL_TESTS_REFERENCE if r.label in page]  # 8 and 16 ranks: none measured
+
+
+@pytest.mark.parametrize(("model", "gpus", "drawn"), [
+    ("NVIDIA H100 80GB HBM3", 4, "4x H100 SXM"), ("NVIDIA H200", 2, "2x H200 SXM"), ("NVIDIA H200 NVL", 2, None),
+    ("NVIDIA H100 PCIe", 4, None), ("NVIDIA H200", 4, None)])
+def test_the_reference_is_drawn_only_for_its_gpu_model_and_rank_count(model: str, gpus: int, drawn: str | None):
+    cfg = WorkloadConfig.build(checks=ChecksSpec(), profile="custom", nodes=1, gpus_per_node=gpus,
+                               test=TestRef(name="t", namespace="ns", uid="u-1", generation=1))
+    report = passing_report(cfg, ["n"])
+    report.environment.gpu_model = model
+    labels = {reference_for(report, s).label if reference_for(report, s) else None for s in report.nccl}
+    assert labels == ({r.label for r in NCCL_TESTS_REFERENCE if drawn and drawn in r.label} or {None})
 
 
 def test_the_heatmap_has_a_row_per_node_and_marks_the_failed_one(h200_page):

@@ -47,17 +47,18 @@ class NcclReference:
     """busbw that nccl-tests measured on one kind of machine: a reference curve, not a threshold."""
 
     label: str
-    gpu: str  # matched against the report's GPU model
-    ranks: int  # and against the sweep's rank count
+    gpu: str  # the GPU model as NVML names it, equal to the report's (not H200 NVL for H200 SXM)
+    ranks: int  # and the sweep's rank count
     busbw: dict[Collective, tuple[tuple[int, float], ...]]  # collective -> (log2 bytes, out-of-place busbw GB/s)
 
 
-# nccl-tests' own measurements (docs/benchmarks.md, raw outputs in docs/benchmarks-data/h200x2-2026-11-26/
-# nccltests_*_perf.run1.txt): the one home of these figures in code. Add a machine when it has been measured.
+# nccl-tests' own measurements (docs/benchmarks.md; raw outputs in docs/benchmarks-data/h200x2-2026-11-26/
+# nccltests_*_perf.run1.txt and h100x4-2026-11-26/nccl_tests_accuracy.median3.txt): the one home of these figures
+# in code. Add a machine when it has been measured.
 NCCL_TESTS_REFERENCE: tuple[NcclReference, ...] = (
     NcclReference(
         label="nccl-tests 2.19.0, 2x H200 SXM (NV18), NCCL 2.28.9",
-        gpu="H200", ranks=2,
+        gpu="NVIDIA H200", ranks=2,
         busbw={
             "all_reduce": ((20, 45.88), (21, 70.24), (22, 119.81), (23, 168.25), (24, 213.20), (25, 243.10),
                            (26, 270.60), (27, 286.05), (28, 300.80), (29, 315.93), (30, 328.31), (31, 339.38),
@@ -79,14 +80,32 @@ NCCL_TESTS_REFERENCE: tuple[NcclReference, ...] = (
                          (32, 365.02)),
         },
     ),
+    NcclReference(
+        label="nccl-tests 2.19.6 (median of 3), 4x H100 SXM (NV18), NCCL 2.28.9",
+        gpu="NVIDIA H100 80GB HBM3", ranks=4,
+        busbw={
+            "all_reduce": ((20, 35.61), (22, 139.83), (24, 242.74), (26, 306.11), (28, 339.02), (30, 354.15),
+                           (32, 363.03)),
+            "all_gather": ((20, 20.59), (22, 63.82), (24, 181.87), (26, 257.08), (28, 304.76), (30, 325.18),
+                           (32, 337.33)),
+            "reduce_scatter": ((20, 21.42), (22, 80.66), (24, 191.90), (26, 262.50), (28, 301.76), (30, 325.63),
+                               (32, 346.81)),
+            "alltoall": ((20, 16.59), (22, 65.55), (24, 177.53), (26, 252.39), (28, 288.51), (30, 335.76),
+                         (32, 353.88)),
+            "broadcast": ((20, 27.00), (22, 130.00), (24, 232.52), (26, 308.25), (28, 347.63), (30, 360.47),
+                          (32, 364.25)),
+            "sendrecv": ((20, 36.70), (22, 96.66), (24, 134.23), (26, 156.71), (28, 298.48), (30, 360.22),
+                         (32, 365.55)),
+        },
+    ),
 )
 
 
 def reference_for(report: Report, sweep: NcclSweep) -> NcclReference | None:
     """The nccl-tests reference measured on this sweep's kind of machine (GPU model and ranks), if any."""
-    model = (report.environment.gpu_model or "").upper()
+    model = (report.environment.gpu_model or "").strip().upper()
     return next((ref for ref in NCCL_TESTS_REFERENCE
-                 if ref.gpu.upper() in model and ref.ranks == sweep.ranks and sweep.collective in ref.busbw), None)
+                 if ref.gpu.upper() == model and ref.ranks == sweep.ranks and sweep.collective in ref.busbw), None)
 
 
 def floor_for(report: Report, sweep: NcclSweep) -> CheckResult | None:
