@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver and etcd from Go modules (no downloads of prebuilt
-# binaries) and fetches the pinned Kubeflow CRDs from their Go modules, into a
+# binaries) and fetches the pinned backend CRDs (Kubeflow's PyTorchJob and
+# MPIJob, JobSet) from their Go modules, into a
 # cache outside the repo that later runs reuse. Prints the assets folder.
 #
 # KUBEBUILDER_ASSETS, when it names a folder holding kube-apiserver and etcd,
@@ -11,10 +12,11 @@ K8S_VERSION=${K8S_VERSION:-v1.33.13}
 ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.6.0}
+JOBSET_VERSION=${JOBSET_VERSION:-v0.8.2}
 
 cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptance}
 assets=${cache_root}/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
-crds=${cache_root}/kubeflow-crds/training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}
+crds=${cache_root}/backend-crds/training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
@@ -85,13 +87,15 @@ GO
   rm -rf "$work"
 }
 
-fetch_kubeflow_crds() {
+fetch_backend_crds() {
   mkdir -p "$crds"
-  local to mpi
+  local to mpi jobset
   to=$(module_dir "github.com/kubeflow/training-operator@${TRAINING_OPERATOR_VERSION}")
   mpi=$(module_dir "github.com/kubeflow/mpi-operator@${MPI_OPERATOR_VERSION}")
+  jobset=$(module_dir "sigs.k8s.io/jobset@${JOBSET_VERSION}")
   cp "$to/manifests/base/crds/kubeflow.org_pytorchjobs.yaml" "$crds/"
   cp "$mpi/manifests/base/kubeflow.org_mpijobs.yaml" "$crds/"
+  cp "$jobset/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$crds/"
   chmod 0644 "$crds"/*.yaml
 }
 
@@ -110,7 +114,8 @@ case "${1:-assets}" in
     echo "$assets"
     ;;
   crds)
-    [ -f "$crds/kubeflow.org_mpijobs.yaml" ] && [ -f "$crds/kubeflow.org_pytorchjobs.yaml" ] || fetch_kubeflow_crds
+    [ -f "$crds/kubeflow.org_mpijobs.yaml" ] && [ -f "$crds/kubeflow.org_pytorchjobs.yaml" ] &&
+      [ -f "$crds/jobset.x-k8s.io_jobsets.yaml" ] || fetch_backend_crds
     echo "$crds"
     ;;
   *) echo "usage: $0 [assets|crds]" >&2; exit 2 ;;

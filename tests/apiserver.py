@@ -10,14 +10,14 @@ real API machinery (schemas, CEL, RBAC, admission) but never reconciled.
 Binaries come from ``KUBEBUILDER_ASSETS`` when it names a folder holding
 ``kube-apiserver`` and ``etcd`` (controller-runtime's convention), otherwise
 from ``hack/envtest-assets.sh assets`` (which builds them once from Go modules
-into a cache outside the repo). The pinned Kubeflow CRDs come from
+into a cache outside the repo). The pinned backend CRDs (Kubeflow, JobSet) come from
 ``hack/envtest-assets.sh crds``.
 
 Library use (see tests/conftest.py)::
 
     server = ApiServer()
     server.start()
-    server.install_crds(kubeflow_crd_paths())
+    server.install_crds(backend_crd_paths())
     ...
     server.stop()
 
@@ -104,13 +104,14 @@ def find_assets() -> Path:
     return folder
 
 
-def kubeflow_crd_paths() -> list[Path]:
-    """The pinned, published Kubeflow CRDs: PyTorchJob (kubeflow.org/v1) and MPIJob (v2beta1)."""
+def backend_crd_paths() -> list[Path]:
+    """The pinned, published backend CRDs: PyTorchJob (kubeflow.org/v1), MPIJob (v2beta1), JobSet (v1alpha2)."""
     folder = _run_assets_script("crds")
-    paths = [folder / "kubeflow.org_pytorchjobs.yaml", folder / "kubeflow.org_mpijobs.yaml"]
+    paths = [folder / "kubeflow.org_pytorchjobs.yaml", folder / "kubeflow.org_mpijobs.yaml",
+             folder / "jobset.x-k8s.io_jobsets.yaml"]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
-        raise ApiServerError(f"Kubeflow CRDs missing: {missing}")
+        raise ApiServerError(f"backend CRDs missing: {missing}")
     return paths
 
 
@@ -818,7 +819,7 @@ def _up(directory: Path, with_crds: bool, wipe: bool = False) -> int:
     try:
         server.start()
         if with_crds:
-            server.install_crds(kubeflow_crd_paths() + repo_crd_paths())
+            server.install_crds(backend_crd_paths() + repo_crd_paths())
     except BaseException:
         server.stop()
         raise

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apiserver import ApiServer, kubeflow_crd_paths
+from tests.apiserver import ApiServer, backend_crd_paths
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m filtering
@@ -26,11 +26,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def apiserver() -> Iterator[ApiServer]:
-    """etcd + kube-apiserver (RBAC on, loopback only) with the Kubeflow PyTorchJob/MPIJob CRDs installed."""
+    """etcd + kube-apiserver (RBAC on, loopback only) with the backend CRDs (PyTorchJob, MPIJob, JobSet) installed."""
     server = ApiServer()
     server.start()
     try:
-        server.install_crds(kubeflow_crd_paths())
+        server.install_crds(backend_crd_paths())
         yield server
     finally:
         server.stop()

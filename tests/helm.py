@@ -27,6 +27,9 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     [("gpu-acceptance.io", "acceptancetests", v) for v in ("get", "list", "watch", "patch")]
     + [("gpu-acceptance.io", "acceptancetests/status", v) for v in ("get", "patch")]
     + [("kubeflow.org", r, v) for r in ("pytorchjobs", "mpijobs") for v in ("get", "list", "watch", "create", "delete")]
+    + [(g, r, v) for g, r in (("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"))
+       for v in ("get", "list", "watch", "create", "delete")]
+    + [("", "services", v) for v in ("get", "create", "delete")]  # the Job backend's headless Service
     + [("", "pods", v) for v in ("list", "watch")]  # watched by label: the jobs' pods only
     + [("", "events", v) for v in ("create", "list")]  # list: the pods' FailedScheduling events
     + [("", "serviceaccounts", v) for v in ("get", "create", "delete")]

@@ -44,7 +44,7 @@ DEFAULT_IMAGE = f"ghcr.io/gpu-acceptance/workload:{__version__}"
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/gpu-acceptance/operator:{__version__}"
 GPU_RESOURCE = "nvidia.com/gpu"
 
-Backend = Literal["PyTorchJob", "MPIJob"]
+Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet"]
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 

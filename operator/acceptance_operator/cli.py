@@ -18,7 +18,7 @@ def _cmd_crd(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from acceptance_operator.manifests import render_file
+    from acceptance_operator.render import render_file
 
     return render_file(args.file, sys.stdout, sys.stderr)
 

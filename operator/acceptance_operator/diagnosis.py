@@ -11,15 +11,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
+from acceptance_operator.backends import controller_of, job_state
 from acceptance_operator.conditions import JOB_FAILED, UNSCHEDULABLE
+from acceptance_operator.jobstate import parse_time
 
 KubeDict = dict[str, Any]
 
-# Kubeflow job condition types (training-operator v1 and mpi-operator v2beta1 share them).
-JOB_CONDITION_ORDER = ("Failed", "Succeeded", "Restarting", "Running", "Created")
 # Container waiting reasons that do not go away by waiting.
 STUCK_WAITING = {
     "ImagePullBackOff": "the image cannot be pulled: check spec.image, the registry and pod.imagePullSecrets",
@@ -32,47 +32,6 @@ STUCK_WAITING = {
     "RunContainerError": "the container runtime cannot start the container",
 }
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9](?:[A-Za-z0-9./_-]*[A-Za-z0-9])?)")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    """A Kubernetes timestamp (RFC 3339, 'Z' suffix) as an aware datetime."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=timezone.utc)
-
-
-@dataclass(frozen=True)
-class JobState:
-    """The Kubeflow job's current condition: the most decisive one whose status is True."""
-
-    state: str | None  # Failed, Succeeded, Restarting, Running, Created; None before the controller saw it
-    reason: str = ""
-    message: str = ""
-    since: datetime | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.state in ("Failed", "Succeeded")
-
-    @property
-    def deadline_exceeded(self) -> bool:
-        """Kubeflow ended the job at runPolicy.activeDeadlineSeconds (= spec.timeoutSeconds)."""
-        text = f"{self.reason} {self.message}".lower()
-        return self.state == "Failed" and ("deadline" in text)
-
-
-def job_state(job: KubeDict | None) -> JobState:
-    conditions = ((job or {}).get("status") or {}).get("conditions") or []
-    true = {c.get("type"): c for c in conditions if c.get("status") == "True"}
-    for kind in JOB_CONDITION_ORDER:
-        if kind in true:
-            c = true[kind]
-            return JobState(kind, c.get("reason", ""), c.get("message", ""), parse_time(c.get("lastTransitionTime")))
-    return JobState(None)
 
 
 @dataclass(frozen=True)
@@ -276,7 +235,7 @@ def unschedulable(
 
 
 def job_failure(job: KubeDict | None, pods: list[KubeDict]) -> Finding:
-    """Why a job that Kubeflow marked Failed failed: the failed pod if any, else the job's own condition."""
+    """Why a job that its controller marked Failed failed: the failed pod if any, else the job's own condition."""
     from_pods = failed_pod(pods)
     state = job_state(job)
     kind, name = (job or {}).get("kind", "job"), ((job or {}).get("metadata") or {}).get("name", "?")
@@ -293,7 +252,7 @@ def progress(job: KubeDict | None, pods: list[KubeDict]) -> str:
     state = job_state(job)
     kind, name = (job or {}).get("kind", "job"), ((job or {}).get("metadata") or {}).get("name", "?")
     if state.state is None:
-        job_text = f"{kind} {name} has no status yet (is the Kubeflow operator for {kind} running?)"
+        job_text = f"{kind} {name} has no status yet (is {controller_of(kind)} running?)"
     else:
         job_text = f"{kind} {name} is {state.state}"
     return f"{job_text}; pods: {pod_phases(pods)}"

@@ -1,7 +1,7 @@
 """kopf handlers: turn each AcceptanceTest into one job per generation and follow it to a verdict.
 
 The handlers only orchestrate: they read the test, its job, pods and events,
-let pure functions decide (manifests.build_children, assessment.assess,
+let pure functions decide (backends.build_children, assessment.assess,
 conditions.conditions_for, verdict.summarize, node_actions.node_patch) and
 write the outcome. Nothing polls: watch events about a test, its child job or
 the job's pods (server-side label selector) put the test's key in a work queue
@@ -45,6 +45,7 @@ from acceptance_operator.api import (
     parse_test,
 )
 from acceptance_operator.assessment import Observation, Timing, assess, next_look
+from acceptance_operator.backends import BACKENDS, BackendSpec, backend_of, build_children
 from acceptance_operator.calm import RateLimit, describe_error
 from acceptance_operator.children import Children
 from acceptance_operator.conditions import (
@@ -57,7 +58,7 @@ from acceptance_operator.conditions import (
     conditions_for,
 )
 from acceptance_operator.diagnosis import parse_time
-from acceptance_operator.kubeapi import BACKENDS, Kube
+from acceptance_operator.kubeapi import Kube
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import describe, node_patch
 from acceptance_operator.policy import policy_problems
@@ -75,7 +76,6 @@ METRICS = OperatorMetrics()
 _locks: dict[tuple[str, str], threading.Lock] = {}
 _locks_guard = threading.Lock()
 _kube: Kube | None = None
-BACKENDS_API_VERSION = {"PyTorchJob": manifests.PYTORCHJOB_API_VERSION, "MPIJob": manifests.MPIJOB_API_VERSION}
 _metrics_served = False
 TestKey = tuple[str, str]  # (namespace, name)
 CHILDREN = Children()
@@ -180,14 +180,18 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     QUEUE.add(key)
 
 
-@kopf.on.event("kubeflow.org", "v1", "pytorchjobs", labels={manifests.LABEL_TEST: kopf.PRESENT})
-async def on_pytorchjob_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-    _child_changed("PyTorchJob", type, body)
+def _watch_jobs(backend: BackendSpec) -> None:
+    """One watch per backend in the table, on its jobs that carry a test's label."""
+
+    async def on_job_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        _child_changed(backend.kind, type, body)
+
+    kopf.on.event(backend.group, backend.version, backend.plural, id=f"on_{backend.kind.lower()}_event",
+                  labels={manifests.LABEL_TEST: kopf.PRESENT})(on_job_event)
 
 
-@kopf.on.event("kubeflow.org", "v2beta1", "mpijobs", labels={manifests.LABEL_TEST: kopf.PRESENT})
-async def on_mpijob_event(type: str | None, body: kopf.Body, **_: Any) -> None:
-    _child_changed("MPIJob", type, body)
+for _backend in BACKENDS.values():
+    _watch_jobs(_backend)
 
 
 @kopf.on.event("", "v1", "pods", labels={manifests.LABEL_TEST: kopf.PRESENT})
@@ -402,7 +406,7 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
         return
 
     try:
-        children = manifests.build_children(test, init_image=SETTINGS.init_image)
+        children = build_children(test, init_image=SETTINGS.init_image)
     except (TypeError, ValueError, KeyError, AttributeError) as e:
         # The models should make the builders total; if one is not, the run ends once instead of every tick.
         _conclude(k, obj, test, RunState("Failed", INVALID_SPEC, f"spec: cannot build the job from it "
@@ -650,7 +654,7 @@ def _write_status(
     generation = meta.get("generation") or 1
     if state.reason not in BEFORE_JOB:
         job_name = manifests.job_name(test)
-        job: KubeDict | None = JobRef(api_version=BACKENDS_API_VERSION[test.spec.backend], kind=test.spec.backend,
+        job: KubeDict | None = JobRef(api_version=backend_of(test.spec.backend).api_version, kind=test.spec.backend,
                                       name=job_name).to_wire()
         job_text = f"{test.spec.backend} {job_name}"
     else:

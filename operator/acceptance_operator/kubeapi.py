@@ -17,18 +17,10 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator.api import GROUP, PLURAL, VERSION, Backend
+from acceptance_operator.backends import BACKENDS, backend_of
 
 KubeDict = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
-
-# The Kubeflow CRD each backend needs, the version the builders write, and who installs it.
-BACKENDS: dict[str, tuple[str, str, str, str]] = {
-    # backend: (CRD name, version, plural, what to install)
-    "PyTorchJob": ("pytorchjobs.kubeflow.org", "v1", "pytorchjobs",
-                   "the Kubeflow training-operator (v1.7 or later)"),
-    "MPIJob": ("mpijobs.kubeflow.org", "v2beta1", "mpijobs",
-               "the Kubeflow mpi-operator (v0.4 or later, which serves kubeflow.org/v2beta1)"),
-}
 _lock = threading.Lock()
 _api_client: client.ApiClient | None = None
 # (connect, read) seconds for every call: a hung API server (not one that refuses) must not hold a worker forever.
@@ -120,29 +112,32 @@ class Kube:
 
     # backends and jobs -------------------------------------------------------
     def backend_problem(self, backend: Backend) -> str | None:
-        """None when the backend's CRD serves the version we write; otherwise what to install."""
-        crd_name, version, _, install = BACKENDS[backend]
+        """None when the backend's API is served (its CRD, if it needs one, serves the version we write);
+        otherwise what to install."""
+        spec = backend_of(backend)
+        if spec.crd is None:
+            return None
         if time.monotonic() - self._backends_seen.get(backend, -BACKEND_CHECK_TTL_SECONDS) < BACKEND_CHECK_TTL_SECONDS:
             return None
-        crd = _or_none(self.ext.read_custom_resource_definition, crd_name)
+        crd = _or_none(self.ext.read_custom_resource_definition, spec.crd)
         if crd is None:
-            return f"the {backend} CRD {crd_name} is not installed: install {install}"
+            return f"the {backend} CRD {spec.crd} is not installed: install {spec.install}"
         served = [v["name"] for v in crd.get("spec", {}).get("versions", []) if v.get("served")]
-        if version not in served:
-            return (f"the {backend} CRD {crd_name} does not serve kubeflow.org/{version} (it serves "
-                    f"{', '.join(served) or 'nothing'}): install {install}")
+        if spec.version not in served:
+            return (f"the {backend} CRD {spec.crd} does not serve {spec.api_version} (it serves "
+                    f"{', '.join(served) or 'nothing'}): install {spec.install}")
         self._backends_seen[backend] = time.monotonic()
         return None
 
     def get_job(self, backend: Backend, namespace: str, name: str) -> KubeDict | None:
-        _, version, plural, _ = BACKENDS[backend]
-        return _or_none(self.custom.get_namespaced_custom_object, "kubeflow.org", version, namespace, plural, name)
+        b = backend_of(backend)
+        return _or_none(self.custom.get_namespaced_custom_object, b.group, b.version, namespace, b.plural, name)
 
     def list_jobs(self, backend: Backend, namespace: str, selector: str) -> list[KubeDict]:
-        _, version, plural, _ = BACKENDS[backend]
+        b = backend_of(backend)
         try:
             answer = self.custom.list_namespaced_custom_object(
-                "kubeflow.org", version, namespace, plural, label_selector=selector, _preload_content=False
+                b.group, b.version, namespace, b.plural, label_selector=selector, _preload_content=False
             )
         except ApiException as e:
             if e.status == 404:  # the CRD is not installed: no jobs of that kind
@@ -151,11 +146,15 @@ class Kube:
         return _json(answer).get("items", [])
 
     def delete_job(self, backend: Backend, namespace: str, name: str) -> bool:
-        _, version, plural, _ = BACKENDS[backend]
-        return _ignore_missing(
-            self.custom.delete_namespaced_custom_object, "kubeflow.org", version, namespace, plural, name,
+        """Delete the job (its pods in the background) and what its backend created beside it, named like it."""
+        b = backend_of(backend)
+        deleted = _ignore_missing(
+            self.custom.delete_namespaced_custom_object, b.group, b.version, namespace, b.plural, name,
             propagation_policy="Background",
         )
+        for kind in b.companions:
+            self.delete(kind, namespace, name)
+        return deleted
 
     # children ---------------------------------------------------------------
     def create(self, obj: KubeDict) -> tuple[KubeDict, bool]:
@@ -171,9 +170,11 @@ class Kube:
                 self.rbac.create_namespaced_role_binding(ns, obj, **raw)
             elif kind == "ConfigMap":
                 self.core.create_namespaced_config_map(ns, obj, **raw)
+            elif kind == "Service":
+                self.core.create_namespaced_service(ns, obj, **raw)
             elif kind in BACKENDS:
-                _, version, plural, _ = BACKENDS[kind]
-                return _json(self.custom.create_namespaced_custom_object("kubeflow.org", version, ns, plural, obj,
+                b = backend_of(kind)
+                return _json(self.custom.create_namespaced_custom_object(b.group, b.version, ns, b.plural, obj,
                                                                          **raw)), True
             else:
                 raise ValueError(f"the operator does not create {kind} objects")
@@ -195,6 +196,8 @@ class Kube:
             return _or_none(self.rbac.read_namespaced_role_binding, name, namespace)
         if kind == "ConfigMap":
             return _or_none(self.core.read_namespaced_config_map, name, namespace)
+        if kind == "Service":
+            return _or_none(self.core.read_namespaced_service, name, namespace)
         return self.get_job(kind, namespace, name)  # type: ignore[arg-type]
 
     def delete(self, kind: str, namespace: str, name: str) -> bool:
@@ -206,6 +209,8 @@ class Kube:
             return _ignore_missing(self.rbac.delete_namespaced_role_binding, name, namespace)
         if kind == "ConfigMap":
             return _ignore_missing(self.core.delete_namespaced_config_map, name, namespace)
+        if kind == "Service":
+            return _ignore_missing(self.core.delete_namespaced_service, name, namespace)
         return self.delete_job(kind, namespace, name)  # type: ignore[arg-type]
 
     def renew(self, obj: KubeDict) -> None:

@@ -6,8 +6,10 @@ tests check it without a cluster. Nothing here talks to an API server.
 
 Children of one test: a per-test ServiceAccount, a Role that lets it patch only
 this test's status (rank 0 writes the report with it), a RoleBinding, and one
-job per generation: a Kubeflow PyTorchJob (torchrun on every node) or MPIJob
-(mpirun from a launcher, sshd on the GPU workers).
+job per generation: a Kubeflow PyTorchJob (torchrun on every node), an MPIJob
+(mpirun from a launcher, sshd on the GPU workers), an Indexed Job with a
+headless Service, or a JobSet (both torchrun with a static rendezvous). Which
+builder a test uses is the backend table's business (backends.py).
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import re
-import sys
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import yaml
 from acceptance_workload import evidence
@@ -47,6 +47,8 @@ MANAGED_BY = "gpu-acceptance"
 
 PYTORCHJOB_API_VERSION = "kubeflow.org/v1"
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
+BATCH_JOB_API_VERSION = "batch/v1"
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 # Kubeflow derives Service and pod names (<job>-worker-4095, <job>-master-0) from the
@@ -487,10 +489,134 @@ def build_mpijob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMA
     }
 
 
-def build_job(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
-    """The run's job for spec.backend; `init_image` is the operator's setting for the ulimit init container."""
-    build = build_mpijob if test.spec.backend == "MPIJob" else build_pytorchjob
-    return build(test, init_image=init_image)
+# --------------------------------------------------------------------------- Job (Indexed) and JobSet
+
+STATIC_MASTER_PORT = 29500
+INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # the Job controller writes each pod's index here
+# The container's name in the Job and JobSet backends (no controller looks for a particular one).
+WORKLOAD_CONTAINER = "workload"
+JOBSET_REPLICATED_JOB = "node"  # one replicated Job of `nodes` indexed pods: pod hostnames <name>-node-0-<index>
+
+
+def _static_rendezvous_env(test: AcceptanceTest, master_addr: str) -> list[dict[str, Any]]:
+    """torchrun's arguments as its PET_* variables: the node rank is the pod's completion index.
+
+    The same torchrun_command as the PyTorchJob's (where the training-operator
+    sets these); with PET_MASTER_ADDR set, torchrun's default rendezvous is the
+    static one: rank 0's node (index 0) hosts the store, no etcd, no controller.
+    """
+    spec = test.spec
+    index = {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {
+        "apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}}
+    return [*_env_list({"PET_NNODES": str(spec.nodes), "PET_NPROC_PER_NODE": str(spec.gpus_per_node),
+                        "PET_MASTER_ADDR": master_addr, "PET_MASTER_PORT": str(STATIC_MASTER_PORT)}), index]
+
+
+def _pod_failure_policy() -> dict[str, Any]:
+    """Fail the Job at the first failed pod, and say why in its Failed condition.
+
+    With backoffLimit 0 any failure ends the Job anyway; these rules make the
+    condition's message name the pod and the exit code (or the disruption: a
+    node lost, a pod evicted), which is what is left once the pods are gone.
+    """
+    return {"rules": [
+        {"action": "FailJob", "onExitCodes": {"containerName": WORKLOAD_CONTAINER, "operator": "NotIn",
+                                              "values": [0]}},
+        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    ]}
+
+
+def _indexed_job_spec(test: AcceptanceTest, master_addr: str, subdomain: str, init_image: str) -> dict[str, Any]:
+    """An Indexed Job of one GPU pod per node (completions = parallelism = nodes), no retries, the run's deadline."""
+    spec = test.spec
+    container = _gpu_container(test, WORKLOAD_CONTAINER, torchrun_command(test), [
+        *_env_list(workload_env(test)), *_downward_env(), *_static_rendezvous_env(test, master_addr)])
+    container["ports"] = [{"name": "rendezvous", "containerPort": STATIC_MASTER_PORT, "protocol": "TCP"}]
+    pod_spec = _pod_spec(test, [container], gpu=True, init_image=init_image)
+    pod_spec["subdomain"] = subdomain
+    pod_spec["restartPolicy"] = "Never"
+    return {
+        "completionMode": "Indexed",
+        "completions": spec.nodes,
+        "parallelism": spec.nodes,
+        "backoffLimit": 0,
+        "activeDeadlineSeconds": spec.timeout_seconds,
+        "podFailurePolicy": _pod_failure_policy(),
+        "template": _template(test, "gpu", pod_spec),
+    }
+
+
+def job_master_addr(test: AcceptanceTest) -> str:
+    """Index 0's DNS name under the headless Service: the Job controller names it <job>-0, the Service <job>."""
+    name = job_name(test)
+    return f"{name}-0.{name}.{test.metadata.namespace}.svc"
+
+
+def build_headless_service(test: AcceptanceTest) -> dict[str, Any]:
+    """The Service that gives each pod of the Indexed Job a DNS name (<job>-<index>.<job>): MASTER_ADDR's.
+
+    publishNotReadyAddresses: the names must resolve while the pods start, before any is Ready.
+    """
+    labels = test_labels(test)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(test, job_name(test), labels),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {LABEL_TEST: labels[LABEL_TEST], LABEL_GENERATION: labels[LABEL_GENERATION],
+                         LABEL_ROLE: "gpu"},
+            "ports": [{"name": "rendezvous", "port": STATIC_MASTER_PORT, "targetPort": STATIC_MASTER_PORT,
+                       "protocol": "TCP"}],
+        },
+    }
+
+
+def build_indexed_job(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[dict[str, Any]]:
+    """batch/v1 Indexed Job plus its headless Service: torchrun with a static rendezvous, nothing but Kubernetes."""
+    name = job_name(test)
+    job = {
+        "apiVersion": BATCH_JOB_API_VERSION,
+        "kind": "Job",
+        "metadata": _metadata(test, name, test_labels(test)),
+        "spec": {
+            **_indexed_job_spec(test, job_master_addr(test), name, init_image),
+            "ttlSecondsAfterFinished": test.spec.ttl_seconds_after_finished,
+        },
+    }
+    return [build_headless_service(test), job]
+
+
+def jobset_master_addr(test: AcceptanceTest) -> str:
+    """Pod 0 of the JobSet's one replicated Job: <jobset>-node-0-0 under the Service the JobSet controller makes."""
+    name = job_name(test)
+    return f"{name}-{JOBSET_REPLICATED_JOB}-0-0.{name}.{test.metadata.namespace}.svc"
+
+
+def build_jobset(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[dict[str, Any]]:
+    """jobset.x-k8s.io/v1alpha2 JobSet: one replicated Indexed Job; the JobSet controller makes the headless
+    Service (network.enableDNSHostnames) and ends the set at the first failure (failurePolicy.maxRestarts 0).
+
+    The replicated Job's own metadata carries no test label: only the JobSet and the pods are the run's, so
+    the operator's watch on batch Jobs (the Job backend) never mistakes the JobSet's Job for a run of its own.
+    """
+    name = job_name(test)
+    return [{
+        "apiVersion": JOBSET_API_VERSION,
+        "kind": "JobSet",
+        "metadata": _metadata(test, name, test_labels(test)),
+        "spec": {
+            "failurePolicy": {"maxRestarts": 0},
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "ttlSecondsAfterFinished": test.spec.ttl_seconds_after_finished,
+            "replicatedJobs": [{
+                "name": JOBSET_REPLICATED_JOB,
+                "replicas": 1,
+                "template": {"spec": _indexed_job_spec(test, jobset_master_addr(test), name, init_image)},
+            }],
+        },
+    }]
 
 
 # --------------------------------------------------------------------------- RBAC and all children
@@ -530,11 +656,6 @@ def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": test.metadata.namespace}],
         },
     ]
-
-
-def build_children(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[dict[str, Any]]:
-    """Everything to create for one run, in creation order: RBAC first, so the pods start with their identity."""
-    return [*build_rbac(test), *build_evidence(test), build_job(test, init_image=init_image)]
 
 
 # --------------------------------------------------------------------------- gpu-acceptance render
@@ -680,58 +801,3 @@ def parse_test(text: str) -> AcceptanceTest:
         raise RenderError([f"metadata.name: {name!r} is not a valid name: lowercase letters, digits, "
                            "'-' and '.', starting and ending with a letter or digit"])
     return test
-
-
-class _PlainDumper(yaml.SafeDumper):
-    """Writes repeated values out in full: no &anchors / *aliases in manifests people read and kubectl applies."""
-
-    def ignore_aliases(self, data: Any) -> bool:
-        return True
-
-
-def render(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> str:
-    """The children as one YAML stream."""
-    return yaml.dump_all(build_children(test, init_image=init_image), Dumper=_PlainDumper, sort_keys=False,
-                         explicit_start=True, width=120)
-
-
-def _read(path: str) -> str:
-    """The file (or stdin for -), at most one byte past MAX_MANIFEST_BYTES (enough to tell it is too large)."""
-    if path == "-":
-        return sys.stdin.read(MAX_MANIFEST_BYTES + 1)
-    with Path(path).open(encoding="utf-8") as f:
-        return f.read(MAX_MANIFEST_BYTES + 1)
-
-
-def render_file(path: str, out: TextIO, err: TextIO) -> int:
-    """`gpu-acceptance render`: 0 and the children on `out`; 1 invalid (errors on `err`); 2 unreadable.
-
-    The operator's settings come from the same environment variables as the operator's (settings.py): what
-    its policy refuses is refused here, and the init container gets its image.
-    """
-    from acceptance_operator.policy import policy_problems
-    from acceptance_operator.settings import OperatorSettings
-
-    source = "standard input" if path == "-" else path
-    try:
-        text = _read(path)
-    except (OSError, UnicodeDecodeError) as e:
-        err.write(f"error: cannot read {path}: {e}\n")
-        return 2
-    try:
-        settings = OperatorSettings.from_env()
-        test = parse_test(text)
-        problems = policy_problems(test, settings)
-        if problems:
-            raise RenderError(problems)
-        rendered = render(test, init_image=settings.init_image)
-    except RenderError as e:
-        err.write(f"error: {source} is not a valid AcceptanceTest:\n")
-        err.writelines(f"  {line}\n" for line in e.lines)
-        return 1
-    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
-        # The models should catch every malformed input; this keeps a miss from ending in a traceback.
-        err.write(f"error: cannot render {source}: {type(e).__name__}: {e}\n")
-        return 1
-    out.write(rendered)
-    return 0

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, GROUP
+from acceptance_operator.backends import BACKENDS
 
 if TYPE_CHECKING:
     import kopf
@@ -44,7 +45,7 @@ FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
 KOPF_WORKERS = 4
 # Watched children: (group, version, plural). Every one carries the test's label.
-CHILD_RESOURCES = (("kubeflow.org", "v1", "pytorchjobs"), ("kubeflow.org", "v2beta1", "mpijobs"), ("", "v1", "pods"))
+CHILD_RESOURCES = (*((b.group, b.version, b.plural) for b in BACKENDS.values()), ("", "v1", "pods"))
 CHILD_SELECTOR = f"{GROUP}/test"
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apiserver import REPO_ROOT, ApiServer, kubeflow_crd_paths
+from tests.apiserver import REPO_ROOT, ApiServer, backend_crd_paths
 from tests.cluster.operator_harness import Cluster, OperatorProcess
 
 AT_CRD = REPO_ROOT / "crds" / "acceptancetest.yaml"
@@ -29,7 +29,7 @@ def pytorch_only_apiserver() -> Iterator[ApiServer]:
     server = ApiServer()
     server.start()
     try:
-        pytorch = [p for p in kubeflow_crd_paths() if "pytorchjobs" in p.name]
+        pytorch = [p for p in backend_crd_paths() if "pytorchjobs" in p.name]
         server.install_crds([*pytorch, AT_CRD])
         yield server
     finally:

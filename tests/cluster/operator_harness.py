@@ -30,7 +30,9 @@ from tests.apiserver import ApiServer, _die_with_parent, free_ports
 T = TypeVar("T")
 MERGE = "application/merge-patch+json"
 GROUP_PATH = "/apis/gpu-acceptance.io/v1alpha1"
-JOBS = {"PyTorchJob": ("v1", "pytorchjobs"), "MPIJob": ("v2beta1", "mpijobs")}
+# kind -> (API group/version, plural) of every backend's job.
+JOBS = {"PyTorchJob": ("kubeflow.org/v1", "pytorchjobs"), "MPIJob": ("kubeflow.org/v2beta1", "mpijobs"),
+        "Job": ("batch/v1", "jobs"), "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets")}
 FAST_ENV = {
     "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "1",
     "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "600",
@@ -263,8 +265,8 @@ class Cluster:
 
     # jobs (the Kubeflow controller's side) -------------------------------------
     def job_path(self, kind: str, name: str = "") -> str:
-        version, plural = JOBS[kind]
-        return f"/apis/kubeflow.org/{version}/namespaces/{self.ns}/{plural}" + (f"/{name}" if name else "")
+        api_version, plural = JOBS[kind]
+        return f"/apis/{api_version}/namespaces/{self.ns}/{plural}" + (f"/{name}" if name else "")
 
     def jobs(self, kind: str) -> list[dict[str, Any]]:
         return self.server.request("GET", self.job_path(kind))["items"]
@@ -280,9 +282,15 @@ class Cluster:
         return self.wait(lambda: self.job(kind, name), f"{kind} {name} to be created", timeout)
 
     def set_job_condition(self, kind: str, name: str, type_: str, reason: str = "", message: str = "") -> None:
-        """Mark the job as the Kubeflow controller does: the new condition True, the earlier ones False."""
+        """Move the job to Created, Running, Succeeded or Failed, in the words of its backend's controller."""
         job = self.job(kind, name)
         assert job is not None, f"{kind} {name} does not exist"
+        if kind == "Job":
+            self._set_batch_job_state(job, type_, reason, message)
+            return
+        if kind == "JobSet":
+            self._set_jobset_state(job, type_, reason, message)
+            return
         conditions = [dict(c, status="False") if c["type"] in ("Running", "Restarting") else c
                       for c in (job.get("status") or {}).get("conditions", []) if c["type"] != type_]
         conditions.append({"type": type_, "status": "True", "reason": reason or f"{kind}{type_}",
@@ -290,6 +298,52 @@ class Cluster:
                            "lastTransitionTime": now_ts(), "lastUpdateTime": now_ts()})
         self.server.request("PATCH", self.job_path(kind, name) + "/status", {"status": {"conditions": conditions}},
                             content_type=MERGE)
+
+    def _patch_job_status(self, job: dict[str, Any], status: dict[str, Any]) -> None:
+        self.server.request("PATCH", self.job_path(job["kind"], job["metadata"]["name"]) + "/status",
+                            {"status": status}, content_type=MERGE)
+
+    def _set_batch_job_state(self, job: dict[str, Any], state: str, reason: str, message: str) -> None:
+        """As kube-controller-manager's Job controller: startTime and active pods, then Complete or Failed
+        (each after the condition the API server's Job status validation wants first)."""
+        spec, now = job["spec"], now_ts()
+        if state == "Created":
+            status: dict[str, Any] = {"startTime": now, "active": 0}
+        elif state == "Running":
+            status = {"startTime": now, "active": spec["parallelism"], "ready": spec["parallelism"]}
+        elif state == "Succeeded":
+            done = ",".join(str(i) for i in range(spec["completions"])) if spec["completions"] > 1 else "0"
+            status = {"active": 0, "ready": 0, "succeeded": spec["completions"], "completedIndexes": done,
+                      "completionTime": now, "conditions": [
+                          {"type": t, "status": "True", "reason": "CompletionsReached",
+                           "message": "Reached expected number of succeeded pods", "lastProbeTime": now,
+                           "lastTransitionTime": now} for t in ("SuccessCriteriaMet", "Complete")]}
+        else:
+            status = {"active": 0, "ready": 0, "failed": 1, "conditions": [
+                {"type": t, "status": "True", "reason": reason or "BackoffLimitExceeded",
+                 "message": message or "Job has reached the specified backoff limit", "lastProbeTime": now,
+                 "lastTransitionTime": now} for t in ("FailureTarget", "Failed")]}
+        self._patch_job_status(job, status)
+
+    def _set_jobset_state(self, job: dict[str, Any], state: str, reason: str, message: str) -> None:
+        """As the JobSet controller: its replicated Job's counts, then Completed or Failed."""
+        now = now_ts()
+        counts = {"name": "node", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 0}
+        if state == "Running":
+            counts.update(active=1, ready=1)
+        elif state == "Succeeded":
+            counts.update(succeeded=1)
+        elif state == "Failed":
+            counts.update(failed=1)
+        status: dict[str, Any] = {"replicatedJobsStatus": [counts]}
+        if state in ("Succeeded", "Failed"):
+            status["conditions"] = [{
+                "type": "Completed" if state == "Succeeded" else "Failed", "status": "True",
+                "reason": reason or ("AllJobsCompleted" if state == "Succeeded" else "FailedJobs"),
+                "message": message or ("jobset completed successfully" if state == "Succeeded"
+                                       else "jobset failed due to one or more job failures"),
+                "lastTransitionTime": now}]
+        self._patch_job_status(job, status)
 
     # pods and events (the scheduler's and kubelet's side) ------------------------
     def create_pod(self, name: str, labels: dict[str, str], node: str | None = None) -> dict[str, Any]:

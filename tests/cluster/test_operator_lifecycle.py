@@ -1,7 +1,7 @@
-"""Full runs against the real API server, for both backends: to Succeeded and to Failed on the report's verdict.
+"""Full runs against the real API server, for every backend: to Succeeded and to Failed on the report's verdict.
 
-The test plays the Kubeflow controller (job conditions through the status
-subresource), the kubelet (pods with statuses) and the workload (status.report);
+The test plays the backend's controller (job status through the status
+subresource, in that controller's words), the kubelet (pods with statuses) and the workload (status.report);
 the operator is the real `gpu-acceptance operator` process.
 """
 
@@ -11,12 +11,14 @@ import pytest
 
 from tests.cluster.operator_harness import Cluster, report
 
-API_VERSIONS = {"PyTorchJob": "kubeflow.org/v1", "MPIJob": "kubeflow.org/v2beta1"}
+API_VERSIONS = {"PyTorchJob": "kubeflow.org/v1", "MPIJob": "kubeflow.org/v2beta1", "Job": "batch/v1",
+                "JobSet": "jobset.x-k8s.io/v1alpha2"}
+BACKENDS = list(API_VERSIONS)
 LABEL_TEST, LABEL_GEN = "gpu-acceptance.io/test", "gpu-acceptance.io/generation"
 
 
 def start_and_run(cluster: Cluster, name: str, backend: str, nodes: tuple[str, ...]) -> str:
-    """Create the test, check the run it starts, play Kubeflow and kubelet up to Running; return the job name."""
+    """Create the test, check the run it starts, play its controller and kubelet up to Running; return the job name."""
     created = cluster.create_test(name, {"backend": backend, "nodes": len(nodes)})
     status = cluster.wait_phase(name, "Pending")
     job_name = f"{name}-g1"
@@ -32,6 +34,8 @@ def start_and_run(cluster: Cluster, name: str, backend: str, nodes: tuple[str, .
     assert (owner["kind"], owner["name"], owner["uid"]) == ("AcceptanceTest", name, created["metadata"]["uid"])
     assert cluster.exists(cluster.service_account_path(f"{name}-workload"))
     assert cluster.exists(cluster.role_path(f"{name}-workload"))
+    if backend == "Job":  # the headless Service that names index 0 for the static rendezvous
+        assert cluster.exists(f"/api/v1/namespaces/{cluster.ns}/services/{job_name}")
 
     cluster.set_job_condition(backend, job_name, "Created")
     cluster.set_job_condition(backend, job_name, "Running")
@@ -47,7 +51,7 @@ def start_and_run(cluster: Cluster, name: str, backend: str, nodes: tuple[str, .
     return job_name
 
 
-@pytest.mark.parametrize("backend", ["PyTorchJob", "MPIJob"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_run_passes(cluster: Cluster, backend: str):
     job_name = start_and_run(cluster, "accept", backend, ("node-a", "node-b"))
     written = report(1, nodes=("node-a", "node-b"))
@@ -87,7 +91,7 @@ def test_run_passes(cluster: Cluster, backend: str):
     assert kopf_keys and all(k.startswith("gpu-acceptance.io/") for k in kopf_keys)
 
 
-@pytest.mark.parametrize("backend", ["PyTorchJob", "MPIJob"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_run_fails_on_the_report(cluster: Cluster, backend: str):
     job_name = start_and_run(cluster, "accept", backend, ("node-a", "node-b"))
     written = report(1, nodes=("node-a", "node-b"), failed_node="node-b")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.apiserver import ApiServer, kubeflow_crd_paths
+from tests.apiserver import ApiServer, backend_crd_paths
 from tests.cluster.conftest import AT_CRD, StartOperator
 from tests.cluster.operator_harness import Cluster, report
 
@@ -31,7 +31,7 @@ def own_server(tmp_path: Path) -> Iterator[ApiServer]:
     server = ApiServer(tmp_path / "cluster")
     server.start()
     try:
-        server.install_crds([*kubeflow_crd_paths(), AT_CRD])
+        server.install_crds([*backend_crd_paths(), AT_CRD])
         yield server
     finally:
         server.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from acceptance_operator import manifests
+from acceptance_operator.backends import build_children
 from acceptance_operator.handlers import parse_test
 
 from tests.apiserver import ApiServer
@@ -38,7 +38,7 @@ def test_existing_job_is_adopted_not_duplicated(cluster: Cluster, operator: Oper
     operator.kill()
     created = cluster.create_test("run", {})
     test = parse_test(created)  # as the operator reads it
-    for child in manifests.build_children(test):
+    for child in build_children(test):
         kind = child["kind"]
         if kind == "PyTorchJob":
             cluster.server.request("POST", cluster.job_path(kind), child)

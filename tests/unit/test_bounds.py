@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from acceptance_operator import api, manifests
+from acceptance_operator import api, backends, manifests
 from acceptance_operator.manifests import RenderError, parse_test, problems_text
 
 from tests.unit.test_models import errors_of, manifest
@@ -88,7 +88,7 @@ def test_bounds_allow_what_real_tests_use():
     }
     test = parse_test(yaml.safe_dump(manifest(spec)))
     assert test.spec.resources.extra["rdma/ib"] == 1
-    job = manifests.build_job(test)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+    job = backends.build_job(test)["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     assert job["tolerations"] == spec["placement"]["tolerations"]  # passed on as written
     assert job["affinity"]["nodeAffinity"] == spec["placement"]["affinity"]["nodeAffinity"]
     assert job["affinity"]["podAffinity"] == spec["placement"]["affinity"]["podAffinity"]

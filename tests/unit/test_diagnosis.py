@@ -137,5 +137,5 @@ def test_progress_and_phase_counts():
     pods = [pod("a", "Running", node="n"), pod("b"), pod("c", "Running", node="m")]
     assert pod_phases(pods) == "1 Pending, 2 Running"
     assert pod_phases([]) == "no pods"
-    assert "has no status yet (is the Kubeflow operator for PyTorchJob running?)" in progress(job(), [])
+    assert "has no status yet (is the Kubeflow training-operator running?)" in progress(job(), [])
     assert progress(job(conditions=[("Running", "True", "", "", T0)]), pods).startswith("PyTorchJob t-g1 is Running")

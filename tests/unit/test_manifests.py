@@ -1,4 +1,4 @@
-"""The manifest builders: names, both backends, every fabric, placement, RBAC and the workload's env."""
+"""The manifest builders: names, every backend, every fabric, placement, RBAC and the workload's env."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import pytest
 import yaml
 from acceptance_operator import api, manifests
 from acceptance_operator.api import AcceptanceTest
+from acceptance_operator.backends import build_children, build_job
 from acceptance_operator.manifests import (
     build_affinity,
-    build_children,
     build_evidence,
-    build_job,
+    build_indexed_job,
+    build_jobset,
     build_mpijob,
     build_network_env,
     build_pytorchjob,
@@ -25,9 +26,9 @@ from acceptance_operator.manifests import (
     evidence_names,
     job_name,
     parse_test,
-    render,
     service_account_name,
 )
+from acceptance_operator.render import render
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,16 +47,19 @@ def make(spec: dict | None = None, *, name: str = "t", namespace: str = "gpu", u
                                           "spec": spec or {}})
 
 
-def gpu_pod_specs(job: dict) -> list[dict]:
-    """The pod specs that hold GPUs: PyTorchJob Master/Worker, MPIJob Worker."""
-    if job["kind"] == "PyTorchJob":
-        return [r["template"]["spec"] for r in job["spec"]["pytorchReplicaSpecs"].values()]
-    return [job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]]
-
-
 def templates(job: dict) -> list[dict]:
+    """Every pod template of the job."""
+    if job["kind"] == "Job":
+        return [job["spec"]["template"]]
+    if job["kind"] == "JobSet":
+        return [r["template"]["spec"]["template"] for r in job["spec"]["replicatedJobs"]]
     replicas = job["spec"].get("pytorchReplicaSpecs") or job["spec"]["mpiReplicaSpecs"]
     return [r["template"] for r in replicas.values()]
+
+
+def gpu_pod_specs(job: dict) -> list[dict]:
+    """The pod specs that hold GPUs: all but the MPIJob's launcher."""
+    return [t["spec"] for t in templates(job) if t["metadata"]["labels"]["gpu-acceptance.io/role"] == "gpu"]
 
 
 def env_of(container: dict) -> dict[str, Any]:
@@ -68,7 +72,7 @@ def main_container(pod_spec: dict) -> dict:
     return container
 
 
-BACKENDS = ["PyTorchJob", "MPIJob"]
+BACKENDS = ["PyTorchJob", "MPIJob", "Job", "JobSet"]
 
 
 # --------------------------------------------------------------------------- names
@@ -193,7 +197,9 @@ def gpu_pod_template_labels(backend: str) -> dict[str, str]:
     job = build_job(make({"backend": backend}))
     if backend == "PyTorchJob":
         return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["labels"]
-    return job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+    if backend == "MPIJob":
+        return job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"]["labels"]
+    return templates(job)[0]["metadata"]["labels"]
 
 
 def test_mpi_launcher_is_outside_the_anti_affinity():
@@ -540,8 +546,9 @@ def test_rbac_is_shared_by_generations():
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_children_are_rbac_then_the_job_all_owned_by_the_test(backend: str):
     children = build_children(make({"backend": backend}))
+    beside = ["Service"] if backend == "Job" else []  # the Indexed Job's headless Service, before the Job
     assert [c["kind"] for c in children] == ["ServiceAccount", "Role", "RoleBinding", "ConfigMap", "ConfigMap",
-                                             backend]
+                                             *beside, backend]
     for child in children:
         assert child["metadata"]["ownerReferences"] == [{
             "apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest", "name": "t", "uid": UID,
@@ -553,9 +560,12 @@ def test_without_a_uid_there_are_no_owner_references():
         assert "ownerReferences" not in child["metadata"]
 
 
-def test_build_job_dispatches_on_backend():
-    assert build_job(make({"backend": "PyTorchJob"}))["kind"] == "PyTorchJob"
-    assert build_job(make({"backend": "MPIJob"}))["kind"] == "MPIJob"
+@pytest.mark.parametrize(("backend", "api_version"), [
+    ("PyTorchJob", "kubeflow.org/v1"), ("MPIJob", "kubeflow.org/v2beta1"), ("Job", "batch/v1"),
+    ("JobSet", "jobset.x-k8s.io/v1alpha2")])
+def test_build_job_dispatches_on_backend(backend: str, api_version: str):
+    job = build_job(make({"backend": backend}))
+    assert (job["apiVersion"], job["kind"]) == (api_version, backend)
 
 
 def test_builders_do_not_change_the_test():
@@ -575,7 +585,7 @@ def test_examples_render(example: Path):
     test = parse_test(example.read_text())
     docs = list(yaml.safe_load_all(render(test)))
     assert [d["kind"] for d in docs][:3] == ["ServiceAccount", "Role", "RoleBinding"]
-    assert {d["kind"] for d in docs[3:-1]} == {"ConfigMap"}
+    assert {d["kind"] for d in docs[3:-1]} <= {"ConfigMap", "Service"}
     assert docs[-1]["kind"] == test.spec.backend
     assert docs == json.loads(json.dumps(build_children(test)))
 
@@ -595,3 +605,80 @@ def test_examples_cover_what_the_docs_promise():
 def test_rendered_yaml_has_no_anchors_or_aliases():
     text = render(make({"nodes": 3}))
     assert "&id" not in text and "*id" not in text
+
+
+# --------------------------------------------------------------------------- Job (Indexed) and JobSet
+
+
+def test_indexed_job_shape():
+    service, job = build_indexed_job(make({"backend": "Job", "nodes": 3, "timeoutSeconds": 600,
+                                           "ttlSecondsAfterFinished": 120}))
+    spec = job["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
+    assert (spec["backoffLimit"], spec["activeDeadlineSeconds"], spec["ttlSecondsAfterFinished"]) == (0, 600, 120)
+    pod = spec["template"]["spec"]
+    assert pod["restartPolicy"] == "Never" and pod["subdomain"] == service["metadata"]["name"] == "t-g3"
+    # The first failure ends the Job, and its condition says why (exit code or lost node).
+    rules = spec["podFailurePolicy"]["rules"]
+    assert [r["action"] for r in rules] == ["FailJob", "FailJob"]
+    assert rules[0]["onExitCodes"] == {"containerName": "workload", "operator": "NotIn", "values": [0]}
+    assert rules[0]["onExitCodes"]["containerName"] == main_container(pod)["name"]
+    assert rules[1]["onPodConditions"] == [{"type": "DisruptionTarget", "status": "True"}]
+
+
+def test_indexed_job_service_is_headless_and_selects_exactly_the_runs_gpu_pods():
+    service, job = build_indexed_job(make({"backend": "Job", "nodes": 2}))
+    assert service["kind"] == "Service" and service["metadata"]["name"] == job["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    selector = service["spec"]["selector"]
+    assert selector == {"gpu-acceptance.io/test": "t", "gpu-acceptance.io/generation": "3",
+                        "gpu-acceptance.io/role": "gpu"}
+    assert selector.items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert service["metadata"]["ownerReferences"][0]["uid"] == UID  # goes with the test
+
+
+@pytest.mark.parametrize(("backend", "master"), [("Job", "t-g3-0.t-g3.gpu.svc"),
+                                                 ("JobSet", "t-g3-node-0-0.t-g3.gpu.svc")])
+def test_static_rendezvous_env_points_at_index_zero(backend: str, master: str):
+    env = env_of(main_container(gpu_pod_specs(build_job(make({"backend": backend, "nodes": 4,
+                                                               "gpusPerNode": 4})))[0]))
+    assert (env["PET_NNODES"], env["PET_NPROC_PER_NODE"], env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"]) == (
+        "4", "4", master, "29500")
+    assert env["PET_NODE_RANK"] == {"fieldRef": {
+        "apiVersion": "v1", "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+
+
+def test_jobset_shape():
+    (jobset,) = build_jobset(make({"backend": "JobSet", "nodes": 3, "timeoutSeconds": 600,
+                                   "ttlSecondsAfterFinished": 120}))
+    spec = jobset["spec"]
+    assert spec["failurePolicy"] == {"maxRestarts": 0} and spec["ttlSecondsAfterFinished"] == 120
+    assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
+    (replicated,) = spec["replicatedJobs"]
+    assert (replicated["name"], replicated["replicas"]) == ("node", 1)
+    job = replicated["template"]["spec"]
+    assert (job["completionMode"], job["completions"], job["parallelism"], job["backoffLimit"],
+            job["activeDeadlineSeconds"]) == ("Indexed", 3, 3, 0, 600)
+    # The JobSet's Job carries no test label: the operator's Job watch must not take it for a run.
+    assert "metadata" not in replicated["template"]
+
+
+@pytest.mark.parametrize("backend", ["Job", "JobSet"])
+def test_torchrun_takes_the_static_rendezvous_from_the_pod_env(backend: str):
+    """torchrun's own parser, fed the container's PET_* env (the node rank as the Job controller fills it in)."""
+    run = pytest.importorskip("torch.distributed.run")
+    container = main_container(gpu_pod_specs(build_job(make({"backend": backend, "nodes": 2})))[0])
+    env = {k: v for k, v in env_of(container).items() if k.startswith("PET_") and isinstance(v, str)}
+    env["PET_NODE_RANK"] = "1"
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        args = run.get_args_parser().parse_args(container["command"][1:])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert (args.nnodes, args.nproc_per_node, args.node_rank, args.master_port) == ("2", "8", 1, 29500)
+    assert args.master_addr.startswith("t-g3-") and args.rdzv_backend == "static"

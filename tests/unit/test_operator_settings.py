@@ -54,7 +54,8 @@ def test_kopf_settings():
     assert settings.persistence.diffbase_storage.prefix == "gpu-acceptance.io"
     # Only the tests' own jobs and pods are watched (server-side label selector).
     for resource in (Resource("", "v1", "pods"), Resource("kubeflow.org", "v1", "pytorchjobs"),
-                     Resource("kubeflow.org", "v2beta1", "mpijobs")):
+                     Resource("kubeflow.org", "v2beta1", "mpijobs"), Resource("batch", "v1", "jobs"),
+                     Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")):
         assert settings.watching.label_selectors.collect(resource) == ["gpu-acceptance.io/test"]
     assert settings.watching.label_selectors.collect(Resource("", "v1", "configmaps")) == []
 

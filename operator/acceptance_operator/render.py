@@ -1,0 +1,68 @@
+"""`gpu-acceptance render`: every object the operator would create for an AcceptanceTest, as YAML, no cluster."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
+from acceptance_operator.backends import build_children
+from acceptance_operator.manifests import MAX_MANIFEST_BYTES, RenderError, parse_test
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """Writes repeated values out in full: no &anchors / *aliases in manifests people read and kubectl applies."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def render(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> str:
+    """The children as one YAML stream."""
+    return yaml.dump_all(build_children(test, init_image=init_image), Dumper=_PlainDumper, sort_keys=False,
+                         explicit_start=True, width=120)
+
+
+def _read(path: str) -> str:
+    """The file (or stdin for -), at most one byte past MAX_MANIFEST_BYTES (enough to tell it is too large)."""
+    if path == "-":
+        return sys.stdin.read(MAX_MANIFEST_BYTES + 1)
+    with Path(path).open(encoding="utf-8") as f:
+        return f.read(MAX_MANIFEST_BYTES + 1)
+
+
+def render_file(path: str, out: TextIO, err: TextIO) -> int:
+    """`gpu-acceptance render`: 0 and the children on `out`; 1 invalid (errors on `err`); 2 unreadable.
+
+    The operator's settings come from the same environment variables as the operator's (settings.py): what
+    its policy refuses is refused here, and the init container gets its image.
+    """
+    from acceptance_operator.policy import policy_problems
+    from acceptance_operator.settings import OperatorSettings
+
+    source = "standard input" if path == "-" else path
+    try:
+        text = _read(path)
+    except (OSError, UnicodeDecodeError) as e:
+        err.write(f"error: cannot read {path}: {e}\n")
+        return 2
+    try:
+        settings = OperatorSettings.from_env()
+        test = parse_test(text)
+        problems = policy_problems(test, settings)
+        if problems:
+            raise RenderError(problems)
+        rendered = render(test, init_image=settings.init_image)
+    except RenderError as e:
+        err.write(f"error: {source} is not a valid AcceptanceTest:\n")
+        err.writelines(f"  {line}\n" for line in e.lines)
+        return 1
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
+        # The models should catch every malformed input; this keeps a miss from ending in a traceback.
+        err.write(f"error: cannot render {source}: {type(e).__name__}: {e}\n")
+        return 1
+    out.write(rendered)
+    return 0
