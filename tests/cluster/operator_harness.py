@@ -307,19 +307,20 @@ class Cluster:
         """As kube-controller-manager's Job controller: startTime and active pods, then Complete or Failed
         (each after the condition the API server's Job status validation wants first)."""
         spec, now = job["spec"], now_ts()
+        started = {"startTime": (job.get("status") or {}).get("startTime") or now}  # kept once set; required
         if state == "Created":
-            status: dict[str, Any] = {"startTime": now, "active": 0}
+            status: dict[str, Any] = {**started, "active": 0}
         elif state == "Running":
-            status = {"startTime": now, "active": spec["parallelism"], "ready": spec["parallelism"]}
+            status = {**started, "active": spec["parallelism"], "ready": spec["parallelism"]}
         elif state == "Succeeded":
             done = ",".join(str(i) for i in range(spec["completions"])) if spec["completions"] > 1 else "0"
-            status = {"active": 0, "ready": 0, "succeeded": spec["completions"], "completedIndexes": done,
+            status = {**started, "active": 0, "ready": 0, "succeeded": spec["completions"], "completedIndexes": done,
                       "completionTime": now, "conditions": [
                           {"type": t, "status": "True", "reason": "CompletionsReached",
                            "message": "Reached expected number of succeeded pods", "lastProbeTime": now,
                            "lastTransitionTime": now} for t in ("SuccessCriteriaMet", "Complete")]}
         else:
-            status = {"active": 0, "ready": 0, "failed": 1, "conditions": [
+            status = {**started, "active": 0, "ready": 0, "failed": 1, "conditions": [
                 {"type": t, "status": "True", "reason": reason or "BackoffLimitExceeded",
                  "message": message or "Job has reached the specified backoff limit", "lastProbeTime": now,
                  "lastTransitionTime": now} for t in ("FailureTarget", "Failed")]}

@@ -132,6 +132,38 @@ def test_kubeflow_deadline_is_a_timeout(cluster: Cluster):
     assert "spec.timeoutSeconds=60" in message and "deadline" in message
 
 
+def test_job_deadline_is_a_timeout_and_the_service_goes_with_the_job(cluster: Cluster):
+    """backend Job: the Job controller's DeadlineExceeded is the run's Timeout; stopping the Job removes its
+    headless Service too."""
+    cluster.create_test("broken", {"backend": "Job", "nodes": 2, "timeoutSeconds": 60})
+    cluster.wait_job("Job", "broken-g1")
+    service = f"/api/v1/namespaces/{cluster.ns}/services/broken-g1"
+    assert cluster.exists(service)
+    cluster.set_job_condition("Job", "broken-g1", "Failed", reason="DeadlineExceeded",
+                              message="Job was active longer than specified deadline")
+    message = failed(cluster, "broken", "Timeout")["message"]
+    assert "Job broken-g1 was stopped at spec.timeoutSeconds=60: Job was active longer than specified deadline" \
+        in message
+    # The run is over; a new generation stops the old Job and takes its Service with it.
+    cluster.patch_spec("broken", {"timeoutSeconds": 61})
+    cluster.wait(lambda: cluster.job("Job", "broken-g2"), "the second generation's Job")
+    cluster.wait(lambda: cluster.job("Job", "broken-g1") is None and not cluster.exists(service),
+                 "the first generation's Job and Service to be deleted")
+
+
+def test_job_failed_by_its_pod_failure_policy_quotes_the_job_controller(cluster: Cluster):
+    """The pods may be gone (TTL, node lost): the Job's own Failed condition still names the pod and exit code."""
+    cluster.create_test("broken", {"backend": "Job", "nodes": 2})
+    cluster.wait_job("Job", "broken-g1")
+    cluster.set_job_condition("Job", "broken-g1", "Running")
+    cluster.set_job_condition("Job", "broken-g1", "Failed", reason="PodFailurePolicy",
+                              message=f"Container workload for pod {cluster.ns}/broken-g1-1-x7k2p failed with "
+                                      "exit code 2 matching FailJob rule at index 0")
+    message = failed(cluster, "broken", "JobFailed")["message"]
+    assert "Job broken-g1 failed: Container workload for pod" in message
+    assert "broken-g1-1-x7k2p failed with exit code 2" in message
+
+
 @pytest.mark.parametrize(("spec", "field", "advice"), [
     ({"pod": {"volumeMounts": [{"name": "scratch", "mountPath": "/dev/shm"}],
               "volumes": [{"name": "scratch", "emptyDir": {}}]}},
@@ -169,6 +201,12 @@ def test_backend_not_installed(pytorch_only_apiserver: ApiServer, start_operator
     assert (created["status"], created["reason"]) == ("False", "BackendNotInstalled")
     assert "job" not in cluster.status("broken")
     assert not cluster.exists(cluster.service_account_path("broken-workload"))
-    # The same server runs PyTorchJob tests: that backend is there.
+    cluster.create_test("no-jobset", {"backend": "JobSet"})
+    message = failed(cluster, "no-jobset", "BackendNotInstalled")["message"]
+    assert "jobsets.jobset.x-k8s.io is not installed" in message and "JobSet controller" in message
+    # The same server runs PyTorchJob tests: that backend is there; Job needs no CRD at all.
     cluster.create_test("fine", {"backend": "PyTorchJob"})
     cluster.wait_phase("fine", "Pending")
+    cluster.create_test("plain", {"backend": "Job"})
+    cluster.wait_phase("plain", "Pending")
+    assert cluster.job("Job", "plain-g1") is not None
