@@ -59,6 +59,31 @@ def _which(binary: str, *fallbacks: str) -> Callable[[], str]:
     return get
 
 
+# rdma-core's user-space libraries, as NCCL's IB/RoCE transport dlopen()s them: without them NCCL silently falls
+# back to sockets, and an InfiniBand cluster would be measured (and judged) over TCP.
+RDMA_LIBRARIES = {
+    "libibverbs.so.1": "libibverbs1",  # verbs: NCCL's NET/IB plugin
+    "libmlx5.so.1": "ibverbs-providers",  # the ConnectX (mlx5) provider the verbs library loads
+    "librdmacm.so.1": "librdmacm1",  # connection manager: RoCE GID resolution, UCX
+}
+
+
+def _shared_library(soname: str) -> Callable[[], str]:
+    """The library loads as the dynamic linker finds it (ld.so.cache, LD_LIBRARY_PATH): what NCCL will do."""
+    def get() -> str:
+        import ctypes
+
+        try:
+            ctypes.CDLL(soname)
+        except OSError as e:
+            package = RDMA_LIBRARIES.get(soname, "rdma-core")
+            raise FileNotFoundError(f"{soname} does not load ({e}); install {package} "
+                                    "(Debian/Ubuntu: libibverbs1 ibverbs-providers librdmacm1)") from None
+        return "loads"
+
+    return get
+
+
 def check_installation(args: list[str]) -> int:
     """Print each component with its version; exit 1 when a required one is missing."""
     from acceptance_workload import __version__
@@ -77,6 +102,8 @@ def check_installation(args: list[str]) -> int:
     if "--mpi" in args:
         probes += [("mpirun", _which("mpirun")), ("sshd", _which("sshd", "/usr/sbin/sshd")),
                    ("ssh host key", lambda: _host_key())]
+    if "--rdma" in args:
+        probes += [(soname, _shared_library(soname)) for soname in RDMA_LIBRARIES]
     missing = 0
     for name, fn in probes:
         label, value, error = _probe(name, fn)
