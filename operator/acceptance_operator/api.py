@@ -219,7 +219,11 @@ class AcceptanceTestSpec(WireModel):
     backend: Backend = "PyTorchJob"
     nodes: int = Field(1, ge=1, le=4096)
     gpus_per_node: int = Field(8, ge=1, le=16)
-    image: Image = Field(DEFAULT_IMAGE, description="Workload image; default: the operator's own version.")
+    # No default in the CRD: a stored test does not pin the image of the operator version that admitted it. The
+    # operator resolves an unset image when it builds a run (manifests.resolve_image), so after `helm upgrade`
+    # new runs use the new workload image.
+    image: Image | None = Field(None, description="Workload image; default: the operator's configured workload "
+                                                  "image (chart value workloadImage), else its own version's.")
     profile: ProfileName = "h100-sxm"
     placement: Placement = Field(default_factory=Placement)
     resources: Resources = Field(default_factory=Resources)

@@ -32,7 +32,6 @@ from pydantic import ValidationError
 
 from acceptance_operator import evidence_hooks, manifests, ownership
 from acceptance_operator.api import (
-    DEFAULT_IMAGE,
     GROUP,
     PLURAL,
     VERSION,
@@ -319,11 +318,8 @@ def _conditions(status: KubeDict) -> list[Condition]:
 
 
 def _effective(test: AcceptanceTest) -> AcceptanceTest:
-    """The test as the builders should see it: the chart's workload image replaces the built-in default."""
-    if SETTINGS.default_image and test.spec.image == DEFAULT_IMAGE:
-        spec = test.spec.model_copy(update={"image": SETTINGS.default_image})
-        return test.model_copy(update={"spec": spec})
-    return test
+    """The test as the builders should see it: an unset image is the one the operator is configured with now."""
+    return manifests.resolve_image(test, SETTINGS.default_image)
 
 
 def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging.Logger = log) -> float | None:

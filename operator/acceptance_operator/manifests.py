@@ -26,6 +26,7 @@ from pydantic import ValidationError
 
 from acceptance_operator.api import (
     API_VERSION,
+    DEFAULT_IMAGE,
     DEFAULT_OPERATOR_IMAGE,
     GPU_RESOURCE,
     GROUP,
@@ -169,6 +170,26 @@ def _metadata(test: AcceptanceTest, name: str, labels: dict[str, str]) -> dict[s
     if owners:
         meta["ownerReferences"] = owners
     return meta
+
+
+# --------------------------------------------------------------------------- workload image
+
+
+def resolve_image(test: AcceptanceTest, default_image: str | None) -> AcceptanceTest:
+    """The test with its workload image decided: its own spec.image, else the operator's configured one
+    (`default_image`, chart value workloadImage), else the operator's own version's (DEFAULT_IMAGE).
+
+    An image equal to DEFAULT_IMAGE counts as unset: CRDs before 0.2 wrote that default into every stored test.
+    """
+    image = test.spec.image if test.spec.image not in (None, DEFAULT_IMAGE) else default_image or DEFAULT_IMAGE
+    if image == test.spec.image:
+        return test
+    return test.model_copy(update={"spec": test.spec.model_copy(update={"image": image})})
+
+
+def workload_image(test: AcceptanceTest) -> str:
+    """The image the builders put in the pods (resolve_image first, to apply the operator's configuration)."""
+    return test.spec.image or DEFAULT_IMAGE
 
 
 # --------------------------------------------------------------------------- workload configuration
@@ -335,7 +356,7 @@ def _gpu_container(test: AcceptanceTest, name: str, command: list[str], env: lis
     pod = test.spec.pod
     container: dict[str, Any] = {
         "name": name,
-        "image": test.spec.image,
+        "image": workload_image(test),
         "command": command,
         "env": env,
         "resources": _gpu_resources(test),
@@ -458,7 +479,7 @@ def build_mpijob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMA
     )
     launcher = {
         "name": MPI_LAUNCHER_CONTAINER,
-        "image": spec.image,
+        "image": workload_image(test),
         "command": mpirun_command(test),
         "env": [*_env_list({"MASTER_ADDR": mpi_master_addr(test), "MASTER_PORT": str(MPI_MASTER_PORT)}),
                 *_env_list(workload_env(test))],

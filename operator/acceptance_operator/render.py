@@ -10,7 +10,7 @@ import yaml
 
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
 from acceptance_operator.backends import build_children
-from acceptance_operator.manifests import MAX_MANIFEST_BYTES, RenderError, parse_test
+from acceptance_operator.manifests import MAX_MANIFEST_BYTES, RenderError, parse_test, resolve_image
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -38,7 +38,8 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
     """`gpu-acceptance render`: 0 and the children on `out`; 1 invalid (errors on `err`); 2 unreadable.
 
     The operator's settings come from the same environment variables as the operator's (settings.py): what
-    its policy refuses is refused here, and the init container gets its image.
+    its policy refuses is refused here, the init container gets its image, and a test without spec.image the
+    configured workload image.
     """
     from acceptance_operator.policy import policy_problems
     from acceptance_operator.settings import OperatorSettings
@@ -55,7 +56,7 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
         problems = policy_problems(test, settings)
         if problems:
             raise RenderError(problems)
-        rendered = render(test, init_image=settings.init_image)
+        rendered = render(resolve_image(test, settings.default_image), init_image=settings.init_image)
     except RenderError as e:
         err.write(f"error: {source} is not a valid AcceptanceTest:\n")
         err.writelines(f"  {line}\n" for line in e.lines)

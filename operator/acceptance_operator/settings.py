@@ -8,8 +8,8 @@ under a plain `kopf run -m acceptance_operator.handlers`:
   before the run fails as Unschedulable (or JobFailed).
 - GPU_ACCEPTANCE_NODE_ACTIONS (false): allow spec.onFailure to label, taint or
   cordon nodes (the chart grants nodes get/patch only then).
-- GPU_ACCEPTANCE_DEFAULT_IMAGE: workload image for tests that keep the
-  built-in default spec.image.
+- GPU_ACCEPTANCE_DEFAULT_IMAGE: workload image for tests that set no
+  spec.image (default: the workload image of the operator's own version).
 - GPU_ACCEPTANCE_RESYNC_SECONDS (300): a safety net, not a poll: a run in
   progress is looked at this long after the last look even when no watch event
   and no deadline asked for it.

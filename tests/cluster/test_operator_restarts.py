@@ -142,3 +142,22 @@ def test_json_logs(acceptance_crd: ApiServer, namespace: str, start_operator: St
     assert started[0]["object"] == {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
                                      "name": "run", "namespace": namespace,
                                      "uid": cluster.get_test("run")["metadata"]["uid"]}
+
+
+def test_after_an_upgrade_new_runs_use_the_new_workload_image(acceptance_crd, namespace: str,
+                                                               start_operator: StartOperator):
+    """The CRD pins no image: a test without spec.image runs the image the operator is configured with at the
+    time of the run, so after `helm upgrade` (a new workloadImage, a restarted operator) a new run uses the new one."""
+    cluster = Cluster(acceptance_crd, namespace)
+    old = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_DEFAULT_IMAGE": "mirror.local/w:1"})
+    cluster.operator_log = old.log_tail
+    created = cluster.create_test("run", {"backend": "Job"})
+    assert "image" not in created["spec"]  # nothing defaulted into the stored object
+    job = cluster.wait_job("Job", "run-g1")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "mirror.local/w:1"
+    old.stop()
+    new = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_DEFAULT_IMAGE": "mirror.local/w:2"})
+    cluster.operator_log = new.log_tail
+    cluster.patch_spec("run", {"nodes": 1, "timeoutSeconds": 1800})  # a new run
+    job = cluster.wait_job("Job", "run-g2")
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "mirror.local/w:2"

@@ -35,12 +35,16 @@ def test_parse_test_rejects_what_the_schema_let_through():
 
 
 def test_default_image_override_applies_only_to_the_default(monkeypatch):
+    unset = {**STORED, "spec": {"nodes": 2}}
     monkeypatch.setattr(handlers.SETTINGS, "default_image", "registry.local/workload:dev")
+    assert handlers._effective(handlers.parse_test(unset)).spec.image == "registry.local/workload:dev"
+    # A test stored by an older CRD carries that CRD's default: it counts as unset.
     assert handlers._effective(handlers.parse_test(STORED)).spec.image == "registry.local/workload:dev"
     pinned = {**STORED, "spec": {"image": "ghcr.io/me/workload:1"}}
     assert handlers._effective(handlers.parse_test(pinned)).spec.image == "ghcr.io/me/workload:1"
     monkeypatch.setattr(handlers.SETTINGS, "default_image", None)
     assert handlers._effective(handlers.parse_test(STORED)).spec.image == DEFAULT_IMAGE
+    assert handlers._effective(handlers.parse_test(unset)).spec.image == DEFAULT_IMAGE
 
 
 @pytest.mark.parametrize(("status", "finished"), [

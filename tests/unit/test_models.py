@@ -36,7 +36,7 @@ def test_four_line_manifest_gets_every_default():
     test = AcceptanceTest.model_validate(yaml.safe_load(FOUR_LINES))
     s = test.spec
     assert (s.backend, s.nodes, s.gpus_per_node, s.profile) == ("PyTorchJob", 2, 8, "h100-sxm")
-    assert s.image == api.DEFAULT_IMAGE and s.image.endswith(f":{api.__version__}")
+    assert s.image is None  # the operator resolves it when it builds a run (manifests.resolve_image)
     assert (s.timeout_seconds, s.ttl_seconds_after_finished, s.on_failure) == (3600, 86400, "none")
     assert s.network.fabric == "infiniband" and s.network.gpu_direct_rdma is True
     assert s.network.hcas == [] and s.network.socket_interface is None and s.network.env == {}

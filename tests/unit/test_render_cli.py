@@ -143,8 +143,10 @@ def test_operator_settings_apply_as_in_the_operator(tmp_path: Path):
     """The same environment variables as the operator's: the chart's policy and init image."""
     path = write(tmp_path, bad("{pod: {volumes: [{name: h, hostPath: {path: /data}}], serviceAccountName: sa}}"))
     proc = render(path, env={"GPU_ACCEPTANCE_ALLOW_HOST_PATH": "true", "GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME": "1",
-                             "GPU_ACCEPTANCE_INIT_IMAGE": "mirror.local/busybox:1.36"})
+                             "GPU_ACCEPTANCE_INIT_IMAGE": "mirror.local/busybox:1.36",
+                             "GPU_ACCEPTANCE_DEFAULT_IMAGE": "mirror.local/workload:2"})
     assert proc.returncode == 0, proc.stderr
     pod = list(yaml.safe_load_all(proc.stdout))[-1]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
     assert pod["initContainers"][0]["image"] == "mirror.local/busybox:1.36"
+    assert pod["containers"][0]["image"] == "mirror.local/workload:2"  # the test sets no spec.image
     assert {"name": "h", "hostPath": {"path": "/data"}} in pod["volumes"] and pod["serviceAccountName"] == "sa"
