@@ -592,13 +592,14 @@ def test_examples_render(example: Path):
 
 def test_examples_cover_what_the_docs_promise():
     by_name = {p.stem: parse_test(p.read_text()) for p in EXAMPLES}
-    assert set(by_name) >= {"quick", "standard", "mpijob", "roce"}
+    assert set(by_name) >= {"quick", "standard", "mpijob", "roce", "job", "jobset"}
     assert by_name["quick"].spec.nodes == 1
     standard = by_name["standard"].spec
     assert (standard.nodes, standard.gpus_per_node, standard.backend, standard.profile) == (
         2, 8, "PyTorchJob", "h100-sxm")
     assert standard.network.fabric == "infiniband" and standard.network.hcas == [f"mlx5_{i}" for i in range(8)]
     assert by_name["mpijob"].spec.backend == "MPIJob"
+    assert (by_name["job"].spec.backend, by_name["jobset"].spec.backend) == ("Job", "JobSet")
     assert by_name["roce"].spec.network.fabric == "roce"
 
 
