@@ -7,6 +7,8 @@ PYTHON     ?= python3
 PIP        ?= $(PYTHON) -m pip
 PYTEST_ARGS ?=
 DEV_CLUSTER_DIR ?= .dev-cluster
+# Fake GPU nodes (kwok) of `make dev-cluster`, 8 nvidia.com/gpu each; 0: the API server alone.
+DEV_NODES ?= 4
 # PyTorch's CPU-only wheels (no ~3 GB of CUDA libraries), used when reachable.
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
@@ -27,10 +29,11 @@ install: ## pip-install the project (operator, report + dev extras) and the work
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd (built from Go modules), Kubeflow CRDs: cached outside the repo
+tools: ## helm, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok (built from Go modules), backend CRDs: cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null
+	@bash hack/envtest-assets.sh controllers kube-controller-manager kube-scheduler kwok >/dev/null
 
 test: ## run the test suite (cluster tests start their own kube-apiserver + etcd)
 	assets=$$(bash hack/envtest-assets.sh assets); \
@@ -39,9 +42,9 @@ test: ## run the test suite (cluster tests start their own kube-apiserver + etcd
 lint: ## ruff
 	$(PYTHON) -m ruff check .
 
-dev-cluster: ## start kube-apiserver + etcd in the background with the Kubeflow CRDs and ours; prints export KUBECONFIG=...
+dev-cluster: ## kube-apiserver + etcd with the backend CRDs and ours, kube-controller-manager, kube-scheduler, kwok with DEV_NODES fake GPU nodes; prints export KUBECONFIG=...
 	assets=$$(bash hack/envtest-assets.sh assets); \
-	KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.apiserver up --dir $(DEV_CLUSTER_DIR)
+	KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.apiserver up --dir $(DEV_CLUSTER_DIR) --nodes $(DEV_NODES)
 
 dev-cluster-restart: ## restart the dev cluster's API server (an outage of DOWN seconds, default 0); etcd data stays
 	$(PYTHON) -m tests.apiserver restart --dir $(DEV_CLUSTER_DIR) --down-seconds $(or $(DOWN),0)

@@ -13,10 +13,12 @@ ETCD_VERSION=${ETCD_VERSION:-v3.5.21}
 TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.6.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.8.2}
+KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 
 cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptance}
 assets=${cache_root}/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
 crds=${cache_root}/backend-crds/training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}
+controllers=${cache_root}/dev-controllers/k8s-${K8S_VERSION}-training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}-kwok-${KWOK_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
@@ -25,12 +27,14 @@ module_dir() { # module@version -> extracted folder in the module cache
   go mod download -json "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])'
 }
 
-build_kube_apiserver() {
-  local work; work=$(mktemp -d)
-  log "building kube-apiserver ${K8S_VERSION} (first run only; takes several minutes)"
+# k8s.io/kubernetes/cmd/<name> at K8S_VERSION into <folder>/<name>: kube-apiserver here, kube-controller-manager
+# and kube-scheduler for the dev cluster (hack/dev-cluster-assets.sh).
+build_k8s_binary() {
+  local name=$1 out=$2 work; work=$(mktemp -d)
+  log "building ${name} ${K8S_VERSION} (first run only; takes several minutes)"
   (
     cd "$work"
-    go mod init envtest.local/kube-apiserver >/dev/null 2>&1
+    go mod init "envtest.local/${name}" >/dev/null 2>&1
     # k8s.io/kubernetes replaces its staging modules with ./staging paths; swap
     # each for the published module of the same release (v1.X.Y -> v0.X.Y).
     local gomod staging_version
@@ -47,7 +51,7 @@ build_kube_apiserver() {
       fi
       go mod edit -replace "${mod}=${mod}@${version}"
     done
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@${K8S_VERSION}" >&2
+    go get "k8s.io/kubernetes/cmd/${name}@${K8S_VERSION}" >&2
     # Stamp the version as Kubernetes' own build does (hack/lib/version.sh);
     # without it the server reports v0.0.0-master to clients (kubectl, helm).
     local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -56,10 +60,16 @@ build_kube_apiserver() {
       ldflags+=" -X ${pkg}.gitVersion=${K8S_VERSION} -X ${pkg}.gitMajor=1 -X ${pkg}.gitMinor=${minor}"
       ldflags+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
     done
-    go build -trimpath -ldflags "$ldflags" -o "$assets/kube-apiserver.tmp" k8s.io/kubernetes/cmd/kube-apiserver
+    go build -trimpath -ldflags "$ldflags" -o "$out/${name}.tmp" "k8s.io/kubernetes/cmd/${name}"
   )
-  mv "$assets/kube-apiserver.tmp" "$assets/kube-apiserver"
+  mv "$out/${name}.tmp" "$out/${name}"
   rm -rf "$work"
+}
+
+# Whether <folder>/<name> is there and says it is K8S_VERSION (a binary built before the version stamp
+# reports v0.0.0-master: rebuilt).
+k8s_binary_current() {
+  [ -x "$2/$1" ] && [ "$("$2/$1" --version 2>/dev/null)" = "Kubernetes ${K8S_VERSION}" ]
 }
 
 build_etcd() {
@@ -87,6 +97,40 @@ GO
   rm -rf "$work"
 }
 
+# <module>@<version>'s package <pkg> into <folder>/<name>, in a scratch module that requires only it (the
+# dependencies are the versions its own go.mod asks for).
+build_go_module() {
+  local name=$1 module=$2 pkg=$3 out=$4 work; work=$(mktemp -d)
+  log "building ${name} from ${module} (first run only; takes a few minutes)"
+  (
+    cd "$work"
+    go mod init "devcluster.local/${name}" >/dev/null 2>&1
+    go get "${module}" >&2
+    go build -trimpath -o "$out/${name}.tmp" "$pkg"
+  )
+  mv "$out/${name}.tmp" "$out/${name}"
+  rm -rf "$work"
+}
+
+# The dev cluster's controllers: the Kubernetes ones of the API server's version, kwok (fake nodes and pod
+# phases), and each backend's controller. Arguments: which ones (default: all).
+ALL_CONTROLLERS=(kube-scheduler kube-controller-manager kwok jobset-controller mpi-operator training-operator)
+build_controller() {
+  local c=$controllers
+  case "$1" in
+    kube-scheduler | kube-controller-manager) k8s_binary_current "$1" "$c" || build_k8s_binary "$1" "$c" ;;
+    kwok) [ -x "$c/kwok" ] || build_go_module kwok "sigs.k8s.io/kwok@${KWOK_VERSION}" sigs.k8s.io/kwok/cmd/kwok "$c" ;;
+    jobset-controller) [ -x "$c/$1" ] ||
+      build_go_module "$1" "sigs.k8s.io/jobset@${JOBSET_VERSION}" sigs.k8s.io/jobset "$c" ;;
+    mpi-operator) [ -x "$c/$1" ] || build_go_module "$1" "github.com/kubeflow/mpi-operator@${MPI_OPERATOR_VERSION}" \
+      github.com/kubeflow/mpi-operator/cmd/mpi-operator "$c" ;;
+    training-operator) [ -x "$c/$1" ] || build_go_module "$1" \
+      "github.com/kubeflow/training-operator@${TRAINING_OPERATOR_VERSION}" \
+      github.com/kubeflow/training-operator/cmd/training-operator.v1 "$c" ;;
+    *) log "unknown controller $1 (one of: ${ALL_CONTROLLERS[*]})"; exit 2 ;;
+  esac
+}
+
 fetch_backend_crds() {
   mkdir -p "$crds"
   local to mpi jobset
@@ -105,11 +149,7 @@ case "${1:-assets}" in
       echo "$KUBEBUILDER_ASSETS"; exit 0
     fi
     mkdir -p "$assets"
-    # A binary built before the version stamp reports v0.0.0-master: rebuild it.
-    if ! { [ -x "$assets/kube-apiserver" ] &&
-           [ "$("$assets/kube-apiserver" --version 2>/dev/null)" = "Kubernetes ${K8S_VERSION}" ]; }; then
-      build_kube_apiserver
-    fi
+    k8s_binary_current kube-apiserver "$assets" || build_k8s_binary kube-apiserver "$assets"
     [ -x "$assets/etcd" ] || build_etcd
     echo "$assets"
     ;;
@@ -118,5 +158,11 @@ case "${1:-assets}" in
       [ -f "$crds/jobset.x-k8s.io_jobsets.yaml" ] || fetch_backend_crds
     echo "$crds"
     ;;
-  *) echo "usage: $0 [assets|crds]" >&2; exit 2 ;;
+  controllers)
+    mkdir -p "$controllers"
+    shift || true
+    for name in "${@:-${ALL_CONTROLLERS[@]}}"; do build_controller "$name"; done
+    echo "$controllers"
+    ;;
+  *) echo "usage: $0 [assets|crds|controllers [NAME...]]" >&2; exit 2 ;;
 esac

@@ -808,8 +808,15 @@ def _stop_recorded(directory: Path, name: str) -> None:
         pid_file.unlink()
 
 
-def _up(directory: Path, with_crds: bool, wipe: bool = False) -> int:
-    """Start the dev cluster; an earlier one's etcd data (and certificates) are kept unless `wipe`."""
+CONTROLLER_NAMES = ("kwok", "kube-scheduler", "kube-controller-manager")
+
+
+def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) -> int:
+    """Start the dev cluster; an earlier one's etcd data (and certificates) are kept unless `wipe`.
+
+    `nodes` > 0: also kube-controller-manager, kube-scheduler and kwok with that many fake GPU nodes
+    (tests/devcluster.py).
+    """
     if _running(directory):
         print(f"already running ({directory}); stop it with: python -m tests.apiserver down --dir {directory}")
         return 0
@@ -820,11 +827,18 @@ def _up(directory: Path, with_crds: bool, wipe: bool = False) -> int:
         server.start()
         if with_crds:
             server.install_crds(backend_crd_paths() + repo_crd_paths())
+        if nodes:
+            from tests.devcluster import Controllers
+
+            controllers = Controllers(server, detached=True).start()
+            names = controllers.add_gpu_nodes(nodes)
     except BaseException:
-        server.stop()
+        _down(directory, quiet=True)
         raise
     print(f"kube-apiserver {server.server} ready in {server.started_seconds:.1f}s; logs in {directory}"
           + ("; etcd data kept from the last run (--wipe starts empty)" if kept else ""))
+    if nodes:
+        print(f"kube-controller-manager, kube-scheduler, kwok running; fake GPU nodes: {', '.join(names)}")
     print(f"export KUBECONFIG={server.kubeconfig}")
     return 0
 
@@ -835,7 +849,7 @@ def _down(directory: Path, quiet: bool = False, wipe: bool = False) -> int:
         if not quiet:
             print(f"nothing to stop: {directory} does not exist")
         return 0
-    for name in ("kube-apiserver", "etcd"):
+    for name in (*CONTROLLER_NAMES, "kube-apiserver", "etcd"):
         _stop_recorded(directory, name)
     if wipe:
         shutil.rmtree(directory, ignore_errors=True)
@@ -884,6 +898,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", default=".dev-cluster", type=Path)
     up.add_argument("--no-crds", action="store_true", help="install no CRDs")
     up.add_argument("--wipe", action="store_true", help="start from empty etcd")
+    up.add_argument("--nodes", type=int, default=0, help="also run kube-controller-manager, kube-scheduler and "
+                                                        "kwok with this many fake GPU nodes (8 nvidia.com/gpu each)")
     down = sub.add_parser("down", help="stop it (etcd data stays for the next up unless --wipe)")
     down.add_argument("--dir", default=".dev-cluster", type=Path)
     down.add_argument("--wipe", action="store_true", help="also remove its folder: etcd data, certificates, logs")
@@ -895,7 +911,7 @@ def main(argv: list[str] | None = None) -> int:
     directory = args.dir.resolve()
     try:
         if args.command == "up":
-            return _up(directory, with_crds=not args.no_crds, wipe=args.wipe)
+            return _up(directory, with_crds=not args.no_crds, wipe=args.wipe, nodes=args.nodes)
         if args.command == "restart":
             return _restart(directory, args.down_seconds, args.wipe)
         return _down(directory, wipe=args.wipe)
