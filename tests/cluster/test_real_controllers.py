@@ -69,8 +69,10 @@ def test_job_runs_one_pod_per_fake_gpu_node(real: Cluster, real_cluster: tuple[A
     real.write_report("accept", report(1, nodes=tuple(nodes)), place_pods=False)
     status = real.wait_phase("accept", "Succeeded", timeout=120)
     assert status["summary"]["failedNodes"] == []
-    job = real.job("Job", "accept-g1")
-    assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
+    # The Job controller completes the Job once kwok has ended its pods.
+    real.wait(lambda: any(c["type"] == "Complete" and c["status"] == "True"
+                          for c in (real.job("Job", "accept-g1") or {}).get("status", {}).get("conditions", [])),
+              "the Job controller to mark accept-g1 Complete", timeout=120)
 
 
 def test_unschedulable_quotes_the_real_scheduler(real: Cluster, real_cluster: tuple[ApiServer, list[str]]):
