@@ -186,9 +186,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             job_seen.setdefault(obj["metadata"]["labels"]["gpu-acceptance.io/test"], when)
             changed.notify_all()
 
+    uids: dict[str, str] = {}
+
     def on_test(kind: str, obj: dict, when: float) -> None:
         phase = (obj.get("status") or {}).get("phase")
         with changed:
+            uids.setdefault(obj["metadata"]["name"], obj["metadata"]["uid"])
             if phase:
                 phase_seen.setdefault((obj["metadata"]["name"], phase), when)
             changed.notify_all()
@@ -219,7 +222,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(2)  # the operator's watches are up
         # 1. create N tests at once ----------------------------------------------------------
         created: dict[str, float] = {}
-        before = driver.request_total(), driver.requests
+        before, kinds_before = (driver.request_total(), driver.requests), driver.request_counts()
 
         def create(name: str) -> None:
             created[name] = time.monotonic()
@@ -233,6 +236,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["create_to_job_s"] = percentiles([job_seen[n] - created[n] for n in names])
         results["create_burst_s"] = round(time.monotonic() - t0, 2)
         results["requests_start"] = operator_requests(driver, before)
+        kinds_after = driver.request_counts()
+        results["requests_start_by_kind_incl_this_script"] = {
+            k: int(v - kinds_before.get(k, 0)) for k, v in sorted(kinds_after.items(), key=lambda kv: -kv[1])
+            if v > kinds_before.get(k, 0)}
 
         # 2. the training-operator and kubelet: job Running, one pod Running ----------------------
         before = driver.request_total(), driver.requests
@@ -262,7 +269,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                            "requests_per_s": round(idle / args.idle_seconds, 2)}
 
         # 4. N tests in progress: one more test, one more report, now and then --------------------------
-        bodies = {n: {"status": {"report": report(1, nodes=(f"node-{n}",))}} for n in names}
+        bodies = {n: delivery(namespace, n, uids[n]) for n in names}
         reported: dict[str, float] = {}
         probes = [f"p{i:04d}" for i in range(args.probes)]
         for name in probes:
@@ -273,7 +280,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         steady = names[:args.probes]
         for name in steady:
             reported[name] = time.monotonic()
-            driver.call("PATCH", f"{tests_path}/{name}/status", bodies[name], MERGE)
+            deliver_report(driver, namespace, name, bodies[name])
             time.sleep(1 / args.probe_rate)
         wait(lambda: all((n, "Succeeded") in phase_seen for n in steady), "the probes' verdicts", args.timeout)
         results["steady_report_to_verdict_s"] = percentiles([phase_seen[(n, "Succeeded")] - reported[n]
@@ -295,7 +302,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         def deliver(name: str) -> None:
             reported[name] = time.monotonic()
-            driver.call("PATCH", f"{tests_path}/{name}/status", bodies[name], MERGE)
+            deliver_report(driver, namespace, name, bodies[name])
 
         list(pool.map(deliver, names))
         wait(lambda: all((n, "Succeeded") in phase_seen for n in names), "every verdict", args.timeout)
@@ -330,6 +337,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not args.keep:
             driver.server.request("DELETE", f"/api/v1/namespaces/{namespace}", expect=None)
     return results
+
+
+def delivery(namespace: str, name: str, uid: str) -> tuple[dict[str, str], dict]:
+    """What rank 0 of a healthy one-node run of `name` on node-<name> writes: evidence shards and the status part."""
+    from acceptance_operator.api import parse_test
+    from acceptance_operator.manifests import evidence_names
+    from acceptance_workload.evidence import split
+    from acceptance_workload.report import Report
+    from acceptance_workload.status import merge_patch
+
+    full = Report.model_validate({**report(1, nodes=(f"node-{name}",)), "uid": uid})
+    test = parse_test({"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+                       "metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": 1},
+                       "spec": {"nodes": 1}})
+    status, shards = split(full, evidence_names(test))
+    return shards, merge_patch(status)
+
+
+def deliver_report(driver: Driver, namespace: str, name: str, body: tuple[dict[str, str], dict]) -> None:
+    """As rank 0 delivers it (acceptance_workload.status.patch_report): evidence first, then the status part."""
+    from acceptance_workload.evidence import EVIDENCE_KEY
+
+    shards, status = body
+    for cm, text in shards.items():
+        driver.call("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{cm}", {"data": {EVIDENCE_KEY: text}},
+                    MERGE)
+    driver.call("PATCH", f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests/{name}/status", status, MERGE)
 
 
 def operator_requests(driver: Driver, before: tuple[float, int]) -> int:
