@@ -173,7 +173,8 @@ class Pod(WireModel):
     shm_size: byte_size(2**42) = Field("64Gi", description="Size of the RAM-backed /dev/shm.")
     ulimit_init: bool = Field(True, description="Privileged init container raising memlock and nofile; it runs "
                               "the image the operator is configured with (chart value ulimitInit.image).")
-    host_network: bool = False
+    host_network: bool = Field(False, description="Run the GPU pods in the node's network namespace; only where "
+                               "the operator allows it (chart value userPolicy.allowHostNetwork).")
     env: Env = Field(default_factory=dict, max_length=MAX_ENV)
     volumes: list[Volume] = Field(default_factory=list, max_length=MAX_LIST,
                                   description="hostPath volumes only where the operator allows them "

@@ -24,6 +24,8 @@ under a plain `kopf run -m acceptance_operator.handlers`:
 - GPU_ACCEPTANCE_ALLOW_HOST_PATH (false): let tests mount hostPath volumes.
 - GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME (false): let tests run their pods
   under a ServiceAccount they name (spec.pod.serviceAccountName).
+- GPU_ACCEPTANCE_ALLOW_HOST_NETWORK (false): let tests run their pods in the
+  node's network namespace (spec.pod.hostNetwork).
 
 Importing this module needs no kopf (`gpu-acceptance render` applies the same settings).
 """
@@ -85,6 +87,7 @@ class OperatorSettings:
     init_image: str = DEFAULT_OPERATOR_IMAGE
     allow_host_path: bool = False
     allow_service_account_name: bool = False
+    allow_host_network: bool = False
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -99,6 +102,7 @@ class OperatorSettings:
             init_image=os.environ.get("GPU_ACCEPTANCE_INIT_IMAGE", "").strip() or DEFAULT_OPERATOR_IMAGE,
             allow_host_path=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_PATH", False),
             allow_service_account_name=_env_bool("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME", False),
+            allow_host_network=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_NETWORK", False),
         )
 
 

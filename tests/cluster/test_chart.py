@@ -139,7 +139,7 @@ def test_helm_install_grants_exactly_the_contract(
     assert not can(apiserver, namespace, sa_name, "", "pods", "list")
 
 
-def test_user_policy_refuses_host_path_and_service_account_at_admission(
+def test_user_policy_refuses_host_path_service_account_and_host_network_at_admission(
     acceptance_crd: ApiServer, namespace: str, helm_env: dict[str, str], tmp_path: Path
 ) -> None:
     """The chart's ValidatingAdmissionPolicy refuses what userPolicy does not allow, when the test is created."""
@@ -170,12 +170,17 @@ def test_user_policy_refuses_host_path_and_service_account_at_admission(
         assert "spec.pod.volumes: hostPath volumes are not allowed by this operator" in answer["message"]
         answer = create("account", {"serviceAccountName": "admin"})
         assert answer["_status"] == 403 and "userPolicy.allowServiceAccountName" in answer["message"], answer
+        answer = create("hostnet", {"hostNetwork": True})
+        assert answer["_status"] == 403 and "spec.pod.hostNetwork" in answer["message"], answer
+        assert "userPolicy.allowHostNetwork" in answer["message"], answer
         assert create("plain", {"volumes": [{"name": "d", "emptyDir": {}}]})["_status"] == 201
+        assert create("podnet", {"hostNetwork": False})["_status"] == 201
 
         # Allowed by the chart: the same spec is admitted (the policy drops the hostPath rule).
         helm("upgrade", release, str(CHART), "-n", namespace, "--skip-crds",
-             *values_file({**scoped, "userPolicy": {"allowHostPath": True, "allowServiceAccountName": False}},
-                          tmp_path), env=helm_env)
+             *values_file({**scoped, "userPolicy": {"allowHostPath": True, "allowServiceAccountName": False,
+                                                    "allowHostNetwork": True}}, tmp_path), env=helm_env)
         wait_for(lambda: create("host-ok", host)["_status"] == 201, "hostPath to be admitted", timeout=60)
+        assert create("hostnet-ok", {"hostNetwork": True})["_status"] == 201
     finally:
         helm("uninstall", release, "-n", namespace, env=helm_env)

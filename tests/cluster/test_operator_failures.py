@@ -174,6 +174,7 @@ def test_job_failed_by_its_pod_failure_policy_quotes_the_job_controller(cluster:
     ({"pod": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}},
      "spec.pod.volumes[0].hostPath", "userPolicy.allowHostPath"),
     ({"pod": {"serviceAccountName": "default"}}, "spec.pod.serviceAccountName", "userPolicy.allowServiceAccountName"),
+    ({"pod": {"hostNetwork": True}}, "spec.pod.hostNetwork", "userPolicy.allowHostNetwork"),
     ({"pod": {"volumes": [{"name": "cfg", "configMap": "cfg"}]}},
      "spec.pod.volumes[0].configMap", "a volume source is an object"),
 ])

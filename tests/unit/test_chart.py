@@ -150,15 +150,17 @@ def test_operator_env_defaults() -> None:
     assert env["GPU_ACCEPTANCE_INIT_IMAGE"] == operator_container(render())["image"] == \
         f"ghcr.io/gpu-acceptance/operator:{CHART_META['appVersion']}"
     assert env["GPU_ACCEPTANCE_ALLOW_HOST_PATH"] == env["GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME"] == "false"
+    assert env["GPU_ACCEPTANCE_ALLOW_HOST_NETWORK"] == "false"
 
 
 def test_user_policy_and_init_image_reach_the_operator() -> None:
     env = env_of(operator_container(render({
         "ulimitInit": {"image": "mirror.local/busybox:1.36"},
-        "userPolicy": {"allowHostPath": True, "allowServiceAccountName": True},
+        "userPolicy": {"allowHostPath": True, "allowServiceAccountName": True, "allowHostNetwork": True},
     })))
     assert env["GPU_ACCEPTANCE_INIT_IMAGE"] == "mirror.local/busybox:1.36"
-    assert (env["GPU_ACCEPTANCE_ALLOW_HOST_PATH"], env["GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME"]) == ("true", "true")
+    assert (env["GPU_ACCEPTANCE_ALLOW_HOST_PATH"], env["GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME"],
+            env["GPU_ACCEPTANCE_ALLOW_HOST_NETWORK"]) == ("true", "true", "true")
     pinned = env_of(operator_container(render({"image": {"repository": "mirror.local/op", "tag": "9",
                                                          "pullPolicy": "Always"}})))
     assert pinned["GPU_ACCEPTANCE_INIT_IMAGE"] == "mirror.local/op:9"
@@ -205,15 +207,20 @@ def test_user_policy_is_enforced_at_admission_where_the_cluster_serves_the_api()
         "apiGroups": ["gpu-acceptance.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"],
         "resources": ["acceptancetests"]}]
     fields = [v["message"].split(":")[0] for v in policy["spec"]["validations"]]
-    assert fields == ["spec.pod.volumes", "spec.pod.serviceAccountName"]
+    assert fields == ["spec.pod.volumes", "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
 
-    host_allowed = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": False}},
-                                  api_versions=VAP_API))
+    host_allowed = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": False,
+                                                  "allowHostNetwork": False}}, api_versions=VAP_API))
     (policy,) = host_allowed["ValidatingAdmissionPolicy"]
-    assert [v["message"].split(":")[0] for v in policy["spec"]["validations"]] == ["spec.pod.serviceAccountName"]
-    both = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True}},
-                          api_versions=VAP_API))
-    assert "ValidatingAdmissionPolicy" not in both and "ValidatingAdmissionPolicyBinding" not in both
+    assert [v["message"].split(":")[0] for v in policy["spec"]["validations"]] == [
+        "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
+    network_only = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True,
+                                                  "allowHostNetwork": False}}, api_versions=VAP_API))
+    (policy,) = network_only["ValidatingAdmissionPolicy"]
+    assert [v["message"].split(":")[0] for v in policy["spec"]["validations"]] == ["spec.pod.hostNetwork"]
+    every = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True,
+                                           "allowHostNetwork": True}}, api_versions=VAP_API))
+    assert "ValidatingAdmissionPolicy" not in every and "ValidatingAdmissionPolicyBinding" not in every
 
 
 def test_user_policy_binding_follows_watch_namespaces() -> None:
@@ -388,6 +395,7 @@ def test_grafana_dashboard_covers_what_the_issue_asks_and_uses_its_datasource_va
         ({"serviceMonitor": {"enabled": True, "interval": "often"}}, "/serviceMonitor/interval"),
         ({"imagePullSecrets": [{"name": "regcred"}]}, "/imagePullSecrets/0"),
         ({"userPolicy": {"allowHostPath": "yes", "allowServiceAccountName": False}}, "/userPolicy/allowHostPath"),
+        ({"userPolicy": {"allowHostNetwork": 1}}, "/userPolicy/allowHostNetwork"),
         ({"userPolicy": {"allowHostPaths": True}}, "userPolicy"),
         ({"ulimitInit": {"image": 5}}, "/ulimitInit/image"),
         ({"grafana": {"dashboards": {"enabled": "yes"}}}, "/grafana/dashboards/enabled"),

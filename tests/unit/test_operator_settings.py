@@ -62,16 +62,19 @@ def test_kopf_settings():
 
 def test_user_policy_and_init_image(monkeypatch):
     for var in ("GPU_ACCEPTANCE_INIT_IMAGE", "GPU_ACCEPTANCE_ALLOW_HOST_PATH",
-                "GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME"):
+                "GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME", "GPU_ACCEPTANCE_ALLOW_HOST_NETWORK"):
         monkeypatch.delenv(var, raising=False)
     s = OperatorSettings.from_env()
     assert s.init_image == DEFAULT_OPERATOR_IMAGE and s.init_image.endswith(f":{__version__}")
-    assert (s.allow_host_path, s.allow_service_account_name) == (False, False)
+    assert (s.allow_host_path, s.allow_service_account_name, s.allow_host_network) == (False, False, False)
     monkeypatch.setenv("GPU_ACCEPTANCE_INIT_IMAGE", "mirror.local/busybox:1.36")
     monkeypatch.setenv("GPU_ACCEPTANCE_ALLOW_HOST_PATH", "true")
     monkeypatch.setenv("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME", "yes")
     s = OperatorSettings.from_env()
     assert (s.init_image, s.allow_host_path, s.allow_service_account_name) == ("mirror.local/busybox:1.36", True, True)
+    assert s.allow_host_network is False
+    monkeypatch.setenv("GPU_ACCEPTANCE_ALLOW_HOST_NETWORK", "on")
+    assert OperatorSettings.from_env().allow_host_network is True
     monkeypatch.setenv("GPU_ACCEPTANCE_ALLOW_HOST_PATH", "sometimes")
     with pytest.raises(ValueError, match="GPU_ACCEPTANCE_ALLOW_HOST_PATH"):
         OperatorSettings.from_env()

@@ -1,4 +1,5 @@
-"""What a test may ask of its pods beyond the GPUs: hostPath and a named ServiceAccount only where the chart allows."""
+"""What a test may ask of its pods beyond the GPUs: hostPath, a named ServiceAccount and the host network only where
+the chart allows."""
 
 from __future__ import annotations
 
@@ -24,12 +25,25 @@ def test_default_policy_refuses_host_path_and_a_named_service_account():
     assert "userPolicy.allowServiceAccountName" in problems[1]
 
 
+def test_default_policy_refuses_the_host_network():
+    (problem,) = policy_problems(make({"pod": {"hostNetwork": True}}), DEFAULT)
+    assert problem.startswith("spec.pod.hostNetwork: running a test's pods in the node's network namespace")
+    assert "not allowed by this operator" in problem and "userPolicy.allowHostNetwork" in problem
+    assert "spec.resources.extra" in problem  # what to do instead
+    assert policy_problems(make({"pod": {"hostNetwork": False}}), DEFAULT) == []
+
+
 def test_allowed_by_the_chart():
-    test = make({"pod": {"volumes": [HOST], "serviceAccountName": "sa"}})
+    test = make({"pod": {"volumes": [HOST], "serviceAccountName": "sa", "hostNetwork": True}})
+    assert [p.split(":")[0] for p in policy_problems(test, DEFAULT)] == [
+        "spec.pod.volumes[0].hostPath", "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
     allow_host = dataclasses.replace(DEFAULT, allow_host_path=True)
-    assert [p.split(":")[0] for p in policy_problems(test, allow_host)] == ["spec.pod.serviceAccountName"]
-    both = dataclasses.replace(allow_host, allow_service_account_name=True)
-    assert policy_problems(test, both) == []
+    assert [p.split(":")[0] for p in policy_problems(test, allow_host)] == [
+        "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
+    allow_sa = dataclasses.replace(allow_host, allow_service_account_name=True)
+    assert [p.split(":")[0] for p in policy_problems(test, allow_sa)] == ["spec.pod.hostNetwork"]
+    every = dataclasses.replace(allow_sa, allow_host_network=True)
+    assert policy_problems(test, every) == []
 
 
 def test_ordinary_tests_pass_the_default_policy():
