@@ -30,7 +30,7 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import evidence_hooks, manifests, ownership
+from acceptance_operator import diagnosis, evidence_hooks, manifests, ownership
 from acceptance_operator.api import (
     GROUP,
     PLURAL,
@@ -327,6 +327,8 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     obj = k.get_test(namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return
+    if ownership.needs_adoption(obj):
+        _adopt(k, obj, logger)
     _undo_foreign_writes(k, obj, logger)
     status = obj.get("status") or {}
     generation = obj["metadata"].get("generation") or 1
@@ -350,6 +352,37 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         _start_run(k, obj, test, now, logger)
         return float(test.spec.timeout_seconds)  # the status write is a watch event: the run is followed then
     return _follow_run(k, obj, test, now, logger)
+
+
+def _adopt(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
+    """A status from before the operator kept its record (an upgrade): record what can stand (ownership.adopted)."""
+    meta, status = obj["metadata"], obj.get("status") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    job_ref = status.get("job") or {}
+    claimed = ownership.claims_finished(obj)
+    job = None
+    if claimed and job_ref.get("kind") in BACKENDS and job_ref.get("name"):
+        job = k.get_job(job_ref["kind"], namespace, job_ref["name"])
+    ended = job is None or diagnosis.job_state(job).finished
+    recorded = ownership.adopted(obj, ended)
+    patched = k.patch_test(namespace, name, ownership.record_patch(recorded)) or {}
+    obj["metadata"] = {**meta, "annotations": (patched.get("metadata") or {}).get("annotations") or {}}
+    restore = ownership.restoration(obj)
+    if restore is not None:  # our own adoption (the note, or the dropped verdict): not a foreign write
+        k.patch_test_status(namespace, name, restore)
+        obj["status"] = {**status, **restore}
+    if not claimed:
+        message = (f"run in progress ({status.get('phase') or 'no phase'}) adopted from an operator version that "
+                   "kept no record of the status; followed from here")
+    elif ended:
+        message = (f"verdict {status.get('phase')} adopted as written by an operator version that kept no record "
+                   "of the status (its job has ended); not re-judged, not re-run: change the spec to run it again")
+    else:
+        message = (f"the status said {status.get('phase')}, but {job_ref['kind']} {job_ref['name']} has not ended: "
+                   "that verdict is dropped and the run followed to its own")
+    logger.info("%s/%s: %s", namespace, name, message)
+    tell = kopf.warn if claimed and not ended else kopf.info
+    tell(obj, reason="StatusAdopted", message=message)
 
 
 def _undo_foreign_writes(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:

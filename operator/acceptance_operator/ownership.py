@@ -12,6 +12,16 @@ from the record.
 
 The record is written before the status it describes: a crash between the two
 leaves a record the next reconcile re-applies, never a status without one.
+
+Tests created before the operator kept a record (an upgrade) have owned status
+fields and no record. Their status may be the earlier operator's or anyone's
+who could patch the status, and this operator cannot tell which, so it adopts
+them without claiming more than it knows (`adopted`): a run in progress is
+recorded as it stands and followed from its job as any run; a finished verdict
+of the current generation is kept, not re-run, only where the run's own job
+agrees that it ended (the job is finished or gone), and its Succeeded
+condition says that it was adopted, not judged, by this version; a verdict the
+job contradicts (it still runs) is dropped and the run followed to its own.
 """
 
 from __future__ import annotations
@@ -66,6 +76,43 @@ def restoration(obj: KubeDict) -> KubeDict | None:
     current = owned(obj.get("status") or {})
     changed = {k: recorded.get(k) for k in OWNED_FIELDS if current.get(k) != recorded.get(k)}
     return changed or None
+
+
+ADOPTED_NOTE = ("(adopted from an operator version that kept no record of the status: not re-judged by this "
+                "version; change the spec to run the test again)")
+
+
+def needs_adoption(obj: KubeDict) -> bool:
+    """Owned status fields and no record: the status predates the record (see the module's docstring)."""
+    return record(obj) is None and any(value is not None for value in owned(obj.get("status") or {}).values())
+
+
+def claims_finished(obj: KubeDict) -> bool:
+    """The status says the current generation has a verdict (whoever wrote it)."""
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    return status.get("phase") in TERMINAL_PHASES and status.get("observedGeneration") == generation
+
+
+def adopted(obj: KubeDict, job_ended: bool) -> KubeDict:
+    """The record to start from for a status without one; `job_ended`: the run's job is finished or gone.
+
+    A finished verdict the job agrees with is kept, marked as adopted in its
+    Succeeded condition; one the job contradicts loses its verdict fields (the
+    run is followed again); a run in progress is kept as it stands.
+    """
+    kept = owned(obj.get("status") or {})
+    if not claims_finished(obj):
+        return kept
+    if not job_ended:
+        return {**kept, "phase": None, "conditions": None, "completionTime": None, "summary": None}
+    conditions = []
+    for condition in kept.get("conditions") or []:
+        if isinstance(condition, dict) and condition.get("type") == "Succeeded":
+            message = f"{condition.get('message') or ''} {ADOPTED_NOTE}".strip()
+            condition = {**condition, "message": clip_message(message)}
+        conditions.append(condition)
+    return {**kept, "conditions": conditions or kept.get("conditions")}
 
 
 def is_finished(obj: KubeDict) -> bool:

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 
+from acceptance_operator import ownership
 from acceptance_operator.backends import build_children
 from acceptance_operator.handlers import parse_test
 
 from tests.apiserver import ApiServer
 from tests.cluster.conftest import StartOperator
-from tests.cluster.operator_harness import Cluster, OperatorProcess, report
+from tests.cluster.operator_harness import Cluster, OperatorProcess, now_ts, report
 
 LABELS = {"gpu-acceptance.io/test": "run", "gpu-acceptance.io/generation": "1"}
+RECORD = ownership.RECORD_ANNOTATION
 
 
 def test_restart_mid_run_follows_the_same_job(cluster: Cluster, operator: OperatorProcess):
@@ -161,3 +163,63 @@ def test_after_an_upgrade_new_runs_use_the_new_workload_image(acceptance_crd, na
     cluster.patch_spec("run", {"nodes": 1, "timeoutSeconds": 1800})  # a new run
     job = cluster.wait_job("Job", "run-g2")
     assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "mirror.local/w:2"
+
+
+def _as_before_the_record(cluster: Cluster, name: str) -> None:
+    """The test as an operator that kept no record of the status left it: the same status, no annotation."""
+    cluster.server.request("PATCH", cluster.test_path(name), {"metadata": {"annotations": {RECORD: None}}},
+                           content_type="application/merge-patch+json")
+    assert RECORD not in (cluster.get_test(name) or {})["metadata"].get("annotations", {})
+
+
+def test_upgrade_adopts_a_finished_verdict_without_a_record_and_does_not_rerun_it(
+        cluster: Cluster, operator: OperatorProcess):
+    cluster.create_test("run", {})
+    cluster.wait_job("PyTorchJob", "run-g1")
+    cluster.write_report("run", report(1))
+    finished = cluster.wait_phase("run", "Succeeded")
+    operator.kill()
+    _as_before_the_record(cluster, "run")
+    cluster.server.request("DELETE", cluster.job_path("PyTorchJob", "run-g1"))  # its TTL has passed
+    operator.start()
+    event = cluster.wait_event("run", "StatusAdopted")
+    assert "verdict Succeeded adopted" in event[2] and "not re-judged" in event[2]
+    adopted = cluster.wait(lambda: ownership.record(cluster.get_test("run") or {}), "the operator's record")
+    after = cluster.status("run")
+    assert after["phase"] == adopted["phase"] == "Succeeded"
+    assert {k: after.get(k) for k in ("startTime", "completionTime", "summary", "job", "observedGeneration")} == {
+        k: finished.get(k) for k in ("startTime", "completionTime", "summary", "job", "observedGeneration")}
+    message = cluster.condition("run", "Succeeded")["message"]
+    assert message.endswith(ownership.ADOPTED_NOTE), message
+    # Not re-run, and from now on the record decides: a foreign write is put back.
+    cluster.create_test("witness", {})
+    cluster.wait_job("PyTorchJob", "witness-g1")
+    assert cluster.job_names("PyTorchJob") == ["witness-g1"]
+    assert [r for _, r, _ in cluster.events("run")].count("RunStarted") == 1
+    cluster.patch_status("run", {"phase": "Failed"})
+    cluster.wait(lambda: cluster.status("run")["phase"] == "Succeeded", "the forged phase to be put back")
+
+
+def test_upgrade_drops_a_verdict_its_job_contradicts_and_follows_the_run(cluster: Cluster, operator: OperatorProcess):
+    cluster.create_test("run", {"nodes": 1})
+    cluster.wait_job("PyTorchJob", "run-g1")
+    cluster.set_job_condition("PyTorchJob", "run-g1", "Running")
+    cluster.create_pod("run-g1-master-0", LABELS, node="node-a")
+    cluster.set_pod_status("run-g1-master-0", {"phase": "Running"})
+    cluster.wait_phase("run", "Running")
+    operator.kill()
+    # Before the upgrade, the status claims a verdict the job does not support (it still runs): written by
+    # whoever could patch the status, never by the earlier operator.
+    cluster.patch_status("run", {"phase": "Succeeded", "completionTime": now_ts(),
+                                 "summary": {"result": "Passed", "passed": 1, "total": 1}})
+    _as_before_the_record(cluster, "run")
+    operator.start()
+    event = cluster.wait_event("run", "StatusAdopted")
+    assert "has not ended: that verdict is dropped" in event[2]
+    status = cluster.wait_phase("run", "Running")
+    assert status.get("summary") is None and status.get("completionTime") is None
+    assert ownership.record(cluster.get_test("run") or {})["phase"] == "Running"
+    assert cluster.job_names("PyTorchJob") == ["run-g1"]  # the same job followed, none created
+    cluster.write_report("run", report(1))
+    cluster.wait_phase("run", "Succeeded")
+    assert cluster.job_names("PyTorchJob") == ["run-g1"]

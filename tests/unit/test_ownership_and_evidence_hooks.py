@@ -31,6 +31,26 @@ def test_the_record_is_compact_and_reads_back():
     assert ownership.record(with_record({})) == {**dict.fromkeys(ownership.OWNED_FIELDS), **OWNED}
 
 
+def test_a_status_without_a_record_is_adopted_as_far_as_the_job_supports_it():
+    legacy = with_record({**OWNED, "report": {"x": 1}}, recorded=None)
+    assert ownership.needs_adoption(legacy) and ownership.claims_finished(legacy)
+    assert not ownership.needs_adoption(with_record({"report": {"x": 1}}, recorded=None)), "a new test"
+    assert not ownership.needs_adoption(with_record(OWNED)), "recorded already"
+    kept = ownership.adopted(legacy, job_ended=True)
+    assert kept["phase"] == "Failed" and kept["summary"] == OWNED["summary"]
+    (condition,) = kept["conditions"]
+    assert condition["message"] == f"x {ownership.ADOPTED_NOTE}" and condition["reason"] == "ChecksFailed"
+    dropped = ownership.adopted(legacy, job_ended=False)  # the job still runs: the verdict does not stand
+    assert (dropped["phase"], dropped["summary"], dropped["conditions"]) == (None, None, None)
+    assert dropped["observedGeneration"] == 2
+    # A run in progress, or a verdict of an earlier generation, is recorded as it stands (and followed or re-run).
+    running = with_record({"phase": "Running", "observedGeneration": 2, "job": {"name": "t-g2"}}, recorded=None)
+    assert not ownership.claims_finished(running)
+    assert ownership.adopted(running, job_ended=False) == ownership.owned(running["status"])
+    older = with_record(OWNED, recorded=None, generation=3)
+    assert ownership.adopted(older, job_ended=False) == ownership.owned(OWNED)
+
+
 def test_foreign_fields_are_put_back_and_the_report_is_left_alone():
     forged = {**OWNED, "phase": "Succeeded", "summary": {"result": "Passed"}, "report": {"anything": 1},
               "startTime": "2020-01-01T00:00:00Z"}
