@@ -176,7 +176,13 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
         QUEUE.forget(key)
         return
-    QUEUE.add(key)
+    QUEUE.add(key, urgent=_awaits_run(body))
+
+
+def _awaits_run(body: kopf.Body) -> bool:
+    """No run recorded for the test's current generation: its job is still to be created (queued first)."""
+    generation = (body.get("metadata") or {}).get("generation")
+    return (ownership.record(body) or {}).get("observedGeneration") != generation
 
 
 def _watch_jobs(backend: BackendSpec) -> None:

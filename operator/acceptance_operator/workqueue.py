@@ -8,7 +8,12 @@ not added twice (a burst of events is one reconcile); one key is never worked
 on by two threads; and a key can be scheduled for later (`add_after`): the
 next moment the clock alone can change a run (timeout, report grace,
 unschedulable grace), a slow safety resync, or a retry after an error.
-This is the work queue of Kubernetes' own controllers (client-go), in small.
+This is the work queue of Kubernetes' own controllers (client-go), in small,
+with one addition: an urgent lane (`add(key, urgent=True)`) that workers serve
+first. A test that has no run yet is urgent: when hundreds are created at once,
+every one gets its job before any running test is looked at again (a job's
+own watch events, a status echo), so the time to the last job does not include
+the follow-up work of all the others.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class WorkQueue(Generic[K]):
         self._clock = clock
         self._cond = threading.Condition()
         self._ready: deque[K] = deque()
+        self._urgent: deque[K] = deque()  # served before _ready
+        self._urgent_keys: set[K] = set()  # waiting keys that are urgent (in _urgent, or once done())
         self._waiting: set[K] = set()  # in _ready, or to be re-added when its worker is done
         self._processing: set[K] = set()
         self._later: list[tuple[float, int, K]] = []  # (due, tie-breaker, key), a heap
@@ -38,18 +45,31 @@ class WorkQueue(Generic[K]):
         self._seq = itertools.count()
         self._closed = False
 
-    def add(self, key: K) -> None:
-        """Process `key` as soon as a worker is free (once, however often it is added meanwhile)."""
-        with self._cond:
-            self._add(key)
+    def add(self, key: K, urgent: bool = False) -> None:
+        """Process `key` as soon as a worker is free (once, however often it is added meanwhile).
 
-    def _add(self, key: K) -> None:
+        `urgent`: before every key that is not (a waiting key is moved up).
+        """
+        with self._cond:
+            self._add(key, urgent)
+
+    def _add(self, key: K, urgent: bool = False) -> None:
         if key in self._waiting:
+            if urgent and key not in self._urgent_keys:
+                self._urgent_keys.add(key)
+                if key not in self._processing:  # O(n), only when a waiting key turns urgent
+                    self._ready.remove(key)
+                    self._urgent.append(key)
             return
         self._waiting.add(key)
+        if urgent:
+            self._urgent_keys.add(key)
         if key not in self._processing:  # else done() puts it back
-            self._ready.append(key)
-            self._cond.notify()
+            self._enqueue(key)
+
+    def _enqueue(self, key: K) -> None:
+        (self._urgent if key in self._urgent_keys else self._ready).append(key)
+        self._cond.notify()
 
     def add_after(self, key: K, delay: float) -> None:
         """Process `key` in `delay` seconds (an earlier schedule of the same key wins)."""
@@ -92,9 +112,10 @@ class WorkQueue(Generic[K]):
                 wait = self._promote_due()
                 if self._closed:
                     return None
-                if self._ready:
-                    key = self._ready.popleft()
+                if self._urgent or self._ready:
+                    key = (self._urgent or self._ready).popleft()
                     self._waiting.discard(key)
+                    self._urgent_keys.discard(key)
                     self._processing.add(key)
                     return key
                 if deadline is not None:
@@ -109,8 +130,7 @@ class WorkQueue(Generic[K]):
         with self._cond:
             self._processing.discard(key)
             if key in self._waiting:
-                self._ready.append(key)
-                self._cond.notify()
+                self._enqueue(key)
 
     def close(self) -> None:
         with self._cond:

@@ -96,3 +96,35 @@ def test_workers_never_run_one_key_twice_at_once_and_stop_on_close():
     assert not overlaps
     assert set(done) == set(range(5))
     assert not any(t.is_alive() for t in threads)
+
+
+def test_urgent_keys_are_served_before_the_others_in_their_own_order():
+    q: WorkQueue[str] = WorkQueue()
+    q.add("follow-a")
+    q.add("new-1", urgent=True)
+    q.add("follow-b")
+    q.add("new-2", urgent=True)
+    assert [q.get(timeout=0) for _ in range(5)] == ["new-1", "new-2", "follow-a", "follow-b", None]
+
+
+def test_a_waiting_key_that_turns_urgent_moves_up_once():
+    q: WorkQueue[str] = WorkQueue()
+    for key in ("a", "b", "c"):
+        q.add(key)
+    q.add("c", urgent=True)
+    q.add("c", urgent=True)
+    q.add("c")  # a later plain add does not take the urgency away
+    assert [q.get(timeout=0) for _ in range(4)] == ["c", "a", "b", None]
+
+
+def test_an_urgent_add_while_processed_comes_back_urgent_after_done():
+    q: WorkQueue[str] = WorkQueue()
+    q.add("a")
+    q.add("b")
+    assert q.get(timeout=0) == "a"
+    q.add("a", urgent=True)
+    q.done("a")
+    assert [q.get(timeout=0), q.get(timeout=0)] == ["a", "b"]
+    q.done("a")
+    q.add("a")  # urgency is spent once served
+    assert [q.get(timeout=0), q.get(timeout=0)] == ["a", None]
