@@ -86,6 +86,9 @@ _errors = RateLimit()
 _failures: dict[TestKey, int] = {}  # consecutive failed reconciles: the retry backs off
 _own_writes: dict[TestKey, str] = {}  # the resourceVersion our last status write made
 _seen: dict[TestKey, str] = {}  # what of each test a reconcile depends on, as last seen (_fingerprint)
+# Runs whose job exists and whose other children and status are still to come (_start_run's second step):
+# (generation, start time, job adopted, earlier runs stopped).
+_begun: dict[TestKey, tuple[int, datetime, bool, list[str]]] = {}
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
 # A job or pod change is looked at this much later, so the burst a controller writes (job Running, pod created,
 # pod Running) is one reconcile and one status write, not three.
@@ -161,7 +164,7 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     if type == "DELETED":
         CHILDREN.forget_test(namespace, label)
         QUEUE.forget(key)
-        for memo in (_contexts, _failures, _own_writes, _seen):
+        for memo in (_contexts, _failures, _own_writes, _seen, _begun):
             memo.pop(key, None)
         return
     CHILDREN.know_test(namespace, label, name)
@@ -429,17 +432,28 @@ def _stop_other_runs(k: Kube, test: AcceptanceTest, generation: int) -> list[str
 
 
 def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger) -> None:
-    namespace, name = test.metadata.namespace, test.metadata.name
-    generation = manifests.generation_of(test)
-    stopped = _stop_other_runs(k, test, generation)
-    problem = k.backend_problem(test.spec.backend)
-    if problem:
-        _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
-                                         f"{problem}; then delete and re-create the AcceptanceTest, "
-                                         "or change its spec (a new generation is a new run)"), now=now,
-                  logger=logger)
-        return
+    """Create the run's children and record that it started, in two steps when other new tests wait.
 
+    First the ServiceAccount (the pods' identity) and the job; then the Role,
+    RoleBinding and evidence ConfigMaps (used only when the workload reports,
+    minutes later) and the status. While other new tests wait in the urgent
+    lane, the second step goes to the back of the queue: a burst of creations
+    gets every job first. Every create is idempotent (an existing child is
+    adopted), so a restart between the steps only redoes them.
+    """
+    namespace, name = test.metadata.namespace, test.metadata.name
+    key, generation = (namespace, name), manifests.generation_of(test)
+    begun = _begun.get(key)
+    first_step = begun is None or begun[0] != generation
+    if first_step:
+        stopped = _stop_other_runs(k, test, generation)
+        problem = k.backend_problem(test.spec.backend)
+        if problem:
+            _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
+                                             f"{problem}; then delete and re-create the AcceptanceTest, "
+                                             "or change its spec (a new generation is a new run)"), now=now,
+                      logger=logger)
+            return
     try:
         children = build_children(test, init_image=SETTINGS.init_image)
     except (TypeError, ValueError, KeyError, AttributeError) as e:
@@ -448,25 +462,20 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
                                          f"({type(e).__name__}: {e}); fix the spec and apply it again"),
                   now=now, logger=logger)
         return
-    start, adopted = now, False
-    for child in children:
-        try:
-            created_obj, created = k.create(child)
-        except ApiException as e:
-            if e.status not in (400, 422):
-                raise
-            # The same object would be refused on every retry: end the run with the API server's words.
-            _conclude(k, obj, test, RunState("Failed", INVALID_SPEC, (
-                f"the API server rejected {child['kind']} {child['metadata']['name']}: {_api_message(e)} "
-                "(fix the spec and apply it again)")), now=now, logger=logger)
+    first = [c for c in children if c["kind"] == "ServiceAccount" or c["kind"] in BACKENDS]
+    if first_step:
+        created = _create_children(k, obj, test, first, now, logger)
+        if created is None:
             return
-        if not created:
-            evidence_hooks.renew_adopted(k, child, created_obj)
-        if not created and child["kind"] in BACKENDS:
-            # The job exists already (a restart between creating it and recording it): its run started then.
-            # (An existing ServiceAccount, Role or RoleBinding is normal: every generation shares them.)
-            adopted = True
-            start = parse_time(created_obj.get("metadata", {}).get("creationTimestamp")) or now
+        begun = _begun[key] = (generation, *created, stopped)
+        if QUEUE.has_urgent():
+            QUEUE.add(key)  # the rest after the jobs of the other new tests
+            return
+    _, start, adopted, stopped = begun
+    if _create_children(k, obj, test, [c for c in children if c not in first], now, logger,
+                        job_created=True) is None:
+        return
+    _begun.pop(key, None)
     job_name = manifests.job_name(test)
     state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
     _write_status(k, obj, state, test, start_time=start, completion_time=None, summary=None, now=now)
@@ -477,6 +486,31 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
     METRICS.set_phase(namespace, name, "Pending")
     METRICS.set_headline(namespace, name, None)
     logger.info("%s/%s: %s", namespace, name, message)
+
+
+def _create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: list[KubeDict], now: datetime,
+                     logger: logging.Logger, job_created: bool = False) -> tuple[datetime, bool] | None:
+    """Create (or adopt) `children` in order: (the run's start, whether its job was adopted); None if it ended."""
+    start, adopted = now, False
+    for child in children:
+        try:
+            created_obj, created = k.create(child)
+        except ApiException as e:
+            if e.status not in (400, 422):
+                raise
+            # The same object would be refused on every retry: end the run with the API server's words.
+            _conclude(k, obj, test, RunState("Failed", INVALID_SPEC, (
+                f"the API server rejected {child['kind']} {child['metadata']['name']}: {_api_message(e)} "
+                "(fix the spec and apply it again)")), now=now, stop_job=job_created, logger=logger)
+            return None
+        if not created:
+            evidence_hooks.renew_adopted(k, child, created_obj)
+        if not created and child["kind"] in BACKENDS:
+            # The job exists already (a restart between creating it and recording it): its run started then.
+            # (An existing ServiceAccount, Role or RoleBinding is normal: every generation shares them.)
+            adopted = True
+            start = parse_time(created_obj.get("metadata", {}).get("creationTimestamp")) or now
+    return start, adopted
 
 
 def _api_message(e: ApiException) -> str:

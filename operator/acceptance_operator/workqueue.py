@@ -71,6 +71,11 @@ class WorkQueue(Generic[K]):
         (self._urgent if key in self._urgent_keys else self._ready).append(key)
         self._cond.notify()
 
+    def has_urgent(self) -> bool:
+        """Urgent keys are waiting for a worker."""
+        with self._cond:
+            return bool(self._urgent)
+
     def add_after(self, key: K, delay: float) -> None:
         """Process `key` in `delay` seconds (an earlier schedule of the same key wins)."""
         if delay <= 0:

@@ -89,6 +89,22 @@ def test_a_new_generation_creates_its_job_even_while_the_shared_rbac_exists(even
     assert "PyTorchJob run-g2 created" in message, message  # the ServiceAccount etc. were reused, not the job
 
 
+def test_while_other_new_tests_wait_a_start_creates_the_job_first_and_the_rest_later(events, monkeypatch):
+    queue = handlers.WorkQueue()
+    monkeypatch.setattr(handlers, "QUEUE", queue)
+    queue.add(("lab", "another-new-test"), urgent=True)
+    k = FakeKube(stored(1))
+    handlers.reconcile(k, NS, NAME, NOW)
+    # The identity and the job now; the test's key waits behind the other new tests for the rest.
+    assert sorted(k.objects) == [("PyTorchJob", "run-g1"), ("ServiceAccount", "run-workload")]
+    assert not k.test["status"] and events == []
+    assert [queue.get(timeout=0), queue.get(timeout=0)] == [("lab", "another-new-test"), (NS, NAME)]
+    handlers.reconcile(k, NS, NAME, NOW)  # nothing else waits now
+    assert {kind for kind, _ in k.objects} == {"PyTorchJob", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"}
+    assert k.test["status"]["phase"] == "Pending" and k.test["status"]["job"]["name"] == "run-g1"
+    assert events == [("RunStarted", "generation 1: PyTorchJob run-g1 created")]  # created once, not adopted
+
+
 def test_a_job_the_api_server_rejects_ends_the_run_instead_of_retrying_forever(events):
     body = json.dumps({"kind": "Status", "message": 'PyTorchJob.kubeflow.org "run-g1" is invalid: spec.x: bad'})
     rejected = ApiException(status=422, reason="Unprocessable Entity")
@@ -100,8 +116,8 @@ def test_a_job_the_api_server_rejects_ends_the_run_instead_of_retrying_forever(e
     succeeded = next(c for c in status["conditions"] if c["type"] == "Succeeded")
     assert succeeded["reason"] == "InvalidSpec"
     assert "spec.x: bad" in succeeded["message"]
-    # the run's ServiceAccount, Role and RoleBinding went with it; its (empty) evidence stays with the test
-    assert {kind for kind, _ in k.objects} == {"ConfigMap"}
+    # the run's ServiceAccount went with it; its Role, RoleBinding and evidence come after the job: never made
+    assert {kind for kind, _ in k.objects} == set()
     assert handlers.is_finished(k.test)
 
 
