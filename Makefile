@@ -13,7 +13,7 @@ DEV_NODES ?= 4
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
 
-.PHONY: help install tools test lint dev-cluster dev-cluster-restart dev-cluster-down crds operator-install-check workload-install-check
+.PHONY: help install tools test lint dev-cluster dev-cluster-restart dev-cluster-down bench-operator crds operator-install-check workload-install-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,6 +51,10 @@ dev-cluster-restart: ## restart the dev cluster's API server (an outage of DOWN 
 
 dev-cluster-down: ## stop the dev cluster and remove its folder (etcd data included)
 	$(PYTHON) -m tests.apiserver down --wipe --dir $(DEV_CLUSTER_DIR)
+
+bench-operator: dev-cluster ## the operator at scale on the dev cluster: TESTS=100 RUNS=3, BASE=<other checkout>/operator to compare
+	$(PYTHON) bench/operator_scale.py --dev-cluster $(DEV_CLUSTER_DIR) --tests $(or $(TESTS),100) --runs $(or $(RUNS),3) \
+		$(if $(BASE),--operator-path $(BASE)) --operator-path operator --out operator-scale-$(or $(TESTS),100).json
 
 crds: ## regenerate crds/acceptancetest.yaml and the chart's copy from the models
 	gpu-acceptance crd > crds/acceptancetest.yaml.tmp

@@ -3,6 +3,8 @@
     make dev-cluster                                   # or: python -m tests.apiserver up --dir .dev-cluster
     python bench/operator_scale.py --tests 100 --out bench-100.json
     python bench/operator_scale.py --tests 300 --operator-path /other/checkout/operator   # another version
+    # before / after, alternately, 3 rounds: min / median / max of each figure per version
+    python bench/operator_scale.py --tests 100 --runs 3 --operator-path /old/checkout/operator --operator-path operator
 
 No kubelet or Kubeflow controller runs, so this script plays them, as the
 cluster tests do (tests/cluster/operator_harness.py): it watches the child
@@ -372,12 +374,50 @@ def operator_requests(driver: Driver, before: tuple[float, int]) -> int:
     return int(driver.request_total() - total_before - (driver.requests - mine_before))
 
 
+# The figures the summary of repeated runs shows: (label, path into one run's results).
+SUMMARY = (
+    ("create -> job, burst p50 (s)", ("create_to_job_s", "p50")),
+    ("create -> job, burst p99 (s)", ("create_to_job_s", "p99")),
+    ("create -> every test Pending, burst (s)", ("create_burst_s",)),
+    ("create -> job, steady p99 (s)", ("steady_create_to_job_s", "p99")),
+    ("report -> verdict, steady p99 (s)", ("steady_report_to_verdict_s", "p99")),
+    ("report -> verdict, burst p99 (s)", ("report_to_verdict_s", "p99")),
+    ("API requests per test", ("requests_per_test",)),
+    ("operator peak RSS (MB)", ("memory", "peak_rss_mb")),
+    ("load average (1 min) at start", ("load_average_at_start", 0)),
+)
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """min / median / max of each SUMMARY figure, per operator version, over the repeated runs."""
+    out: dict[str, dict[str, str]] = {}
+    for path in dict.fromkeys(r["operator_path"] for r in runs):
+        mine = [r for r in runs if r["operator_path"] == path]
+        rows = {}
+        for label, keys in SUMMARY:
+            values = []
+            for r in mine:
+                value: Any = r
+                for key in keys:
+                    found = value is not None and (isinstance(value, (list, tuple)) or key in value)
+                    value = value[key] if found else None
+                if value is not None:
+                    values.append(float(value))
+            if values:
+                rows[label] = " / ".join(f"{v:.2f}" for v in (min(values), statistics.median(values), max(values)))
+        out[path] = rows
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tests", type=int, default=100, help="concurrent AcceptanceTests (default 100)")
     p.add_argument("--dev-cluster", default=str(REPO / ".dev-cluster"), help="the folder of `make dev-cluster`")
-    p.add_argument("--operator-path", default=str(REPO / "operator"),
-                   help="the acceptance_operator package's parent folder (another checkout compares versions)")
+    p.add_argument("--operator-path", action="append", default=None,
+                   help="the acceptance_operator package's parent folder (default: this checkout's); give it "
+                        "twice or more to compare versions, run alternately")
+    p.add_argument("--runs", type=int, default=1,
+                   help="repeat the whole benchmark (each version once per round); prints min / median / max")
     p.add_argument("--clients", type=int, default=16, help="this script's concurrent requests")
     p.add_argument("--idle-seconds", type=float, default=30.0)
     p.add_argument("--probes", type=int, default=20,
@@ -392,11 +432,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not (Path(args.dev_cluster) / "state.json").is_file():
         raise SystemExit(f"no dev cluster in {args.dev_cluster}: run `make dev-cluster` first")
-    results = run(args)
+    paths = [str(Path(path).resolve()) for path in args.operator_path or [str(REPO / "operator")]]
+    runs = []
+    for round_ in range(args.runs):
+        for path in paths:
+            print(f"round {round_ + 1}/{args.runs}: {path}", file=sys.stderr, flush=True)
+            runs.append(run(argparse.Namespace(**{**vars(args), "operator_path": path})))
+    results: dict[str, Any] = runs[0] if len(runs) == 1 else {"summary_min_median_max": summarize(runs),
+                                                               "runs": runs}
     text = json.dumps(results, indent=1)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
+    if len(runs) > 1:
+        print(json.dumps(results["summary_min_median_max"], indent=1), file=sys.stderr)
     return 0
 
 
