@@ -152,8 +152,11 @@ def memory(pid: int) -> dict[str, float]:
 
 def start_operator(args: argparse.Namespace, kubeconfig: Path, namespace: str, log: Path) -> subprocess.Popen:
     metrics_port, health_port = free_ports(2)
+    # The workload package of the same checkout: the operator imports its contract modules.
+    beside = Path(args.operator_path).parent / "workload"
+    workload = beside if (beside / "acceptance_workload").is_dir() else REPO / "workload"
     env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join([args.operator_path, str(REPO / "workload")])}
+           "PYTHONPATH": os.pathsep.join([args.operator_path, str(workload)])}
     cmd = [sys.executable, "-m", "acceptance_operator.cli", "operator", "--namespace", namespace,
            "--metrics-port", str(metrics_port), "--health-port", str(health_port)]
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -414,8 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tests", type=int, default=100, help="concurrent AcceptanceTests (default 100)")
     p.add_argument("--dev-cluster", default=str(REPO / ".dev-cluster"), help="the folder of `make dev-cluster`")
     p.add_argument("--operator-path", action="append", default=None,
-                   help="the acceptance_operator package's parent folder (default: this checkout's); give it "
-                        "twice or more to compare versions, run alternately")
+                   help="the acceptance_operator package's parent folder (default: this checkout's; the workload "
+                        "folder beside it is used too); give it twice or more to compare versions, run alternately")
     p.add_argument("--runs", type=int, default=1,
                    help="repeat the whole benchmark (each version once per round); prints min / median / max")
     p.add_argument("--clients", type=int, default=16, help="this script's concurrent requests")
