@@ -468,6 +468,8 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
         if created is None:
             return
         begun = _begun[key] = (generation, *created, stopped)
+        METRICS.set_phase(namespace, name, "Pending")  # the job exists: the run is pending, status or not yet
+        METRICS.set_headline(namespace, name, None)
         if QUEUE.has_urgent():
             QUEUE.add(key)  # the rest after the jobs of the other new tests
             return
