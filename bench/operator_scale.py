@@ -6,10 +6,13 @@
     # before / after, alternately, 3 rounds: min / median / max of each figure per version
     python bench/operator_scale.py --tests 100 --runs 3 --operator-path /old/checkout/operator --operator-path operator
 
+    make bench-operator TESTS=300 BASE=/other/checkout/operator       # the same, as one command
+
 No kubelet or Kubeflow controller runs, so this script plays them, as the
 cluster tests do (tests/cluster/operator_harness.py): it watches the child
 jobs appear, marks them Running and gives each one pod (created, then Running),
-and writes each test's report as the workload's rank 0 would. The operator is
+and delivers each test's report as the workload's rank 0 would (evidence
+ConfigMaps, then the status part, with the test's uid). The operator is
 a real `gpu-acceptance operator` subprocess watching one fresh namespace.
 
 Measured:
