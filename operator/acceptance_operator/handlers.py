@@ -434,12 +434,14 @@ def _stop_other_runs(k: Kube, test: AcceptanceTest, generation: int) -> list[str
 def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger) -> None:
     """Create the run's children and record that it started, in two steps when other new tests wait.
 
-    First the ServiceAccount (the pods' identity) and the job; then the Role,
-    RoleBinding and evidence ConfigMaps (used only when the workload reports,
-    minutes later) and the status. While other new tests wait in the urgent
-    lane, the second step goes to the back of the queue: a burst of creations
-    gets every job first. Every create is idempotent (an existing child is
-    adopted), so a restart between the steps only redoes them.
+    Alone, in one step: the children in the builders' order (identity and RBAC
+    first, the job last) and the status. While other new tests wait in the
+    urgent lane, first only the ServiceAccount (the pods' identity) and the
+    job; the Role, RoleBinding and evidence ConfigMaps (used only when the
+    workload reports, minutes later) and the status come in a second step at
+    the back of the queue: a burst of creations gets every job first. Every
+    create is idempotent (an existing child is adopted), so a restart between
+    the steps only redoes them.
     """
     namespace, name = test.metadata.namespace, test.metadata.name
     key, generation = (namespace, name), manifests.generation_of(test)
@@ -463,21 +465,26 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
                   now=now, logger=logger)
         return
     first = [c for c in children if c["kind"] == "ServiceAccount" or c["kind"] in BACKENDS]
-    if first_step:
+    if first_step and QUEUE.has_urgent():
         created = _create_children(k, obj, test, first, now, logger)
         if created is None:
             return
-        begun = _begun[key] = (generation, *created, stopped)
+        _begun[key] = (generation, *created, stopped)
         METRICS.set_phase(namespace, name, "Pending")  # the job exists: the run is pending, status or not yet
         METRICS.set_headline(namespace, name, None)
-        if QUEUE.has_urgent():
-            QUEUE.add(key)  # the rest after the jobs of the other new tests
-            return
-    _, start, adopted, stopped = begun
-    if _create_children(k, obj, test, [c for c in children if c not in first], now, logger,
-                        job_created=True) is None:
+        QUEUE.add(key)  # the rest after the jobs of the other new tests
         return
-    _begun.pop(key, None)
+    if first_step:  # one step, in the builders' order (the job last, its status right after it)
+        created = _create_children(k, obj, test, children, now, logger)
+        if created is None:
+            return
+        start, adopted = created
+    else:
+        _, start, adopted, stopped = begun  # type: ignore[misc]
+        if _create_children(k, obj, test, [c for c in children if c not in first], now, logger,
+                            job_created=True) is None:
+            return
+        _begun.pop(key, None)
     job_name = manifests.job_name(test)
     state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
     _write_status(k, obj, state, test, start_time=start, completion_time=None, summary=None, now=now)

@@ -116,8 +116,8 @@ def test_a_job_the_api_server_rejects_ends_the_run_instead_of_retrying_forever(e
     succeeded = next(c for c in status["conditions"] if c["type"] == "Succeeded")
     assert succeeded["reason"] == "InvalidSpec"
     assert "spec.x: bad" in succeeded["message"]
-    # the run's ServiceAccount went with it; its Role, RoleBinding and evidence come after the job: never made
-    assert {kind for kind, _ in k.objects} == set()
+    # the run's ServiceAccount, Role and RoleBinding went with it; its (empty) evidence stays with the test
+    assert {kind for kind, _ in k.objects} == {"ConfigMap"}
     assert handlers.is_finished(k.test)
 
 
