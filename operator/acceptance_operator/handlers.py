@@ -436,8 +436,8 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
 
     Alone, in one step: the children in the builders' order (identity and RBAC
     first, the job last) and the status. While other new tests wait in the
-    urgent lane, first only the ServiceAccount (the pods' identity) and the
-    job; the Role, RoleBinding and evidence ConfigMaps (used only when the
+    urgent lane, first only what the pods need (the ServiceAccount, the Job
+    backend's headless Service) and the job; the Role, RoleBinding and evidence ConfigMaps (used only when the
     workload reports, minutes later) and the status come in a second step at
     the back of the queue: a burst of creations gets every job first. Every
     create is idempotent (an existing child is adopted), so a restart between
@@ -464,7 +464,8 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
                                          f"({type(e).__name__}: {e}); fix the spec and apply it again"),
                   now=now, logger=logger)
         return
-    first = [c for c in children if c["kind"] == "ServiceAccount" or c["kind"] in BACKENDS]
+    # What the pods need to start and find each other: their identity, the headless Service (Job backend), the job.
+    first = [c for c in children if c["kind"] in ("ServiceAccount", "Service") or c["kind"] in BACKENDS]
     if first_step and QUEUE.has_urgent():
         created = _create_children(k, obj, test, first, now, logger)
         if created is None:
