@@ -9,6 +9,7 @@ harness and the size test (1024 nodes).
 
 from __future__ import annotations
 
+from acceptance_workload import localize
 from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.gpubench import METRICS
@@ -19,6 +20,7 @@ from acceptance_workload.report import (
     Environment,
     GpuDetail,
     GpuRow,
+    LocalizationDetail,
     NcclRow,
     NcclSweep,
     Report,
@@ -119,6 +121,9 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
                                   expected=intra))
         if required is None:
             results.append(_r("nccl", "transport", 56.0, unit="connections", observed="P2P"))
+    detail = healthy_localization(config, nodes, results)
+    if detail is not None:
+        results += localize.results(detail, nodes)
     ddp = None
     if config.checks.ddp.enabled:
         unit = "tokens/s" if config.checks.ddp.model == "gpt" else "images/s"
@@ -137,12 +142,23 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
     checks_run = [c for c in ("preflight", "gpu", "nccl", "ddp") if getattr(config.checks, c).enabled]
     return Report(
         mode="gpu", generation=test.generation if test else None, uid=uid or (test.uid if test else None),
-        checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp, gpu=gpu_detail,
+        checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp, gpu=gpu_detail, localization=detail,
         environment=Environment(gpu_model="NVIDIA H100 80GB HBM3", gpus_per_node=gpus, nodes=len(nodes),
                                 world_size=len(nodes) * gpus, driver_version="570.86.15", cuda_version="12.8",
                                 nccl_version="2.27.3", torch_version="2.7.0", hostnames=list(nodes),
                                 transports=["P2P", "IB_GDR"] if multi else ["P2P"]),
     ).finalize()
+
+
+def healthy_localization(config: WorkloadConfig, nodes: list[str], results: list[CheckResult],
+                         pair_busbw: float = 380.0) -> LocalizationDetail | None:
+    """The localisation stage's rows, where the run's settings make it run: every pair equally fast."""
+    check = config.checks.nccl
+    floor = localize.inter_node_floor(check, len(nodes))
+    if not check.enabled or not localize.wanted(check.localize, len(nodes), localize.job_failed(results), floor):
+        return None
+    return localize.plan_and_measure(nodes, lambda _block: pair_busbw, check.thresholds.inter_node_ratio_to_median,
+                                     floor)
 
 
 __all__ = ["COLLECTIVES", "node_names", "passing_report", "preflight_results"]

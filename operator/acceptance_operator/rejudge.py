@@ -20,6 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from acceptance_workload import localize
 from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
@@ -60,6 +61,13 @@ class Context:
     config: WorkloadConfig
     report: Report
     _by_name: dict[tuple[str, str], dict[str, list[CheckResult]]] = field(default_factory=dict)
+    _memo: dict[str, object] = field(default_factory=dict)
+
+    def once(self, key: str, compute: Callable[[], object]) -> object:
+        """A value derived from the whole report, computed for the first result that needs it."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def on_node(self, check: str, name: str, node: str | None) -> list[CheckResult]:
         """The report's results of one measurement on one node (indexed once per measurement)."""
@@ -173,6 +181,24 @@ def _gpu_ratio(m: GpuMetric) -> Rule:
     return rule
 
 
+def _inter_node(r: CheckResult, x: Context) -> Judgement:
+    """The node's best pair against the median of the other nodes' and the floor, from the report's own pair rows."""
+    check = x.config.checks.nccl
+    floor = localize.inter_node_floor(check, x.config.nodes)
+    detail = x.report.localization
+    if detail is None or r.node is None:
+        return Judgement(floor, "ge", False, "no localisation pair rows in the report to judge a node by")
+    nodes = x.report.environment.hostnames or sorted({o.node for o in x.report.results if o.node})
+    judged = x.once(localize.RESULT, lambda: localize.judge_values(
+        localize.node_values(detail.pairs, nodes), check.thresholds.inter_node_ratio_to_median, floor))
+    j = judged.get(r.node) if isinstance(judged, dict) else None
+    if j is None:
+        return Judgement(floor, "ge", False, f"node {r.node} is not one the run measured")
+    note = "" if r.value is not None and j.value is not None and abs(r.value - j.value) <= 1e-3 else (
+        f"the report said {r.value}, its pair rows give {j.value}")
+    return Judgement(j.threshold, "ge" if j.threshold is not None else "info", note=note, value=j.value)
+
+
 def _culprit(_r: CheckResult, _x: Context) -> Judgement:
     """A rank the workload blamed (stopped, failed, fell behind): always a failure."""
     return Judgement(1.0, "ge", False)
@@ -217,6 +243,9 @@ RULES: dict[tuple[str, str], Rule] = {
     # gpu: each GPU against the profile's floor, and against the median GPU of its node
     **{("gpu", m.name): _gpu_floor(m.threshold) for m in GPU_METRICS},
     **{("gpu", m.name + RATIO_SUFFIX): _gpu_ratio(m) for m in GPU_METRICS},
+    # localisation between nodes: each node's best pair against the others' median; a bisection's slow block
+    ("nccl", localize.RESULT): _inter_node,
+    ("nccl", localize.BLOCK_RESULT): lambda _r, _x: Judgement(1.0, "ge", False),
     # liveness: a rank the workload blamed, in whichever check it happened
     **{(check, name): _culprit for check in ("preflight", "gpu", "nccl", "ddp")
        for name in ("rank_responding", "rank_error", "rank_progress")},
@@ -259,8 +288,11 @@ class Required:
     gpu: int | None = None
 
 
-def required_results(config: WorkloadConfig, nodes: Iterable[str]) -> list[Required]:
-    """Every judged result the enabled checks must produce, per node where it is measured per node."""
+def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized: bool = False) -> list[Required]:
+    """Every judged result the enabled checks must produce, per node where it is measured per node.
+
+    localized: the localisation stage had to run (localize.wanted on the operator's own judgement).
+    """
     nodes = sorted(nodes)
     checks = config.checks
     out: list[Required] = []
@@ -281,6 +313,8 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str]) -> list[Requi
             out += [Required("nccl", "transport", n, f"transport {config.required_transport()}") for n in nodes]
         if th.intra_node_transport is not None and config.gpus_per_node >= 2:
             out += [Required("nccl", "intra_node_transport", n, "its intra-node transport") for n in nodes]
+        if localized:
+            out += [Required("nccl", localize.RESULT, n, f"localize {checks.nccl.localize}: its pairs") for n in nodes]
     if checks.ddp.enabled:
         out += [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
         if checks.ddp.thresholds.min_scaling_efficiency is not None:
@@ -288,12 +322,19 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str]) -> list[Requi
     return out
 
 
+def localization_due(report: Report, config: WorkloadConfig) -> bool:
+    """Whether the localisation stage had to run, judged from the (re-judged) job-wide results."""
+    check = config.checks.nccl
+    return check.enabled and localize.wanted(check.localize, config.nodes, localize.job_failed(report.results),
+                                             localize.inter_node_floor(check, config.nodes))
+
+
 def missing_required(report: Report, config: WorkloadConfig, nodes: Iterable[str]) -> list[CheckResult]:
     """A failed result for each required one the report lacks (with a value or not)."""
     present = {(r.check, r.name, r.node, r.gpu) for r in report.results}
     present |= {(c, n, node, None) for c, n, node, _ in present}  # a per-node requirement is met by any GPU's
     out = []
-    for req in required_results(config, nodes):
+    for req in required_results(config, nodes, localized=localization_due(report, config)):
         if (req.check, req.name, req.node, req.gpu) in present:
             continue
         where = (f" for node {req.node}" if req.node else "") + (f" GPU {req.gpu}" if req.gpu is not None else "")

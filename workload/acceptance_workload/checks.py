@@ -22,6 +22,9 @@ COLLECTIVES: tuple[Collective, ...] = (
 Transport = Literal["P2P", "SHM", "IB", "IB_GDR", "SOCKET"]
 DType = Literal["float32", "bfloat16", "float16"]
 CudaGraphs = Literal["auto", "always", "never"]
+# When the inter-node localisation stage runs (localize.py): after a job-wide failure (or when no absolute
+# inter-node floor judges the job), on every multi-node run, or never.
+Localize = Literal["onFailure", "always", "never"]
 CUDA_GRAPH_AUTO_BELOW = 64 << 20  # bytes; at and above it an operation outlasts its launch many times over
 DdpModel = Literal["gpt", "resnet50"]
 DEFAULT_BATCH: dict[str, int] = {"gpt": 32, "resnet50": 128}
@@ -151,6 +154,11 @@ class NcclThresholds(WireModel):
         None, ge=0, le=MAX_BUSBW_GBPS, alias="nodeAllReduceBusbwGBps",
         description="all_reduce busbw inside each node (its GPUs alone); names the slow node."
     )
+    inter_node_ratio_to_median: float | None = Field(
+        None, ge=0, le=1, alias="interNodeRatioToMedian",
+        description="Localisation: each node's inter-node all_reduce busbw (its best pair) over the median of the "
+        "other nodes'; below it names the node.",
+    )
     intra_node_transport: Literal["P2P", "SHM"] | None = Field(
         None, description="Transport NCCL must use between GPUs of one node: P2P (NVLink/PCIe peer-to-peer; "
         "the SXM profiles require it) or SHM. SHM or network connections inside a node then fail, naming it."
@@ -181,6 +189,11 @@ class NcclCheck(WireModel):
         None,
         description="Transport NCCL must use between nodes; default: IB_GDR or IB from spec.network "
         "for multi-node tests on infiniband or roce.",
+    )
+    localize: Localize = Field(
+        "onFailure", description="Inter-node localisation after the job-wide sweep: pairs of nodes, each suspect "
+        "paired with a known-good node, many pairs at once. onFailure: when the job-wide sweep failed or no "
+        "absolute inter-node floor judges it; always: on every multi-node run; never.",
     )
     collective_timeout_seconds: int = Field(
         300, ge=10, le=86_400, description="A collective that takes longer means a hung or dead rank: the run ends."

@@ -135,9 +135,9 @@ class DistEnv:
 
 @dataclass
 class Group:
-    """A set of ranks measured together: the whole job, or one node's GPUs."""
+    """A set of ranks measured together: the whole job, one node's GPUs, or two nodes' (localize.py)."""
 
-    scope: Literal["job", "node"]
+    scope: Literal["job", "node", "pair"]
     ranks: list[int]
     rank: int  # this process's rank inside the group
     pg: Any  # torch ProcessGroup, None for the default (whole job) group

@@ -38,6 +38,7 @@ CPU_PROCESSES = 2
 CPU_MAX_BYTES = 1 << 20
 QUICK_MAX_BYTES = 1 << 30
 CPU_RATIO_TO_MEDIAN = 0.5
+CPU_INTER_NODE_RATIO = 0.4  # localisation on gloo: healthy nodes measured down to 0.50 of the median (8 on 2 cores)
 QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10
 KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a stopped or hung rank is not waited for long
 
@@ -106,7 +107,8 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
                 "thresholds": {"minRatioToNodeMedian": CPU_RATIO_TO_MEDIAN}},
         "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
                  "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
-                 "perNode": False, "windows": 1,
+                 "perNode": False, "windows": 1, "localize": nccl.localize,
+                 "thresholds": {"interNodeRatioToMedian": CPU_INTER_NODE_RATIO},
                  "collectiveTimeoutSeconds": min(nccl.collective_timeout_seconds, 60)},
         "ddp": {"enabled": checks.ddp.enabled, "model": checks.ddp.model, "batchSize": 4, "seqLen": 64,
                 "steps": 6, "windows": 3, "warmupSteps": 1},

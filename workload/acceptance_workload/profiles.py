@@ -77,11 +77,15 @@ GPU_ESTIMATED = GPU_HOST_ESTIMATED | {"gpu.minGemmTflops", "gpu.minHbmGBps", "gp
 # every busbw floor stays an estimate until 8-GPU nodes and a real fabric are measured.
 NCCL_ESTIMATED = frozenset(
     f"nccl.{name}" for name in ("allReduceBusbwGBps", "allGatherBusbwGBps", "reduceScatterBusbwGBps",
-                                "nodeAllReduceBusbwGBps")
+                                "nodeAllReduceBusbwGBps", "interNodeRatioToMedian")
 )
 # DDP efficiency and straggler floors measured on one NVLink node (H100, H200); across nodes the gradients
 # cross the network, which this project has not measured, and other GPU models are not measured at all.
 DDP_RELATIVE_ESTIMATED = frozenset({"ddp.minScalingEfficiency", "ddp.maxStragglerRatio"})
+# Localisation: a node whose best pair reaches less than this share of the other nodes' median is named.
+# Relative, so it holds for any fabric and GPU count; an estimate until pairs of real nodes are measured
+# (a node slowed by a GPU hog, or fallen back to sockets from IB, is several times slower, not 25%).
+INTER_NODE_RATIO_TO_MEDIAN = 0.75
 
 
 def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, net_busbw: float,
@@ -119,6 +123,7 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         all_gather_busbw_gbps=round(net_busbw * collective_share),
         reduce_scatter_busbw_gbps=round(net_busbw * collective_share),
         node_all_reduce_busbw_gbps=node_busbw,
+        inter_node_ratio_to_median=INTER_NODE_RATIO_TO_MEDIAN,
         intra_node_transport="P2P",
     )
     ddp = {
@@ -246,12 +251,13 @@ def nccl_for_gpu_count(table: NcclThresholds, nodes: int, gpus_per_node: int) ->
     """
     if gpus_per_node == PROFILE_GPUS_PER_NODE:
         return table
+    ratio = table.inter_node_ratio_to_median  # relative: holds for any GPU count
     if gpus_per_node < 2:
-        return NcclThresholds(reference_bytes=table.reference_bytes)
+        return NcclThresholds(reference_bytes=table.reference_bytes, inter_node_ratio_to_median=ratio)
     node = table.node_all_reduce_busbw_gbps
     node = None if node is None else round(node * FEWER_GPUS_NODE_SHARE)
     return NcclThresholds(reference_bytes=table.reference_bytes, node_all_reduce_busbw_gbps=node,
-                          all_reduce_busbw_gbps=node if nodes == 1 else None,
+                          all_reduce_busbw_gbps=node if nodes == 1 else None, inter_node_ratio_to_median=ratio,
                           intra_node_transport=table.intra_node_transport)
 
 

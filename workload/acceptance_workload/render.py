@@ -151,10 +151,30 @@ def gpu_table(report: Report) -> str:
     return head + "\n" + _table(rows)
 
 
+def localization_table(report: Report) -> str:
+    """The localisation stage: every pair (or bisection block) it measured, round by round."""
+    d = report.localization
+    if d is None:
+        return ""
+    rows = [["ROUND", "KIND", "NODES", "BUSBW (GB/s)", "TIME (us)"]]
+    for p in d.pairs:
+        nodes = ", ".join(p.nodes[:4]) + (f" +{len(p.nodes) - 4}" if len(p.nodes) > 4 else "")
+        rows.append([str(p.round), p.kind, nodes, "-" if p.busbw_gbps is None else f"{p.busbw_gbps:.4g}",
+                     "-" if p.time_us is None else f"{p.time_us:.1f}"])
+    judged = [f"below {d.ratio:g} of the other nodes' median" if d.ratio is not None else "",
+              f"below the floor {d.floor_gbps:g} GB/s" if d.floor_gbps is not None else ""]
+    rule = " or ".join(j for j in judged if j) or "not judged (no ratio, no floor)"
+    head = (f"# localize: {d.rounds} round(s) in {d.seconds:.1f}s, all_reduce {human_bytes(d.bytes)} per group; "
+            f"a node's best pair {rule} names it")
+    return head + "\n" + _table(rows)
+
+
 def full_text(report: Report) -> str:
-    """The per-GPU table, sweep tables, the DDP table, then the verdict table: what rank 0 prints at the end."""
+    """The per-GPU table, sweep tables, localisation, the DDP table, then the verdict table (rank 0, at the end)."""
     parts = [gpu_table(report)] if report.gpu else []
     parts += [nccl_table(s) for s in report.nccl]
+    if report.localization:
+        parts.append(localization_table(report))
     if report.ddp:
         parts.append(ddp_table(report))
     parts.append(verdict_table(report))

@@ -104,6 +104,28 @@ class NcclSweep(WireModel):
     rows: list[NcclRow] = Field(default_factory=list)
 
 
+class PairRow(WireModel):
+    """One group of the localisation stage: a pair of nodes (or a block of the bisection) and its all_reduce."""
+
+    round: int
+    kind: Literal["pair", "block"] = "pair"
+    nodes: list[str]
+    parent: int | None = Field(None, description="Bisection: index of the row whose block this half was split from.")
+    busbw_gbps: float | None = Field(None, alias="busbwGBps")
+    time_us: float | None = Field(None, alias="timeUs", description="Mean time per all_reduce over the group's ranks.")
+
+
+class LocalizationDetail(WireModel):
+    """The inter-node localisation stage: how it judged, how long it took, and every group it measured."""
+
+    bytes: int = Field(description="all_reduce message size of every group.")
+    ratio: float | None = Field(None, description="interNodeRatioToMedian the nodes were judged by.")
+    floor_gbps: float | None = Field(None, alias="floorGBps", description="Inter-node busbw floor, where one applies.")
+    rounds: int
+    seconds: float
+    pairs: list[PairRow] = Field(default_factory=list)
+
+
 class DdpRank(WireModel):
     rank: int
     node: str
@@ -217,6 +239,7 @@ class Report(WireModel):
     environment: Environment = Field(default_factory=Environment)
     gpu: GpuDetail | None = None
     nccl: list[NcclSweep] = Field(default_factory=list)
+    localization: LocalizationDetail | None = None
     ddp: DdpDetail | None = None
 
     def missing_checks(self) -> list[CheckName]:

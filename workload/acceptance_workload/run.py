@@ -309,6 +309,7 @@ class Runner:
                     self.report.environment.transports = seen.transports()
                 busbw = self.report.headline().all_reduce_busbw_gbps
                 self.progress("nccl done" + (f": all_reduce busbw {busbw:.1f} GB/s" if busbw is not None else ""))
+            self.localize(session, watchdog)
 
         if cfg.checks.ddp.enabled:
             self.stage = "ddp"
@@ -319,6 +320,27 @@ class Runner:
                 results, detail = out
                 self.report.results += results
                 self.report.ddp = detail
+
+
+    def localize(self, session: Session, watchdog: Watchdog) -> None:
+        """The inter-node localisation stage, when checks.nccl.localize and the job-wide results call for it."""
+        from acceptance_workload import localize
+
+        check = self.config.checks.nccl
+        nodes = session.nodes()
+        floor = localize.inter_node_floor(check, len(nodes))
+        failed = localize.job_failed(self.report.results) if self.is_root else None
+        wanted = localize.wanted(check.localize, len(nodes), bool(failed), floor) if self.is_root else None
+        if not session.control.broadcast("localize", wanted):
+            return
+        self.progress(f"nccl localize: pairs of nodes ({check.localize}"
+                      + (", the job-wide sweep failed)" if failed else ")"))
+        detail = localize.run_stage(session, check, watchdog, failed=bool(failed), floor=floor,
+                                    progress=self.progress)
+        if self.is_root:
+            assert detail is not None
+            self.report.localization = detail
+            self.report.results += localize.results(detail, nodes, self.config.estimated_thresholds)
 
 
 def environment(session: Session, facts: list[dict]) -> Environment:

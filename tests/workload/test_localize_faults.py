@@ -1,0 +1,168 @@
+"""Inter-node localisation end to end: `gpu-acceptance local --cpu --gpus 4 --simulate-nodes 4`, faults from outside.
+
+Four simulated nodes, one gloo process each. The test finds sim-node-2's
+process from outside (/proc: a child of the CLI whose environment says
+NODE_NAME=sim-node-2) and either stops it three quarters of the time with a
+SIGSTOP/SIGCONT loop while the localisation stage runs, or freezes it
+(SIGSTOP, never continued) just before the stage. Nothing inside the workload
+knows it is being tested. Either way the run fails and failedNodes is exactly
+sim-node-2: slowed, by its pairs against the median of the other nodes;
+frozen, by its stopped heartbeat.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from acceptance_workload.report import Report
+
+VICTIM = "sim-node-2"
+STOPPED, RUNNING = 0.015, 0.005  # seconds of each SIGSTOP/SIGCONT period: stopped 3/4 of the time
+FROZEN_TIMEOUT = 10  # collectiveTimeoutSeconds of the frozen run
+
+
+def node_pid(parent: int, node: str) -> int | None:
+    """The pid of the CLI's child whose environment has NODE_NAME=node."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == parent and f"NODE_NAME={node}".encode() in env:
+            return int(entry.name)
+    return None
+
+
+def run_local(tmp_path: Path, *extra: str, on_line: Callable[[str, subprocess.Popen], None] | None = None,
+              ) -> tuple[int, str, Report | None]:
+    """`gpu-acceptance local --cpu --gpus 4 --simulate-nodes 4 --json r.json`; on_line sees each stderr line."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "OMPI_", "PMI_"))}
+    cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", "--cpu", "--gpus", "4", "--simulate-nodes",
+           "4", "--json", "r.json", *extra]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if on_line:
+                on_line(line, proc)
+        code = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    path = tmp_path / "r.json"
+    report = Report.model_validate(json.loads(path.read_text())) if path.exists() else None
+    return code, "".join(lines), report
+
+
+class StopLoop:
+    """Stops and continues one process, STOPPED then RUNNING seconds, until told to end (leaving it running)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        try:
+            while not self.done.is_set():
+                os.kill(self.pid, signal.SIGSTOP)
+                time.sleep(STOPPED)
+                os.kill(self.pid, signal.SIGCONT)
+                time.sleep(RUNNING)
+        except ProcessLookupError:
+            pass
+
+    def start(self) -> StopLoop:
+        self.thread.start()
+        return self
+
+    def end(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=5)
+
+
+def test_healthy_four_simulated_nodes_pass_with_every_node_in_a_pair(tmp_path: Path) -> None:
+    code, stderr, report = run_local(tmp_path)
+    assert code == 0 and report is not None and report.passed, stderr[-3000:]
+    assert report.localization is not None and report.localization.rounds == 1
+    assert [sorted(p.nodes) for p in report.localization.pairs] == [["sim-node-0", "sim-node-1"],
+                                                                     ["sim-node-2", "sim-node-3"]]
+    rows = {r.node: r for r in report.results if r.name == "inter_node_busbw"}
+    assert sorted(rows) == [f"sim-node-{k}" for k in range(4)] and all(r.passed for r in rows.values())
+    assert all(r.threshold is not None and r.value >= r.threshold for r in rows.values())
+    assert "localize: 1 round(s)" in stderr
+
+
+def test_a_node_stopped_three_quarters_of_the_time_is_the_one_named(tmp_path: Path) -> None:
+    loops: list[StopLoop] = []
+
+    def on_line(line: str, proc: subprocess.Popen) -> None:
+        if "] nccl localize:" in line and not loops:
+            pid = node_pid(proc.pid, VICTIM)
+            assert pid is not None
+            loops.append(StopLoop(pid).start())
+        elif "] localize: " in line and loops:
+            loops[0].end()  # the stage is over: the rest of the run goes at full speed
+
+    try:
+        code, stderr, report = run_local(tmp_path, on_line=on_line)
+    finally:
+        for loop in loops:
+            loop.end()
+    assert loops, stderr[-3000:]
+    assert code == 1 and report is not None and not report.passed, stderr[-3000:]
+    assert report.failed_nodes == [VICTIM], stderr[-3000:]
+    assert report.error is None
+    culprit = next(r for r in report.results if r.name == "inter_node_busbw" and not r.passed)
+    assert culprit.node == VICTIM and culprit.value < culprit.threshold
+    assert "slow with every partner" in culprit.message and "median of the other nodes" in culprit.message
+    detail = report.localization
+    assert detail is not None and detail.rounds == 2  # pairs, then each suspect with a known-good node
+    second = [sorted(p.nodes) for p in detail.pairs if p.round == 2]
+    assert ["sim-node-0", VICTIM] in second or ["sim-node-1", VICTIM] in second
+
+
+def test_a_node_frozen_before_the_stage_is_named_by_its_stopped_heartbeat(tmp_path: Path) -> None:
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(f"kind: AcceptanceTest\nspec:\n  checks:\n    nccl:\n"
+                        f"      collectiveTimeoutSeconds: {FROZEN_TIMEOUT}\n")
+    frozen: list[int] = []
+
+    def on_line(line: str, proc: subprocess.Popen) -> None:
+        if "] nccl done" in line and not frozen:
+            pid = node_pid(proc.pid, VICTIM)
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+            frozen.append(pid)
+
+    t0 = time.monotonic()
+    try:
+        code, stderr, report = run_local(tmp_path, "-f", str(manifest), on_line=on_line)
+    finally:
+        for pid in frozen:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    break
+    assert frozen, stderr[-3000:]
+    assert code == 2 and report is not None and not report.passed, stderr[-3000:]
+    assert report.failed_nodes == [VICTIM]
+    culprits = [r for r in report.results if r.name == "rank_responding"]
+    assert [(r.check, r.node) for r in culprits] == [("nccl", VICTIM)]
+    assert report.error and "localize" in report.error and "stopped responding" in report.error
+    assert time.monotonic() - t0 < 240
