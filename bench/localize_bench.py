@@ -66,13 +66,24 @@ def min_ratio(values: dict[str, float]) -> float | None:
 
 
 def paper(counts: list[int]) -> str:
-    from acceptance_workload.localize import simulate
+    """Rounds of the plan (localize.plan_and_measure) on simulated results, and whether it named the slow nodes."""
+    from acceptance_workload.localize import results, simulated
 
-    lines = ["| nodes | healthy | one slow node | two slow nodes | fault only at scale (bisection) |",
-             "|---:|---:|---:|---:|---:|"]
+    cases = [("healthy", set(), False), ("one slow node", {"half"}, False), ("two slow nodes", {1, "half"}, False),
+             ("a fault only at scale (bisection)", {"half"}, True)]
+    lines = ["| nodes | " + " | ".join(c[0] for c in cases) + " |", "|---:|" + "---:|" * len(cases)]
     for n in counts:
-        lines.append(f"| {n} | {simulate(n, set())} | {simulate(n, {n // 2})} | {simulate(n, {1, n // 2})} | "
-                     f"{simulate(n, {n // 2}, failed=True, only_at_scale=True)} |")
+        cells = []
+        for _, bad, at_scale in cases:
+            slow = {n // 2 if b == "half" else b for b in bad}
+            names, detail = simulated(n, slow, failed=at_scale, only_at_scale=at_scale)
+            named = sorted({r.node for r in results(detail, names) if not r.passed})
+            want = sorted(names[i] for i in slow)
+            ok = "all pass" if not slow and not named else (
+                "named" if named == want else f"in a block of {len(named)}" if set(want) <= set(named)
+                else "not localised")
+            cells.append(f"{detail.rounds} ({ok})")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -3,7 +3,8 @@
 Four simulated nodes, one gloo process each. The test finds sim-node-2's
 process from outside (/proc: a child of the CLI whose environment says
 NODE_NAME=sim-node-2) and either stops it three quarters of the time with a
-SIGSTOP/SIGCONT loop while the localisation stage runs, or freezes it
+SIGSTOP/SIGCONT loop from the job-wide sweep to the end of the localisation
+stage, or freezes it
 (SIGSTOP, never continued) just before the stage. Nothing inside the workload
 knows it is being tested. Either way the run fails and failedNodes is exactly
 sim-node-2: slowed, by its pairs against the median of the other nodes;
@@ -111,7 +112,7 @@ def test_a_node_stopped_three_quarters_of_the_time_is_the_one_named(tmp_path: Pa
     loops: list[StopLoop] = []
 
     def on_line(line: str, proc: subprocess.Popen) -> None:
-        if "] nccl localize:" in line and not loops:
+        if "] nccl sweep" in line and not loops:  # from the sweep on: no race with the short stage
             pid = node_pid(proc.pid, VICTIM)
             assert pid is not None
             loops.append(StopLoop(pid).start())

@@ -49,8 +49,9 @@ if TYPE_CHECKING:
 RESULT = "inter_node_busbw"
 BLOCK_RESULT = RESULT + "_block"
 RATIO_KEY = "nccl.interNodeRatioToMedian"  # as WorkloadConfig.estimated_thresholds names it
-WINDOWS = 5  # each group's time is the fastest of this many windows, so a hiccup does not name a node
-WINDOW_SECONDS = 0.05  # long enough to span many scheduler slices (and SIGSTOP periods) on a busy host
+WINDOWS = 5  # each group's time is the median of this many windows, so one hiccup does not name a node
+WINDOW_SECONDS = 0.1  # at full speed: spans many scheduler slices (and stop-and-go periods) on a busy host
+CALIBRATION_OPS = 3
 MAX_ITERS = 1000
 BISECT_ABOVE = 16  # nodes: above it, a job-wide failure that no pair shows is bisected
 JOB_WIDE_SIGNALS = ("transport",)  # per-node nccl results that say the fabric between nodes failed
@@ -204,8 +205,9 @@ def plan_and_measure(nodes: Sequence[str], measure: Callable[[Block], float], ra
     return detail
 
 
-def simulate(nodes: int, bad: set[int], *, failed: bool = False, only_at_scale: bool = False) -> int:
-    """Rounds the plan takes for `nodes` nodes with `bad` slow (on paper: a group's busbw 1, 0.1 with a bad node).
+def simulated(nodes: int, bad: set[int], *, failed: bool = False, only_at_scale: bool = False,
+              ) -> tuple[list[str], LocalizationDetail]:
+    """The stage on paper for `nodes` nodes with `bad` slow: a group's busbw 1, or 0.1 with a bad node in it.
 
     only_at_scale: the bad nodes are slow only in groups larger than a pair (a fault no pair shows).
     """
@@ -214,7 +216,7 @@ def simulate(nodes: int, bad: set[int], *, failed: bool = False, only_at_scale: 
     def measure(block: Block) -> float:
         hit = any(int(n[1:]) in bad for n in block) and (len(block) > 2 or not only_at_scale)
         return 0.1 if hit else 1.0
-    return plan_and_measure(names, measure, 0.75, None, failed=failed).rounds
+    return names, plan_and_measure(names, measure, 0.75, None, failed=failed)
 
 
 def new_row(k: int, block: Block, rows: Sequence[PairRow], busbw: float, time_us: float) -> PairRow:
@@ -350,11 +352,12 @@ def measure_round(session: Session, check: NcclCheck, watchdog: Watchdog, plan: 
 
 
 def time_group(group: Group, check: NcclCheck, size: int, device: Any) -> float:
-    """Seconds per all_reduce on `group`: the fastest of WINDOWS windows of at least WINDOW_SECONDS each.
+    """Seconds per all_reduce on `group`: the median of WINDOWS windows of at least WINDOW_SECONDS each.
 
-    The fastest, not the median: noise (another process, a scheduler slice) only
-    ever adds time, while a slow node is slow in every window. The group agrees on
-    the iterations (the slowest rank's estimate), so every rank runs the same count.
+    The iterations come from the fastest of a few single operations (the slowest
+    rank's, so every rank runs the same count): each window then spans many
+    scheduler slices, or stop-and-go periods of a node that keeps stalling, and
+    shows its average rate; the median leaves out one disturbed window.
     """
     import torch
     import torch.distributed as dist
@@ -365,11 +368,14 @@ def time_group(group: Group, check: NcclCheck, size: int, device: Any) -> float:
     buf = torch.ones(max(1, size // torch.tensor([], dtype=dtype).element_size()), dtype=dtype, device=device)
     for _ in range(max(1, check.warmup_iters)):
         dist.all_reduce(buf, group=group.pg)
-    _barrier(torch, group, device)
-    t0 = time.perf_counter()
-    dist.all_reduce(buf, group=group.pg)
-    _sync(torch, device)
-    estimate = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+    singles = []
+    for _ in range(CALIBRATION_OPS):
+        _barrier(torch, group, device)
+        t0 = time.perf_counter()
+        dist.all_reduce(buf, group=group.pg)
+        _sync(torch, device)
+        singles.append(time.perf_counter() - t0)
+    estimate = torch.tensor([min(singles)], dtype=torch.float64, device=device)
     dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=group.pg)
     iters = iterations(float(estimate.item()))
     windows = []
@@ -380,7 +386,7 @@ def time_group(group: Group, check: NcclCheck, size: int, device: Any) -> float:
             dist.all_reduce(buf, group=group.pg)
         _sync(torch, device)
         windows.append((time.perf_counter() - t0) / iters)
-    return min(windows)
+    return statistics.median(windows)
 
 
 def iterations(one_op_seconds: float) -> int:
