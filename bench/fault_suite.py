@@ -4,14 +4,19 @@
     python bench/fault_suite.py --scenarios healthy --repeat 10          # healthy pass rate, --quick
     python bench/fault_suite.py --scenarios healthy --repeat 10 --full --keep-reports runs/  # full runs
     python bench/fault_suite.py --cpu --scenarios healthy,frozen-rank,rank-exits   # gloo, no GPU needed
+    python bench/fault_suite.py --scenarios sim2-healthy,sim2-slowed,sim4-healthy,sim4-slowed --repeat 3  # nodes
 
 Each scenario runs `gpu-acceptance local --json` as a user would, on a node named
 `fault-node`, and does its damage from outside: another process saturating the
 last GPU, NCCL_P2P_DISABLE=1 in the environment, SIGSTOP or SIGKILL of the last
 rank's process once the NCCL sweep has started, one GPU fewer visible than the
-test expects. Nothing inside the workload knows it is being tested. A scenario
-passes when a healthy run PASSED, or when a faulty run FAILED with the node in
-failedNodes and, where one GPU or rank is to blame, that GPU or rank named.
+test expects. The sim* scenarios split the GPUs into 2 or 4 simulated nodes
+(`--simulate-nodes`, NCCL's network path between them) and run only the NCCL
+all_reduce sweep and the inter-node localisation; simN-slowed saturates the
+last simulated node's GPUs with another process. Nothing inside the workload
+knows it is being tested. A scenario passes when a healthy run PASSED, or when
+a faulty run FAILED with the node in failedNodes (a simulated node: exactly
+that node) and, where one GPU or rank is to blame, that GPU or rank named.
 Prints a detection table and writes every row (with the reasons the report
 gave) as JSON.
 """
@@ -34,6 +39,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 NODE = "fault-node"
 TIMEOUT = 20  # collectiveTimeoutSeconds of the runs that freeze or kill a rank
+# Simulated nodes: only what judges between nodes (all_reduce sweep, per-node sweeps, localisation), up to 256Mi
+# (NCCL's sockets between simulated nodes reach ~5 GB/s: a 1Gi sweep would take minutes).
+SIM_MANIFEST = """kind: AcceptanceTest
+spec:
+  checks:
+    preflight: {enabled: false}
+    gpu: {enabled: false}
+    ddp: {enabled: false}
+    nccl:
+      collectives: [all_reduce]
+      maxBytes: 256Mi
+"""
 HOG = """
 import sys, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -111,10 +128,24 @@ class Scenario:
     inject: Callable[[Ctx, Run], None] | None = None  # on a thread, once the run has started
     setup: Callable[[Ctx], Callable[[], None]] | None = None  # before the run; returns its teardown
     gpu_only: bool = False
+    nodes: int = 1  # simulated nodes (--simulate-nodes); the node to name is then sim-node-<victim>
+    victim: Callable[[Ctx], int] = lambda c: 0  # with simulated nodes: the node slowed
+
+    def node(self, ctx: Ctx) -> str:
+        return f"sim-node-{self.victim(ctx)}" if self.nodes > 1 else NODE
+
+    def fits(self, ctx: Ctx) -> bool:
+        """Simulated nodes need the GPUs (processes) to split evenly, at least one each."""
+        return ctx.gpus >= self.nodes and ctx.gpus % self.nodes == 0
+
+    def node_gpus(self, ctx: Ctx) -> list[int]:
+        """The GPUs of the victim node (one simulated node has gpus / nodes of them)."""
+        per = ctx.gpus // self.nodes
+        return list(range(self.victim(ctx) * per, (self.victim(ctx) + 1) * per))
 
     @property
     def healthy(self) -> bool:
-        return self.name == "healthy"
+        return self.name.endswith("healthy")
 
 
 def _signal_rank(sig: signal.Signals, delay: float) -> Callable[[Ctx, Run], None]:
@@ -129,17 +160,42 @@ def _signal_rank(sig: signal.Signals, delay: float) -> Callable[[Ctx, Run], None
     return inject
 
 
-def _hog(ctx: Ctx) -> Callable[[], None]:
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(ctx.last))
-    hog = subprocess.Popen([sys.executable, "-c", HOG], env=env, stdout=subprocess.PIPE, text=True)
-    assert hog.stdout is not None
-    if hog.stdout.readline().strip() != "ready":
-        raise RuntimeError("the GPU hog did not start")
+def _hog(gpus: Callable[[Ctx], list[int]]) -> Callable[[Ctx], Callable[[], None]]:
+    """Another process running bf16 matmuls on each of `gpus`, for the whole run."""
+    def setup(ctx: Ctx) -> Callable[[], None]:
+        hogs = []
+        for gpu in gpus(ctx):
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+            hogs.append(subprocess.Popen([sys.executable, "-c", HOG], env=env, stdout=subprocess.PIPE, text=True))
+        for hog in hogs:
+            assert hog.stdout is not None
+            if hog.stdout.readline().strip() != "ready":
+                raise RuntimeError("a GPU hog did not start")
 
-    def stop() -> None:
-        hog.kill()
-        hog.wait()
-    return stop
+        def stop() -> None:
+            for hog in hogs:
+                hog.kill()
+                hog.wait()
+        return stop
+    return setup
+
+
+def _sim_args(nodes: int) -> Callable[[Ctx], list[str]]:
+    def args(ctx: Ctx) -> list[str]:
+        path = ctx.tmp / "sim.yaml"
+        path.write_text(SIM_MANIFEST)
+        return ["--simulate-nodes", str(nodes), "-f", str(path)]
+    return args
+
+
+def _sim(nodes: int, slowed: bool) -> Scenario:
+    """N simulated nodes on this machine's GPUs; slowed: the last node's GPUs saturated by another process."""
+    name = f"sim{nodes}-{'slowed' if slowed else 'healthy'}"
+    fault = f"another process saturates the GPUs of sim-node-{nodes - 1}" if slowed else "none"
+    s = Scenario(name, fault, args=_sim_args(nodes), nodes=nodes, victim=lambda c: nodes - 1, gpu_only=slowed)
+    if slowed:
+        s.setup = _hog(lambda c: s.node_gpus(c))
+    return s
 
 
 def _timeout_manifest(ctx: Ctx) -> list[str]:
@@ -152,7 +208,7 @@ def _timeout_manifest(ctx: Ctx) -> list[str]:
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("healthy", "none"),
     Scenario("saturated-gpu", "another process runs bf16 matmuls on the last GPU", gpu=lambda c: c.last,
-             setup=_hog, gpu_only=True),
+             setup=_hog(lambda c: [c.last]), gpu_only=True),
     Scenario("p2p-off", "NCCL_P2P_DISABLE=1 in the environment", env=lambda c: {"NCCL_P2P_DISABLE": "1"},
              gpu_only=True),
     Scenario("frozen-rank", "SIGSTOP of the last rank during the NCCL sweep", rank=lambda c: c.last,
@@ -162,6 +218,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("missing-gpu", "one GPU fewer visible than the test expects",
              env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(c.gpus - 1))},
              args=lambda c: ["--gpus", str(c.gpus)], gpu_only=True),
+    _sim(2, slowed=False), _sim(2, slowed=True), _sim(4, slowed=False), _sim(4, slowed=True),
 ]}
 
 
@@ -218,9 +275,9 @@ def judge(s: Scenario, ctx: Ctx, index: int, code: int, report_file: Path, secon
     bad = [r for r in report.get("results", []) if not r.get("passed")]
     reasons = ([report["error"]] if report.get("error") else []) + [r.get("message", "") for r in bad]
     verdict = "PASSED" if report.get("passed") else ("FAILED" if report else f"no report (exit {code})")
-    gpu, rank = s.gpu(ctx), s.rank(ctx)
+    gpu, rank, node = s.gpu(ctx), s.rank(ctx), s.node(ctx)
     named = []
-    if gpu is not None and any(r.get("node") == NODE and r.get("gpu") == gpu for r in bad):
+    if gpu is not None and any(r.get("node") == node and r.get("gpu") == gpu for r in bad):
         named.append(f"GPU {gpu}")
     if rank is not None and any(f"rank {rank}" in text for text in reasons):
         named.append(f"rank {rank}")
@@ -230,8 +287,9 @@ def judge(s: Scenario, ctx: Ctx, index: int, code: int, report_file: Path, secon
     else:
         want = [f"GPU {gpu}"] if gpu is not None and rank is None else []
         want += [f"rank {rank}"] if rank is not None else []
-        detected = verdict == "FAILED" and NODE in failed_nodes and all(w in named for w in want)
-        expected = f"FAILED, {NODE}" + (f", {' and '.join(want)}" if want else "")
+        blamed = failed_nodes == [node] if s.nodes > 1 else node in failed_nodes
+        detected = verdict == "FAILED" and blamed and all(w in named for w in want)
+        expected = f"FAILED, {'exactly ' if s.nodes > 1 else ''}{node}" + (f", {' and '.join(want)}" if want else "")
     return Outcome(scenario=s.name, run=index, fault=s.fault, expected=expected, verdict=verdict, exit_code=code,
                    failed_nodes=failed_nodes, named=", ".join(named) or "-", detected=detected,
                    seconds=round(seconds, 1), reasons=[r[:400] for r in reasons[:4]])
@@ -246,6 +304,12 @@ def table(outcomes: list[Outcome]) -> str:
                      f"{o.seconds} |")
     ok = sum(o.detected for o in outcomes)
     lines.append(f"\n{ok}/{len(outcomes)} as expected")
+    for name in dict.fromkeys(o.scenario for o in outcomes):
+        mine = [o for o in outcomes if o.scenario == name]
+        what = "passed" if SCENARIOS[name].healthy else "named the culprit"
+        seconds = sorted(o.seconds for o in mine)
+        lines.append(f"- {name}: {what} in {sum(o.detected for o in mine)}/{len(mine)} runs "
+                     f"({seconds[len(seconds) // 2]} s median run)")
     return "\n".join(lines)
 
 
@@ -278,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
         s = SCENARIOS[name]
         if s.gpu_only and args.cpu:
             print(f"[fault-suite] {name}: needs GPUs, skipped on --cpu", file=sys.stderr)
+            continue
+        if not s.fits(ctx):
+            print(f"[fault-suite] {name}: {s.nodes} simulated nodes do not split {gpus} GPUs, skipped", file=sys.stderr)
             continue
         for i in range(args.repeat):
             o = run_scenario(s, ctx, i + 1)
