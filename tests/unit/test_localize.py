@@ -196,3 +196,14 @@ def test_a_bisection_block_always_fails():
     report.results.append(CheckResult(check="nccl", name=localize.BLOCK_RESULT, value=None, passed=True,
                                       node=node_names(4)[1]))
     assert rejudge(report, facts(cfg)).report.failed_nodes == [node_names(4)[1]]
+
+
+def test_the_pairs_travel_in_the_job_wide_evidence_and_the_nodes_results_in_their_shards():
+    from acceptance_workload.evidence import assemble, split, shard_names
+
+    cfg = config(nodes=12)
+    report = passing_report(cfg)
+    status, shards = split(report, shard_names("t-evidence", 12))
+    assert "localization" in shards["t-evidence-job"] and "localization" not in shards["t-evidence-1"]
+    assert all(row.results >= 1 for row in status.nodes)  # each node's own row counts its inter_node_busbw
+    assert assemble(status, shards).localization == report.localization

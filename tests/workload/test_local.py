@@ -164,13 +164,16 @@ def test_a_manifest_sets_checks_and_profile_with_profile_defaults_underneath(tmp
     assert quick.checks.gpu.thresholds == config.checks.gpu.thresholds and quick.checks.gpu.thresholds.min_gemm_tflops
 
 
-def test_cpu_smoke_checks_drop_every_threshold_but_the_relative_gpu_one() -> None:
+def test_cpu_smoke_checks_drop_every_threshold_but_the_relative_ones() -> None:
     from acceptance_workload.checks import ChecksSpec
     from acceptance_workload.profiles import resolve_checks
 
     resolved = resolve_checks(ChecksSpec(), "h100-sxm", 2)
     smoke = cpu_smoke_checks(resolved)
-    assert smoke.nccl.thresholds.model_dump(exclude_none=True) == {}
+    # relative to the median of the other nodes' pairs: the localisation stage judges CPU runs too
+    assert smoke.nccl.thresholds.model_dump(exclude_none=True) == {"inter_node_ratio_to_median": 0.4}
+    assert smoke.nccl.localize == "onFailure"
+    assert cpu_smoke_checks(ChecksSpec.model_validate({"nccl": {"localize": "never"}})).nccl.localize == "never"
     assert smoke.ddp.thresholds.model_dump(exclude_none=True) == {}
     assert smoke.preflight.thresholds.model_dump(exclude_none=True) == {}
     assert smoke.gpu.thresholds.model_dump(exclude_none=True) == {"min_ratio_to_node_median": 0.5}
