@@ -7,6 +7,7 @@ from acceptance_operator.rejudge import RunFacts, rejudge
 from acceptance_workload import localize
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import TestRef, WorkloadConfig
+from acceptance_workload.evidence import assemble, shard_names, split
 from acceptance_workload.report import CheckResult, PairRow
 
 from tests.reports import node_names, passing_report
@@ -199,8 +200,6 @@ def test_a_bisection_block_always_fails():
 
 
 def test_the_pairs_travel_in_the_job_wide_evidence_and_the_nodes_results_in_their_shards():
-    from acceptance_workload.evidence import assemble, split, shard_names
-
     cfg = config(nodes=12)
     report = passing_report(cfg)
     status, shards = split(report, shard_names("t-evidence", 12))

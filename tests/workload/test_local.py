@@ -171,7 +171,7 @@ def test_cpu_smoke_checks_drop_every_threshold_but_the_relative_ones() -> None:
     resolved = resolve_checks(ChecksSpec(), "h100-sxm", 2)
     smoke = cpu_smoke_checks(resolved)
     # relative to the median of the other nodes' pairs: the localisation stage judges CPU runs too
-    assert smoke.nccl.thresholds.model_dump(exclude_none=True) == {"inter_node_ratio_to_median": 0.4}
+    assert smoke.nccl.thresholds.model_dump(exclude_none=True) == {"inter_node_ratio_to_median": 0.35}
     assert smoke.nccl.localize == "onFailure"
     assert cpu_smoke_checks(ChecksSpec.model_validate({"nccl": {"localize": "never"}})).nccl.localize == "never"
     assert smoke.ddp.thresholds.model_dump(exclude_none=True) == {}

@@ -66,6 +66,21 @@ def test_infiniband_requirement_fails_the_node_that_fell_back_to_sockets() -> No
     assert b.observed == "SHM,SOCKET"
 
 
+def test_only_the_node_whose_nccl_chose_sockets_is_named_not_its_ib_peers() -> None:
+    """Node a's NCCL chose IB; its connections to b, which fell back, went through sockets on both sides."""
+    a_to_b = NODE_A_IB + "gpu-a:2101:2201 [0] NCCL INFO Channel 02/0 : 0[0] -> 8[0] [send] via NET/Socket/0\n"
+    per_node = {"gpu-a": parse_lines(a_to_b.splitlines()), "gpu-b": parse_lines(NODE_B_SOCKETS.splitlines()),
+                "gpu-c": parse_lines(NODE_A_IB.replace("gpu-a", "gpu-c").splitlines())}
+    results = {r.node: r for r in judge("IB_GDR", per_node, multi_node=True)}
+    assert [n for n, r in results.items() if not r.passed] == ["gpu-b"]
+    assert results["gpu-a"].value == 1.0 and "1 socket connection(s) not counted" in results["gpu-a"].message
+    assert "gpu-b fell back to sockets" in results["gpu-a"].message
+    # with no node on IB nothing tells them apart: every node's own connections decide
+    both = {"gpu-a": parse_lines(NODE_B_SOCKETS.replace("gpu-b", "gpu-a").splitlines()),
+            "gpu-b": parse_lines(NODE_B_SOCKETS.splitlines())}
+    assert not any(r.passed for r in judge("IB", both, multi_node=True))
+
+
 def test_ib_without_gpudirect_fails_an_ib_gdr_requirement_but_passes_ib() -> None:
     plain = parse_lines(["h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0"])
     [gdr] = judge("IB_GDR", {"n": plain}, multi_node=True)

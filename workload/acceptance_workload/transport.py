@@ -135,8 +135,12 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
                             message="transports NCCL used: " + (_describe(total.connections) or "none"))]
     results = []
     inter = required in NET_TRANSPORTS
+    fell_back = fallen_to_sockets(per_node) if required in ("IB", "IB_GDR") else []
     for node, log in per_node.items():
         relevant = log.net() if inter else log.local()
+        excused = bool(fell_back) and node not in fell_back and chose_ib(log) and relevant.get("SOCKET", 0) > 0
+        if excused:  # this node's NCCL chose IB; its socket connections are to the nodes that fell back
+            relevant = Counter({t: n for t, n in relevant.items() if t != "SOCKET"})
         allowed = {"IB": {"IB", "IB_GDR"}}.get(required, {required})
         used = sum(n for t, n in relevant.items() if t in allowed)
         total = sum(relevant.values())
@@ -155,11 +159,31 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
                 msg += "; GPUDirect RDMA not used: check nvidia-peermem / dma-buf and NCCL_NET_GDR_LEVEL"
         if log.networks and inter:
             msg += f" (NCCL: using network {', '.join(sorted(log.networks))})"
+        if excused:
+            msg += (f"; its {log.net()['SOCKET']} socket connection(s) not counted: this node's NCCL chose IB, and "
+                    f"{', '.join(fell_back[:5])} fell back to sockets")
         results.append(CheckResult(check="nccl", name="transport", value=value, unit="fraction", threshold=1.0,
                                    comparison="ge", passed=value is not None and value >= 1.0,
                                    observed=",".join(log.transports()) or "none", expected=required,
                                    message=msg, node=node))
     return results
+
+
+def chose_ib(log: TransportLog) -> bool:
+    """NCCL on this node said `Using network IB` (or an IB plugin): its own side of the fabric works."""
+    return any(n.lower().startswith("ib") for n in log.networks)
+
+
+def fallen_to_sockets(per_node: dict[str, TransportLog]) -> list[str]:
+    """Nodes whose NCCL chose sockets while other nodes' chose IB: the ones to name for a socket fallback.
+
+    A socket connection between an IB node and a fallen node shows in both logs;
+    only the node whose own NCCL gave up on IB is the culprit. When no node chose
+    IB, nothing tells them apart and every node's own connections decide.
+    """
+    if not any(chose_ib(log) for log in per_node.values()):
+        return []
+    return sorted(n for n, log in per_node.items() if log.networks and not chose_ib(log))
 
 
 INTRA_NODE_HINTS: dict[str, str] = {
