@@ -330,24 +330,26 @@ def run_stage(session: Session, check: NcclCheck, watchdog: Watchdog, *, failed:
 
 def measure_round(session: Session, check: NcclCheck, watchdog: Watchdog, plan: list[Block], size: int,
                   k: int) -> float | None:
-    """One group per block (every rank creates each, in order); this rank's seconds per operation, None if idle."""
+    """This rank's seconds per all_reduce in its block's group this round; None when its node is idle.
+
+    Only the members of a group create it (a group-local rendezvous): with 512
+    pairs a round, no rank takes part in the 511 other groups' setup. Blocks
+    never repeat within a stage, so no group name is reused.
+    """
     import torch.distributed as dist
 
     from acceptance_workload.launch import Group
 
-    own: Group | None = None
+    node = next(i.node for i in session.ranks if i.rank == session.rank)
+    mine = next((b for b in plan if node in b), None)
     with watchdog.step(f"nccl localize round {k}"):
-        groups = []
-        for block in plan:
-            ranks = sorted(r for n in block for r in session.node_ranks(n))
-            pg = dist.new_group(ranks)
-            groups.append(pg)
-            if session.rank in ranks:
-                own = Group(scope="pair", ranks=ranks, rank=ranks.index(session.rank), pg=pg)
-        seconds = None if own is None else time_group(own, check, size, session.device)
-        for pg in groups:
-            if pg is not None and pg != dist.GroupMember.NON_GROUP_MEMBER:
-                dist.destroy_process_group(pg)
+        if mine is None:
+            return None
+        ranks = sorted(r for n in mine for r in session.node_ranks(n))
+        pg = dist.new_group(ranks, use_local_synchronization=True)
+        own = Group(scope="pair", ranks=ranks, rank=ranks.index(session.rank), pg=pg)
+        seconds = time_group(own, check, size, session.device)
+        dist.destroy_process_group(pg)
     return seconds
 
 
