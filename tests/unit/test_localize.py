@@ -206,3 +206,5 @@ def test_the_pairs_travel_in_the_job_wide_evidence_and_the_nodes_results_in_thei
     assert "localization" in shards["t-evidence-job"] and "localization" not in shards["t-evidence-1"]
     assert all(row.results >= 1 for row in status.nodes)  # each node's own row counts its inter_node_busbw
     assert assemble(status, shards).localization == report.localization
+    assert report.localization is not None and status.localization is not None
+    assert (status.localization.rounds, status.localization.groups) == (1, 6)  # the status says how long it took

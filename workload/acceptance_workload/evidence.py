@@ -79,6 +79,14 @@ class HeadlinePart(WireModel):
     scaling_efficiency: float | None = None
 
 
+class LocalizationPart(WireModel):
+    """How long the inter-node localisation stage took (its pairs are in the evidence)."""
+
+    rounds: int
+    seconds: float
+    groups: int = Field(description="Pairs (and bisection blocks) measured over all rounds.")
+
+
 class StatusReport(WireModel):
     """What the workload writes into status.report: compact at any node count; the evidence holds the rest."""
 
@@ -93,6 +101,7 @@ class StatusReport(WireModel):
     checks_run: list[CheckName] = Field(default_factory=list)
     tally: TallyPart = Field(default_factory=TallyPart)
     headline: HeadlinePart = Field(default_factory=HeadlinePart)
+    localization: LocalizationPart | None = None
     failures: list[CheckResult] = Field(default_factory=list, description="The first failed results.")
     failures_omitted: int = Field(0, description="Failed results not listed here (all are in the evidence).")
     failed_nodes: list[str] = Field(default_factory=list)
@@ -135,6 +144,9 @@ def compact(report: Report, evidence: list[str]) -> StatusReport:
         checks_run=report.checks_run,
         tally=TallyPart(passed=tally.passed, failed=tally.failed, total=tally.total),
         headline=HeadlinePart(**dataclasses.asdict(headline)),
+        localization=None if report.localization is None else LocalizationPart(
+            rounds=report.localization.rounds, seconds=report.localization.seconds,
+            groups=len(report.localization.pairs)),
         failures=[r.model_copy(update={"message": _clip(r.message, MAX_FAILURE_MESSAGE) or ""})
                   for r in failures[:MAX_FAILURES]],
         failures_omitted=max(0, len(failures) - MAX_FAILURES),
