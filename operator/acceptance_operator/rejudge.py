@@ -288,10 +288,13 @@ class Required:
     gpu: int | None = None
 
 
-def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized: bool = False) -> list[Required]:
+def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized: bool = False,
+                     pairs: bool = True) -> list[Required]:
     """Every judged result the enabled checks must produce, per node where it is measured per node.
 
-    localized: the localisation stage had to run (localize.wanted on the operator's own judgement).
+    localized: the localisation stage had to run (localize.wanted on the operator's own judgement);
+    pairs: the report has the stage's pair rows. Without them one job-wide result is missing, not one
+    per node: a report that left the stage out must not put every node in failedNodes.
     """
     nodes = sorted(nodes)
     checks = config.checks
@@ -313,8 +316,11 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
             out += [Required("nccl", "transport", n, f"transport {config.required_transport()}") for n in nodes]
         if th.intra_node_transport is not None and config.gpus_per_node >= 2:
             out += [Required("nccl", "intra_node_transport", n, "its intra-node transport") for n in nodes]
-        if localized:
-            out += [Required("nccl", localize.RESULT, n, f"localize {checks.nccl.localize}: its pairs") for n in nodes]
+        why = f"localize {checks.nccl.localize}: the stage's pairs"
+        if localized and pairs:
+            out += [Required("nccl", localize.RESULT, n, why) for n in nodes]
+        elif localized:
+            out.append(Required("nccl", localize.RESULT, None, why))
     if checks.ddp.enabled:
         out += [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
         if checks.ddp.thresholds.min_scaling_efficiency is not None:
@@ -334,7 +340,8 @@ def missing_required(report: Report, config: WorkloadConfig, nodes: Iterable[str
     present = {(r.check, r.name, r.node, r.gpu) for r in report.results}
     present |= {(c, n, node, None) for c, n, node, _ in present}  # a per-node requirement is met by any GPU's
     out = []
-    for req in required_results(config, nodes, localized=localization_due(report, config)):
+    due = localization_due(report, config)
+    for req in required_results(config, nodes, localized=due, pairs=report.localization is not None):
         if (req.check, req.name, req.node, req.gpu) in present:
             continue
         where = (f" for node {req.node}" if req.node else "") + (f" GPU {req.gpu}" if req.gpu is not None else "")

@@ -156,7 +156,12 @@ def test_a_healthy_report_with_the_stage_passes_and_without_a_floor_the_stage_is
     report.results = [r for r in report.results if r.name != localize.RESULT]
     out = rejudge(report, facts(cfg))
     missing = [r for r in out.report.results if r.name == localize.RESULT]
-    assert len(missing) == 4 and not any(r.passed for r in missing)
+    assert len(missing) == 4 and not any(r.passed for r in missing)  # the pairs are there: each node's result too
+    report.localization = None
+    out = rejudge(report, facts(cfg))
+    missing = [r for r in out.report.results if r.name == localize.RESULT]
+    # no stage at all: one job-wide failure, and no node blamed for the report's shape
+    assert [(r.node, r.passed) for r in missing] == [(None, False)] and out.report.failed_nodes == []
 
 
 def test_with_a_floor_and_a_passing_job_the_stage_is_not_required():
@@ -181,6 +186,15 @@ def test_the_operator_recomputes_each_node_from_the_pair_rows():
     judged = next(r for r in out.report.results if r.name == localize.RESULT and r.node == slow)
     assert judged.value == SLOW and judged.threshold == pytest.approx(0.75 * FAST)
     assert "its pair rows give 20.0" in judged.message
+
+
+def test_a_job_wide_failure_calls_for_the_stage_even_where_a_floor_exists():
+    cfg = config(gpus=8)
+    report = passing_report(cfg)
+    next(r for r in report.results if r.name == "all_reduce_busbw").value = 120.0  # under the 340 floor
+    out = rejudge(report, facts(cfg))
+    failed = sorted((r.name, r.node) for r in out.report.results if not r.passed)
+    assert failed == [("all_reduce_busbw", None), (localize.RESULT, None)] and out.report.failed_nodes == []
 
 
 def test_per_node_results_without_pair_rows_fail():

@@ -28,6 +28,9 @@ from acceptance_workload.report import Report
 VICTIM = "sim-node-2"
 STOPPED, RUNNING = 0.015, 0.005  # seconds of each SIGSTOP/SIGCONT period: stopped 3/4 of the time
 FROZEN_TIMEOUT = 10  # collectiveTimeoutSeconds of the frozen run
+# The fault runs keep what leads up to the stage short (the healthy run is the full command).
+QUICK_MANIFEST = ("kind: AcceptanceTest\nspec:\n  checks:\n    gpu: {enabled: false}\n    ddp: {enabled: false}\n"
+                  "    nccl: {collectives: [all_reduce]}\n")
 
 
 def node_pid(parent: int, node: str) -> int | None:
@@ -119,9 +122,8 @@ def test_a_node_stopped_three_quarters_of_the_time_is_the_one_named(tmp_path: Pa
         elif "] localize: " in line and loops:
             loops[0].end()  # the stage is over: the rest of the run goes at full speed
 
-    manifest = tmp_path / "t.yaml"  # the stalled node slows the sweep too: all_reduce only, and no DDP, to be quick
-    manifest.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    nccl: {collectives: [all_reduce]}\n"
-                        "    ddp: {enabled: false}\n")
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(QUICK_MANIFEST)
     try:
         code, stderr, report = run_local(tmp_path, "-f", str(manifest), on_line=on_line)
     finally:
@@ -142,8 +144,8 @@ def test_a_node_stopped_three_quarters_of_the_time_is_the_one_named(tmp_path: Pa
 
 def test_a_node_frozen_before_the_stage_is_named_by_its_stopped_heartbeat(tmp_path: Path) -> None:
     manifest = tmp_path / "t.yaml"
-    manifest.write_text(f"kind: AcceptanceTest\nspec:\n  checks:\n    nccl:\n"
-                        f"      collectiveTimeoutSeconds: {FROZEN_TIMEOUT}\n")
+    timeout = f"collectives: [all_reduce], collectiveTimeoutSeconds: {FROZEN_TIMEOUT}"
+    manifest.write_text(QUICK_MANIFEST.replace("collectives: [all_reduce]", timeout))
     frozen: list[int] = []
 
     def on_line(line: str, proc: subprocess.Popen) -> None:
