@@ -334,7 +334,7 @@ def measure_round(session: Session, check: NcclCheck, watchdog: Watchdog, plan: 
 
     Only the members of a group create it (a group-local rendezvous): with 512
     pairs a round, no rank takes part in the 511 other groups' setup. Blocks
-    never repeat within a stage, so no group name is reused.
+    never repeat within a stage, so no group name is used twice.
     """
     import torch.distributed as dist
 
@@ -349,7 +349,8 @@ def measure_round(session: Session, check: NcclCheck, watchdog: Watchdog, plan: 
         pg = dist.new_group(ranks, use_local_synchronization=True)
         own = Group(scope="pair", ranks=ranks, rank=ranks.index(session.rank), pg=pg)
         seconds = time_group(own, check, size, session.device)
-        dist.destroy_process_group(pg)
+    # Kept, not destroyed: a destroyed gloo group's connections abort the process (std::terminate) when a
+    # peer dies later in the run; a live one reports it like the job's other groups. A few groups per rank.
     return seconds
 
 
