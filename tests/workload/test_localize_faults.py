@@ -26,7 +26,7 @@ from pathlib import Path
 from acceptance_workload.report import Report
 
 VICTIM = "sim-node-2"
-STOPPED, RUNNING = 0.015, 0.005  # seconds of each SIGSTOP/SIGCONT period: stopped 3/4 of the time
+STOPPED, RUNNING = 0.06, 0.02  # seconds of each SIGSTOP/SIGCONT period: stopped 3/4 of the time
 FROZEN_TIMEOUT = 10  # collectiveTimeoutSeconds of the frozen run
 # The fault runs keep what leads up to the stage short (the healthy run is the full command).
 QUICK_MANIFEST = ("kind: AcceptanceTest\nspec:\n  checks:\n    gpu: {enabled: false}\n    ddp: {enabled: false}\n"
