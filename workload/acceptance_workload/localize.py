@@ -342,13 +342,20 @@ def measure_round(session: Session, check: NcclCheck, watchdog: Watchdog, plan: 
 
     node = next(i.node for i in session.ranks if i.rank == session.rank)
     mine = next((b for b in plan if node in b), None)
+    # gloo processes share one host's cores: groups measured at once would take cores from each other (a
+    # stalled pair hands its cores to the healthy one), so on CPU they take turns. GPUs run them at once.
+    in_turn = session.device.type == "cpu"
+    seconds = None
     with watchdog.step(f"nccl localize round {k}"):
-        if mine is None:
-            return None
-        ranks = sorted(r for n in mine for r in session.node_ranks(n))
-        pg = dist.new_group(ranks, use_local_synchronization=True)
-        own = Group(scope="pair", ranks=ranks, rank=ranks.index(session.rank), pg=pg)
-        seconds = time_group(own, check, size, session.device)
+        if mine is not None:
+            ranks = sorted(r for n in mine for r in session.node_ranks(n))
+            pg = dist.new_group(ranks, use_local_synchronization=True)
+            own = Group(scope="pair", ranks=ranks, rank=ranks.index(session.rank), pg=pg)
+        for i, block in enumerate(plan if in_turn else [mine]):
+            if mine is not None and block == mine:
+                seconds = time_group(own, check, size, session.device)
+            if in_turn:
+                session.control.allgather(f"localize round {k} group {i}", None)
     # Kept, not destroyed: a destroyed gloo group's connections abort the process (std::terminate) when a
     # peer dies later in the run; a live one reports it like the job's other groups. A few groups per rank.
     return seconds
