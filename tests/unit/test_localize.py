@@ -108,6 +108,9 @@ def test_no_bisection_without_a_job_wide_failure_or_on_small_jobs():
     ("never", 8, True, None, False),
     ("always", 8, False, 300.0, True),
     ("always", 1, True, None, False),
+    ("always", 2, True, 300.0, False),  # one pair: the job-wide sweep again, nothing to compare it with
+    ("onFailure", 2, False, None, False),
+    ("onFailure", 3, False, None, True),
     ("onFailure", 8, True, 300.0, True),
     ("onFailure", 8, False, 300.0, False),
     ("onFailure", 8, False, None, True),  # nothing absolute judged the fabric: the stage is the judgement

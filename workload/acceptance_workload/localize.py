@@ -68,8 +68,12 @@ def job_failed(results: Sequence[CheckResult]) -> bool:
 
 
 def wanted(localize: Localize, nodes: int, failed: bool, floor: float | None) -> bool:
-    """Whether the stage runs: onFailure runs it after a job-wide failure, and when no floor could fail the job."""
-    if nodes < 2 or localize == "never":
+    """Whether the stage runs: onFailure runs it after a job-wide failure, and when no floor could fail the job.
+
+    Never on fewer than 3 nodes: 2 nodes make one pair, which is the job-wide sweep again, with no third node
+    to compare it with (and on gloo an extra group of every rank aborts rank 0 when a rank dies later).
+    """
+    if nodes < 3 or localize == "never":
         return False
     return localize == "always" or failed or floor is None
 
