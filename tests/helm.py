@@ -39,9 +39,10 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [("", "configmaps", v) for v in ("get", "list", "create", "patch", "update", "delete")]
     + [("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")]
     + [("", "namespaces", v) for v in ("list", "watch")]
+    + [("", "nodes", "get")]  # the node under a pod that is not Ready: NodeNotReady
 )
 # Granted only with nodeActions.enabled=true.
-NODE_ACTION_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset([("", "nodes", "get"), ("", "nodes", "patch")])
+NODE_ACTION_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset([("", "nodes", "patch")])
 
 
 class HelmError(RuntimeError):

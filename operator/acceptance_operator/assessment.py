@@ -3,13 +3,13 @@
 A pure function of the test's report, its child job, the job's pods and their
 scheduling events, the clock and the operator's settings, so every path a run
 can take (passed, failed checks, job failed, report missing, unschedulable,
-image pull stuck, timeout) is unit-tested without a cluster. The handlers read
+image pull stuck, node lost, timeout) is unit-tested without a cluster. The handlers read
 the inputs and apply the outcome.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -64,6 +64,8 @@ class Observation:
     events: list[KubeDict]
     enabled_checks: tuple[CheckName, ...] = ()
     run: RunFacts | None = None  # what the report is judged against; without it no report can pass
+    # The Node objects of diagnosis.nodes_to_check(pods) that could be read (none while every pod is Ready).
+    nodes: dict[str, KubeDict] = field(default_factory=dict)
 
 
 def pod_nodes(pods: list[KubeDict]) -> frozenset[str]:
@@ -125,6 +127,11 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
                                     f"{state.message or state.reason}")
         return _failed(JOB_FAILED, diagnosis.job_failure(job, obs.pods).message,
                        failed_nodes=diagnosis.culprit_nodes(obs.pods))
+
+    lost = diagnosis.lost_nodes(obs.pods, obs.nodes)
+    if lost is not None:
+        finding, nodes = lost
+        return _failed(finding.reason, finding.message, stop_job=True, failed_nodes=nodes)
 
     stuck = diagnosis.stuck_pod(obs.pods)
     if stuck is not None:

@@ -31,11 +31,12 @@ REPORT_REJECTED = "ReportRejected"  # a report that does not describe this run (
 JOB_FAILED = "JobFailed"
 UNSCHEDULABLE = "Unschedulable"
 TIMEOUT = "Timeout"
+NODE_NOT_READY = "NodeNotReady"  # a node running the run's pods stopped being Ready mid-run
 BACKEND_NOT_INSTALLED = "BackendNotInstalled"
 INVALID_SPEC = "InvalidSpec"
 FAILURE_REASONS: tuple[str, ...] = (
-    CHECKS_FAILED, REPORT_MISSING, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, BACKEND_NOT_INSTALLED,
-    INVALID_SPEC,
+    CHECKS_FAILED, REPORT_MISSING, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, NODE_NOT_READY,
+    BACKEND_NOT_INSTALLED, INVALID_SPEC,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
 BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)

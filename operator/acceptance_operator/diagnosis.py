@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from acceptance_operator.backends import controller_of, job_state
-from acceptance_operator.conditions import JOB_FAILED, UNSCHEDULABLE
+from acceptance_operator.conditions import JOB_FAILED, NODE_NOT_READY, UNSCHEDULABLE
 from acceptance_operator.jobstate import parse_time
 
 KubeDict = dict[str, Any]
@@ -232,6 +232,49 @@ def unschedulable(
         text = f"pod {_name(pod)} has been Pending for {waited}s: {message}"
         return Finding(UNSCHEDULABLE, f"{text}{' -> ' + hint if hint else ''}")
     return None
+
+
+def _live(pod: KubeDict) -> bool:
+    """Bound to a node and not ended: a process the run still waits for."""
+    return bool(_node(pod)) and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def _ready(obj: KubeDict) -> KubeDict | None:
+    return next((c for c in (obj.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+
+
+def nodes_to_check(pods: list[KubeDict]) -> list[str]:
+    """The nodes worth reading: those of live pods that are not Ready. Kubernetes' node lifecycle controller marks
+    every pod on a node that stopped reporting not Ready, so a healthy run costs no node reads."""
+    return sorted({n for p in pods if _live(p) and (n := _node(p))
+                   and ((_ready(p) or {}).get("status") or "False") != "True"})
+
+
+def lost_nodes(pods: list[KubeDict], nodes: dict[str, KubeDict]) -> tuple[Finding, list[str]] | None:
+    """Nodes that stopped being Ready while a pod of the run was live on them, and what to do.
+
+    `nodes` holds the Node objects read (nodes_to_check); a node not read, or gone, is not judged here (a
+    deleted node's pods are failed by Kubernetes, which the job's own failure then reports).
+    """
+    lost: dict[str, list[str]] = {}
+    for pod in _sorted(pods):
+        node = nodes.get(_node(pod) or "")
+        ready = _ready(node) if node else None
+        if _live(pod) and node is not None and (ready or {}).get("status") != "True":
+            lost.setdefault(_node(pod) or "?", []).append(_name(pod))
+    if not lost:
+        return None
+    parts = []
+    for name, pod_names in sorted(lost.items()):
+        ready = _ready(nodes[name]) or {}
+        why = f"Ready={ready.get('status', 'unknown')}"
+        why += f", {ready['reason']}" if ready.get("reason") else ""
+        why += f": {ready['message'].strip()[:200]}" if ready.get("message") else ""
+        parts.append(f"node {name} is not Ready ({why}) while pod {', '.join(pod_names)} ran on it")
+    text = "; ".join(parts)
+    hint = ("its kubelet stopped reporting or the node is down: check `kubectl describe node`, then run the test "
+            "again (the rerun annotation); the other ranks cannot finish without it")
+    return Finding(NODE_NOT_READY, f"{text} -> {hint}"), sorted(lost)
 
 
 def job_failure(job: KubeDict | None, pods: list[KubeDict]) -> Finding:

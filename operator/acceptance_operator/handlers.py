@@ -608,7 +608,24 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) ->
         events=events,
         enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
         run=RunFacts(manifests.build_workload_config(test), test.metadata.uid),
+        nodes=_unready_nodes(k, pods, logger),
     )
+
+
+def _unready_nodes(k: Kube, pods: list[KubeDict], logger: logging.Logger) -> dict[str, KubeDict]:
+    """The Nodes of the run's live pods that are not Ready; without permission to read nodes, none (a lost node
+    then shows as the job's failure or its timeout)."""
+    nodes: dict[str, KubeDict] = {}
+    for name in diagnosis.nodes_to_check(pods):
+        try:
+            node = k.get_node(name)
+        except ApiException as e:
+            METRICS.reconcile_error(f"http_{e.status}")
+            logger.warning("cannot read node %s (HTTP %s %s): judging its pods without it", name, e.status, e.reason)
+            return nodes
+        if node is not None:
+            nodes[name] = node
+    return nodes
 
 
 def _scheduling_events(k: Kube, namespace: str, logger: logging.Logger) -> list[KubeDict]:

@@ -120,7 +120,7 @@ def test_helm_install_grants_exactly_the_contract(
         assert checked >= OPERATOR_PERMISSIONS
         assert granted == OPERATOR_PERMISSIONS
 
-        # Node actions add get/patch on nodes, and nothing else.
+        # Node actions add patch on nodes (get is always granted: NodeNotReady), and nothing else.
         upgrade = helm("upgrade", release, str(CHART), "-n", namespace, "--skip-crds",
                        *values_file({"nodeActions": {"enabled": True}}, tmp_path), env=helm_env)
         assert "label, taint or cordon" in upgrade.stdout

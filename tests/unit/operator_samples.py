@@ -55,6 +55,17 @@ def scheduling_event(pod_name: str, message: str, when: datetime = T0) -> dict[s
             "involvedObject": {"kind": "Pod", "name": pod_name}}
 
 
+def ready(status: str) -> list[dict[str, Any]]:
+    """A pod's conditions with Ready set to `status` (the node lifecycle controller sets False on a lost node)."""
+    return [{"type": "Ready", "status": status}, {"type": "ContainersReady", "status": "True"}]
+
+
+def node(name: str, status: str = "True", reason: str = "KubeletReady", message: str = "") -> dict[str, Any]:
+    """A Node whose Ready condition has `status` (Unknown: its kubelet stopped posting status)."""
+    return {"metadata": {"name": name},
+            "status": {"conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message}]}}
+
+
 def job(kind: str = "PyTorchJob", name: str = "t-g1",
         conditions: Sequence[tuple[str, str, str, str, datetime]] = ()) -> dict[str, Any]:
     """conditions: (type, status, reason, message, lastTransitionTime)."""

@@ -16,7 +16,9 @@ from tests.unit.operator_samples import (
     T0,
     good_report,
     job,
+    node,
     pod,
+    ready,
     scheduling_event,
     terminated,
     unscheduled,
@@ -246,3 +248,22 @@ def test_an_ignored_report_says_why_while_the_run_goes_on():
     a = assess(obs(job=RUNNING_JOB, pods=NODE_PODS, raw_report=stale.to_wire()), T0, TIMING)
     assert a.state.phase == "Running"
     assert "generation 1, not 2" in a.state.message
+
+
+def test_a_node_lost_mid_run_fails_it_naming_the_node_and_frees_the_gpus():
+    pods = [pod("t-g2-0", "Running", node="n1", conditions=ready("True")),
+            pod("t-g2-1", "Running", node="n2", conditions=ready("False"))]
+    lost = node("n2", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+    a = assess(obs(job=RUNNING_JOB, pods=pods, nodes={"n2": lost}), T0 + timedelta(seconds=60), TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "NodeNotReady")
+    assert a.summary.failed_nodes == ["n2"] and a.stop_job
+    # Back to Ready before the operator looked: the run goes on.
+    a = assess(obs(job=RUNNING_JOB, pods=pods, nodes={"n2": node("n2")}), T0 + timedelta(seconds=60), TIMING)
+    assert a.state.phase == "Running"
+
+
+def test_a_report_outranks_a_node_lost_after_it_was_written():
+    pods = [dict(p, status={**p["status"], "conditions": ready("False")}) for p in NODE_PODS]
+    lost = {p["spec"]["nodeName"]: node(p["spec"]["nodeName"], "Unknown") for p in pods}
+    a = assess(reported(pods=pods, job=RUNNING_JOB, nodes=lost), T0 + timedelta(seconds=60), TIMING)
+    assert a.state.reason == "ChecksPassed"

@@ -8,7 +8,9 @@ from acceptance_operator.diagnosis import (
     failed_pod,
     job_failure,
     job_state,
+    lost_nodes,
     missing_resources,
+    nodes_to_check,
     parse_time,
     pod_phases,
     progress,
@@ -17,7 +19,17 @@ from acceptance_operator.diagnosis import (
     unschedulable,
 )
 
-from tests.unit.operator_samples import T0, job, pod, scheduling_event, terminated, unscheduled, waiting
+from tests.unit.operator_samples import (
+    T0,
+    job,
+    node,
+    pod,
+    ready,
+    scheduling_event,
+    terminated,
+    unscheduled,
+    waiting,
+)
 
 GPU_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available."
 
@@ -139,3 +151,35 @@ def test_progress_and_phase_counts():
     assert pod_phases([]) == "no pods"
     assert "has no status yet (is the Kubeflow training-operator running?)" in progress(job(), [])
     assert progress(job(conditions=[("Running", "True", "", "", T0)]), pods).startswith("PyTorchJob t-g1 is Running")
+
+
+LOST = node("n2", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+
+
+def test_only_live_pods_that_are_not_ready_send_the_operator_to_their_node():
+    pods = [pod("p0", "Running", node="n0", conditions=ready("True")),
+            pod("p1", "Running", node="n1", conditions=ready("False")),
+            pod("p2", "Pending", node="n2"),  # bound, not started: no Ready condition yet
+            pod("p3", "Succeeded", node="n3", conditions=ready("False")),  # ended: nothing to wait for
+            pod("p4", "Pending")]  # not scheduled
+    assert nodes_to_check(pods) == ["n1", "n2"]
+    assert nodes_to_check([pod("p0", "Running", node="n0", conditions=ready("True"))]) == []
+
+
+def test_a_lost_node_under_a_live_pod_is_named_with_the_node_controllers_words():
+    pods = [pod("t-0", "Running", node="n1", conditions=ready("True")),
+            pod("t-1", "Running", node="n2", conditions=ready("False"))]
+    finding, nodes = lost_nodes(pods, {"n1": node("n1"), "n2": LOST})
+    assert nodes == ["n2"]
+    assert finding.reason == "NodeNotReady"
+    assert finding.message.startswith("node n2 is not Ready (Ready=Unknown, NodeStatusUnknown: Kubelet stopped "
+                                      "posting node status.) while pod t-1 ran on it -> ")
+    assert "kubectl describe node" in finding.message
+
+
+def test_ready_nodes_unread_nodes_and_ended_pods_blame_nobody():
+    live = [pod("t-1", "Running", node="n2", conditions=ready("False"))]
+    assert lost_nodes(live, {"n2": node("n2")}) is None  # flapped back: Ready again
+    assert lost_nodes(live, {}) is None  # not read (no permission, or deleted)
+    ended = [pod("t-1", "Failed", node="n2", containers=[terminated(code=143)])]
+    assert lost_nodes(ended, {"n2": LOST}) is None  # the job's own failure tells that story
