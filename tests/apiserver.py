@@ -808,7 +808,7 @@ def _stop_recorded(directory: Path, name: str) -> None:
         pid_file.unlink()
 
 
-CONTROLLER_NAMES = ("kwok", "kube-scheduler", "kube-controller-manager")
+CONTROLLER_NAMES = ("jobset-controller", "kwok", "kube-scheduler", "kube-controller-manager")
 
 
 def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) -> int:
@@ -832,13 +832,15 @@ def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) ->
 
             controllers = Controllers(server, detached=True).start()
             names = controllers.add_gpu_nodes(nodes)
+            controllers.start_jobset()
     except BaseException:
         _down(directory, quiet=True)
         raise
     print(f"kube-apiserver {server.server} ready in {server.started_seconds:.1f}s; logs in {directory}"
           + ("; etcd data kept from the last run (--wipe starts empty)" if kept else ""))
     if nodes:
-        print(f"kube-controller-manager, kube-scheduler, kwok running; fake GPU nodes: {', '.join(names)}")
+        print(f"kube-controller-manager, kube-scheduler, kwok, JobSet controller running; fake GPU nodes: "
+              f"{', '.join(names)}")
     print(f"export KUBECONFIG={server.kubeconfig}")
     return 0
 

@@ -17,13 +17,15 @@ Library use::
 
 from __future__ import annotations
 
+import base64
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from tests.apiserver import ASSETS_SCRIPT, ApiServer, ApiServerError, _die_with_parent, _kill_group, _tail
+from tests.apiserver import ASSETS_SCRIPT, ApiServer, ApiServerError, _die_with_parent, _kill_group, _tail, free_ports
 
 GPUS_PER_NODE = 8
 DEFAULT_NODES = 4
@@ -34,9 +36,24 @@ GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "nvidia.com/gpu.product": "
                    "nvidia.com/gpu.count": str(GPUS_PER_NODE), "node.kubernetes.io/instance-type": "fake-8xh100"}
 # A node that stops reporting is NotReady after this long (the real default is 40 s; tests do not wait that).
 NODE_MONITOR_GRACE_SECONDS = 8
+# kwok's pod stages with one change: a pod runs until the test makes its process exit (this annotation, the exit
+# code), instead of kwok ending every Job pod at once. See the file.
+KWOK_STAGES = Path(__file__).with_name("kwok-stages.yaml")
+EXIT_CODE_ANNOTATION = "devcluster.gpu-acceptance.io/exit-code"
+KUBELET_STOPPED_LABEL = "devcluster.gpu-acceptance.io/kubelet-stopped"  # kwok stops the node's heartbeats
 
 
 CORE = ("kube-controller-manager", "kube-scheduler", "kwok")
+JOBSET = "jobset-controller"
+# The JobSet controller's admission webhooks (sigs.k8s.io/jobset config/components/webhook, with its patches):
+# (mutating?, name, path, API group, resource, operations, only pods of a JobSet).
+JOBSET_WEBHOOKS = (
+    (True, "mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset", "jobset.x-k8s.io", "jobsets", ["CREATE"], False),
+    (True, "mpod.kb.io", "/mutate--v1-pod", "", "pods", ["CREATE"], True),
+    (False, "vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset", "jobset.x-k8s.io", "jobsets",
+     ["CREATE", "UPDATE"], False),
+    (False, "vpod.kb.io", "/validate--v1-pod", "", "pods", ["CREATE"], True),
+)
 
 
 def controllers_dir(*names: str) -> Path:
@@ -85,15 +102,69 @@ class Controllers:
             f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             "--cidr=10.0.0.1/16",
             "--node-ip=10.0.0.1",
+            f"--config={KWOK_STAGES}",
+            # No node leases: kwok renews a lease whatever becomes of its node; the node status stage heartbeats
+            # (tests/kwok-stages.yaml) stop for a node whose kubelet a test stops.
+            "--node-lease-duration-seconds=0",
         ])
         return self
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    def start_jobset(self, *, timeout: float = 60.0) -> Controllers:
+        """The JobSet controller (built from sigs.k8s.io/jobset at the pinned version) with its webhooks served on
+        127.0.0.1 under a self-signed certificate and registered with the API server, as its manifests do."""
+        binaries = controllers_dir(JOBSET)
+        assert self.server.dir is not None
+        certs = self.server.dir / "jobset-certs"
+        certs.mkdir(exist_ok=True)
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                        "-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt")],
+                       check=True, capture_output=True)
+        (port,) = free_ports(1)
+        config = self.server.dir / "jobset-config.yaml"
+        config.write_text(
+            "apiVersion: config.jobset.x-k8s.io/v1alpha1\nkind: Configuration\n"
+            "leaderElection:\n  leaderElect: false\ninternalCertManagement:\n  enable: false\n"
+            f"webhook:\n  host: 127.0.0.1\n  port: {port}\n  certDir: {certs}\n"
+            "metrics:\n  bindAddress: '0'\nhealth:\n  healthProbeBindAddress: '0'\n")
+        env_kubeconfig = f"--kubeconfig={self.server.kubeconfig}"
+        self._spawn(JOBSET, [env_kubeconfig, f"--config={config}"], binary=binaries / JOBSET)
+        deadline = time.monotonic() + timeout
+        while not _listening(port):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise ApiServerError(f"{JOBSET} not serving its webhooks after {timeout:.0f}s:\n"
+                                     f"{_tail(self.server.dir / f'{JOBSET}.log')}")
+            time.sleep(0.5)
+        self._register_jobset_webhooks(port, (certs / "tls.crt").read_bytes())
+        return self
+
+    def _register_jobset_webhooks(self, port: int, ca: bytes) -> None:
+        bundle = base64.b64encode(ca).decode()
+        for mutating in (True, False):
+            kind = "MutatingWebhookConfiguration" if mutating else "ValidatingWebhookConfiguration"
+            hooks = [{
+                "name": name, "admissionReviewVersions": ["v1"], "failurePolicy": "Fail", "sideEffects": "None",
+                "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle},
+                "rules": [{"apiGroups": [group], "apiVersions": ["v1alpha2" if group else "v1"],
+                           "operations": ops, "resources": [resource]}],
+                **({"objectSelector": {"matchExpressions": [
+                    {"key": "jobset.sigs.k8s.io/jobset-name", "operator": "Exists"}]}} if pods_only else {}),
+            } for m, name, path, group, resource, ops, pods_only in JOBSET_WEBHOOKS if m == mutating]
+            plural = kind.lower() + "s"
+            body = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+                    "metadata": {"name": f"jobset-{'mutating' if mutating else 'validating'}"}, "webhooks": hooks}
+            self.server.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{body['metadata']['name']}",
+                                expect=(200, 404))
+            self.server.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
+
+    def _spawn(self, name: str, args: list[str], binary: Path | None = None) -> None:
         assert self.server.dir is not None and self.binaries is not None
         log = open(self.server.dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         try:
             self._procs[name] = subprocess.Popen(
-                [str(self.binaries / name), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                [str(binary or self.binaries / name), *args], stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT,
                 cwd=self.server.dir, start_new_session=True, preexec_fn=None if self.detached else _die_with_parent,
                 close_fds=True)
         finally:
@@ -130,10 +201,44 @@ class Controllers:
             time.sleep(0.5)
         return names
 
+    def exit_pods(self, pods: list[dict[str, Any]], exit_code: int = 0) -> None:
+        """The pods' processes exit with `exit_code`, as the workload's would: kwok then reports the containers
+        terminated with it (Succeeded for 0, else Failed), as a kubelet does. Nothing else is written."""
+        patch = {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}}
+        for pod in pods:
+            meta = pod["metadata"]
+            self.server.request("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", patch,
+                                content_type="application/merge-patch+json")
+
+    def stop_kubelet(self, node: str) -> None:
+        """The node's kubelet stops reporting (kwok's heartbeat stage skips it by its label): the real node lifecycle
+        controller marks it Ready=Unknown after NODE_MONITOR_GRACE_SECONDS, taints it and marks its pods not Ready."""
+        patch = {"metadata": {"labels": {KUBELET_STOPPED_LABEL: "true"}}}
+        self.server.request("PATCH", f"/api/v1/nodes/{node}", patch, content_type="application/merge-patch+json")
+
+    def start_kubelet(self, node: str, *, timeout: float = 60.0) -> None:
+        """The node's kubelet reports again (Ready); waits until the node lifecycle controller lifted its taints."""
+        patch = {"metadata": {"labels": {KUBELET_STOPPED_LABEL: None}}}
+        self.server.request("PATCH", f"/api/v1/nodes/{node}", patch, content_type="application/merge-patch+json")
+        deadline = time.monotonic() + timeout
+        while not self.node_ready(node) or self.server.request("GET", f"/api/v1/nodes/{node}")["spec"].get("taints"):
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise ApiServerError(f"node {node} not Ready and untainted {timeout:.0f}s after its kubelet started")
+            time.sleep(0.5)
+
     def node_ready(self, name: str) -> bool:
         node = self.server.request("GET", f"/api/v1/nodes/{name}", expect=(200, 404))
         return any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
 
 
 def gpu_node(name: str) -> dict[str, Any]:
