@@ -244,9 +244,10 @@ def _ready(obj: KubeDict) -> KubeDict | None:
 
 
 def nodes_to_check(pods: list[KubeDict]) -> list[str]:
-    """The nodes worth reading: those of live pods that are not Ready. Kubernetes' node lifecycle controller marks
-    every pod on a node that stopped reporting not Ready, so a healthy run costs no node reads."""
-    return sorted({n for p in pods if _live(p) and (n := _node(p))
+    """The nodes worth reading: those of Running pods that are not Ready. Kubernetes' node lifecycle controller
+    marks every pod on a node that stopped reporting not Ready, so a healthy run costs no node reads, nor does
+    the image pull of a large run (Pending pods are not Ready either)."""
+    return sorted({n for p in pods if (p.get("status") or {}).get("phase") == "Running" and (n := _node(p))
                    and ((_ready(p) or {}).get("status") or "False") != "True"})
 
 

@@ -159,10 +159,11 @@ LOST = node("n2", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node 
 def test_only_live_pods_that_are_not_ready_send_the_operator_to_their_node():
     pods = [pod("p0", "Running", node="n0", conditions=ready("True")),
             pod("p1", "Running", node="n1", conditions=ready("False")),
-            pod("p2", "Pending", node="n2"),  # bound, not started: no Ready condition yet
+            pod("p2", "Pending", node="n2", conditions=ready("False")),  # bound, pulling its image
             pod("p3", "Succeeded", node="n3", conditions=ready("False")),  # ended: nothing to wait for
-            pod("p4", "Pending")]  # not scheduled
-    assert nodes_to_check(pods) == ["n1", "n2"]
+            pod("p4", "Pending"),  # not scheduled
+            pod("p5", "Running", node="n5")]  # no Ready condition: not Ready
+    assert nodes_to_check(pods) == ["n1", "n5"]
     assert nodes_to_check([pod("p0", "Running", node="n0", conditions=ready("True"))]) == []
 
 
