@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The operator image's install steps: the gpu-acceptance distribution with its "operator" extra (kopf, the
-# Kubernetes client, prometheus-client; no torch) into the Python environment of $PYTHON. Dockerfile.operator runs
+# Kubernetes client, prometheus-client, cronsim; no torch) into the Python environment of $PYTHON. Dockerfile.operator runs
 # exactly this. There is no Docker engine in CI, so `--check` replays the image build instead: it stages the same
 # files the Dockerfile copies, installs them with this script into a throwaway venv, and smoke-tests the result.
 #
@@ -42,7 +42,7 @@ import importlib.util
 import pkgutil
 import sys
 
-import kopf, kubernetes, prometheus_client, pydantic, yaml  # noqa: E401,F401  the operator extra
+import cronsim, kopf, kubernetes, prometheus_client, pydantic, yaml  # noqa: E401,F401  the operator extra
 import acceptance_operator
 
 if not acceptance_operator.__file__.startswith(sys.prefix):

@@ -31,6 +31,7 @@ from acceptance_operator.kubetypes import (
     Volume,
     VolumeMount,
 )
+from acceptance_operator.schedule import MAX_SCHEDULE, schedule_problem
 
 GROUP = "gpu-acceptance.io"
 VERSION = "v1alpha1"
@@ -47,6 +48,15 @@ GPU_RESOURCE = "nvidia.com/gpu"
 Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet"]
 
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
+
+# What a run's headline numbers are compared with (spec.baseline): nothing, or the last run that passed.
+Baseline = Literal["none", "lastPassed"]
+# What started a run: its spec (a new generation), the rerun annotation, spec.schedule.
+Trigger = Literal["spec", "rerun", "schedule"]
+# A new value of this annotation starts a new run of the same spec.
+RERUN_ANNOTATION = f"{GROUP}/rerun"
+MAX_HISTORY = 100  # spec.historyLimit: each entry is a few hundred bytes of status
+MAX_HISTORY_FAILED_NODES = 16  # failed nodes named per history entry (the count is kept too)
 
 # What the operator does to the nodes a failed report blames (spec.onFailure).
 OnFailure = Literal["none", "label", "taint", "cordon"]
@@ -242,6 +252,25 @@ class AcceptanceTestSpec(WireModel):
         "(chart value nodeActions.enabled); otherwise an event says it was skipped.",
     )
 
+    schedule: text(MAX_SCHEDULE) | None = Field(
+        None, description="Cron schedule (five fields, UTC), e.g. '0 3 * * *': starts a run of the same spec at "
+        "each slot; never while a run is going (a slot that passes meanwhile, or while the operator is down, "
+        "starts one run as soon as it can).")
+    history_limit: int = Field(10, ge=0, le=MAX_HISTORY, description="Finished runs kept in status.history.")
+    baseline: Baseline = Field(
+        "none", description="lastPassed: a run whose headline numbers (all_reduce busbw, DDP throughput per GPU) "
+        "fall more than regressionTolerance percent under the last passed run's in status.history fails.")
+    regression_tolerance: float = Field(5.0, ge=0, le=100, description="Percent; see baseline.")
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, schedule: str | None) -> str | None:
+        """The schema cannot parse cron; a bad schedule ends the run as InvalidSpec with this message."""
+        problem = schedule_problem(schedule) if schedule is not None else None
+        if problem:
+            raise ValueError(problem)
+        return schedule
+
     @model_validator(mode="wrap")
     @classmethod
     def _fits(cls, data: Any, handler: Any) -> Any:
@@ -317,6 +346,32 @@ class Summary(WireModel):
     failed_nodes: list[str] = Field(default_factory=list)
 
 
+class RunRef(WireModel):
+    """One run of a test: `id` names it (g<generation>, then g<generation>-r<N> for the N-th run of that spec)."""
+
+    id: str
+    generation: int
+    attempt: int = Field(1, ge=1, description="The run's number among the runs of this generation.")
+    trigger: Trigger = "spec"
+    rerun: str | None = Field(None, description="The rerun annotation's value when the run started.")
+    scheduled_for: datetime | None = Field(None, description="The schedule slot the run was started for.")
+
+
+class HistoryEntry(WireModel):
+    """A finished run, as status.history keeps it."""
+
+    id: str
+    trigger: Trigger = "spec"
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+    result: Literal["Passed", "Failed"]
+    reason: str | None = None
+    all_reduce_busbw_gbps: float | None = Field(None, alias="allReduceBusbwGBps")
+    ddp_throughput_per_gpu: float | None = None
+    failed_nodes: list[str] = Field(default_factory=list, max_length=MAX_HISTORY_FAILED_NODES)
+    failed_node_count: int = 0
+
+
 class AcceptanceTestStatus(WireModel):
     phase: Phase | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -324,7 +379,10 @@ class AcceptanceTestStatus(WireModel):
     start_time: datetime | None = None
     completion_time: datetime | None = None
     job: JobRef | None = None
+    run: RunRef | None = Field(None, description="The current (or last) run.")
     summary: Summary | None = None
+    history: list[HistoryEntry] = Field(default_factory=list, description="The last spec.historyLimit runs, "
+                                        "oldest first.")
     report: StatusReport | None = Field(
         None, description="Written by the workload's rank 0: the compact status part; the full evidence is in "
         "the ConfigMaps it lists (gpu-acceptance report NAME).")

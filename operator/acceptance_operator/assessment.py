@@ -16,18 +16,19 @@ from typing import Any
 from acceptance_workload.report import CheckName, Report
 
 from acceptance_operator import diagnosis
-from acceptance_operator.api import Summary
+from acceptance_operator.api import HistoryEntry, Summary
 from acceptance_operator.conditions import (
     CHECKS_FAILED,
     JOB_FAILED,
     PASSED,
+    REGRESSED,
     REPORT_MISSING,
     REPORT_REJECTED,
     TIMEOUT,
     RunState,
 )
 from acceptance_operator.rejudge import RunFacts, rejudge
-from acceptance_operator.verdict import report_for_generation, summarize, verdict_message
+from acceptance_operator.verdict import regressions, report_for_generation, summarize, verdict_message
 
 KubeDict = dict[str, Any]
 
@@ -66,6 +67,9 @@ class Observation:
     run: RunFacts | None = None  # what the report is judged against; without it no report can pass
     # The Node objects of diagnosis.nodes_to_check(pods) that could be read (none while every pod is Ready).
     nodes: dict[str, KubeDict] = field(default_factory=dict)
+    run_id: str | None = None  # status.run.id: a report of another run of this generation is stale
+    baseline: HistoryEntry | None = None  # spec.baseline's run, if any
+    regression_tolerance: float = 5.0  # percent
 
 
 def pod_nodes(pods: list[KubeDict]) -> frozenset[str]:
@@ -92,6 +96,11 @@ def _verdict(report: Report, obs: Observation) -> Assessment:
         return Assessment(RunState("Failed", REPORT_REJECTED, message),
                           summary.model_copy(update={"result": "Failed", "failed_nodes": []}))
     passed = report.verdict()
+    regressed = regressions(summary, obs.baseline, obs.regression_tolerance) if passed else []
+    if regressed:
+        message = f"{verdict_message(report)}; but regressed: {'; '.join(regressed)}"
+        return Assessment(RunState("Failed", REGRESSED, message), summary.model_copy(update={"result": "Failed"}),
+                          report)
     run_state = RunState("Succeeded" if passed else "Failed", PASSED if passed else CHECKS_FAILED,
                          verdict_message(report))
     return Assessment(run_state, summary, report)
@@ -99,7 +108,7 @@ def _verdict(report: Report, obs: Observation) -> Assessment:
 
 def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     """The run's state; terminal outcomes say why, in-progress ones say what is awaited."""
-    report, report_problem = report_for_generation(obs.raw_report, obs.generation, obs.enabled_checks)
+    report, report_problem = report_for_generation(obs.raw_report, obs.generation, obs.enabled_checks, obs.run_id)
     job = obs.job
     state = diagnosis.job_state(job)
     if report is not None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from acceptance_operator.manifests import LABEL_GENERATION, LABEL_TEST
+from acceptance_operator.manifests import LABEL_GENERATION, LABEL_RUN, LABEL_TEST
 
 KubeDict = dict[str, Any]
 TestKey = tuple[str, str]  # (namespace, AcceptanceTest name)
@@ -40,7 +40,7 @@ def slim_pod(pod: KubeDict) -> KubeDict:
 
 
 class Children:
-    """Jobs by (namespace, kind, name); pods by (namespace, test label, generation); test label -> test name."""
+    """Jobs by (namespace, kind, name); pods by (namespace, test label, run id); test label -> test name."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -82,7 +82,9 @@ class Children:
     def pod_event(self, event_type: str | None, pod: KubeDict) -> None:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
-        key = (meta.get("namespace", ""), labels.get(LABEL_TEST, ""), labels.get(LABEL_GENERATION, ""))
+        # Pods from before runs had ids carry only the generation: they belong to its first run.
+        run = labels.get(LABEL_RUN) or f"g{labels.get(LABEL_GENERATION, '')}"
+        key = (meta.get("namespace", ""), labels.get(LABEL_TEST, ""), run)
         with self._lock:
             if event_type == "DELETED":
                 pods = self._pods.get(key, {})
@@ -96,9 +98,10 @@ class Children:
         with self._lock:
             return self._jobs.get((namespace, kind, name))
 
-    def pods(self, namespace: str, label: str, generation: int) -> list[KubeDict]:
+    def pods(self, namespace: str, label: str, run: str) -> list[KubeDict]:
+        """The pods of one run (runs.run_id) of one test."""
         with self._lock:
-            return list(self._pods.get((namespace, label, str(generation)), {}).values())
+            return list(self._pods.get((namespace, label, run), {}).values())
 
     def sizes(self) -> tuple[int, int]:
         """(jobs, pods) held, for the benchmark and the log."""

@@ -34,8 +34,9 @@ TIMEOUT = "Timeout"
 NODE_NOT_READY = "NodeNotReady"  # a node running the run's pods stopped being Ready mid-run
 BACKEND_NOT_INSTALLED = "BackendNotInstalled"
 INVALID_SPEC = "InvalidSpec"
+REGRESSED = "Regressed"  # passed its thresholds, but fell under the baseline run (spec.baseline)
 FAILURE_REASONS: tuple[str, ...] = (
-    CHECKS_FAILED, REPORT_MISSING, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, NODE_NOT_READY,
+    CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, NODE_NOT_READY,
     BACKEND_NOT_INSTALLED, INVALID_SPEC,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from acceptance_operator import manifests
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.kubeapi import Kube
+from acceptance_operator.runs import report_run, run_of
 
 KubeDict = dict[str, Any]
 EVIDENCE_ROLE = "evidence"
@@ -57,15 +58,16 @@ def names_of(obj: KubeDict) -> list[str]:
 
 def _failed(status: StatusReport, why: str) -> KubeDict:
     """A report that cannot pass, saying why its evidence is unusable."""
-    return Report(mode=status.mode, generation=status.generation, uid=status.uid, checks_run=status.checks_run,
+    return Report(mode=status.mode, generation=status.generation, uid=status.uid, run=status.run,
+                  checks_run=status.checks_run,
                   error=f"the report's evidence cannot be used: {why}").to_wire()
 
 
 def full_report(k: Kube, test: AcceptanceTest, raw: Any) -> Any:
     """The full report of this run (a wire dict), assembled from status.report and the run's evidence.
 
-    None without a report; a status part of another generation comes back as a
-    stub with that generation (it is ignored, and the status says why); an
+    None without a report; a status part of another generation or run comes back as a
+    stub with that generation and run (it is ignored, and the status says why); an
     unreadable one comes back as is (reading it fails, and the status says why).
     """
     if not raw:
@@ -74,8 +76,9 @@ def full_report(k: Kube, test: AcceptanceTest, raw: Any) -> Any:
         status = StatusReport.model_validate(raw)
     except ValidationError:
         return raw
-    if status.generation != manifests.generation_of(test):
-        return {"generation": status.generation}
+    if status.generation != manifests.generation_of(test) or \
+            report_run(status.run, status.generation) != run_of(test).id:
+        return {"generation": status.generation, **({"run": status.run} if status.run else {})}
     expected = manifests.evidence_names(test)
     if status.evidence != expected:
         return _failed(status, f"it names ConfigMaps {status.evidence[:3]}..., this run's are {expected[:3]}...")

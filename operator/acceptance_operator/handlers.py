@@ -30,16 +30,18 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import diagnosis, evidence_hooks, manifests, ownership
+from acceptance_operator import diagnosis, evidence_hooks, manifests, ownership, runs
 from acceptance_operator.api import (
     GROUP,
     PLURAL,
+    RERUN_ANNOTATION,
     VERSION,
     AcceptanceTest,
     Condition,
     JobRef,
     ObjectMeta,
     OnFailure,
+    RunRef,
     Summary,
     parse_test,
 )
@@ -87,8 +89,9 @@ _failures: dict[TestKey, int] = {}  # consecutive failed reconciles: the retry b
 _own_writes: dict[TestKey, str] = {}  # the resourceVersion our last status write made
 _seen: dict[TestKey, str] = {}  # what of each test a reconcile depends on, as last seen (_fingerprint)
 # Runs whose job exists and whose other children and status are still to come (_start_run's second step):
-# (generation, start time, job adopted, earlier runs stopped).
-_begun: dict[TestKey, tuple[int, datetime, bool, list[str]]] = {}
+# (run id, start time, job adopted, earlier runs stopped). Keyed by the run, not the generation: a rerun or a
+# schedule slot is a new run of the same generation.
+_begun: dict[TestKey, tuple[str, datetime, bool, list[str]]] = {}
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
 # A job or pod change is looked at this much later, so the burst a controller writes (job Running, pod created,
 # pod Running) is one reconcile and one status write, not three.
@@ -121,9 +124,20 @@ def _timestamp(value: datetime | None) -> str | None:
 
 
 def is_finished(body: KubeDict) -> bool:
-    """The current generation has a verdict by the operator's own record: nothing left to do until the spec
-    changes (status.phase alone proves nothing: the workload's token can write it)."""
+    """The current run has a verdict by the operator's own record: nothing left to do until the spec changes, a
+    rerun is asked for or a schedule slot comes (status.phase alone proves nothing: the workload's token can
+    write it)."""
     return ownership.is_finished(body)
+
+
+def _rerun(body: KubeDict) -> str | None:
+    return ((body.get("metadata") or {}).get("annotations") or {}).get(RERUN_ANNOTATION)
+
+
+def _more_runs(body: KubeDict) -> bool:
+    """A finished test may still start runs: a rerun value it has not run for, or a schedule (its next slot)."""
+    current = runs.current_run(ownership.record(body), (body.get("metadata") or {}).get("generation") or 1)
+    return bool((body.get("spec") or {}).get("schedule")) or current is None or current.rerun != _rerun(body)
 
 
 # --------------------------------------------------------------------------- kopf entry points
@@ -175,7 +189,7 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     if seen == _seen[key]:
         return  # only kopf's finalizer or annotations changed: nothing a run depends on
     if is_finished(body) and ownership.restoration(body) is None and not body.get("metadata", {}).get(
-            "deletionTimestamp"):
+            "deletionTimestamp") and not _more_runs(body):
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
         QUEUE.forget(key)
         return
@@ -183,9 +197,11 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
 
 
 def _awaits_run(body: kopf.Body) -> bool:
-    """No run recorded for the test's current generation: its job is still to be created (queued first)."""
-    generation = (body.get("metadata") or {}).get("generation")
-    return (ownership.record(body) or {}).get("observedGeneration") != generation
+    """A run is due whose job is still to be created (queued first): a new generation, or a rerun asked for
+    after the last run ended (a schedule slot comes by the clock, not by an event)."""
+    generation = (body.get("metadata") or {}).get("generation") or 1
+    current = runs.current_run(ownership.record(body), generation)
+    return runs.due(current, is_finished(body), generation, _rerun(body), None, None, _now()) is not None
 
 
 def _watch_jobs(backend: BackendSpec) -> None:
@@ -341,23 +357,29 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     _undo_foreign_writes(k, obj, logger)
     status = obj.get("status") or {}
     generation = obj["metadata"].get("generation") or 1
-    if is_finished(obj):
-        _refresh_metrics(namespace, name, status)
-        return
+    test: AcceptanceTest | None = None
     try:
         test = _effective(parse_test(obj))
         lines = policy_problems(test, SETTINGS)
     except ValidationError as e:
         lines = manifests.validation_messages(e, {"spec": obj.get("spec") or {}})
-    if lines:
-        shell = _shell(namespace, name, generation)
+    schedule = test.spec.schedule if test is not None else None
+    current = runs.current_run(ownership.record(obj), generation)
+    due = runs.due(current, is_finished(obj), generation, _rerun(obj), schedule,
+                   parse_time(status.get("startTime")), now)
+    run = due or current
+    if run is None or (due is None and is_finished(obj)):
+        _refresh_metrics(namespace, name, status)
+        return runs.seconds_to_next_slot(schedule, now)
+    if lines or test is None:
+        shell = runs.with_run(_shell(namespace, name, generation), run)
         _stop_other_runs(k, shell, generation)
         _conclude(k, obj, shell, RunState("Failed", INVALID_SPEC, manifests.problems_text(lines)
                   + " (fix the spec and apply it again)"), now=now, logger=logger)
-        return
+        return _after_run(obj, shell)
 
-    job_name = manifests.job_name(test)
-    if status.get("observedGeneration") != generation or (status.get("job") or {}).get("name") != job_name:
+    test = runs.with_run(test, run)
+    if due is not None or (status.get("job") or {}).get("name") != manifests.job_name(test):
         _start_run(k, obj, test, now, logger)
         return float(test.spec.timeout_seconds)  # the status write is a watch event: the run is followed then
     return _follow_run(k, obj, test, now, logger)
@@ -374,6 +396,11 @@ def _adopt(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
         job = k.get_job(job_ref["kind"], namespace, job_ref["name"])
     ended = job is None or diagnosis.job_state(job).finished
     recorded = ownership.adopted(obj, ended)
+    observed = recorded.get("observedGeneration")
+    if recorded.get("run") is None and isinstance(observed, int):
+        # Its generation's first run (the job <name>-g<generation>), with the rerun value it carries now: a
+        # rerun annotation set before the upgrade asks for nothing more.
+        recorded["run"] = runs.first_run(observed, _rerun(obj)).to_wire()
     patched = k.patch_test(namespace, name, ownership.record_patch(recorded)) or {}
     obj["metadata"] = {**meta, "annotations": (patched.get("metadata") or {}).get("annotations") or {}}
     restore = ownership.restoration(obj)
@@ -385,13 +412,20 @@ def _adopt(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
                    "kept no record of the status; followed from here")
     elif ended:
         message = (f"verdict {status.get('phase')} adopted as written by an operator version that kept no record "
-                   "of the status (its job has ended); not re-judged, not re-run: change the spec to run it again")
+                   "of the status (its job has ended); not re-judged, not re-run: change the spec or give the "
+                   "rerun annotation a new value to run it again")
     else:
         message = (f"the status said {status.get('phase')}, but {job_ref['kind']} {job_ref['name']} has not ended: "
                    "that verdict is dropped and the run followed to its own")
     logger.info("%s/%s: %s", namespace, name, message)
     tell = kopf.warn if claimed and not ended else kopf.info
     tell(obj, reason="StatusAdopted", message=message)
+
+
+def _after_run(obj: KubeDict, test: AcceptanceTest) -> float | None:
+    """After a run ended: look again at once if another may be due (a rerun asked for meanwhile, a schedule)."""
+    pending = test.spec.schedule or _rerun(obj) != runs.run_of(test).rerun
+    return 0.0 if pending else None
 
 
 def _undo_foreign_writes(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
@@ -409,7 +443,7 @@ def _undo_foreign_writes(k: Kube, obj: KubeDict, logger: logging.Logger) -> None
 
 def _selector(test: AcceptanceTest) -> str:
     labels = manifests.test_labels(test)
-    return ",".join(f"{key}={labels[key]}" for key in (manifests.LABEL_TEST, manifests.LABEL_GENERATION))
+    return ",".join(f"{key}={labels[key]}" for key in (manifests.LABEL_TEST, manifests.LABEL_RUN))
 
 
 def _stop_other_runs(k: Kube, test: AcceptanceTest, generation: int) -> list[str]:
@@ -444,9 +478,9 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
     the steps only redoes them.
     """
     namespace, name = test.metadata.namespace, test.metadata.name
-    key, generation = (namespace, name), manifests.generation_of(test)
+    key, generation, run_id = (namespace, name), manifests.generation_of(test), runs.run_of(test).id
     begun = _begun.get(key)
-    first_step = begun is None or begun[0] != generation
+    first_step = begun is None or begun[0] != run_id
     if first_step:
         stopped = _stop_other_runs(k, test, generation)
         problem = k.backend_problem(test.spec.backend)
@@ -470,7 +504,7 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
         created = _create_children(k, obj, test, first, now, logger)
         if created is None:
             return
-        _begun[key] = (generation, *created, stopped)
+        _begun[key] = (run_id, *created, stopped)
         METRICS.set_phase(namespace, name, "Pending")  # the job exists: the run is pending, status or not yet
         METRICS.set_headline(namespace, name, None)
         QUEUE.add(key)  # the rest after the jobs of the other new tests
@@ -489,7 +523,9 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
     job_name = manifests.job_name(test)
     state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
     _write_status(k, obj, state, test, start_time=start, completion_time=None, summary=None, now=now)
-    message = f"generation {generation}: {test.spec.backend} {job_name} " + ("adopted" if adopted else "created")
+    run = runs.run_of(test)
+    message = (f"run {run.id} ({_started_by(run)}): {test.spec.backend} {job_name} "
+               + ("adopted" if adopted else "created"))
     if stopped:
         message += f"; stopped the previous run ({', '.join(stopped)})"
     kopf.info(obj, reason="RunStarted", message=message)
@@ -523,6 +559,14 @@ def _create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: lis
     return start, adopted
 
 
+def _started_by(run: RunRef) -> str:
+    if run.trigger == "rerun":
+        return f"rerun {run.rerun!r}"
+    if run.trigger == "schedule" and run.scheduled_for is not None:
+        return f"schedule slot {_timestamp(run.scheduled_for)}"
+    return f"generation {run.generation}"
+
+
 def _api_message(e: ApiException) -> str:
     """The message of the Status object an API error carries (within a condition's share), else its HTTP reason."""
     try:
@@ -553,7 +597,7 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
             f"no verdict within spec.timeoutSeconds={test.spec.timeout_seconds}, and the operator cannot read "
             f"{job_text} or its pods (HTTP {e.status} {e.reason}): check the operator's RBAC")),
             now=now, stop_job=True, logger=logger)
-        return None
+        return _after_run(obj, test)
     namespace, name = test.metadata.namespace, test.metadata.name
     if outcome.state.terminal:
         if outcome.report is None:
@@ -563,7 +607,7 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
                 return 0.0  # judge the new report now
         _conclude(k, obj, test, outcome.state, now=now, summary=outcome.summary, report=outcome.report,
                   stop_job=outcome.stop_job, logger=logger)
-        return None
+        return _after_run(obj, test)
     previous = status.get("phase")
     _write_status(k, obj, outcome.state, test, start_time=parse_time(status.get("startTime")),
                   completion_time=None, summary=None, now=now)
@@ -591,7 +635,7 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) ->
     if fresh:
         pods = k.list_pods(namespace, _selector(test))
     else:
-        pods = CHILDREN.pods(namespace, manifests.test_label_value(test), manifests.generation_of(test))
+        pods = CHILDREN.pods(namespace, manifests.test_label_value(test), runs.run_of(test).id)
     logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
     events = _scheduling_events(k, namespace, logger) if any(
         not (p.get("spec") or {}).get("nodeName") for p in pods) else []
@@ -609,6 +653,9 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) ->
         enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
         run=RunFacts(manifests.build_workload_config(test), test.metadata.uid),
         nodes=_unready_nodes(k, pods, logger),
+        run_id=runs.run_of(test).id,
+        baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,
+        regression_tolerance=test.spec.regression_tolerance,
     )
 
 
@@ -672,10 +719,14 @@ def _conclude(
     # The workload's identity was only for writing this run's report.
     for child in manifests.build_rbac(test):
         _cleanup(k, obj, child["kind"], child["metadata"]["name"], logger)
-    start = parse_time(status.get("startTime")) if status.get("observedGeneration") == meta.get("generation") \
-        else None
+    run = runs.run_of(test)
+    recorded = runs.current_run(status, run.generation)
+    start = parse_time(status.get("startTime")) if recorded is not None and recorded.id == run.id else None
     summary = summary or Summary(result="Failed" if state.phase == "Failed" else "Passed")
-    _write_status(k, obj, state, test, start_time=start or now, completion_time=now, summary=summary, now=now)
+    entry = runs.history_entry(run, start or now, now, summary, state.reason)
+    history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
+    _write_status(k, obj, state, test, start_time=start or now, completion_time=now, summary=summary, now=now,
+                  history=history)
 
     if state.phase == "Succeeded":
         kopf.info(obj, reason=state.reason, message=state.message)
@@ -743,8 +794,12 @@ def _write_status(
     completion_time: datetime | None,
     summary: Summary | None,
     now: datetime,
+    history: list[KubeDict] | None = None,
 ) -> None:
-    """Patch the operator-owned status fields, only if one of them changes (status.report is the workload's)."""
+    """Patch the operator-owned status fields, only if one of them changes (status.report is the workload's).
+
+    `history` replaces status.history (None: kept as it is).
+    """
     meta = obj["metadata"]
     status = obj.get("status") or {}
     generation = meta.get("generation") or 1
@@ -764,7 +819,9 @@ def _write_status(
         "startTime": _timestamp(start_time),
         "completionTime": _timestamp(completion_time),
         "job": job,
+        "run": runs.run_of(test).to_wire(),
         "summary": summary.to_wire() if summary is not None else None,
+        "history": history if history is not None else status.get("history"),
     }
     if ownership.record(obj) == desired and all(status.get(key) == value for key, value in desired.items()):
         return

@@ -38,9 +38,11 @@ from acceptance_operator.api import (
 )
 from acceptance_operator.kubetypes import wire_list
 from acceptance_operator.network import build_network_env
+from acceptance_operator.runs import run_of
 
 LABEL_TEST = f"{GROUP}/test"
 LABEL_GENERATION = f"{GROUP}/generation"
+LABEL_RUN = f"{GROUP}/run"  # the run's id (runs.run_id): pods of one run, among the runs of one generation
 # gpu: a pod holding GPUs (one per node); launcher: the MPIJob's mpirun pod.
 LABEL_ROLE = f"{GROUP}/role"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -108,7 +110,7 @@ def generation_of(test: AcceptanceTest) -> int:
 
 
 def job_name(test: AcceptanceTest) -> str:
-    """<name>-g<generation>: one job per generation, a valid DNS label for Kubeflow's Services.
+    """<name>-<run id>: one job per run (<name>-g<generation> for a spec's first), a DNS label for Kubeflow's Services.
 
     A test name with dots or a leading digit (legal for a custom resource, not
     for a Service) is turned into a DNS label and marked with a hash.
@@ -119,7 +121,7 @@ def job_name(test: AcceptanceTest) -> str:
         label = f"at-{label}"
     if label != name:
         label = f"{label.strip('-')}-{_digest(name)}"
-    return _fit(label, f"-g{generation_of(test)}", MAX_CHILD_NAME)
+    return _fit(label, f"-{run_of(test).id}", MAX_CHILD_NAME)
 
 
 def service_account_name(test: AcceptanceTest) -> str:
@@ -146,6 +148,7 @@ def test_labels(test: AcceptanceTest) -> dict[str, str]:
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_TEST: test_label_value(test),
         LABEL_GENERATION: str(generation_of(test)),
+        LABEL_RUN: run_of(test).id,
     }
 
 
@@ -203,7 +206,7 @@ def build_workload_config(test: AcceptanceTest) -> WorkloadConfig:
         profile=spec.profile,
         nodes=spec.nodes,
         test=TestRef(name=meta.name, namespace=meta.namespace, uid=meta.uid, generation=generation_of(test),
-                     evidence=evidence_names(test)),
+                     run=run_of(test).id, evidence=evidence_names(test)),
         gpus_per_node=spec.gpus_per_node,
         fabric=spec.network.fabric,
         gpu_direct_rdma=spec.network.gpu_direct_rdma,

@@ -37,7 +37,7 @@ from acceptance_operator.conditions import TERMINAL_PHASES
 KubeDict = dict[str, Any]
 RECORD_ANNOTATION = f"{GROUP}/status-record"
 OWNED_FIELDS: tuple[str, ...] = (
-    "phase", "conditions", "observedGeneration", "startTime", "completionTime", "job", "summary",
+    "phase", "conditions", "observedGeneration", "startTime", "completionTime", "job", "run", "summary", "history",
 )
 MAX_CONDITION_MESSAGE = 8192  # characters; Kubernetes allows 32 KiB, and a status read by people needs less
 
@@ -79,7 +79,7 @@ def restoration(obj: KubeDict) -> KubeDict | None:
 
 
 ADOPTED_NOTE = ("(adopted from an operator version that kept no record of the status: not re-judged by this "
-                "version; change the spec to run the test again)")
+                "version; change the spec or give the rerun annotation a new value to run the test again)")
 
 
 def needs_adoption(obj: KubeDict) -> bool:

@@ -30,6 +30,8 @@ from acceptance_workload.preflight import version_tuple
 from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, Report, judge
 from acceptance_workload.wire import parse_bytes
 
+from acceptance_operator.runs import report_run
+
 MAX_MESSAGE = 500  # characters of a result's message kept: the report must not grow the status
 RATIO_SUFFIX = "_ratio_to_node_median"
 
@@ -360,6 +362,8 @@ def run_problems(report: Report, facts: RunFacts) -> list[str]:
     test = c.test
     if test is not None and report.generation != test.generation:
         problems.append(f"it is for generation {report.generation}, not {test.generation}")
+    elif test is not None and test.run is not None and report_run(report.run, report.generation) != test.run:
+        problems.append(f"it is for run {report_run(report.run, report.generation)}, not {test.run}")
     if facts.uid is not None and report.uid != facts.uid:
         problems.append(f"it is for the test with uid {report.uid}, not {facts.uid}")
     hostnames = set(env.hostnames)

@@ -93,9 +93,9 @@ def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
 
 
 def _test(obj: dict):
-    from acceptance_operator.api import parse_test
+    from acceptance_operator.runs import on_current_run
 
-    return parse_test(obj)
+    return on_current_run(obj)
 
 
 def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO) -> int:
@@ -141,9 +141,12 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     except ValidationError:
         err.write("status.report could not be read as a report\n")
         return 1
-    if report.generation != manifests.generation_of(test):
-        err.write(f"status.report is for generation {report.generation}, the test is at generation "
-                  f"{manifests.generation_of(test)}: no report for the current run yet\n")
+    from acceptance_operator.runs import report_run, run_of
+
+    current = run_of(test).id
+    if report.generation != manifests.generation_of(test) or report_run(report.run, report.generation) != current:
+        err.write(f"status.report is for run {report_run(report.run, report.generation)}, the test is on run "
+                  f"{current}: no report for the current run yet\n")
         return 1
     judged = rejudge(report, RunFacts(manifests.build_workload_config(test), test.metadata.uid)).report
     if args.node:
@@ -154,12 +157,12 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     if args.json:
         out.write(json.dumps(report.to_wire(), indent=2) + "\n")
     else:
-        out.write(f"{test.metadata.namespace}/{test.metadata.name} generation {report.generation}: "
+        out.write(f"{test.metadata.namespace}/{test.metadata.name} run {current}: "
                   f"{operator_verdict}\n{verdict.get('message', '')}\n\n")
         out.write(full_text(judged))
     try:
         for line in write_exports(judged, html=args.html, junit=args.junit, name=title,
-                                  operator_verdict=f"The operator's verdict (generation {report.generation}): "
+                                  operator_verdict=f"The operator's verdict (run {current}): "
                                   f"{operator_verdict}. {verdict.get('message', '')}".strip()):
             err.write(line + "\n")
     except ExportError as e:

@@ -14,17 +14,19 @@ from typing import Any
 from acceptance_workload.report import CHECK_NAMES, CheckName, CheckResult, Report
 from pydantic import ValidationError
 
-from acceptance_operator.api import Summary
+from acceptance_operator.api import HistoryEntry, Summary
+from acceptance_operator.runs import report_run
 
 _MAX_LISTED = 5
 
 
-def report_for_generation(raw: Any, generation: int | None,
-                          enabled: Iterable[CheckName] = ()) -> tuple[Report | None, str | None]:
-    """The report if it belongs to this generation; otherwise None and why it was not used.
+def report_for_generation(raw: Any, generation: int | None, enabled: Iterable[CheckName] = (),
+                          run: str | None = None) -> tuple[Report | None, str | None]:
+    """The report if it belongs to this generation and run; otherwise None and why it was not used.
 
-    A report from an earlier generation (a previous run of a changed spec) or
-    one without a generation is stale: it says nothing about this run. The
+    A report from an earlier generation (a previous run of a changed spec), of
+    an earlier run of this spec (a rerun, a scheduled run) or one without a
+    generation is stale: it says nothing about this run. The
     checks the spec enabled are added to the report's own checks_run, so a
     report that leaves an enabled check out fails it as missing (fail closed).
     """
@@ -41,6 +43,9 @@ def report_for_generation(raw: Any, generation: int | None,
             f"status.report is for generation {report.generation}, not {generation}: "
             "it was written by an earlier run and is ignored"
         )
+    if run is not None and report_run(report.run, report.generation) != run:
+        return None, (f"status.report is for run {report_run(report.run, report.generation)}, not {run}: "
+                      "it was written by an earlier run and is ignored")
     report.checks_run = [c for c in CHECK_NAMES if c in {*report.checks_run, *enabled}]
     return report, None
 
@@ -113,3 +118,31 @@ def measured_nodes(report: Report) -> dict[str, bool]:
     nodes = {r.node for r in report.results if r.node}
     blamed = set(report.blamed_nodes())
     return {node: node not in blamed for node in sorted(nodes)}
+
+
+# The headline numbers a baseline compares (higher is better for each): summary field, words, unit (None: the
+# summary's DDP unit).
+BASELINE_METRICS: tuple[tuple[str, str, str | None], ...] = (
+    ("all_reduce_busbw_gbps", "all_reduce busbw", "GB/s"),
+    ("ddp_throughput_per_gpu", "DDP throughput per GPU", None),
+)
+
+
+def regressions(summary: Summary, base: HistoryEntry | None, tolerance_percent: float) -> list[str]:
+    """Each headline number more than `tolerance_percent` under the baseline run's, naming both values.
+
+    A number this run did not measure is not compared: its check, when enabled, already fails closed.
+    """
+    if base is None:
+        return []
+    out = []
+    for field, words, unit in BASELINE_METRICS:
+        now, then = getattr(summary, field), getattr(base, field)
+        if now is None or then is None or then <= 0:
+            continue
+        drop = (then - now) / then * 100
+        if drop > tolerance_percent:
+            unit = unit or summary.ddp_throughput_unit or ""
+            out.append(f"{words} {now:g} {unit} is {drop:.1f}% under baseline run {base.id}'s {then:g} {unit} "
+                       f"(spec.regressionTolerance {tolerance_percent:g}%)".replace("  ", " "))
+    return out

@@ -14,9 +14,11 @@ def job(name: str = "run-g2", **status) -> dict:
             "status": status}
 
 
-def pod(name: str, phase: str, generation: str = "2") -> dict:
-    return {"metadata": {"name": name, "namespace": "lab", "labels": {**LABELS, "gpu-acceptance.io/generation":
-                                                                      generation}},
+def pod(name: str, phase: str, generation: str = "2", run: str | None = None) -> dict:
+    labels = {**LABELS, "gpu-acceptance.io/generation": generation}
+    if run is not None:
+        labels["gpu-acceptance.io/run"] = run
+    return {"metadata": {"name": name, "namespace": "lab", "labels": labels},
             "spec": {"nodeName": "n1", "containers": [{"name": "c", "image": "i", "env": [{"name": "X"}]}]},
             "status": {"phase": phase}}
 
@@ -35,19 +37,21 @@ def test_jobs_are_kept_slim_and_follow_their_events():
     assert c.job("lab", "PyTorchJob", "run-g2") is None
 
 
-def test_pods_are_grouped_by_test_and_generation():
+def test_pods_are_grouped_by_test_and_run():
     c = Children()
-    c.pod_event("ADDED", pod("run-g2-master-0", "Pending"))
-    c.pod_event("MODIFIED", pod("run-g2-master-0", "Running"))
-    c.pod_event("ADDED", pod("run-g2-worker-0", "Running"))
+    c.pod_event("ADDED", pod("run-g2-master-0", "Pending", run="g2"))
+    c.pod_event("MODIFIED", pod("run-g2-master-0", "Running", run="g2"))
+    c.pod_event("ADDED", pod("run-g2-worker-0", "Running"))  # no run label (an older operator): the first run
     c.pod_event("ADDED", pod("run-g1-worker-0", "Running", generation="1"))
-    pods = sorted(c.pods("lab", "run", 2), key=lambda p: p["metadata"]["name"])
+    c.pod_event("ADDED", pod("run-g2-r2-worker-0", "Running", run="g2-r2"))  # a rerun of generation 2
+    assert [p["metadata"]["name"] for p in c.pods("lab", "run", "g2-r2")] == ["run-g2-r2-worker-0"]
+    pods = sorted(c.pods("lab", "run", "g2"), key=lambda p: p["metadata"]["name"])
     assert [(p["metadata"]["name"], p["status"]["phase"]) for p in pods] == [
         ("run-g2-master-0", "Running"), ("run-g2-worker-0", "Running")]
     assert pods[0]["spec"] == {"nodeName": "n1"}
-    c.pod_event("DELETED", pod("run-g2-master-0", "Running"))
-    assert [p["metadata"]["name"] for p in c.pods("lab", "run", 2)] == ["run-g2-worker-0"]
-    assert c.sizes() == (0, 2)
+    c.pod_event("DELETED", pod("run-g2-master-0", "Running", run="g2"))
+    assert [p["metadata"]["name"] for p in c.pods("lab", "run", "g2")] == ["run-g2-worker-0"]
+    assert c.sizes() == (0, 3)
 
 
 def test_a_child_belongs_to_a_known_test_by_its_label():

@@ -102,7 +102,7 @@ def test_while_other_new_tests_wait_a_start_creates_the_job_first_and_the_rest_l
     handlers.reconcile(k, NS, NAME, NOW)  # nothing else waits now
     assert {kind for kind, _ in k.objects} == {"PyTorchJob", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"}
     assert k.test["status"]["phase"] == "Pending" and k.test["status"]["job"]["name"] == "run-g1"
-    assert events == [("RunStarted", "generation 1: PyTorchJob run-g1 created")]  # created once, not adopted
+    assert events == [("RunStarted", "run g1 (generation 1): PyTorchJob run-g1 created")]  # created once, not adopted
 
 
 def test_a_job_the_api_server_rejects_ends_the_run_instead_of_retrying_forever(events):

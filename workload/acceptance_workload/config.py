@@ -28,6 +28,7 @@ class TestRef(WireModel):
     namespace: str
     uid: str | None = None
     generation: int | None = None
+    run: str | None = Field(None, description="The run's id (status.run.id): one spec may run many times.")
     evidence: list[str] = Field(
         default_factory=list, description="ConfigMaps rank 0 writes the full report into (evidence.shard_names).")
 

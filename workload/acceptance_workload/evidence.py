@@ -94,6 +94,7 @@ class StatusReport(WireModel):
     mode: str = Field("gpu", description="gpu, or cpu-smoke (which never passes an AcceptanceTest).")
     generation: int | None = None
     uid: str | None = None
+    run: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
     passed: bool = Field(False, description="The workload's own verdict; the operator judges again.")
@@ -139,7 +140,8 @@ def compact(report: Report, evidence: list[str]) -> StatusReport:
     failures = [r for r in report.results if not r.passed]
     tally, headline = report.tally(), report.headline()
     return StatusReport(
-        mode=report.mode, generation=report.generation, uid=report.uid, started_at=report.started_at,
+        mode=report.mode, generation=report.generation, uid=report.uid, run=report.run,
+        started_at=report.started_at,
         finished_at=report.finished_at, passed=report.passed, error=_clip(report.error, MAX_ERROR),
         checks_run=report.checks_run,
         tally=TallyPart(passed=tally.passed, failed=tally.failed, total=tally.total),
@@ -170,7 +172,8 @@ def _partial(report: Report, nodes: set[str] | None) -> Report:
                                                   and r.node in nodes]}) if report.ddp else None
     gpu = report.gpu.model_copy(update={"rows": [r for r in report.gpu.rows if nodes is not None
                                                  and r.node in nodes]}) if report.gpu else None
-    base = report if nodes is None else Report(mode=report.mode, generation=report.generation, uid=report.uid)
+    base = report if nodes is None else Report(mode=report.mode, generation=report.generation, uid=report.uid,
+                                               run=report.run)
     return base.model_copy(update={
         "results": [r for r in report.results if mine(r.node)],
         "skipped": report.skipped if nodes is None else [],
@@ -221,9 +224,9 @@ def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
             part = Report.model_validate(json.loads(text))
         except ValueError as e:
             raise EvidenceError(f"evidence ConfigMap {name} could not be read: {str(e)[:300]}") from e
-        if (part.generation, part.uid) != (status.generation, status.uid):
-            raise EvidenceError(f"evidence ConfigMap {name} is for generation {part.generation} of uid {part.uid}, "
-                                f"not generation {status.generation} of uid {status.uid}")
+        if (part.generation, part.run, part.uid) != (status.generation, status.run, status.uid):
+            raise EvidenceError(f"evidence ConfigMap {name} is for run {part.run or part.generation} of uid "
+                                f"{part.uid}, not run {status.run or status.generation} of uid {status.uid}")
         parts.append(part)
     if not parts:
         raise EvidenceError("status.report lists no evidence")

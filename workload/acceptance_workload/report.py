@@ -227,7 +227,8 @@ class Report(WireModel):
     version: str = REPORT_VERSION
     mode: Literal["gpu", "cpu-smoke"] = "gpu"
     generation: int | None = Field(None, description="metadata.generation of the AcceptanceTest this ran for.")
-    uid: str | None = Field(None, description="metadata.uid of the AcceptanceTest this ran for (the run's id).")
+    uid: str | None = Field(None, description="metadata.uid of the AcceptanceTest this ran for.")
+    run: str | None = Field(None, description="status.run.id of the run this is for (absent: the generation's first).")
     started_at: datetime | None = None
     finished_at: datetime | None = None
     passed: bool = False

@@ -67,6 +67,7 @@ class Runner:
             mode=config.mode,
             generation=config.test.generation if config.test else None,
             uid=config.test.uid if config.test else None,
+            run=config.test.run if config.test else None,
             started_at=now(),
             checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
         )
