@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from acceptance_operator.manifests import LABEL_GENERATION, LABEL_RUN, LABEL_TEST
+from acceptance_operator.manifests import LABEL_TEST, run_of_child
 
 KubeDict = dict[str, Any]
 TestKey = tuple[str, str]  # (namespace, AcceptanceTest name)
@@ -82,9 +82,7 @@ class Children:
     def pod_event(self, event_type: str | None, pod: KubeDict) -> None:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
-        # Pods from before runs had ids carry only the generation: they belong to its first run.
-        run = labels.get(LABEL_RUN) or f"g{labels.get(LABEL_GENERATION, '')}"
-        key = (meta.get("namespace", ""), labels.get(LABEL_TEST, ""), run)
+        key = (meta.get("namespace", ""), labels.get(LABEL_TEST, ""), run_of_child(pod))
         with self._lock:
             if event_type == "DELETED":
                 pods = self._pods.get(key, {})

@@ -443,7 +443,7 @@ def _undo_foreign_writes(k: Kube, obj: KubeDict, logger: logging.Logger) -> None
 
 def _selector(test: AcceptanceTest) -> str:
     labels = manifests.test_labels(test)
-    return ",".join(f"{key}={labels[key]}" for key in (manifests.LABEL_TEST, manifests.LABEL_RUN))
+    return ",".join(f"{key}={labels[key]}" for key in (manifests.LABEL_TEST, manifests.LABEL_GENERATION))
 
 
 def _stop_other_runs(k: Kube, test: AcceptanceTest, generation: int) -> list[str]:
@@ -633,7 +633,8 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) ->
     if job is None:
         job = k.get_job(backend, namespace, job_name)
     if fresh:
-        pods = k.list_pods(namespace, _selector(test))
+        run_id = runs.run_of(test).id
+        pods = [p for p in k.list_pods(namespace, _selector(test)) if manifests.run_of_child(p) == run_id]
     else:
         pods = CHILDREN.pods(namespace, manifests.test_label_value(test), runs.run_of(test).id)
     logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]

@@ -155,6 +155,12 @@ def test_labels(test: AcceptanceTest) -> dict[str, str]:
 test_labels.__test__ = False  # type: ignore[attr-defined]
 
 
+def run_of_child(obj: dict[str, Any]) -> str:
+    """The run a child (pod, job) belongs to, by its labels; one without a run label is its generation's first."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_RUN) or f"g{labels.get(LABEL_GENERATION, '')}"
+
+
 def owner_references(test: AcceptanceTest) -> list[dict[str, Any]]:
     """The AcceptanceTest as controller owner, so deleting it garbage-collects the children.
 

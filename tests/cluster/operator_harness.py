@@ -188,10 +188,13 @@ class Cluster:
         from acceptance_workload.status import merge_patch
 
         obj = self.get_test(name) or {}
+        run = ((obj.get("status") or {}).get("run") or {}).get("id")
         report = {**report, "uid": report.get("uid") or obj.get("metadata", {}).get("uid")}
+        if run and report.get("generation") == ((obj.get("status") or {}).get("run") or {}).get("generation"):
+            report["run"] = report.get("run") or run  # as the workload's config says (TestRef.run)
         if place_pods:
             self.place_pods(name, int(report.get("generation") or 1),
-                            (report.get("environment") or {}).get("hostnames") or [])
+                            (report.get("environment") or {}).get("hostnames") or [], run=report.get("run"))
         # As rank 0 delivers it (acceptance_workload.status.patch_report): evidence first, then the status part.
         status, shards = split(Report.model_validate(report), evidence_names(parse_test(obj)))
         for cm, text in shards.items():
@@ -199,14 +202,18 @@ class Cluster:
                                 {"data": {EVIDENCE_KEY: text}}, content_type=MERGE, expect=(200, 404))
         self.patch_status(name, merge_patch(status)["status"])
 
-    def place_pods(self, name: str, generation: int, nodes: list[str]) -> None:
+    def place_pods(self, name: str, generation: int, nodes: list[str], run: str | None = None) -> None:
+        from acceptance_operator.manifests import run_of_child
+
+        run = run or f"g{generation}"
         labels = {"gpu-acceptance.io/test": name, "gpu-acceptance.io/generation": str(generation)}
         selector = ",".join(f"{k}%3D{v}" for k, v in labels.items())
         pods = self.server.request("GET", f"/api/v1/namespaces/{self.ns}/pods?labelSelector={selector}")["items"]
-        placed = {(p.get("spec") or {}).get("nodeName") for p in pods}
+        placed = {(p.get("spec") or {}).get("nodeName") for p in pods if run_of_child(p) == run}
+        labels["gpu-acceptance.io/run"] = run
         for i, node in enumerate(nodes):
             if node not in placed:
-                self.create_pod(f"{name}-g{generation}-on-{i}", labels, node=node)
+                self.create_pod(f"{name}-{run}-on-{i}", labels, node=node)
 
     def patch_record(self, name: str, **fields: Any) -> None:
         """As an admin: change the operator's own record of the status (and the status to match)."""

@@ -1,0 +1,106 @@
+"""Runs of one test against the real API server: reruns, schedules, history and the baseline verdict.
+
+The test plays Kubeflow and the workload (a report carries the run id, as the
+workload's config says); the operator is the real `gpu-acceptance operator`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from tests.cluster.operator_harness import MERGE, Cluster, report
+
+RERUN = "gpu-acceptance.io/rerun"
+
+
+def annotate(cluster: Cluster, name: str, value: str) -> None:
+    cluster.server.request("PATCH", cluster.test_path(name), {"metadata": {"annotations": {RERUN: value}}},
+                           content_type=MERGE)
+
+
+def wait_run(cluster: Cluster, name: str, run_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    """The status once the operator has started run `run_id` (its job exists)."""
+    status = cluster.wait(lambda: (s := cluster.status(name)).get("run", {}).get("id") == run_id and s,
+                          f"run {run_id} of {name} to start", timeout=timeout)
+    cluster.wait_job("PyTorchJob", f"{name}-{run_id}")
+    return status
+
+
+def finish(cluster: Cluster, name: str, phase: str, busbw: float = 371.5) -> dict[str, Any]:
+    """Deliver the current run's report as rank 0 would and wait for the verdict of that run."""
+    run_id = cluster.status(name)["run"]["id"]
+    cluster.write_report(name, report(1, busbw=busbw))
+    return cluster.wait(lambda: (s := cluster.status(name)).get("phase") == phase and s.get("history")
+                        and s["history"][-1]["id"] == run_id and s, f"run {run_id} to end {phase}")
+
+
+def test_a_rerun_annotation_starts_a_new_run_after_the_running_one(cluster: Cluster):
+    cluster.create_test("again", {"nodes": 1})
+    wait_run(cluster, "again", "g1")
+    first = finish(cluster, "again", "Succeeded")
+    assert [h["id"] for h in first["history"]] == ["g1"]
+    assert not cluster.exists(cluster.service_account_path("again-workload"))
+
+    annotate(cluster, "again", "one")
+    status = wait_run(cluster, "again", "g1-r2")
+    assert status["run"]["trigger"] == "rerun" and status["run"]["rerun"] == "one"
+    assert status["phase"] == "Pending" and status["observedGeneration"] == 1
+    job = cluster.job("PyTorchJob", "again-g1-r2")
+    assert job["metadata"]["labels"]["gpu-acceptance.io/run"] == "g1-r2"
+    # The workload's identity is back for this run, its Role naming this test and its evidence only.
+    role = cluster.server.request("GET", cluster.role_path("again-workload"))
+    assert [r["resourceNames"] for r in role["rules"]][0] == ["again"]
+    # The earlier run's report is still in status.report: it is ignored, not judged as this run's.
+    assert cluster.status("again")["phase"] == "Pending"
+
+    annotate(cluster, "again", "two")  # while g1-r2 runs: it waits for it
+    assert cluster.status("again")["run"]["id"] == "g1-r2"
+    second = finish(cluster, "again", "Succeeded")
+    assert [h["id"] for h in second["history"]][:2] == ["g1", "g1-r2"]
+    third = wait_run(cluster, "again", "g1-r3")
+    assert third["run"]["rerun"] == "two"
+    assert cluster.job("PyTorchJob", "again-g1-r2") is not None  # the finished job stays for its logs
+    done = finish(cluster, "again", "Succeeded")
+    assert [(h["id"], h["result"], h["allReduceBusbwGBps"]) for h in done["history"]] == [
+        ("g1", "Passed", 371.5), ("g1-r2", "Passed", 371.5), ("g1-r3", "Passed", 371.5)]
+    assert all(h["trigger"] == t for h, t in zip(done["history"], ["spec", "rerun", "rerun"], strict=True))
+
+
+def test_a_schedule_starts_a_run_at_its_next_slot(cluster: Cluster):
+    cluster.create_test("nightly", {"nodes": 1, "schedule": "* * * * *", "historyLimit": 2})
+    wait_run(cluster, "nightly", "g1")
+    finish(cluster, "nightly", "Succeeded")
+    status = wait_run(cluster, "nightly", "g1-r2", timeout=90)  # the next minute's slot
+    assert status["run"]["trigger"] == "schedule"
+    slot = datetime.strptime(status["run"]["scheduledFor"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    assert slot.second == 0 and slot >= datetime.strptime(status["history"][0]["startTime"],
+                                                          "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    done = finish(cluster, "nightly", "Succeeded")
+    assert [h["id"] for h in done["history"]] == ["g1", "g1-r2"]
+
+
+def test_a_bad_schedule_ends_as_invalid_spec_saying_what_to_write(cluster: Cluster):
+    cluster.create_test("bad-cron", {"schedule": "every night"})
+    cluster.wait_phase("bad-cron", "Failed")
+    succeeded = cluster.condition("bad-cron", "Succeeded")
+    assert succeeded["reason"] == "InvalidSpec"
+    assert "spec.schedule" in succeeded["message"] and "'0 3 * * *'" in succeeded["message"]
+
+
+def test_a_run_under_its_baseline_fails_naming_the_metric_and_both_values(cluster: Cluster):
+    cluster.create_test("steady", {"nodes": 1, "baseline": "lastPassed", "regressionTolerance": 5})
+    wait_run(cluster, "steady", "g1")
+    finish(cluster, "steady", "Succeeded", busbw=371.5)
+    annotate(cluster, "steady", "after-maintenance")
+    wait_run(cluster, "steady", "g1-r2")
+    failed = finish(cluster, "steady", "Failed", busbw=340.0)
+    succeeded = cluster.condition("steady", "Succeeded")
+    assert succeeded["reason"] == "Regressed"
+    assert "all_reduce busbw 340 GB/s is 8.5% under baseline run g1's 371.5 GB/s" in succeeded["message"]
+    assert [(h["id"], h["result"], h.get("reason")) for h in failed["history"]] == [
+        ("g1", "Passed", "ChecksPassed"), ("g1-r2", "Failed", "Regressed")]
+    # The baseline stays the last passed run: a run back at its level passes.
+    annotate(cluster, "steady", "fixed")
+    wait_run(cluster, "steady", "g1-r3")
+    finish(cluster, "steady", "Succeeded", busbw=370.0)
