@@ -25,6 +25,7 @@ KUBE_VERSION = "1.33.13"
 # (apiGroup, resource, verb) the operator needs (issue 3's RBAC contract); nothing else may be granted.
 OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     [("gpu-acceptance.io", "acceptancetests", v) for v in ("get", "list", "watch", "patch")]
+    + [("gpu-acceptance.io", "acceptancetests", v) for v in ("create", "delete")]  # a sweep's child tests
     + [("gpu-acceptance.io", "acceptancetests/status", v) for v in ("get", "patch")]
     + [("kubeflow.org", r, v) for r in ("pytorchjobs", "mpijobs") for v in ("get", "list", "watch", "create", "delete")]
     + [(g, r, v) for g, r in (("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"))
@@ -40,6 +41,7 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")]
     + [("", "namespaces", v) for v in ("list", "watch")]
     + [("", "nodes", "get")]  # the node under a pod that is not Ready: NodeNotReady
+    + [("", "nodes", v) for v in ("list", "watch")]  # the nodes a sweep tests
 )
 # Granted only with nodeActions.enabled=true.
 NODE_ACTION_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset([("", "nodes", "patch")])

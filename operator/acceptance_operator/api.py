@@ -256,6 +256,10 @@ class AcceptanceTestSpec(WireModel):
         None, description="Cron schedule (five fields, UTC), e.g. '0 3 * * *': starts a run of the same spec at "
         "each slot; never while a run is going (a slot that passes meanwhile, or while the operator is down, "
         "starts one run as soon as it can).")
+    sweep: bool = Field(
+        False, description="Test every node matching placement.nodeSelector (not cordoned) with a single-node run, "
+        "at most maxConcurrent at once, then the nodes that passed together (a run of spec.nodes is ignored).")
+    max_concurrent: int = Field(10, ge=1, le=1000, description="Single-node runs of a sweep at once.")
     history_limit: int = Field(10, ge=0, le=MAX_HISTORY, description="Finished runs kept in status.history.")
     baseline: Baseline = Field(
         "none", description="lastPassed: a run whose headline numbers (all_reduce busbw, DDP throughput per GPU) "
@@ -372,6 +376,22 @@ class HistoryEntry(WireModel):
     failed_node_count: int = 0
 
 
+class SweepStatus(WireModel):
+    """Where a sweep run stands (spec.sweep): nodes passed, failed, running and pending of the total."""
+
+    stage: Literal["nodes", "inter-node", "done"] = "nodes"
+    progress: str = Field("", description="One line for kubectl get: passed/total, failed, running, pending.")
+    total: int = 0
+    passed: int = 0
+    failed: int = 0
+    running: int = 0
+    pending: int = 0
+    skipped: int = Field(0, description="Matching nodes cordoned before their test started.")
+    failed_nodes: list[str] = Field(default_factory=list, description="The first failed nodes, sorted.")
+    failed_node_count: int = 0
+    inter_node: Phase | None = Field(None, description="Phase of the inter-node stage over the passed nodes.")
+
+
 class AcceptanceTestStatus(WireModel):
     phase: Phase | None = None
     conditions: list[Condition] = Field(default_factory=list)
@@ -380,6 +400,7 @@ class AcceptanceTestStatus(WireModel):
     completion_time: datetime | None = None
     job: JobRef | None = None
     run: RunRef | None = Field(None, description="The current (or last) run.")
+    sweep: SweepStatus | None = None
     summary: Summary | None = None
     history: list[HistoryEntry] = Field(default_factory=list, description="The last spec.historyLimit runs, "
                                         "oldest first.")

@@ -17,6 +17,7 @@ import threading
 from typing import Any
 
 from acceptance_operator.manifests import LABEL_TEST, run_of_child
+from acceptance_operator.sweep import Child
 
 KubeDict = dict[str, Any]
 TestKey = tuple[str, str]  # (namespace, AcceptanceTest name)
@@ -105,3 +106,66 @@ class Children:
         """(jobs, pods) held, for the benchmark and the log."""
         with self._lock:
             return len(self._jobs), sum(len(p) for p in self._pods.values())
+
+
+class SweepChildren:
+    """A sweep's child tests per (namespace, parent label, run id), and the nodes, as the watches showed them.
+
+    A parent whose children were never listed (the operator just started, its watch may still be delivering
+    them) is `primed` from one LIST first, so a restart never starts more than maxConcurrent at once.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[tuple[str, str, str], dict[str, Child]] = {}
+        self._primed: set[tuple[str, str, str]] = set()
+        self._nodes: dict[str, KubeDict] = {}
+        self.nodes_primed = False
+
+    def child_event(self, event_type: str | None, namespace: str, parent: str, run: str, child: Child) -> None:
+        with self._lock:
+            known = self._runs.setdefault((namespace, parent, run), {})
+            if event_type == "DELETED":
+                known.pop(child.name, None)
+            else:
+                known[child.name] = child
+
+    def prime(self, namespace: str, parent: str, run: str, children: list[Child]) -> None:
+        with self._lock:
+            known = self._runs.setdefault((namespace, parent, run), {})
+            for c in children:
+                known.setdefault(c.name, c)
+            self._primed.add((namespace, parent, run))
+
+    def primed(self, namespace: str, parent: str, run: str) -> bool:
+        with self._lock:
+            return (namespace, parent, run) in self._primed
+
+    def children(self, namespace: str, parent: str, run: str) -> list[Child]:
+        with self._lock:
+            return list(self._runs.get((namespace, parent, run), {}).values())
+
+    def forget(self, namespace: str, parent: str) -> None:
+        with self._lock:
+            for key in [k for k in self._runs if k[:2] == (namespace, parent)]:
+                self._runs.pop(key, None)
+                self._primed.discard(key)
+
+    def node_event(self, event_type: str | None, node: KubeDict) -> None:
+        meta = node.get("metadata") or {}
+        slim = {"metadata": {"name": meta.get("name", ""), "labels": meta.get("labels") or {}},
+                "spec": {"unschedulable": bool((node.get("spec") or {}).get("unschedulable"))}}
+        with self._lock:
+            if event_type == "DELETED":
+                self._nodes.pop(slim["metadata"]["name"], None)
+            else:
+                self._nodes[slim["metadata"]["name"]] = slim
+
+    def prime_nodes(self, nodes: list[KubeDict]) -> None:
+        for node in nodes:
+            self.node_event(None, node)
+        self.nodes_primed = True
+
+    def nodes(self) -> list[KubeDict]:
+        with self._lock:
+            return list(self._nodes.values())

@@ -35,9 +35,10 @@ NODE_NOT_READY = "NodeNotReady"  # a node running the run's pods stopped being R
 BACKEND_NOT_INSTALLED = "BackendNotInstalled"
 INVALID_SPEC = "InvalidSpec"
 REGRESSED = "Regressed"  # passed its thresholds, but fell under the baseline run (spec.baseline)
+NO_NODES = "NoNodes"  # a sweep found no schedulable node matching placement.nodeSelector
 FAILURE_REASONS: tuple[str, ...] = (
     CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, NODE_NOT_READY,
-    BACKEND_NOT_INSTALLED, INVALID_SPEC,
+    BACKEND_NOT_INSTALLED, INVALID_SPEC, NO_NODES,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
 BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)

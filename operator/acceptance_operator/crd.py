@@ -26,6 +26,8 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Backend", "type": "string", "jsonPath": ".spec.backend", "priority": 1},
     {"name": "Profile", "type": "string", "jsonPath": ".spec.profile", "priority": 1},
+    {"name": "Sweep", "type": "string", "jsonPath": ".status.sweep.progress", "priority": 1,
+     "description": "A sweep's progress: nodes passed of the total, failed, running, pending"},
 ]
 
 _DROP_KEYS = {"title", "additionalProperties", "$defs", "discriminator"}

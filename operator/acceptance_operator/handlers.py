@@ -30,9 +30,10 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import diagnosis, evidence_hooks, manifests, ownership, runs
+from acceptance_operator import diagnosis, evidence_hooks, manifests, ownership, runs, sweep
 from acceptance_operator.api import (
     GROUP,
+    KIND,
     PLURAL,
     RERUN_ANNOTATION,
     VERSION,
@@ -43,12 +44,13 @@ from acceptance_operator.api import (
     OnFailure,
     RunRef,
     Summary,
+    SweepStatus,
     parse_test,
 )
 from acceptance_operator.assessment import Observation, Timing, assess, next_look
 from acceptance_operator.backends import BACKENDS, BackendSpec, backend_of, build_children
 from acceptance_operator.calm import RateLimit, describe_error
-from acceptance_operator.children import Children
+from acceptance_operator.children import Children, SweepChildren
 from acceptance_operator.conditions import (
     BACKEND_NOT_INSTALLED,
     BEFORE_JOB,
@@ -80,6 +82,10 @@ _kube: Kube | None = None
 _metrics_served = False
 TestKey = tuple[str, str]  # (namespace, name)
 CHILDREN = Children()
+SWEEPS = SweepChildren()
+_sweeping: set[tuple[str, str]] = set()  # sweeps starting single-node tests: a node event may change their plan
+# A sweep's child or node change is looked at this much later: a burst of them is one look.
+SWEEP_SETTLE_SECONDS = 1.0
 QUEUE: WorkQueue[TestKey] = WorkQueue()
 # Per test: kopf's object logger and the context of its last event (kopf.info/warn post through it).
 _contexts: dict[TestKey, tuple[logging.Logger, contextvars.Context]] = {}
@@ -175,8 +181,11 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     """Any change of a test (or the first sight of it): reconcile it, unless its run is finished."""
     key = (namespace, name)
     label = manifests.test_label_value(_shell(namespace, name, None))
+    _sweep_child_changed(type, body)
     if type == "DELETED":
         CHILDREN.forget_test(namespace, label)
+        SWEEPS.forget(namespace, label)
+        _sweeping.discard(key)
         QUEUE.forget(key)
         for memo in (_contexts, _failures, _own_writes, _seen, _begun):
             memo.pop(key, None)
@@ -216,6 +225,28 @@ def _watch_jobs(backend: BackendSpec) -> None:
 
 for _backend in BACKENDS.values():
     _watch_jobs(_backend)
+
+
+@kopf.on.event("", "v1", "nodes")
+async def on_node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    """Sweeps test the nodes that match: a node joining or cordoned changes what they start next."""
+    SWEEPS.node_event(type, dict(body))
+    for key in list(_sweeping):
+        QUEUE.add_after(key, SWEEP_SETTLE_SECONDS)
+
+
+def _sweep_child_changed(event_type: str | None, body: kopf.Body) -> None:
+    """A sweep's child test changed: remember its phase (by the operator's record) and wake its parent."""
+    child = sweep.child_of(body, ownership.record(body))
+    if child is None:
+        return
+    meta = body.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    SWEEPS.child_event(event_type, meta.get("namespace", ""), labels[sweep.LABEL_SWEEP],
+                       labels.get(sweep.LABEL_SWEEP_RUN, ""), child)
+    parent = next((o.get("name") for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND), None)
+    if parent:
+        QUEUE.add_after((meta.get("namespace", ""), parent), SWEEP_SETTLE_SECONDS)
 
 
 @kopf.on.event("", "v1", "pods", labels={manifests.LABEL_TEST: kopf.PRESENT})
@@ -266,6 +297,9 @@ def on_delete(namespace: str, name: str, meta: KubeDict, body: KubeDict, **_: An
         for obj in manifests.build_rbac(shell):
             k.delete(obj["kind"], namespace, obj["metadata"]["name"])
         evidence_hooks.delete_all(k, namespace, selector, evidence_hooks.names_of(body))
+        if (body.get("spec") or {}).get("sweep"):
+            for child in k.list_tests(namespace, f"{sweep.LABEL_SWEEP}={manifests.test_label_value(shell)}"):
+                k.delete_test(namespace, child["metadata"]["name"])
         METRICS.forget(namespace, name)
     with _locks_guard:
         _locks.pop((namespace, name), None)
@@ -379,10 +413,64 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         return _after_run(obj, shell)
 
     test = runs.with_run(test, run)
+    if test.spec.sweep:
+        return _sweep_step(k, obj, test, due is not None, now, logger)
     if due is not None or (status.get("job") or {}).get("name") != manifests.job_name(test):
         _start_run(k, obj, test, now, logger)
         return float(test.spec.timeout_seconds)  # the status write is a watch event: the run is followed then
     return _follow_run(k, obj, test, now, logger)
+
+
+def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, now: datetime,
+                logger: logging.Logger) -> float | None:
+    """One step of a sweep run: start the single-node tests (or the inter-node one) its plan asks for, tell."""
+    namespace, name, key = test.metadata.namespace, test.metadata.name, (test.metadata.namespace, test.metadata.name)
+    run, parent = runs.run_of(test), manifests.test_label_value(test)
+    status = obj.get("status") or {}
+    start = now if starting else parse_time(status.get("startTime")) or now
+    if starting:
+        stopped = _stop_other_sweeps(k, test, parent, run.id)
+        kopf.info(obj, reason="RunStarted", message=f"run {run.id} ({_started_by(run)}): sweep over the nodes "
+                  "matching placement.nodeSelector" + (f"; deleted {stopped} tests of earlier runs" if stopped else ""))
+    if not SWEEPS.primed(namespace, parent, run.id):
+        listed = k.list_tests(namespace, f"{sweep.LABEL_SWEEP}={parent},{sweep.LABEL_SWEEP_RUN}={run.id}")
+        SWEEPS.prime(namespace, parent, run.id, [c for o in listed if (c := sweep.child_of(o, ownership.record(o)))])
+    if not SWEEPS.nodes_primed:
+        SWEEPS.prime_nodes(k.list_nodes())
+    selector = test.spec.placement.node_selector
+    schedulable, cordoned = sweep.matching(SWEEPS.nodes(), selector)
+    plan = sweep.plan(SWEEPS.children(namespace, parent, run.id), schedulable, cordoned, test.spec.max_concurrent)
+    for node in plan.start:
+        _create_sweep_child(k, test, parent, [node], node)
+    if plan.inter_node:
+        _create_sweep_child(k, test, parent, plan.inter_node, sweep.INTER_NODE)
+    if plan.finished:
+        _sweeping.discard(key)
+        state, summary = sweep.verdict(SWEEPS.children(namespace, parent, run.id), plan.status, run.id, parent,
+                                       selector)
+        _conclude(k, obj, test, state, now=now, summary=summary, sweep_status=plan.status, logger=logger)
+        return _after_run(obj, test)
+    (_sweeping.add if plan.status.stage == "nodes" else _sweeping.discard)(key)
+    _write_status(k, obj, RunState("Running", "Sweeping", plan.status.progress), test, start_time=start,
+                  completion_time=None, summary=None, now=now, sweep_status=plan.status)
+    METRICS.set_phase(namespace, name, "Running")
+    return SETTINGS.resync_seconds
+
+
+def _create_sweep_child(k: Kube, test: AcceptanceTest, parent: str, nodes: list[str], node: str) -> None:
+    run_id = runs.run_of(test).id
+    obj = sweep.child(test, run_id, parent, nodes, node)
+    k.create(obj)
+    SWEEPS.child_event(None, test.metadata.namespace, parent, run_id, sweep.Child(obj["metadata"]["name"], node))
+
+
+def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) -> int:
+    """A new sweep run replaces the tests of earlier ones (their numbers stay in status.history)."""
+    deleted = 0
+    for child in k.list_tests(test.metadata.namespace, f"{sweep.LABEL_SWEEP}={parent}"):
+        if (child["metadata"].get("labels") or {}).get(sweep.LABEL_SWEEP_RUN) != run_id:
+            deleted += k.delete_test(test.metadata.namespace, child["metadata"]["name"])
+    return deleted
 
 
 def _adopt(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
@@ -709,6 +797,7 @@ def _conclude(
     summary: Summary | None = None,
     report: Report | None = None,
     stop_job: bool = False,
+    sweep_status: SweepStatus | None = None,
     logger: logging.Logger = log,
 ) -> None:
     """End the run: stop what still runs, drop the workload's write access, record the verdict, tell."""
@@ -727,7 +816,7 @@ def _conclude(
     entry = runs.history_entry(run, start or now, now, summary, state.reason)
     history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
     _write_status(k, obj, state, test, start_time=start or now, completion_time=now, summary=summary, now=now,
-                  history=history)
+                  history=history, sweep_status=sweep_status)
 
     if state.phase == "Succeeded":
         kopf.info(obj, reason=state.reason, message=state.message)
@@ -796,6 +885,7 @@ def _write_status(
     summary: Summary | None,
     now: datetime,
     history: list[KubeDict] | None = None,
+    sweep_status: SweepStatus | None = None,
 ) -> None:
     """Patch the operator-owned status fields, only if one of them changes (status.report is the workload's).
 
@@ -804,13 +894,13 @@ def _write_status(
     meta = obj["metadata"]
     status = obj.get("status") or {}
     generation = meta.get("generation") or 1
-    if state.reason not in BEFORE_JOB:
+    if state.reason not in BEFORE_JOB and not test.spec.sweep:
         job_name = manifests.job_name(test)
         job: KubeDict | None = JobRef(api_version=backend_of(test.spec.backend).api_version, kind=test.spec.backend,
                                       name=job_name).to_wire()
         job_text = f"{test.spec.backend} {job_name}"
     else:
-        job, job_text = None, "the job"
+        job, job_text = None, "the sweep's tests" if test.spec.sweep else "the job"
     state = RunState(state.phase, state.reason, ownership.clip_message(state.message))
     conditions = conditions_for(state, job_text, _conditions(ownership.record(obj) or {}), generation, now)
     desired: KubeDict = {
@@ -823,6 +913,8 @@ def _write_status(
         "run": runs.run_of(test).to_wire(),
         "summary": summary.to_wire() if summary is not None else None,
         "history": history if history is not None else status.get("history"),
+        "sweep": sweep_status.to_wire() if sweep_status is not None else
+        status.get("sweep") if test.spec.sweep else None,
     }
     if ownership.record(obj) == desired and all(status.get(key) == value for key, value in desired.items()):
         return

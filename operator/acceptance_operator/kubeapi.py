@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator.api import GROUP, PLURAL, VERSION, Backend
+from acceptance_operator.api import GROUP, KIND, PLURAL, VERSION, Backend
 from acceptance_operator.backends import BACKENDS, backend_of
 
 KubeDict = dict[str, Any]
@@ -116,6 +116,14 @@ class Kube:
             _preload_content=False,
         ))
 
+    def list_tests(self, namespace: str, selector: str) -> list[KubeDict]:
+        """A sweep's child tests, by label."""
+        return _json(self.custom.list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, label_selector=selector, _preload_content=False)).get("items", [])
+
+    def delete_test(self, namespace: str, name: str) -> bool:
+        return _ignore_missing(self.custom.delete_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
+
     def patch_test(self, namespace: str, name: str, patch: KubeDict) -> KubeDict:
         """Merge-patch the AcceptanceTest itself (metadata: the operator's status record)."""
         return self.custom.patch_namespaced_custom_object(
@@ -184,6 +192,8 @@ class Kube:
                 _drain(self.core.create_namespaced_config_map(ns, obj, **raw))
             elif kind == "Service":
                 _drain(self.core.create_namespaced_service(ns, obj, **raw))
+            elif kind == KIND:  # a sweep's child test
+                _drain(self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj, **raw))
             elif kind in BACKENDS:
                 b = backend_of(kind)
                 return _json(self.custom.create_namespaced_custom_object(b.group, b.version, ns, b.plural, obj,
@@ -210,6 +220,8 @@ class Kube:
             return _or_none(self.core.read_namespaced_config_map, name, namespace)
         if kind == "Service":
             return _or_none(self.core.read_namespaced_service, name, namespace)
+        if kind == KIND:
+            return self.get_test(namespace, name)
         return self.get_job(kind, namespace, name)  # type: ignore[arg-type]
 
     def delete(self, kind: str, namespace: str, name: str) -> bool:
@@ -248,6 +260,9 @@ class Kube:
         return _json(self.core.list_namespaced_event(
             namespace, field_selector="reason=FailedScheduling,involvedObject.kind=Pod", _preload_content=False
         )).get("items", [])
+
+    def list_nodes(self) -> list[KubeDict]:
+        return _json(self.core.list_node(_preload_content=False)).get("items", [])
 
     def get_node(self, name: str) -> KubeDict | None:
         return _or_none(self.core.read_node, name)

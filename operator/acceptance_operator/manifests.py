@@ -104,6 +104,11 @@ def _fit(base: str, suffix: str, limit: int) -> str:
     return f"{base[:keep].rstrip('-.')}-{_digest(base)}{suffix}"
 
 
+def fit_name(base: str, limit: int) -> str:
+    """`base` within `limit` characters (shortened with a hash of the whole, so names stay unique)."""
+    return _fit(base, "", limit)
+
+
 def generation_of(test: AcceptanceTest) -> int:
     """metadata.generation, 1 before the API server has assigned one (render, unit tests)."""
     return test.metadata.generation or 1

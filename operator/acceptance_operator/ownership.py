@@ -38,6 +38,7 @@ KubeDict = dict[str, Any]
 RECORD_ANNOTATION = f"{GROUP}/status-record"
 OWNED_FIELDS: tuple[str, ...] = (
     "phase", "conditions", "observedGeneration", "startTime", "completionTime", "job", "run", "summary", "history",
+    "sweep",
 )
 MAX_CONDITION_MESSAGE = 8192  # characters; Kubernetes allows 32 KiB, and a status read by people needs less
 

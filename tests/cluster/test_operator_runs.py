@@ -50,7 +50,7 @@ def test_a_rerun_annotation_starts_a_new_run_after_the_running_one(cluster: Clus
     assert job["metadata"]["labels"]["gpu-acceptance.io/run"] == "g1-r2"
     # The workload's identity is back for this run, its Role naming this test and its evidence only.
     role = cluster.server.request("GET", cluster.role_path("again-workload"))
-    assert [r["resourceNames"] for r in role["rules"]][0] == ["again"]
+    assert role["rules"][0]["resourceNames"] == ["again"]
     # The earlier run's report is still in status.report: it is ignored, not judged as this run's.
     assert cluster.status("again")["phase"] == "Pending"
 

@@ -211,6 +211,7 @@ def test_printer_columns(crd: dict[str, Any]):
         ("Age", ".metadata.creationTimestamp", 0),
         ("Backend", ".spec.backend", 1),
         ("Profile", ".spec.profile", 1),
+        ("Sweep", ".status.sweep.progress", 1),
     ]
 
 

@@ -1,0 +1,196 @@
+"""spec.sweep: test every node of a pool one by one, then together; pure decisions, no API calls.
+
+A sweep run is a parent AcceptanceTest driving child AcceptanceTests it owns:
+one single-node test per matching node (at most spec.maxConcurrent running at
+once), then, when every node has a verdict, one multi-node test pinned to the
+nodes that passed (the inter-node stage). Each child is an ordinary test (its
+own job, report, evidence and verdict), so a node's result is read with
+`kubectl get at` and `gpu-acceptance report CHILD` like any other.
+
+Which nodes: those matching placement.nodeSelector and not cordoned. A node
+that joins the pool while single-node tests are still being started is tested
+too (the total grows); one that joins later waits for the next run. A node
+cordoned (or deleted) before its test started is skipped and counted as such;
+a test already running on it is left to finish.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from acceptance_operator.api import API_VERSION, GROUP, KIND, AcceptanceTest, Summary, SweepStatus
+from acceptance_operator.conditions import CHECKS_FAILED, NO_NODES, PASSED, RunState
+from acceptance_operator.kubetypes import MAX_VALUES
+
+KubeDict = dict[str, Any]
+LABEL_SWEEP = f"{GROUP}/sweep"  # on a child test: its parent's test label value
+LABEL_SWEEP_RUN = f"{GROUP}/sweep-run"  # the parent's run id
+NODE_ANNOTATION = f"{GROUP}/node"  # a single-node child's node ("" for the inter-node stage)
+INTER_NODE = ""
+# The spec fields that make a test a sweep or a series of runs; its children are single runs.
+PARENT_ONLY = ("sweep", "maxConcurrent", "schedule", "historyLimit", "baseline", "regressionTolerance")
+MAX_LISTED_NODES = 32  # failed nodes named in status.sweep (all are in the children)
+TERMINAL = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class Child:
+    """A child test as the watch last showed it: its node (INTER_NODE for the stage), phase, blamed nodes."""
+
+    name: str
+    node: str
+    phase: str | None = None
+    failed_nodes: tuple[str, ...] = ()
+    busbw: float | None = None
+    ddp: float | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do now: single-node tests to create, whether to create the inter-node stage, and the status."""
+
+    start: list[str] = field(default_factory=list)
+    inter_node: list[str] | None = None  # the passed nodes, once the stage is due and not yet created
+    status: SweepStatus = field(default_factory=SweepStatus)
+    finished: bool = False
+    passed: bool = False
+
+
+def matching(nodes: list[KubeDict], selector: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(schedulable, cordoned) names of the nodes whose labels match `selector`, sorted."""
+    ok, cordoned = [], []
+    for node in nodes:
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        if all(labels.get(k) == v for k, v in selector.items()):
+            name = node["metadata"]["name"]
+            (cordoned if (node.get("spec") or {}).get("unschedulable") else ok).append(name)
+    return sorted(ok), sorted(cordoned)
+
+
+def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max_concurrent: int) -> Plan:
+    """The next step of a sweep run from its children and the pool as it is now."""
+    single = {c.node: c for c in children if c.node != INTER_NODE}
+    stage = next((c for c in children if c.node == INTER_NODE), None)
+    stage_started = stage is not None
+    waiting = [] if stage_started else [n for n in schedulable if n not in single]
+    running = [c for c in single.values() if c.phase not in TERMINAL]
+    start = waiting[:max(0, max_concurrent - len(running))]
+    passed = sorted(n for n, c in single.items() if c.phase == "Succeeded")
+    failed = sorted(n for n, c in single.items() if c.phase == "Failed")
+    skipped = [] if stage_started else [n for n in cordoned if n not in single]
+    singles_done = not running and not waiting
+    blamed = sorted(set(failed) | (set(stage.failed_nodes) if stage is not None else set()))
+    stage_name = "nodes" if not singles_done else "inter-node" if len(passed) >= 2 else "done"
+    finished = singles_done and (len(passed) < 2 or (stage is not None and stage.phase in TERMINAL))
+    if finished:
+        stage_name = "done"
+    status = SweepStatus(
+        stage=stage_name, total=len(single) + len(waiting), passed=len(passed), failed=len(failed),
+        running=len(running) + len(start), pending=len(waiting) - len(start), skipped=len(skipped),
+        failed_nodes=blamed[:MAX_LISTED_NODES], failed_node_count=len(blamed),
+        inter_node=stage.phase if stage is not None else None,
+    )
+    status = status.model_copy(update={"progress": progress(status)})
+    verdict = finished and not blamed and bool(passed) and (stage is None or stage.phase == "Succeeded")
+    return Plan(start=start, inter_node=passed if singles_done and len(passed) >= 2 and stage is None else None,
+                status=status, finished=finished, passed=verdict)
+
+
+def progress(s: SweepStatus) -> str:
+    """What `kubectl get at` shows: where the sweep is, in one short string."""
+    text = f"{s.passed}/{s.total} passed, {s.failed} failed"
+    if s.stage == "nodes":
+        text += f", {s.running} running, {s.pending} pending"
+    elif s.inter_node is not None or s.stage == "inter-node":
+        text += f"; inter-node {s.inter_node or 'Pending'}"
+    return text + (f", {s.skipped} skipped" if s.skipped else "")
+
+
+def child_name(parent: str, run_id: str, node: str) -> str:
+    """<parent>-<run>-<node> (<parent>-<run>-inter-node): a valid object name, shortened with a hash if long."""
+    from acceptance_operator.manifests import fit_name
+
+    return fit_name(f"{parent}-{run_id}-{node or 'inter-node'}", 253)
+
+
+def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[str], node: str) -> KubeDict:
+    """A child AcceptanceTest: the parent's spec as a single run on `nodes` (pinned by node name)."""
+    spec = {k: v for k, v in parent.spec.to_wire().items() if k not in PARENT_ONLY}
+    spec["nodes"] = len(nodes)
+    spec["placement"] = _pinned(spec.get("placement") or {}, nodes)
+    meta = parent.metadata
+    owner = {"apiVersion": API_VERSION, "kind": KIND, "name": meta.name, "uid": meta.uid, "controller": True}
+    return {
+        "apiVersion": API_VERSION, "kind": KIND,
+        "metadata": {
+            "name": child_name(meta.name, run_id, node), "namespace": meta.namespace,
+            "labels": {LABEL_SWEEP: parent_label, LABEL_SWEEP_RUN: run_id},
+            "annotations": {NODE_ANNOTATION: node},
+            **({"ownerReferences": [owner]} if meta.uid else {}),
+        },
+        "spec": spec,
+    }
+
+
+def _pinned(placement: KubeDict, nodes: list[str]) -> KubeDict:
+    """placement with a required node affinity to exactly `nodes`, ANDed into every term the user gave.
+
+    A requirement holds at most MAX_VALUES names, so the nodes are split into chunks, one term each (terms are
+    ORed): MAX_TERMS x MAX_VALUES nodes (2048) without terms of the user's. Past that the child's spec is
+    refused, and it ends InvalidSpec saying so.
+    """
+    placement = copy.deepcopy(placement)
+    affinity = placement.setdefault("affinity", {})
+    required = affinity.setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution",
+                                                                   {})
+    chunks = [nodes[i:i + MAX_VALUES] for i in range(0, len(nodes), MAX_VALUES)]
+    required["nodeSelectorTerms"] = [
+        {**term, "matchFields": [*(term.get("matchFields") or []),
+                                 {"key": "metadata.name", "operator": "In", "values": chunk}]}
+        for term in (required.get("nodeSelectorTerms") or [{}]) for chunk in chunks
+    ]
+    return placement
+
+
+def child_of(obj: KubeDict, recorded: KubeDict | None) -> Child | None:
+    """A child test as the parent sees it, from the child's labels and the operator's record of its status."""
+    meta = obj.get("metadata") or {}
+    if LABEL_SWEEP not in (meta.get("labels") or {}):
+        return None
+    summary = (recorded or {}).get("summary") or {}
+    return Child(name=meta.get("name", ""), node=(meta.get("annotations") or {}).get(NODE_ANNOTATION, ""),
+                 phase=(recorded or {}).get("phase"), failed_nodes=tuple(summary.get("failedNodes") or ()),
+                 busbw=summary.get("allReduceBusbwGBps"), ddp=summary.get("ddpThroughputPerGpu"))
+
+
+def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_label: str,
+            selector: dict[str, str]) -> tuple[RunState, Summary]:
+    """The finished sweep run's state and summary (summary counts nodes, not checks)."""
+    single = [c for c in children if c.node != INTER_NODE]
+    stage = next((c for c in children if c.node == INTER_NODE), None)
+    passed = sorted(c.node for c in single if c.phase == "Succeeded")
+    failed = sorted(c.node for c in single if c.phase == "Failed")
+    blamed = sorted(set(failed) | set(stage.failed_nodes if stage is not None else ()))
+    summary = Summary(result="Failed", passed=len(passed), failed=len(failed), total=len(single),
+                      all_reduce_busbw_gbps=stage.busbw if stage is not None else None,
+                      ddp_throughput_per_gpu=stage.ddp if stage is not None else None, failed_nodes=blamed)
+    if not single:
+        return RunState("Failed", NO_NODES, (
+            f"sweep run {run_id}: no schedulable node matches placement.nodeSelector {selector or '{}'} "
+            f"({status.skipped} matching node(s) cordoned): label the nodes to test or fix the selector")), summary
+    where = f"kubectl get at -l {LABEL_SWEEP}={parent_label},{LABEL_SWEEP_RUN}={run_id}"
+    stage_text = ("no inter-node stage (fewer than 2 nodes passed)" if stage is None
+                  else f"inter-node stage over {len(passed)} nodes {stage.phase}")
+    if stage is not None and stage.busbw is not None:
+        stage_text += f" (all_reduce busbw {stage.busbw:g} GB/s)"
+    if not blamed and (stage is None or stage.phase == "Succeeded"):
+        return RunState("Succeeded", PASSED, f"sweep run {run_id}: all {len(single)} nodes passed; {stage_text}"), \
+            summary.model_copy(update={"result": "Passed"})
+    listed = ", ".join(blamed[:MAX_LISTED_NODES]) + (f" (and {len(blamed) - MAX_LISTED_NODES} more)"
+                                                     if len(blamed) > MAX_LISTED_NODES else "")
+    text = f"sweep run {run_id}: {len(failed)} of {len(single)} nodes failed their single-node test"
+    if blamed:
+        text += f"; nodes to blame: {listed}"
+    return RunState("Failed", CHECKS_FAILED, f"{text}; {stage_text}; each node's test: {where}"), summary

@@ -1,0 +1,91 @@
+"""A node-pool sweep against the real API server: every matching node gets a single-node test, at most
+maxConcurrent at a time, then the nodes that passed are tested together.
+
+The test creates the Node objects (cluster-scoped: labelled with its own pool so no other test's sweep sees
+them), plays Kubeflow and the workload for each child test (tests/cluster/operator_harness.py), and watches
+the children while it does, to check that no more than maxConcurrent run at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cluster.operator_harness import Cluster, report
+
+SWEEP = "gpu-acceptance.io/sweep"
+NODE = "gpu-acceptance.io/node"
+
+
+@pytest.fixture
+def pool(cluster: Cluster) -> Iterator[list[str]]:
+    """Eight Node objects labelled pool=<this test's namespace>; deleted afterwards."""
+    names = [f"{cluster.ns}-gpu-{i}" for i in range(8)]
+    for name in names:
+        cluster.server.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "labels": {"pool": cluster.ns, "kubernetes.io/hostname": name}}})
+    yield names
+    for name in names:
+        cluster.server.request("DELETE", f"/api/v1/nodes/{name}", expect=(200, 404))
+
+
+def children(cluster: Cluster, parent: str) -> list[dict]:
+    return cluster.server.request("GET", f"{cluster.test_path()}?labelSelector={SWEEP}%3D{parent}")["items"]
+
+
+def active(items: list[dict]) -> list[dict]:
+    return [c for c in items if (c.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+
+
+def test_a_sweep_tests_every_node_with_at_most_max_concurrent_at_once(cluster: Cluster, pool: list[str]):
+    cluster.create_test("pool", {"sweep": True, "maxConcurrent": 3, "placement": {"nodeSelector": {
+        "pool": cluster.ns}}})
+    bad = pool[5]
+    seen_at_once, reported = 0, set()
+
+    def step() -> bool:
+        """Deliver one pending single-node report; done when every node has one."""
+        nonlocal seen_at_once
+        items = [c for c in children(cluster, "pool") if c["metadata"]["annotations"][NODE]]
+        seen_at_once = max(seen_at_once, len(active(items)))
+        assert len(active(items)) <= 3, [c["metadata"]["name"] for c in active(items)]
+        for c in items:
+            node, name = c["metadata"]["annotations"][NODE], c["metadata"]["name"]
+            ready = (c.get("status") or {}).get("run") and (c.get("status") or {}).get("phase") == "Pending"
+            if node not in reported and ready:
+                assert c["spec"]["nodes"] == 1 and not c["spec"].get("sweep")
+                cluster.write_report(name, report(1, nodes=(node,), failed_node=bad if node == bad else None))
+                reported.add(node)
+                return False
+        return len(reported) == len(pool)
+
+    # Three start at once and wait: nothing finishes before the test delivers a report.
+    cluster.wait(lambda: len(active(children(cluster, "pool"))) == 3, "three single-node tests")
+    progress = cluster.wait(lambda: (s := cluster.status("pool").get("sweep")) and s["running"] == 3 and s,
+                            "the sweep's progress")
+    assert (progress["total"], progress["pending"], progress["stage"]) == (8, 5, "nodes")
+    (row,) = [r for r in cluster.kubectl_table("-o", "wide") if r["NAME"] == "pool"]
+    assert row["SWEEP"] == "0/8 passed, 0 failed, 3 running, 5 pending"
+    cluster.wait(step, "every node's single-node test", timeout=240)
+    assert seen_at_once == 3
+
+    # Then one test over the seven nodes that passed.
+    stage = cluster.wait(lambda: next((c for c in children(cluster, "pool")
+                                       if not c["metadata"]["annotations"][NODE]
+                                       and (c.get("status") or {}).get("run")), None), "the inter-node stage")
+    assert stage["spec"]["nodes"] == 7
+    pinned = stage["spec"]["placement"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert sorted(pinned["nodeSelectorTerms"][0]["matchFields"][0]["values"]) == sorted(set(pool) - {bad})
+    cluster.write_report(stage["metadata"]["name"], report(1, nodes=tuple(n for n in pool if n != bad)))
+
+    status = cluster.wait_phase("pool", "Failed", timeout=60)
+    assert status["sweep"]["passed"] == 7 and status["sweep"]["failed"] == 1 and status["sweep"]["failedNodes"] == [bad]
+    assert status["summary"]["failedNodes"] == [bad] and status["summary"]["allReduceBusbwGBps"] == 371.5
+    message = cluster.condition("pool", "Succeeded")["message"]
+    assert f"1 of 8 nodes failed their single-node test; nodes to blame: {bad}" in message
+    assert "inter-node stage over 7 nodes Succeeded" in message
+    for c in children(cluster, "pool"):
+        node = c["metadata"]["annotations"][NODE]
+        assert c["status"]["phase"] == ("Failed" if node == bad else "Succeeded"), node
+    assert [h["result"] for h in status["history"]] == ["Failed"]

@@ -1,0 +1,96 @@
+"""A sweep's plan: which single-node tests to start (maxConcurrent), the inter-node stage, progress, verdict."""
+
+from __future__ import annotations
+
+from acceptance_operator import sweep
+from acceptance_operator.api import AcceptanceTest
+from acceptance_operator.kubetypes import MAX_VALUES
+from acceptance_operator.sweep import INTER_NODE, Child
+
+NODES = [f"n{i}" for i in range(8)]
+
+
+def node(name: str, pool: str = "a", cordoned: bool = False) -> dict:
+    return {"metadata": {"name": name, "labels": {"pool": pool}}, "spec": {"unschedulable": cordoned}}
+
+
+def test_matching_nodes_by_selector_cordoned_apart():
+    nodes = [node("b"), node("a"), node("c", cordoned=True), node("d", pool="other")]
+    assert sweep.matching(nodes, {"pool": "a"}) == (["a", "b"], ["c"])
+    assert sweep.matching(nodes, {}) == (["a", "b", "d"], ["c"])
+
+
+def test_at_most_max_concurrent_run_and_the_rest_wait():
+    first = sweep.plan([], NODES, [], 3)
+    assert first.start == ["n0", "n1", "n2"] and not first.finished
+    assert (first.status.total, first.status.running, first.status.pending) == (8, 3, 5)
+    running = [Child(f"c{i}", f"n{i}") for i in range(3)]
+    assert sweep.plan(running, NODES, [], 3).start == []
+    one_done = [Child("c0", "n0", "Succeeded"), *running[1:]]
+    assert sweep.plan(one_done, NODES, [], 3).start == ["n3"]
+
+
+def test_the_inter_node_stage_runs_over_the_passed_nodes_after_all_single_node_tests():
+    done = [Child(f"c{i}", n, "Failed" if n == "n5" else "Succeeded", failed_nodes=(n,) if n == "n5" else ())
+            for i, n in enumerate(NODES)]
+    p = sweep.plan(done, NODES, [], 3)
+    assert p.inter_node == [n for n in NODES if n != "n5"] and not p.finished
+    assert p.status.stage == "inter-node" and p.status.failed_nodes == ["n5"]
+    with_stage = [*done, Child("s", INTER_NODE, "Running")]
+    assert sweep.plan(with_stage, NODES, [], 3).inter_node is None
+    finished = sweep.plan([*done, Child("s", INTER_NODE, "Succeeded", busbw=300.0)], NODES, [], 3)
+    assert finished.finished and not finished.passed
+    assert finished.status.progress == "7/8 passed, 1 failed; inter-node Succeeded"
+
+
+def test_joining_and_cordoned_nodes():
+    started = [Child("c0", "n0", "Running")]
+    # n9 joined while single-node tests are being started: it is tested too; n1 was cordoned before its test.
+    p = sweep.plan(started, ["n0", "n2", "n9"], ["n1"], 10)
+    assert p.start == ["n2", "n9"] and p.status.total == 3 and p.status.skipped == 1
+    # A node cordoned while its test runs keeps its test.
+    assert sweep.plan(started, [], ["n0"], 10).status.running == 1
+    # After the single-node stage a newcomer waits for the next run.
+    done = [Child("c0", "n0", "Succeeded"), Child("c2", "n2", "Succeeded"), Child("s", INTER_NODE, "Running")]
+    assert sweep.plan(done, ["n0", "n2", "n7"], [], 10).start == []
+
+
+def test_a_sweep_with_one_or_no_node_has_no_inter_node_stage():
+    one = sweep.plan([Child("c0", "n0", "Succeeded")], ["n0"], [], 2)
+    assert one.finished and one.passed and one.inter_node is None
+    none = sweep.plan([], [], ["n1"], 2)
+    state, _ = sweep.verdict([], none.status, "g1", "pool", {"pool": "a"})
+    assert none.finished and not none.passed and state.reason == "NoNodes" and "pool" in state.message
+
+
+def test_verdict_names_the_failed_nodes_and_where_to_look():
+    children = [Child("c0", "n0", "Succeeded"), Child("c1", "n1", "Failed", failed_nodes=("n1",)),
+                Child("c2", "n2", "Succeeded"), Child("s", INTER_NODE, "Succeeded", busbw=350.0)]
+    p = sweep.plan(children, ["n0", "n1", "n2"], [], 2)
+    state, summary = sweep.verdict(children, p.status, "g1", "pool", {})
+    assert state.phase == "Failed" and "1 of 3 nodes failed" in state.message and "n1" in state.message
+    assert "gpu-acceptance.io/sweep=pool" in state.message
+    assert (summary.passed, summary.failed, summary.total, summary.failed_nodes) == (2, 1, 3, ["n1"])
+    assert summary.all_reduce_busbw_gbps == 350.0
+
+
+def test_children_are_single_runs_pinned_to_their_nodes():
+    parent = AcceptanceTest.model_validate({
+        "metadata": {"name": "pool", "namespace": "lab", "uid": "u1"},
+        "spec": {"sweep": True, "maxConcurrent": 4, "schedule": "0 3 * * *", "nodes": 4,
+                 "placement": {"nodeSelector": {"pool": "a"}, "affinity": {"nodeAffinity": {
+                     "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                         {"matchExpressions": [{"key": "gpu", "operator": "Exists"}]}]}}}}}})
+    one = sweep.child(parent, "g1", "pool", ["n3"], "n3")
+    assert one["metadata"]["name"] == "pool-g1-n3" and one["metadata"]["ownerReferences"][0]["uid"] == "u1"
+    spec = AcceptanceTest.model_validate(one).spec
+    assert not spec.sweep and spec.schedule is None and spec.nodes == 1
+    (term,) = spec.placement.affinity.node_affinity.required_during_scheduling_ignored_during_execution \
+        .node_selector_terms
+    assert term.match_expressions[0].key == "gpu" and term.match_fields[0].values == ["n3"]
+    many = [f"node-{i}" for i in range(MAX_VALUES * 2 + 1)]
+    stage = AcceptanceTest.model_validate(sweep.child(parent, "g1", "pool", many, INTER_NODE))
+    terms = stage.spec.placement.affinity.node_affinity.required_during_scheduling_ignored_during_execution \
+        .node_selector_terms
+    assert stage.metadata.name == "pool-g1-inter-node" and stage.spec.nodes == len(many) and len(terms) == 3
+    assert sorted(v for t in terms for v in t.match_fields[0].values) == sorted(many)
