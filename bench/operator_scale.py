@@ -7,6 +7,7 @@
     python bench/operator_scale.py --tests 100 --runs 3 --operator-path /old/checkout/operator --operator-path operator
 
     make bench-operator TESTS=300 BASE=/other/checkout/operator       # the same, as one command
+    python bench/operator_scale.py --sweep-nodes 1000 --max-concurrent 100 --out sweep-1000.json   # a sweep
 
 No kubelet or Kubeflow controller runs, so this script plays them, as the
 cluster tests do (tests/cluster/operator_harness.py): it watches the child
@@ -27,6 +28,15 @@ Measured:
   phase, minus the requests this script made itself: the operator's share, per
   phase and per second while nothing changes (the idle window);
 - the operator's resident memory: peak (VmHWM) and at the end (VmRSS).
+
+With --sweep-nodes N it measures a sweep instead (sweep_run): N Node objects
+labelled for it, one AcceptanceTest with spec.sweep and --max-concurrent;
+the script delivers each single-node child test's report as soon as its run
+is Pending (a pod on the node, the evidence, the status part, as rank 0), and
+then the inter-node test's. Measured: the time until every single-node test
+was created and until every one had a verdict, the most seen running at once,
+the sweep's end, the operator's API requests (total and per second), its CPU
+time and memory, and the status sizes of the sweep and of one child.
 """
 
 from __future__ import annotations
@@ -374,6 +384,160 @@ def deliver_report(driver: Driver, namespace: str, name: str, body: tuple[dict[s
     driver.call("PATCH", f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests/{name}/status", status, MERGE)
 
 
+def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
+    """What a child test's workload does: pods of its run on `nodes`, then the report (evidence, status part)."""
+    from acceptance_operator.api import parse_test
+    from acceptance_operator.manifests import evidence_names, test_labels
+    from acceptance_operator.runs import on_current_run
+    from acceptance_workload.evidence import EVIDENCE_KEY, split
+    from acceptance_workload.report import Report
+    from acceptance_workload.status import merge_patch
+
+    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+    test = on_current_run(obj)
+    labels = test_labels(test)
+    for i, node in enumerate(nodes):
+        driver.call("POST", f"/api/v1/namespaces/{ns}/pods", {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-{i}"[:253], "labels": labels},
+            "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": "workload:bench"}]}})
+    written = {**report(1, nodes=tuple(nodes)), "uid": obj["metadata"]["uid"], "run": test.status.run.id}
+    status, shards = split(Report.model_validate(written), evidence_names(parse_test(obj)))
+    for cm, text in shards.items():
+        driver.call("PATCH", f"/api/v1/namespaces/{ns}/configmaps/{cm}", {"data": {EVIDENCE_KEY: text}}, MERGE)
+    driver.call("PATCH", f"{GROUP_PATH}/namespaces/{ns}/acceptancetests/{name}/status",
+                merge_patch(status), MERGE)
+
+
+def sweep_run(args: argparse.Namespace) -> dict[str, Any]:
+    """One sweep over --sweep-nodes Node objects with --max-concurrent, its children's reports delivered."""
+    directory = Path(args.dev_cluster).resolve()
+    driver = Driver(directory)
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    driver.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                               "metadata": {"name": namespace}})
+    tests_path = f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests"
+    nodes = [f"{namespace}-gpu-{i:04d}" for i in range(args.sweep_nodes)]
+    pool = ThreadPoolExecutor(args.clients)
+    list(pool.map(lambda n: driver.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": n, "labels": {"bench-pool": namespace}}}), nodes))
+
+    created: dict[str, float] = {}  # child -> first seen
+    verdict: dict[str, float] = {}
+    delivered: set[str] = set()
+    active_max = 0
+    stage_seen: list[dict] = []
+    changed = threading.Condition()
+
+    def on_test(kind: str, obj: dict, when: float) -> None:
+        nonlocal active_max
+        meta, status = obj["metadata"], obj.get("status") or {}
+        node = (meta.get("annotations") or {}).get("gpu-acceptance.io/node")
+        if node is None or kind == "DELETED":
+            return
+        with changed:
+            created.setdefault(meta["name"], when)
+            if status.get("phase") in ("Succeeded", "Failed"):
+                verdict.setdefault(meta["name"], when)
+            active_max = max(active_max, sum(1 for n in created if n not in verdict and n != stage_name()))
+            ready = status.get("run") and status.get("phase") == "Pending" and meta["name"] not in delivered
+            if ready and node:
+                delivered.add(meta["name"])
+                pool.submit(deliver_logged, obj, [node])
+            elif ready and not node:
+                stage_seen.append(obj)
+            changed.notify_all()
+
+    def deliver_logged(obj: dict, on: list[str]) -> None:
+        try:
+            deliver_child_report(driver, obj, on)
+        except Exception as e:  # the wait then times out; say why here
+            print(f"delivering {obj['metadata']['name']}'s report failed: {e}", file=sys.stderr)
+
+    def stage_name() -> str:
+        return "sweep-g1-inter-node"
+
+    def wait(done: Any, what: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with changed:
+            while not done():
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+                changed.wait(1.0)
+
+    watch = Watch(driver, tests_path, on_test)
+    watch.start()
+    if not watch.ready.wait(90):
+        raise SystemExit("the watch of the tests did not start")
+    log = Path(args.log or f"/tmp/operator-bench-{namespace}.log")
+    operator = start_operator(args, directory / "kubeconfig", namespace, log)
+    results: dict[str, Any] = {"sweep_nodes": args.sweep_nodes, "max_concurrent": args.max_concurrent,
+                               "operator_path": args.operator_path, "log": str(log),
+                               "load_average_at_start": os.getloadavg()}
+    try:
+        time.sleep(2)  # the operator's watches are up
+        counts_start, mine_start = driver.request_total(), driver.requests
+        cpu_start = {"operator": cpu_seconds(operator.pid),
+                     **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
+        t0 = time.monotonic()
+        driver.call("POST", tests_path, {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+                                         "metadata": {"name": "sweep"}, "spec": {
+                                             "sweep": True, "maxConcurrent": args.max_concurrent,
+                                             "placement": {"nodeSelector": {"bench-pool": namespace}}}})
+        singles = lambda: [n for n in created if n != stage_name()]  # noqa: E731
+        wait(lambda: len(singles()) >= len(nodes), "every single-node test", args.timeout)
+        results["all_single_node_tests_created_s"] = round(max(created[n] for n in singles()) - t0, 1)
+        wait(lambda: all(n in verdict for n in singles()), "every single-node verdict", args.timeout)
+        results["all_single_node_verdicts_s"] = round(max(verdict[n] for n in singles()) - t0, 1)
+        results["most_running_at_once"] = active_max
+        mid = driver.call("GET", f"{tests_path}/sweep")
+        results["status_bytes_after_single_node_stage"] = len(json.dumps(mid.get("status"), separators=(",", ":")))
+        wait(lambda: bool(stage_seen), "the inter-node test", args.timeout)
+        t_stage = time.monotonic()
+        deliver_child_report(driver, stage_seen[0], nodes)
+        wait(lambda: stage_name() in verdict, "the inter-node verdict", args.timeout)
+        results["inter_node_report_to_verdict_s"] = round(verdict[stage_name()] - t_stage, 1)
+
+        def finished() -> bool:
+            return (driver.call("GET", f"{tests_path}/sweep").get("status") or {}).get("phase") == "Succeeded"
+
+        wait(finished, "the sweep's verdict", args.timeout)
+        results["sweep_s"] = round(time.monotonic() - t0, 1)
+        seconds = time.monotonic() - t0
+        total = operator_requests(driver, (counts_start, mine_start))
+        results["operator_requests"] = total
+        results["operator_requests_per_s"] = round(total / seconds, 1)
+        results["operator_requests_per_node"] = round(total / len(nodes), 1)
+        final = driver.call("GET", f"{tests_path}/sweep")
+        child = driver.call("GET", f"{tests_path}/{singles()[0]}")
+        results["status_bytes"] = {
+            "sweep": len(json.dumps(final.get("status"), separators=(",", ":"))),
+            "sweep_object": len(json.dumps(final, separators=(",", ":"))),
+            "one_child": len(json.dumps(child.get("status"), separators=(",", ":"))),
+        }
+        results["sweep_status"] = final["status"].get("sweep")
+        results["memory"] = memory(operator.pid)
+        cpu_end = {"operator": cpu_seconds(operator.pid),
+                   **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
+        results["cpu_seconds"] = {name: round(end - cpu_start[name], 1) if end is not None and cpu_start[name]
+                                  is not None else None for name, end in cpu_end.items()}
+        results["load_average_at_end"] = os.getloadavg()
+        log_text = log.read_text(errors="replace")
+        results["log"] = {"bytes": len(log_text), "lines": log_text.count("\n"),
+                          "tracebacks": log_text.count("Traceback")}
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+        os.killpg(operator.pid, signal.SIGTERM)
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(operator.pid, signal.SIGKILL)
+        if not args.keep:
+            driver.server.request("DELETE", f"/api/v1/namespaces/{namespace}", expect=None)
+            for n in nodes:
+                driver.server.request("DELETE", f"/api/v1/nodes/{n}", expect=None)
+    return results
+
+
 def operator_requests(driver: Driver, before: tuple[float, int]) -> int:
     """API requests since `before`, less this script's own (its metrics scrapes are not resource requests)."""
     total_before, mine_before = before
@@ -434,18 +598,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--log", help="the operator's log file")
     p.add_argument("--keep", action="store_true", help="keep the namespace and its tests")
+    p.add_argument("--sweep-nodes", type=int, default=0, help="measure a sweep over this many Node objects instead")
+    p.add_argument("--max-concurrent", type=int, default=100, help="the sweep's spec.maxConcurrent")
     p.add_argument("--out", help="write the results as JSON here too")
     args = p.parse_args(argv)
     if not (Path(args.dev_cluster) / "state.json").is_file():
         raise SystemExit(f"no dev cluster in {args.dev_cluster}: run `make dev-cluster` first")
     paths = [str(Path(path).resolve()) for path in args.operator_path or [str(REPO / "operator")]]
-    runs = []
-    for round_ in range(args.runs):
-        for path in paths:
-            print(f"round {round_ + 1}/{args.runs}: {path}", file=sys.stderr, flush=True)
-            runs.append(run(argparse.Namespace(**{**vars(args), "operator_path": path})))
-    results: dict[str, Any] = runs[0] if len(runs) == 1 else {"summary_min_median_max": summarize(runs),
-                                                               "runs": runs}
+    if args.sweep_nodes:
+        results: dict[str, Any] = sweep_run(argparse.Namespace(**{**vars(args), "operator_path": paths[0]}))
+    else:
+        runs = []
+        for round_ in range(args.runs):
+            for path in paths:
+                print(f"round {round_ + 1}/{args.runs}: {path}", file=sys.stderr, flush=True)
+                runs.append(run(argparse.Namespace(**{**vars(args), "operator_path": path})))
+        results = runs[0] if len(runs) == 1 else {"summary_min_median_max": summarize(runs), "runs": runs}
     text = json.dumps(results, indent=1)
     print(text)
     if args.out:

@@ -1,0 +1,41 @@
+"""The status part of a report stays small as nodes are added: at most 300 bytes per passing node.
+
+Measured on what `gpu-acceptance local --simulate-nodes N` reports (CPU, gloo), split into the status part
+and the evidence exactly as rank 0 splits it before patching status.report.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from acceptance_workload.evidence import shard_names, split
+from acceptance_workload.report import Report
+
+from tests.workload.test_local import cli
+
+MAX_BYTES_PER_PASSING_NODE = 300
+MANIFEST = ("kind: AcceptanceTest\nspec:\n  checks:\n    gpu: {enabled: false}\n    ddp: {enabled: false}\n"
+            "    nccl: {collectives: [all_reduce], minBytes: 1024, maxBytes: 65536}\n")
+
+
+def status_bytes(tmp_path: Path, nodes: int) -> int:
+    folder = tmp_path / f"n{nodes}"
+    folder.mkdir()
+    (folder / "t.yaml").write_text(MANIFEST)
+    proc = cli("--cpu", "--gpus", str(nodes), "--simulate-nodes", str(nodes), "-f", "t.yaml", "--json", "r.json",
+               cwd=folder)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = Report.model_validate(json.loads((folder / "r.json").read_text()))
+    assert report.passed and report.environment.hostnames == [f"sim-node-{i}" for i in range(nodes)]
+    status, _ = split(report, shard_names("t-evidence", nodes))
+    assert [row.node for row in status.nodes] == report.environment.hostnames and all(r.passed for r in status.nodes)
+    return len(json.dumps(status.to_wire(), separators=(",", ":")))
+
+
+@pytest.mark.slow  # two local runs of 2 and 4 gloo processes
+def test_the_status_part_grows_at_most_300_bytes_per_passing_node(tmp_path: Path) -> None:
+    two, four = status_bytes(tmp_path, 2), status_bytes(tmp_path, 4)
+    per_node = (four - two) / 2
+    assert 0 < per_node <= MAX_BYTES_PER_PASSING_NODE, (two, four, per_node)
