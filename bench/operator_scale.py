@@ -489,13 +489,16 @@ def sweep_run(args: argparse.Namespace) -> dict[str, Any]:
         wait(lambda: all(n in verdict for n in singles()), "every single-node verdict", args.timeout)
         results["all_single_node_verdicts_s"] = round(max(verdict[n] for n in singles()) - t0, 1)
         results["most_running_at_once"] = active_max
+        results["memory_after_single_node_stage"] = memory(operator.pid)
         mid = driver.call("GET", f"{tests_path}/sweep")
         results["status_bytes_after_single_node_stage"] = len(json.dumps(mid.get("status"), separators=(",", ":")))
         wait(lambda: bool(stage_seen), "the inter-node test", args.timeout)
         t_stage = time.monotonic()
         deliver_child_report(driver, stage_seen[0], nodes)
+        t_report = time.monotonic()
+        results["inter_node_delivery_s"] = round(t_report - t_stage, 1)  # this script: N pods, evidence, status
         wait(lambda: stage_name() in verdict, "the inter-node verdict", args.timeout)
-        results["inter_node_report_to_verdict_s"] = round(verdict[stage_name()] - t_stage, 1)
+        results["inter_node_report_to_verdict_s"] = round(verdict[stage_name()] - t_report, 1)
 
         def finished() -> bool:
             return (driver.call("GET", f"{tests_path}/sweep").get("status") or {}).get("phase") == "Succeeded"

@@ -215,6 +215,26 @@ class Cluster:
             if node not in placed:
                 self.create_pod(f"{name}-{run}-on-{i}", labels, node=node)
 
+    def play_sweep(self, parent: str, timeout: float = 120.0) -> None:
+        """Play the workload of every child test of a sweep (passing reports), the inter-node one included."""
+        reported: set[str] = set()
+
+        def step() -> bool:
+            items = self.server.request(
+                "GET", f"{self.test_path()}?labelSelector=gpu-acceptance.io%2Fsweep%3D{parent}")["items"]
+            for c in items:
+                status, name = c.get("status") or {}, c["metadata"]["name"]
+                if name not in reported and status.get("run") and status.get("phase") == "Pending":
+                    node = c["metadata"]["annotations"]["gpu-acceptance.io/node"]
+                    values = [v for t in c["spec"]["placement"]["affinity"]["nodeAffinity"][
+                        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                        for f in t["matchFields"] for v in f["values"]]
+                    self.write_report(name, report(1, nodes=(node,) if node else tuple(sorted(values))))
+                    reported.add(name)
+            return (self.status(parent).get("phase") or "Running") in ("Succeeded", "Failed")
+
+        self.wait(step, f"the sweep {parent} to end", timeout=timeout)
+
     def patch_record(self, name: str, **fields: Any) -> None:
         """As an admin: change the operator's own record of the status (and the status to match)."""
         from acceptance_operator import ownership

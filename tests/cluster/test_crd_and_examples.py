@@ -264,9 +264,9 @@ def test_printer_columns_show_phase_result_bus_bw_and_wide_backend_profile(serve
 
     header, *rows = table(server, namespace, "-o", "wide")
     assert [h.strip() for h in header] == ["NAME", "PHASE", "REASON", "BUS BW", "NODES", "AGE", "BACKEND",
-                                           "PROFILE"]
+                                           "PROFILE", "SWEEP"]
     wide = {r[0].strip(): [c.strip() for c in r] for r in rows}
-    assert wide["standard"][-2:] == ["PyTorchJob", "h100-sxm"]
+    assert wide["standard"][-2:] == ["PyTorchJob", "h100-sxm"]  # no sweep: its column is blank
     assert wide["mpijob"][-2:] == ["MPIJob", "h100-sxm"]
     # The short name reads the same table.
     assert table(server, namespace)[0] == [c for c in server.kubectl("get", "at", "-n", namespace).stdout

@@ -52,6 +52,7 @@ def test_lifecycle_with_the_charts_rbac_only(pytorch_only_apiserver: ApiServer, 
     namespace = server.create_namespace(f"rbac-{uuid.uuid4().hex[:6]}")
     cluster = Cluster(server, namespace, proc.log_tail)
     bad_node = f"gpu-rbac-{uuid.uuid4().hex[:6]}"
+    pool = [f"{bad_node}-pool-{i}" for i in range(2)]
     server.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {"name": bad_node}})
     try:
         cluster.create_test("gate", {"nodes": 2, "onFailure": "label"})
@@ -79,8 +80,21 @@ def test_lifecycle_with_the_charts_rbac_only(pytorch_only_apiserver: ApiServer, 
         cluster.delete_test("gate")
         cluster.wait(lambda: cluster.get_test("gate") is None, "the test to be deleted")
         assert cluster.jobs("PyTorchJob") == []
+
+        # A sweep: the nodes watched, its child tests created and deleted with it.
+        for node in pool:
+            server.request("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": node, "labels": {"pool": namespace}}})
+        cluster.create_test("pool", {"sweep": True, "maxConcurrent": 1, "placement": {"nodeSelector": {
+            "pool": namespace}}})
+        cluster.play_sweep("pool")
+        assert cluster.status("pool")["sweep"]["progress"] == "2/2 passed, 0 failed; inter-node Succeeded"
+        cluster.delete_test("pool")
+        cluster.wait(lambda: not cluster.server.request("GET", cluster.test_path())["items"],
+                     "the sweep and its tests to be deleted")
     finally:
-        server.request("DELETE", f"/api/v1/nodes/{bad_node}", expect=(200, 404))
+        for node in (bad_node, *pool):
+            server.request("DELETE", f"/api/v1/nodes/{node}", expect=(200, 404))
 
     assert "gpu_acceptance_reconcile_errors_total{" not in proc.metrics()
     # No request refused, ours or kopf's (urllib3 logs each answer's status; kopf names APIForbiddenError).
