@@ -267,3 +267,22 @@ def test_a_report_outranks_a_node_lost_after_it_was_written():
     lost = {p["spec"]["nodeName"]: node(p["spec"]["nodeName"], "Unknown") for p in pods}
     a = assess(reported(pods=pods, job=RUNNING_JOB, nodes=lost), T0 + timedelta(seconds=60), TIMING)
     assert a.state.reason == "ChecksPassed"
+
+
+def test_a_pass_under_the_baseline_fails_as_regressed_and_one_within_it_passes():
+    from acceptance_operator.api import HistoryEntry
+
+    base = HistoryEntry(id="g2", result="Passed", all_reduce_busbw_gbps=420.0)
+    a = assess(reported(baseline=base, regression_tolerance=5.0), T0, TIMING)
+    assert (a.state.phase, a.state.reason, a.summary.result) == ("Failed", "Regressed", "Failed")
+    assert "all_reduce busbw 371.5 GB/s is 11.5% under baseline run g2's 420 GB/s" in a.state.message
+    a = assess(reported(baseline=base, regression_tolerance=12.0), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Succeeded", "ChecksPassed")
+
+
+def test_a_report_of_another_run_of_this_generation_is_stale():
+    report = passing_report(CONFIG)  # written for the generation's first run (no run id: g2)
+    a = assess(reported(report, run_id="g2-r2"), T0, TIMING)
+    assert not a.state.terminal and "is for run g2, not g2-r2" in a.state.message
+    report.run = "g2-r2"
+    assert assess(reported(report, run_id="g2-r2"), T0, TIMING).state.reason == "ChecksPassed"
