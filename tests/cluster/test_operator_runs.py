@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from tests.cluster.operator_harness import MERGE, Cluster, report
+from tests.cluster.operator_harness import MERGE, Cluster, OperatorProcess, report
 
 RERUN = "gpu-acceptance.io/rerun"
 
@@ -104,3 +104,24 @@ def test_a_run_under_its_baseline_fails_naming_the_metric_and_both_values(cluste
     annotate(cluster, "steady", "fixed")
     wait_run(cluster, "steady", "g1-r3")
     finish(cluster, "steady", "Succeeded", busbw=370.0)
+
+
+def test_slots_missed_while_the_operator_was_down_start_one_run_when_it_is_back(cluster: Cluster,
+                                                                                   operator: OperatorProcess):
+    cluster.create_test("missed", {"nodes": 1, "schedule": "* * * * *"})
+    wait_run(cluster, "missed", "g1")
+    finish(cluster, "missed", "Succeeded")
+    operator.kill()
+    started = datetime.strptime(cluster.status("missed")["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=timezone.utc)
+    # Down until two slots have passed since the run started.
+    cluster.wait(lambda: (datetime.now(timezone.utc) - started.replace(second=0)).total_seconds() > 125,
+                 "two missed slots", timeout=150)
+    operator.start()
+    status = wait_run(cluster, "missed", "g1-r2")
+    assert status["run"]["trigger"] == "schedule"
+    # One run for both slots, started for the latest: the first missed slot is not replayed.
+    slot = datetime.strptime(status["run"]["scheduledFor"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    assert (slot - started.replace(second=0)).total_seconds() >= 120
+    done = finish(cluster, "missed", "Succeeded")
+    assert [h["id"] for h in done["history"]][:2] == ["g1", "g1-r2"]
