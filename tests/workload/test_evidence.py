@@ -74,6 +74,10 @@ def test_missing_or_foreign_evidence_cannot_be_assembled():
     _, foreign = split(other, shard_names("t-evidence", 9))
     with pytest.raises(EvidenceError, match="generation 3"):
         assemble(status, {**shards, "t-evidence-0": foreign["t-evidence-0"]})
+    rerun = passing_report(config(9)).model_copy(update={"run": "g4-r2"})  # the same spec's next run
+    _, stale = split(rerun, shard_names("t-evidence", 9))
+    with pytest.raises(EvidenceError, match=r"run g4-r2 .* not generation 4 run first"):
+        assemble(status, {**shards, "t-evidence-1": stale["t-evidence-1"]})
 
 
 def test_the_status_part_is_a_model_of_its_own():

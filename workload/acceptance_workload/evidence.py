@@ -225,8 +225,9 @@ def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
         except ValueError as e:
             raise EvidenceError(f"evidence ConfigMap {name} could not be read: {str(e)[:300]}") from e
         if (part.generation, part.run, part.uid) != (status.generation, status.run, status.uid):
-            raise EvidenceError(f"evidence ConfigMap {name} is for run {part.run or part.generation} of uid "
-                                f"{part.uid}, not run {status.run or status.generation} of uid {status.uid}")
+            raise EvidenceError(f"evidence ConfigMap {name} is for generation {part.generation} run "
+                                f"{part.run or 'first'} of uid {part.uid}, not generation {status.generation} run "
+                                f"{status.run or 'first'} of uid {status.uid}")
         parts.append(part)
     if not parts:
         raise EvidenceError("status.report lists no evidence")
