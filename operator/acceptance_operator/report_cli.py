@@ -157,12 +157,12 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     if args.json:
         out.write(json.dumps(report.to_wire(), indent=2) + "\n")
     else:
-        out.write(f"{test.metadata.namespace}/{test.metadata.name} run {current}: "
+        out.write(f"{test.metadata.namespace}/{test.metadata.name} generation {report.generation}: "
                   f"{operator_verdict}\n{verdict.get('message', '')}\n\n")
         out.write(full_text(judged))
     try:
         for line in write_exports(judged, html=args.html, junit=args.junit, name=title,
-                                  operator_verdict=f"The operator's verdict (run {current}): "
+                                  operator_verdict=f"The operator's verdict (generation {report.generation}): "
                                   f"{operator_verdict}. {verdict.get('message', '')}".strip()):
             err.write(line + "\n")
     except ExportError as e:
