@@ -817,6 +817,7 @@ def _conclude(
     history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
     _write_status(k, obj, state, test, start_time=start or now, completion_time=now, summary=summary, now=now,
                   history=history, sweep_status=sweep_status)
+    _begun.pop((namespace, name), None)  # a run that ended between the two steps of its start
 
     if state.phase == "Succeeded":
         kopf.info(obj, reason=state.reason, message=state.message)

@@ -10,10 +10,11 @@ next moment the clock alone can change a run (timeout, report grace,
 unschedulable grace), a slow safety resync, or a retry after an error.
 This is the work queue of Kubernetes' own controllers (client-go), in small,
 with one addition: an urgent lane (`add(key, urgent=True)`) that workers serve
-first. A test that has no run yet is urgent: when hundreds are created at once,
-every one gets its job before any running test is looked at again (a job's
-own watch events, a status echo), so the time to the last job does not include
-the follow-up work of all the others.
+first. A test whose run is due and has no job yet (a new test, a changed
+spec, a rerun asked for after the last verdict) is urgent: when hundreds are
+created at once, every one gets its job before any running test is looked at
+again (a job's own watch events, a status echo), so the time to the last job
+does not include the follow-up work of all the others.
 """
 
 from __future__ import annotations

@@ -54,6 +54,9 @@ class FakeKube:
         self.objects[(obj["kind"], obj["metadata"]["name"])] = obj
         self.renewed.append((obj["kind"], obj["metadata"]["name"]))
 
+    def get_job(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((kind, name))
+
     def list_jobs(self, backend: str, namespace: str, selector: str) -> list[dict[str, Any]]:
         return [o for (kind, _), o in self.objects.items() if kind == backend]
 
@@ -103,6 +106,47 @@ def test_while_other_new_tests_wait_a_start_creates_the_job_first_and_the_rest_l
     assert {kind for kind, _ in k.objects} == {"PyTorchJob", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"}
     assert k.test["status"]["phase"] == "Pending" and k.test["status"]["job"]["name"] == "run-g1"
     assert events == [("RunStarted", "run g1 (generation 1): PyTorchJob run-g1 created")]  # created once, not adopted
+
+
+def _rerun(k: FakeKube, value: str) -> None:
+    k.test["metadata"]["annotations"] = {**k.test["metadata"].get("annotations", {}), handlers.RERUN_ANNOTATION: value}
+
+
+def test_a_rerun_during_a_burst_starts_in_two_steps_under_its_own_run_id(events, monkeypatch):
+    queue = handlers.WorkQueue()
+    monkeypatch.setattr(handlers, "QUEUE", queue)
+    rejected = ApiException(status=422, reason="Unprocessable Entity")
+    rejected.body = json.dumps({"kind": "Status", "message": "roles.rbac.authorization.k8s.io is forbidden"})
+    k = FakeKube(stored(1), reject={"Role": rejected})
+    queue.add(("lab", "another-new-test"), urgent=True)
+    handlers.reconcile(k, NS, NAME, NOW)  # g1's first step: its job
+    assert ("PyTorchJob", "run-g1") in k.objects and not k.test["status"]
+    handlers.reconcile(k, NS, NAME, NOW)  # g1's second step: the Role is refused, the run ends
+    assert handlers.is_finished(k.test) and k.test["status"]["run"]["id"] == "g1"
+    assert ("PyTorchJob", "run-g1") not in k.objects
+    k.reject.clear()
+    _rerun(k, "again")
+    queue.add(("lab", "yet-another-new-test"), urgent=True)
+    handlers.reconcile(k, NS, NAME, NOW)  # the rerun's first step: a job of its own (same generation, new run)
+    assert ("PyTorchJob", "run-g1-r2") in k.objects and ("Role", "run-workload") not in k.objects
+    handlers.reconcile(k, NS, NAME, NOW)  # its second step: the workload's Role and binding, the status
+    assert {kind for kind, _ in k.objects} == {"PyTorchJob", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"}
+    status = k.test["status"]
+    assert status["phase"] == "Pending" and status["job"]["name"] == "run-g1-r2" and status["run"]["id"] == "g1-r2"
+    assert events[-1] == ("RunStarted", "run g1-r2 (rerun 'again'): PyTorchJob run-g1-r2 created")
+
+
+def test_a_rerun_is_urgent_only_once_the_last_run_has_ended(events):
+    k = FakeKube(stored(1))
+    assert handlers._awaits_run(k.test)  # a new test: no run yet
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert not handlers._awaits_run(k.test)  # its run is going
+    _rerun(k, "x")
+    assert not handlers._awaits_run(k.test)  # a rerun asked for mid-run waits for the verdict: nothing to create
+    handlers._conclude(k, k.get_test(NS, NAME), handlers.runs.with_run(handlers.parse_test(k.test),
+                       handlers.runs.current_run(k.test["status"], 1)),
+                       handlers.RunState("Failed", "ChecksFailed", "x"), now=NOW)
+    assert handlers._awaits_run(k.test)  # now the rerun's job is to be created
 
 
 def test_a_job_the_api_server_rejects_ends_the_run_instead_of_retrying_forever(events):
@@ -180,3 +224,21 @@ def test_the_echo_of_our_status_write_is_skipped_only_if_nothing_landed_meanwhil
     handlers._write_status(Patched(obj, landed), obj, RunState("Running", "JobRunning", "running"), test,
                            start_time=NOW, completion_time=None, summary=None, now=NOW)
     assert (handlers._own_writes.get((NS, NAME)) == "43") is skipped
+
+
+def test_an_adopted_verdict_is_recorded_as_its_generations_first_run_and_not_rerun(events):
+    """A status from before the record and before run ids; a rerun value set back then asks for nothing."""
+    status = {"phase": "Succeeded", "observedGeneration": 1, "job": {"kind": "PyTorchJob", "name": "run-g1"},
+              "conditions": [{"type": "Succeeded", "status": "True", "reason": "ChecksPassed", "message": "ok"}],
+              "summary": {"result": "Passed"}}
+    k = FakeKube(stored(1, status=status))
+    _rerun(k, "before-the-upgrade")
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert k.test["status"]["run"] == {"id": "g1", "generation": 1, "attempt": 1, "trigger": "spec",
+                                       "rerun": "before-the-upgrade"}
+    assert handlers.is_finished(k.test) and not handlers._awaits_run(k.test)
+    assert k.objects == {}  # the job is gone, the verdict kept: nothing started
+    assert [reason for reason, _ in events] == ["StatusAdopted"]
+    _rerun(k, "after-the-upgrade")
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert k.test["status"]["run"]["id"] == "g1-r2" and ("PyTorchJob", "run-g1-r2") in k.objects
