@@ -336,25 +336,36 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             ((k, int(v - counts_start.get(k, 0))) for k, v in counts_end.items() if v > counts_start.get(k, 0)),
             key=lambda kv: -kv[1]))
         results["memory"] = memory(operator.pid)
-        cpu_end = {"operator": cpu_seconds(operator.pid),
-                   **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
-        results["cpu_seconds"] = {name: round(end - cpu_start[name], 1) if end is not None and cpu_start[name]
-                                  is not None else None for name, end in cpu_end.items()}
-        results["load_average_at_end"] = os.getloadavg()
-        log_text = log.read_text(errors="replace")
-        results["log"] = {"bytes": len(log_text), "lines": log_text.count("\n"),
-                          "tracebacks": log_text.count("Traceback"),
-                          "pool_full": log_text.count("Connection pool is full")}
+        results.update(closing_figures(driver, operator, cpu_start, log))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-        os.killpg(operator.pid, signal.SIGTERM)
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(operator.pid, signal.SIGKILL)
+        stop_operator(operator)
         if not args.keep:
             driver.server.request("DELETE", f"/api/v1/namespaces/{namespace}", expect=None)
     return results
+
+
+def closing_figures(driver: Driver, operator: subprocess.Popen, cpu_start: dict[str, float | None],
+                    log: Path) -> dict[str, Any]:
+    """CPU seconds of the operator and the servers since `cpu_start`, the load, and what the log holds."""
+    cpu_end = {"operator": cpu_seconds(operator.pid),
+               **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
+    log_text = log.read_text(errors="replace")
+    return {
+        "cpu_seconds": {name: round(end - cpu_start[name], 1) if end is not None and cpu_start[name] is not None
+                        else None for name, end in cpu_end.items()},
+        "load_average_at_end": os.getloadavg(),
+        "log": {"bytes": len(log_text), "lines": log_text.count("\n"), "tracebacks": log_text.count("Traceback"),
+                "pool_full": log_text.count("Connection pool is full")},
+    }
+
+
+def stop_operator(operator: subprocess.Popen) -> None:
+    os.killpg(operator.pid, signal.SIGTERM)
+    try:
+        operator.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(operator.pid, signal.SIGKILL)
 
 
 def delivery(namespace: str, name: str, uid: str) -> tuple[dict[str, str], dict]:
@@ -519,21 +530,10 @@ def sweep_run(args: argparse.Namespace) -> dict[str, Any]:
         }
         results["sweep_status"] = final["status"].get("sweep")
         results["memory"] = memory(operator.pid)
-        cpu_end = {"operator": cpu_seconds(operator.pid),
-                   **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
-        results["cpu_seconds"] = {name: round(end - cpu_start[name], 1) if end is not None and cpu_start[name]
-                                  is not None else None for name, end in cpu_end.items()}
-        results["load_average_at_end"] = os.getloadavg()
-        log_text = log.read_text(errors="replace")
-        results["log"] = {"bytes": len(log_text), "lines": log_text.count("\n"),
-                          "tracebacks": log_text.count("Traceback")}
+        results.update(closing_figures(driver, operator, cpu_start, log))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-        os.killpg(operator.pid, signal.SIGTERM)
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(operator.pid, signal.SIGKILL)
+        stop_operator(operator)
         if not args.keep:
             driver.server.request("DELETE", f"/api/v1/namespaces/{namespace}", expect=None)
             for n in nodes:
