@@ -78,6 +78,22 @@ BACKENDS = ["PyTorchJob", "MPIJob", "Job", "JobSet"]
 # --------------------------------------------------------------------------- names
 
 
+def torchrun_args(command: list[str], env: dict[str, str]):
+    """torchrun's own parser on a built command, with the PET_* environment the pod would have."""
+    from torch.distributed import run
+
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return run.get_args_parser().parse_args(command[1:])
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def test_job_name_is_per_generation():
     assert job_name(make(generation=3)) == "t-g3"
     assert job_name(make(generation=None)) == "t-g1"
@@ -391,21 +407,12 @@ def test_pytorchjob_master_and_workers():
 
 def test_torchrun_accepts_the_command_line():
     """torchrun's own parser takes the flags; nnodes/nproc/rank/master come from the training-operator's PET_* env."""
-    run = pytest.importorskip("torch.distributed.run")
+    pytest.importorskip("torch.distributed.run")
     command = build_pytorchjob(make({"nodes": 2}))["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"][
         "containers"][0]["command"]
     env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "t-g3-master-0",
            "PET_MASTER_PORT": "23456"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        args = run.get_args_parser().parse_args(command[1:])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    args = torchrun_args(command, env)
     assert args.module and args.training_script == "acceptance_workload"
     assert args.rdzv_conf == "timeout=3600" and args.max_restarts == 0
     assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "8", 1)
@@ -667,19 +674,10 @@ def test_jobset_shape():
 @pytest.mark.parametrize("backend", ["Job", "JobSet"])
 def test_torchrun_takes_the_static_rendezvous_from_the_pod_env(backend: str):
     """torchrun's own parser, fed the container's PET_* env (the node rank as the Job controller fills it in)."""
-    run = pytest.importorskip("torch.distributed.run")
+    pytest.importorskip("torch.distributed.run")
     container = main_container(gpu_pod_specs(build_job(make({"backend": backend, "nodes": 2})))[0])
     env = {k: v for k, v in env_of(container).items() if k.startswith("PET_") and isinstance(v, str)}
     env["PET_NODE_RANK"] = "1"
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        args = run.get_args_parser().parse_args(container["command"][1:])
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    args = torchrun_args(container["command"], env)
     assert (args.nnodes, args.nproc_per_node, args.node_rank, args.master_port) == ("2", "8", 1, 29500)
     assert args.master_addr.startswith("t-g3-") and args.rdzv_backend == "static"
