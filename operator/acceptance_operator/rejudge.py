@@ -312,7 +312,8 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
         for collective in checks.nccl.collectives:
             if th.busbw_threshold(collective) is not None:
                 out.append(Required("nccl", f"{collective}_busbw", None, "its busbw threshold"))
-        if "all_reduce" in checks.nccl.collectives and th.node_all_reduce_busbw_gbps is not None:
+        inside_nodes = checks.nccl.per_node or len(nodes) == 1  # perNode off: no node's sweep is asked for
+        if "all_reduce" in checks.nccl.collectives and th.node_all_reduce_busbw_gbps is not None and inside_nodes:
             out += [Required("nccl", "node_all_reduce_busbw", n, "its all_reduce busbw") for n in nodes]
         if config.required_transport() is not None:
             out += [Required("nccl", "transport", n, f"transport {config.required_transport()}") for n in nodes]

@@ -129,6 +129,15 @@ def test_leaving_out_a_judged_result_fails_it():
     assert missing == {("all_reduce_busbw", None), ("gpu_count", "gpu-node-0001")}
 
 
+def test_node_sweeps_are_required_only_where_per_node_asks_for_them():
+    def node_rows(cfg, nodes):
+        return [r.node for r in required_results(cfg, nodes) if r.name == "node_all_reduce_busbw"]
+    assert node_rows(config(), ["a", "b"]) == ["a", "b"]
+    off = config(checks={"nccl": {"perNode": False}})
+    assert node_rows(off, ["a", "b"]) == []
+    assert node_rows(config(nodes=1, checks={"nccl": {"perNode": False}}), ["a"]) == ["a"]  # the job's sweep
+
+
 def test_a_disabled_check_is_not_required_and_an_enabled_one_without_results_fails():
     cfg = config(checks={"ddp": {"enabled": False}})
     assert not [r for r in required_results(cfg, ["a"]) if r.check == "ddp"]

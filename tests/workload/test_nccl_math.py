@@ -146,6 +146,18 @@ def test_node_threshold_uses_each_nodes_sweep_and_names_the_slow_node() -> None:
     assert single[("node_all_reduce_busbw", "only")].value == 380.0
 
 
+def test_per_node_off_judges_no_node_floor_and_says_so() -> None:
+    sweeps = [_sweep("all_reduce", [(GiB, 380.0)]), _sweep("all_gather", [(GiB, 380.0)])]
+    check = _check(nodeAllReduceBusbwGBps=340).model_copy(update={"per_node": False})
+    out = judge_sweeps(check, sweeps, {}, ["a", "b"], "nccl")
+    assert not [r for r in out.results if r.name == "node_all_reduce_busbw"]
+    assert [s.name for s in out.skipped] == ["all_reduce on each node"]
+    assert all(r.passed for r in out.results)
+    # with perNode on, the same sweeps lack each node's: a failure per node (fail closed)
+    on = _by_name(judge_sweeps(_check(nodeAllReduceBusbwGBps=340), sweeps, {}, ["a", "b"], "nccl"))
+    assert not on[("node_all_reduce_busbw", "a")].passed and not on[("node_all_reduce_busbw", "b")].passed
+
+
 def test_a_result_judged_by_an_estimated_floor_says_so() -> None:
     sweeps = [_sweep("all_reduce", [(GiB, 350.0)]), _sweep("all_gather", [(GiB, 300.0)])]
     out = judge_sweeps(_check(allReduceBusbwGBps=340, allGatherBusbwGBps=290), sweeps, {}, ["n1"], "nccl",

@@ -451,7 +451,11 @@ def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple
                     passed=False, message=f"{collective} was not measured ({why}); its threshold cannot pass"))
             continue
         out.results.append(busbw_result(f"{collective}_busbw", sweep, threshold, reference, max_bytes))
-    if "all_reduce" in check.collectives:
+    if "all_reduce" in check.collectives and not check.per_node and len(nodes) > 1:
+        # perNode off asks for no sweep inside each node: its floor is not judged (nothing is missing), said once.
+        out.skipped.append(Skip(check="nccl", name="all_reduce on each node",
+                                reason="checks.nccl.perNode is false: no node's sweep was asked for"))
+    elif "all_reduce" in check.collectives:
         node_threshold = th.node_all_reduce_busbw_gbps
         for node in nodes:
             sweep = by_key.get(("all_reduce", node))
