@@ -15,7 +15,7 @@ import pytest
 from acceptance_workload import render
 from acceptance_workload.checks import ChecksSpec, GpuCheck
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.gpubench import judge_gpus, rate
+from acceptance_workload.gpubench import host_id, host_turn, judge_gpus, rate
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import CheckResult, GpuDetail, GpuRow, Report
 
@@ -190,3 +190,20 @@ def test_a_rank_slowed_from_outside_is_named_by_the_real_run(tmp_path: Path) -> 
                                  ("hbm_bandwidth_ratio_to_node_median", "node-a", 2)}, render.gpu_table(report)
     assert report.failed_nodes == ["node-a"]
     assert {s.name for s in report.skipped} == {"h2d_bandwidth", "d2h_bandwidth"}
+
+
+def test_host_copies_take_turns_per_physical_host_not_per_node() -> None:
+    # 2 real nodes of 2 GPUs: each node's GPUs go one after the other, the nodes side by side (2 turns)
+    real = ["boot-a", "boot-a", "boot-b", "boot-b"]
+    assert [host_turn(real, r) for r in range(4)] == [(0, 2), (1, 2), (0, 2), (1, 2)]
+    # 4 simulated nodes of 1 GPU on one machine share its boot id: 4 turns, not 1 (all at once)
+    sim = ["boot-a"] * 4
+    assert [host_turn(sim, r) for r in range(4)] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    # uneven hosts: as many turns as the fullest host has ranks
+    assert host_turn(["x", "y", "y", "y"], 0) == (0, 3)
+
+
+def test_the_host_id_is_this_kernels_boot_id() -> None:
+    boot = Path("/proc/sys/kernel/random/boot_id")
+    expected = boot.read_text().strip() if boot.exists() else "node-x"
+    assert host_id("node-x") == expected

@@ -106,7 +106,7 @@ class GpuCheck(WireModel):
 
     Each value is the median of `windows` timed windows of `iters` operations,
     so one hiccup does not decide; GEMM and HBM run on all GPUs at once, host
-    copies one GPU of each node at a time (GPUs can share a PCIe switch's uplink).
+    copies one GPU of each host at a time (GPUs can share a PCIe switch's uplink).
     """
 
     enabled: bool = True
