@@ -15,32 +15,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import sys
 from pathlib import Path
 
-# size count type redop root | time algbw busbw #wrong (out-of-place) | in-place ... ; older versions lack root
-_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
-_ROW_NO_ROOT = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)")
-_STARTING = re.compile(r"Collective test starting:\s*(\w+?)_perf")
-_PERF_NAMES = {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"}
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "workload"))
+
+from acceptance_workload.checks import COLLECTIVES  # noqa: E402
+from acceptance_workload.nccltests import parse  # noqa: E402
+
+_PERF_NAMES = set(COLLECTIVES)
 
 
 def parse_nccl_tests(text: str) -> tuple[str | None, dict[int, float]]:
-    """(collective or None, {size: out-of-place busbw}) from nccl-tests' stdout."""
-    collective = None
-    rows: dict[int, float] = {}
-    for line in text.splitlines():
-        if m := _STARTING.search(line):
-            collective = m.group(1)
-        if line.lstrip().startswith("#"):
-            continue
-        if m := _ROW.match(line):
-            rows[int(m.group(1))] = float(m.group(8))
-        elif m := _ROW_NO_ROOT.match(line):
-            rows[int(m.group(1))] = float(m.group(7))
-    return collective, rows
+    """(collective or None, {size: out-of-place busbw}) from nccl-tests' stdout (the workload's reader)."""
+    out = parse(text)
+    return out.collective, out.busbw()
 
 
 def parse_ours(data: dict, collective: str) -> dict[int, float]:

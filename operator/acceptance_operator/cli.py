@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--simulate-nodes", type=int, metavar="N",
                    help="split the processes into N simulated nodes sim-node-0..N-1 (NODE_NAME and NCCL_HOSTID "
                    "per node, so NCCL goes through its network path between them)")
+    p.add_argument("--nccl-tests", metavar="DIR",
+                   help="turn on checks.nccl.crossCheck with NVIDIA nccl-tests' binaries from DIR "
+                   "(all_reduce_perf, ...; sets GPU_ACCEPTANCE_NCCL_TESTS_DIR for the run)")
     p.set_defaults(func=_cmd_local)
     return parser
 

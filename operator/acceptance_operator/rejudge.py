@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from acceptance_workload import localize
+from acceptance_workload import localize, nccltests
 from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
@@ -236,6 +236,9 @@ RULES: dict[tuple[str, str], Rule] = {
         x.config.checks.nccl.thresholds.node_all_reduce_busbw_gbps, "ge"),
     ("nccl", "transport"): _transport,
     ("nccl", "intra_node_transport"): _intra_transport,
+    # crossCheck: each node's best busbw against nccl-tests' on the same GPUs, |ours / theirs - 1|
+    **{("nccl", f"{c}{nccltests.RESULT_SUFFIX}"): (
+        lambda _r, x: numeric(x.config.checks.nccl.thresholds.cross_check_limit(), "le")) for c in COLLECTIVES},
     # ddp
     ("ddp", "throughput_per_gpu"): _ddp("min_throughput_per_gpu", "ge"),
     ("ddp", "gpu_throughput"): _ddp("min_throughput_per_gpu", "ge"),
@@ -319,6 +322,9 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
             out += [Required("nccl", "transport", n, f"transport {config.required_transport()}") for n in nodes]
         if th.intra_node_transport is not None and config.gpus_per_node >= 2:
             out += [Required("nccl", "intra_node_transport", n, "its intra-node transport") for n in nodes]
+        if checks.nccl.cross_check:
+            out += [Required("nccl", f"{c}{nccltests.RESULT_SUFFIX}", n, "crossCheck: nccl-tests beside ours")
+                    for n in nodes for c in checks.nccl.collectives]
         why = f"localize {checks.nccl.localize}: the stage's pairs"
         if localized and pairs:
             out += [Required("nccl", localize.RESULT, n, why) for n in nodes]

@@ -215,3 +215,26 @@ def test_every_gpu_must_be_reported():
     missing = {(r.name, r.gpu) for r in out.report.results if not r.passed}
     assert ("gemm_tflops", 7) in missing and ("d2h_bandwidth_ratio_to_node_median", 7) in missing
     assert len(missing) == 8
+
+
+def test_cross_check_results_are_required_per_node_and_judged_by_the_tolerance():
+    cfg = config(checks={"nccl": {"crossCheck": True, "collectives": ["all_reduce", "all_gather"],
+                                  "thresholds": {"crossCheckTolerance": 0.05}}})
+    report = passing_report(cfg)
+    out = rejudge(report, facts(cfg))
+    missing = sorted((r.name, r.node) for r in out.report.results if not r.passed)
+    assert missing == [(f"{c}_cross_check", n) for c in ("all_gather", "all_reduce")
+                       for n in ("gpu-node-0000", "gpu-node-0001")]
+    assert all("crossCheck" in r.message for r in out.report.results if not r.passed)
+    for node in ("gpu-node-0000", "gpu-node-0001"):
+        for c in ("all_reduce", "all_gather"):  # the workload claims pass, and a 0.5 tolerance
+            report.results.append(CheckResult(check="nccl", name=f"{c}_cross_check", value=0.03, threshold=0.5,
+                                              comparison="le", passed=True, node=node))
+    find(report, "nccl", "all_gather_cross_check", "gpu-node-0001").value = 0.08
+    out = rejudge(report, facts(cfg))
+    assert [(r.name, r.node, r.threshold) for r in out.report.results if not r.passed] == [
+        ("all_gather_cross_check", "gpu-node-0001", 0.05)]
+    assert out.report.failed_nodes == ["gpu-node-0001"]
+    default = config(checks={"nccl": {"crossCheck": True}})
+    assert default.checks.nccl.thresholds.cross_check_limit() == 0.1
+    assert config(profile="custom").checks.nccl.thresholds.cross_check_limit() == 0.1  # custom sets none: the default

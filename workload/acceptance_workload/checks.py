@@ -26,6 +26,12 @@ CudaGraphs = Literal["auto", "always", "never"]
 # inter-node floor judges the job), on every multi-node run, or never.
 Localize = Literal["onFailure", "always", "never"]
 CUDA_GRAPH_AUTO_BELOW = 64 << 20  # bytes; at and above it an operation outlasts its launch many times over
+# The cross-check against NVIDIA nccl-tests (checks.nccl.crossCheck, nccltests.py). Our sweep reads within 3% of
+# nccl-tests at every size >= 64 MiB (docs/benchmarks.md: 4x H100, 2x H200, six collectives, medians of 3 runs);
+# single runs of either spread a few percent more, so a healthy node passes 10% with margin while a real
+# discrepancy (a wrong busbw factor, timing or transport, typically 25% and more) fails.
+CROSS_CHECK_TOLERANCE = 0.10
+CROSS_CHECK_MIN_BYTES = 64 << 20  # compared from here (or thresholds.referenceBytes): below, latency decides
 DdpModel = Literal["gpt", "resnet50"]
 DEFAULT_BATCH: dict[str, int] = {"gpt": 32, "resnet50": 128}
 
@@ -159,6 +165,10 @@ class NcclThresholds(WireModel):
         description="Localisation: each node's inter-node all_reduce busbw (its best pair) over the median of the "
         "other nodes'; below it names the node.",
     )
+    cross_check_tolerance: float | None = Field(
+        None, ge=0, le=10, description="crossCheck: the largest |ours / nccl-tests' - 1| of a collective's best "
+        "busbw on a node, as a fraction; default 0.10 (10%) for every profile.",
+    )
     intra_node_transport: Literal["P2P", "SHM"] | None = Field(
         None, description="Transport NCCL must use between GPUs of one node: P2P (NVLink/PCIe peer-to-peer; "
         "the SXM profiles require it) or SHM. SHM or network connections inside a node then fail, naming it."
@@ -166,6 +176,10 @@ class NcclThresholds(WireModel):
 
     def busbw_threshold(self, collective: Collective) -> float | None:
         return getattr(self, f"{collective}_busbw_gbps")
+
+    def cross_check_limit(self) -> float:
+        """The cross-check's tolerance: the spec's, else the one default every profile shares."""
+        return CROSS_CHECK_TOLERANCE if self.cross_check_tolerance is None else self.cross_check_tolerance
 
 
 class NcclCheck(WireModel):
@@ -194,6 +208,12 @@ class NcclCheck(WireModel):
         "onFailure", description="Inter-node localisation after the job-wide sweep: pairs of nodes, each suspect "
         "paired with a known-good node, many pairs at once. onFailure: when the job-wide sweep failed or no "
         "absolute inter-node floor judges it; always: on every multi-node run; never.",
+    )
+    cross_check: bool = Field(
+        False, description="Also run NVIDIA nccl-tests (all_reduce_perf, ...) on each node over its GPUs, one "
+        "process, and fail a collective whose best busbw differs from ours by more than "
+        "thresholds.crossCheckTolerance. The binaries come from $GPU_ACCEPTANCE_NCCL_TESTS_DIR (the workload "
+        "image: /opt/nccl-tests/bin); a missing one fails.",
     )
     collective_timeout_seconds: int = Field(
         300, ge=10, le=86_400, description="A collective that takes longer means a hung or dead rank: the run ends."
@@ -224,6 +244,15 @@ class NcclCheck(WireModel):
             out.append(size)
             size *= self.step_factor
         return out
+
+    def cross_check_floor(self) -> int:
+        """Smallest size the cross-check compares: thresholds.referenceBytes, else 64 MiB (bandwidth-bound)."""
+        ref = self.thresholds.reference_bytes
+        return parse_bytes(ref) if ref is not None else CROSS_CHECK_MIN_BYTES
+
+    def cross_check_sizes(self) -> list[int]:
+        """The sweep's sizes the cross-check compares (nccl-tests runs exactly these)."""
+        return [s for s in self.sizes() if s >= self.cross_check_floor()]
 
 
 class DdpThresholds(WireModel):

@@ -84,6 +84,28 @@ def _shared_library(soname: str) -> Callable[[], str]:
     return get
 
 
+def _nccl_tests(collective: str) -> Callable[[], str]:
+    """nccl-tests' binary is where the workload looks (nccltests.find_binary) and loads: `-h` prints its usage.
+
+    Loading needs libnccl.so.2 (the NCCL torch uses, as the cross-check runs it) and the CUDA runtime it was
+    linked with; `-h` parses the arguments before touching a GPU, so this runs on a machine without one.
+    """
+    def get() -> str:
+        import subprocess
+
+        from acceptance_workload import nccltests
+
+        binary = nccltests.find_binary(collective)  # type: ignore[arg-type]
+        done = subprocess.run([str(binary), "-h"], env=nccltests.child_env(os.environ), capture_output=True,
+                              text=True, timeout=60, check=False)
+        if done.returncode != 0 or "USAGE" not in done.stdout:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise RuntimeError(f"{binary} -h failed (exit code {done.returncode}): {tail[0][:300]}")
+        return str(binary)
+
+    return get
+
+
 def check_installation(args: list[str]) -> int:
     """Print each component with its version; exit 1 when a required one is missing."""
     from acceptance_workload import __version__
@@ -104,6 +126,10 @@ def check_installation(args: list[str]) -> int:
                    ("ssh host key", lambda: _host_key())]
     if "--rdma" in args:
         probes += [(soname, _shared_library(soname)) for soname in RDMA_LIBRARIES]
+    if "--nccl-tests" in args:  # the cross-check's binaries (checks.nccl.crossCheck)
+        from acceptance_workload.checks import COLLECTIVES
+
+        probes += [(f"nccl-tests {c}_perf", _nccl_tests(c)) for c in COLLECTIVES]
     missing = 0
     for name, fn in probes:
         label, value, error = _probe(name, fn)

@@ -28,6 +28,7 @@ from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.exports import ExportError, write_exports
 from acceptance_workload.exports import require as require_exports
 from acceptance_workload.launch import free_port
+from acceptance_workload.nccltests import DIR_ENV as NCCL_TESTS_DIR_ENV
 from acceptance_workload.profiles import PROFILE_NAMES, ProfileName, profile_for_gpu
 from acceptance_workload.render import CPU_BANNER
 from acceptance_workload.report import CHECK_NAMES, Report
@@ -100,19 +101,26 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
     """
     nccl = checks.nccl
     max_bytes = min(parse_bytes(nccl.max_bytes), CPU_MAX_BYTES)
-    return ChecksSpec.model_validate({
+    smoke = ChecksSpec.model_validate({
         "preflight": {"enabled": checks.preflight.enabled},
         "gpu": {"enabled": checks.gpu.enabled, "gemmSize": 512, "hbmBytes": "32Mi", "hostBytes": "1Mi", "windows": 5,
                 "iters": 5, "warmupIters": 2, "gemmWarmupSeconds": 0,
                 "thresholds": {"minRatioToNodeMedian": CPU_RATIO_TO_MEDIAN}},
         "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
                  "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
-                 "perNode": False, "windows": 1, "localize": nccl.localize,
-                 "thresholds": {"interNodeRatioToMedian": CPU_INTER_NODE_RATIO},
+                 "perNode": False, "windows": 1, "localize": nccl.localize, "crossCheck": nccl.cross_check,
+                 "thresholds": {"interNodeRatioToMedian": CPU_INTER_NODE_RATIO,
+                                "crossCheckTolerance": nccl.thresholds.cross_check_tolerance if nccl.cross_check
+                                else None},
                  "collectiveTimeoutSeconds": min(nccl.collective_timeout_seconds, 60)},
         "ddp": {"enabled": checks.ddp.enabled, "model": checks.ddp.model, "batchSize": 4, "seqLen": 64,
                 "steps": 6, "windows": 3, "warmupSteps": 1},
     })
+    if smoke.nccl.cross_check:
+        # No CPU sweep reaches the cross-check's 64 MiB: nccl-tests' stand-in is compared at the sweep's top size.
+        thresholds = smoke.nccl.thresholds.model_copy(update={"reference_bytes": smoke.nccl.sizes()[-1]})
+        smoke = smoke.model_copy(update={"nccl": smoke.nccl.model_copy(update={"thresholds": thresholds})})
+    return smoke
 
 
 def quick_checks(checks: ChecksSpec) -> ChecksSpec:
@@ -153,6 +161,8 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
                             "nodes; pass --gpus (with --cpu) or a node count that divides them")
     per_node = processes // nodes
     checks: ChecksSpec = manifest.get("checks") or ChecksSpec()
+    if getattr(args, "nccl_tests", None):
+        checks = checks.model_copy(update={"nccl": checks.nccl.model_copy(update={"cross_check": True})})
     profile: ProfileName = args.profile or manifest.get("profile") or detected_profile(args.cpu)
     if profile not in PROFILE_NAMES:
         raise ManifestError(f"--profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
@@ -335,6 +345,13 @@ def run_local(args: argparse.Namespace) -> int:
             print("gpu-acceptance local: no CUDA GPU is visible here (torch.cuda.device_count() is 0); "
                   "run `gpu-acceptance local --cpu` for a CPU smoke run of the checks", file=sys.stderr)
             return EXIT_ERROR
+    nccl_tests = getattr(args, "nccl_tests", None)
+    if nccl_tests:
+        if not Path(nccl_tests).is_dir():
+            print(f"gpu-acceptance local: --nccl-tests {nccl_tests}: no such directory (give the folder that holds "
+                  "all_reduce_perf and the other nccl-tests binaries, e.g. nccl-tests' build/)", file=sys.stderr)
+            return EXIT_ERROR
+        os.environ[NCCL_TESTS_DIR_ENV] = os.path.abspath(nccl_tests)  # every rank inherits it
     try:
         require_exports(getattr(args, "html", None))
     except ExportError as e:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from acceptance_workload.checks import (
+    CROSS_CHECK_TOLERANCE,
     ChecksSpec,
     DdpCheck,
     DdpModel,
@@ -116,6 +117,7 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         reduce_scatter_busbw_gbps=round(node_busbw * collective_share),
         node_all_reduce_busbw_gbps=node_busbw,
         intra_node_transport="P2P",
+        cross_check_tolerance=CROSS_CHECK_TOLERANCE,
     )
     multi = NcclThresholds(
         reference_bytes="1Gi",
@@ -125,6 +127,7 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         node_all_reduce_busbw_gbps=node_busbw,
         inter_node_ratio_to_median=INTER_NODE_RATIO_TO_MEDIAN,
         intra_node_transport="P2P",
+        cross_check_tolerance=CROSS_CHECK_TOLERANCE,
     )
     ddp = {
         "gpt": DdpThresholds(min_throughput_per_gpu=gpt_tokens, min_scaling_efficiency=0.90,
@@ -258,7 +261,8 @@ def nccl_for_gpu_count(table: NcclThresholds, nodes: int, gpus_per_node: int) ->
     node = None if node is None else round(node * FEWER_GPUS_NODE_SHARE)
     return NcclThresholds(reference_bytes=table.reference_bytes, node_all_reduce_busbw_gbps=node,
                           all_reduce_busbw_gbps=node if nodes == 1 else None, inter_node_ratio_to_median=ratio,
-                          intra_node_transport=table.intra_node_transport)
+                          intra_node_transport=table.intra_node_transport,
+                          cross_check_tolerance=table.cross_check_tolerance)  # ours against nccl-tests: any count
 
 
 def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,

@@ -311,6 +311,8 @@ class Runner:
                 busbw = self.report.headline().all_reduce_busbw_gbps
                 self.progress("nccl done" + (f": all_reduce busbw {busbw:.1f} GB/s" if busbw is not None else ""))
             self.localize(session, watchdog)
+            if cfg.checks.nccl.cross_check:
+                self.cross_check(session, watchdog)
 
         if cfg.checks.ddp.enabled:
             self.stage = "ddp"
@@ -344,6 +346,28 @@ class Runner:
             self.report.results += localize.results(detail, nodes, self.config.estimated_thresholds)
 
 
+    def cross_check(self, session: Session, watchdog: Watchdog) -> None:
+        """checks.nccl.crossCheck: nccl-tests on every node beside our sweep of the node's GPUs."""
+        from acceptance_workload import nccltests
+
+        check = self.config.checks.nccl
+        self.progress("nccl cross-check: nccl-tests on every node, one process over its GPUs")
+        runs = nccltests.run_stage(session, check, watchdog, progress=self.progress)
+        if self.is_root:
+            assert runs is not None
+            skipped: dict[tuple[str, str | None], str] = {}
+            for s in self.report.skipped:
+                if s.check == "nccl":
+                    collective, _, node = s.name.partition(" on node ")
+                    skipped[(collective, node or None)] = s.reason
+            results = nccltests.judge(check, self.report.nccl, runs, session.nodes(), skipped)
+            self.report.results += results
+            bad = [f"{r.name} on {r.node}" for r in results if not r.passed]
+            self.progress(f"nccl cross-check: {len(results) - len(bad)}/{len(results)} within "
+                          f"{check.thresholds.cross_check_limit():.0%} of nccl-tests"
+                          + (f" (failed: {', '.join(bad[:5])})" if bad else ""))
+
+
 def environment(session: Session, facts: list[dict]) -> Environment:
     first = facts[0] if facts else {}
     return Environment(
@@ -366,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return check_installation(args[1:])
     if args:
-        print("usage: python -m acceptance_workload [--check-install [--mpi]]\n"
+        print("usage: python -m acceptance_workload [--check-install [--mpi] [--rdma] [--nccl-tests]]\n"
               f"  runs the checks described by {CONFIG_ENV} (set by the operator or `gpu-acceptance local`)",
               file=sys.stderr)
         return EXIT_ERROR
