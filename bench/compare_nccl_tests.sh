@@ -5,8 +5,10 @@
 #   bench/compare_nccl_tests.sh NCCL_TESTS_SRC [OUT_DIR]
 #
 # NCCL_TESTS_SRC: a checkout of github.com/NVIDIA/nccl-tests. Needs nvcc (CUDA_HOME, default /usr/local/cuda).
-# nccl-tests is linked against the NCCL that torch uses (the nvidia-nccl pip package), so both measure the same
-# library. Environment: GPUS (default: all), MIN_BYTES (8), MAX_BYTES (4G), FACTOR (2), ITERS (20), WARMUP (5),
+# nccl-tests is built by `hack/install-workload.sh nccl-tests` (as the workload image builds it, incrementally in
+# NCCL_TESTS_SRC/build), linked against the NCCL that torch uses (the nvidia-nccl pip package), so both measure
+# the same library; that folder is also what `gpu-acceptance local --nccl-tests` takes.
+# Environment: GPUS (default: all), MIN_BYTES (8), MAX_BYTES (4G), FACTOR (2), ITERS (20), WARMUP (5),
 # COLLECTIVES (all six), RUNS (3: each size is compared at the median of the runs), CUDA_GRAPHS=1 to run
 # both with CUDA graphs at every size (nccl-tests -G 1, ours --cuda-graphs always); by default nccl-tests
 # launches eagerly and ours as a cluster run does (CUDA graphs below 64 MiB, eager above, median of 3 windows).
@@ -25,34 +27,14 @@ log() { printf '[compare] %s\n' "$*" >&2; }
 # nccl-tests' K/M/G are binary (1G = 2^30); ours follow Kubernetes (G = 10^9, Gi = 2^30).
 binary() { case $1 in *[KMG]) echo "${1}i" ;; *) echo "$1" ;; esac; }
 
-cuda_home=${CUDA_HOME:-/usr/local/cuda}
-command -v nvcc >/dev/null || [ -x "$cuda_home/bin/nvcc" ] ||
-  { log "nvcc not found (CUDA_HOME=$cuda_home): nccl-tests cannot be built here"; exit 2; }
-
-# The NCCL torch loads: headers and library from the nvidia-nccl wheel (libnccl.so.2, no unversioned link).
-nccl_home=$("$python" - <<'PY'
-import importlib.util, os, sys
-spec = importlib.util.find_spec("nvidia.nccl")
-if spec is None or not spec.submodule_search_locations:
-    sys.exit("the nvidia-nccl pip package is not installed: set NCCL_HOME to an NCCL with include/ and lib/")
-print(list(spec.submodule_search_locations)[0])
-PY
-) || true
-nccl_home=${NCCL_HOME:-$nccl_home}
-[ -f "$nccl_home/include/nccl.h" ] || { log "no nccl.h under $nccl_home/include; set NCCL_HOME"; exit 2; }
-# nccl-tests' Makefile links with -L$(NCCL_HOME)/lib -lnccl and appends to NVLDFLAGS (setting NVLDFLAGS on
-# make's command line would replace its -lnccl): give it an NCCL_HOME whose lib/ has the unversioned name.
-link_home=$(mktemp -d)
-ln -s "$nccl_home/include" "$link_home/include"
-mkdir -p "$link_home/lib"
-ln -s "$nccl_home/lib/libnccl.so.2" "$link_home/lib/libnccl.so"
-ln -s "$nccl_home/lib/libnccl.so.2" "$link_home/lib/libnccl.so.2"
+# Built by the image's own step from the source tree you bring (MPI=0, against the NCCL torch loads: the
+# nvidia-nccl wheel, or NCCL_HOME), for this machine's GPUs only.
 arch=$("$python" -c 'import torch; m, n = torch.cuda.get_device_capability(0); print(f"{m}{n}")')
-
-log "building nccl-tests in $src against $nccl_home (sm_$arch)"
-make -C "$src" -j"$(nproc)" MPI=0 CUDA_HOME="$cuda_home" NCCL_HOME="$link_home" \
-  NVCC_GENCODE="-gencode=arch=compute_$arch,code=sm_$arch" >"$out/nccl-tests-build.log" 2>&1 ||
+log "building nccl-tests in $src (sm_$arch) with hack/install-workload.sh nccl-tests"
+PYTHON="$python" NVCC_GENCODE="-gencode=arch=compute_$arch,code=sm_$arch" NCCL_TESTS_BUILDDIR="$src/build" \
+  bash "$repo/hack/install-workload.sh" nccl-tests "$src/build" "$src" 2>"$out/nccl-tests-build.log" ||
   { tail -30 "$out/nccl-tests-build.log" >&2; log "build failed"; exit 2; }
+nccl_home=$(PYTHON="$python" bash "$repo/hack/install-workload.sh" nccl-home)
 export LD_LIBRARY_PATH="$nccl_home/lib:${LD_LIBRARY_PATH:-}"
 
 graphs_flag=() ours_graphs=()

@@ -7,13 +7,25 @@
 #   hack/install-workload.sh python SRC   the gpu-acceptance distribution with its "workload" extra into $PYTHON
 #                                         (default python3; torch already in the base image is kept), then
 #                                         `python -m acceptance_workload --check-install --rdma` (with --mpi when
-#                                         mpirun is installed) so a build with a missing piece fails here
+#                                         mpirun is installed, --nccl-tests when GPU_ACCEPTANCE_NCCL_TESTS_DIR is
+#                                         set, as in the image) so a build with a missing piece fails here
+#   hack/install-workload.sh nccl-tests OUT [SRC]
+#                                         NVIDIA nccl-tests (checks.nccl.crossCheck) at the pinned tag, single
+#                                         process (MPI=0), built with nvcc against the NCCL torch loads (NCCL_HOME
+#                                         overrides); its six <collective>_perf binaries into OUT. SRC (or
+#                                         NCCL_TESTS_SRC): a source tree to build instead of cloning the tag.
+#                                         NVCC_GENCODE: the GPU architectures (default: nccl-tests' list for the
+#                                         CUDA version); NCCL_TESTS_BUILDDIR: keep the objects there (default: a
+#                                         temp folder). Dockerfile.workload runs it in its CUDA devel stage.
+#   hack/install-workload.sh nccl-home    prints that NCCL's folder (include/, lib/libnccl.so.2)
 #   hack/install-workload.sh --check      what `make workload-install-check` runs (no Docker engine in CI): stage
 #                                         the files the Dockerfile copies, run the python step into a throwaway
 #                                         venv that sees this machine's torch (--system-site-packages), with the
 #                                         RDMA packages unpacked (apt-get download, dpkg-deb -x: nothing installed
 #                                         on this machine) on LD_LIBRARY_PATH, and run the installed
-#                                         `gpu-acceptance local --cpu` from an empty folder
+#                                         `gpu-acceptance local --cpu` from an empty folder; with nvcc on the
+#                                         machine also the nccl-tests step (into a temp folder), whose binaries the
+#                                         install check then requires; without nvcc it says it skips them
 #
 # PIP_INSTALL_ARGS: pip's extra arguments; default --no-cache-dir (the image keeps no pip cache). --check reuses
 # the pip cache instead (the build backend, setuptools, comes from it), so that a re-run takes seconds.
@@ -26,6 +38,11 @@ RDMA_PACKAGES=(libibverbs1 ibverbs-providers librdmacm1)
 # What apt-get install pulls in for them on Debian/Ubuntu; --check unpacks these too (it installs nothing).
 RDMA_DEPENDENCIES=(libnl-3-200 libnl-route-3-200)
 APT_PACKAGES=(openmpi-bin openssh-server openssh-client "${RDMA_PACKAGES[@]}")
+# nccl-tests for the cross-check: a release pinned by tag and commit (a moved tag fails the build).
+NCCL_TESTS_REPO=https://github.com/NVIDIA/nccl-tests
+NCCL_TESTS_TAG=v2.19.6
+NCCL_TESTS_COMMIT=a0b82b2260cf5152b9f8c061bbf7eaf0ba096432
+NCCL_TESTS_BINARIES=(all_reduce_perf all_gather_perf reduce_scatter_perf alltoall_perf broadcast_perf sendrecv_perf)
 
 log() { printf '[install-workload] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -52,10 +69,80 @@ python_step() {
   [ -f "$src/pyproject.toml" ] || die "$src has no pyproject.toml"
   # shellcheck disable=SC2086  # PIP_INSTALL_ARGS is a list of words
   "$python" -m pip install --disable-pip-version-check ${PIP_INSTALL_ARGS---no-cache-dir} "${src}[workload]"
-  local mpi=()
+  local mpi=() nccl=()
   if command -v mpirun >/dev/null; then mpi=(--mpi); fi
-  (cd / && "$python" -m acceptance_workload --check-install --rdma "${mpi[@]}") ||
+  if [ -n "${GPU_ACCEPTANCE_NCCL_TESTS_DIR:-}" ]; then nccl=(--nccl-tests); fi
+  (cd / && "$python" -m acceptance_workload --check-install --rdma "${mpi[@]}" "${nccl[@]}") ||
     die "the installed workload is incomplete"
+}
+
+find_nvcc() {
+  command -v nvcc && return
+  local candidate=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+  [ -x "$candidate" ] && echo "$candidate"
+}
+
+# The NCCL torch loads: the nvidia-nccl wheel's folder (include/nccl.h, lib/libnccl.so.2), else $NCCL_HOME, else the
+# system's (a CUDA devel image's libnccl-dev: /usr/include/nccl.h and the libnccl.so.2 ld.so knows), linked into
+# one folder of that shape under $1 when given.
+nccl_home() {
+  local python=${PYTHON:-python3} home=${NCCL_HOME:-} lib
+  if [ -z "$home" ]; then
+    home=$("$python" -c 'import importlib.util as u; s = u.find_spec("nvidia.nccl"); print(list(s.submodule_search_locations)[0] if s and s.submodule_search_locations else "")' 2>/dev/null) || home=""
+  fi
+  if [ -z "$home" ] && [ -f /usr/include/nccl.h ]; then
+    lib=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 /{print $NF; exit}')
+    if [ -n "$lib" ] && [ -n "${1:-}" ]; then
+      mkdir -p "$1/system-nccl/lib"
+      ln -sf /usr/include "$1/system-nccl/include"
+      ln -sf "$lib" "$1/system-nccl/lib/libnccl.so.2"
+      home=$1/system-nccl
+    elif [ -n "$lib" ]; then
+      home=$(dirname "$(dirname "$lib")")  # for printing only
+    fi
+  fi
+  [ -n "$home" ] || die "no NCCL found: no nvidia-nccl package in $python (torch's NCCL), no NCCL_HOME, no /usr/include/nccl.h"
+  [ -f "$home/include/nccl.h" ] || [ -z "${1:-}" ] || die "no nccl.h under $home/include: set NCCL_HOME"
+  echo "$home"
+}
+
+nccl_tests() {
+  local out=${1:?usage: install-workload.sh nccl-tests OUT [SRC]} src=${2:-${NCCL_TESTS_SRC:-}} nvcc home work
+  nvcc=$(find_nvcc) || die "nvcc not found (PATH, CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}): nccl-tests needs a CUDA devel image"
+  work=$(mktemp -d "${TMPDIR:-/tmp}/nccl-tests.XXXXXX")
+  home=$(nccl_home "$work")
+  if [ -z "$src" ]; then
+    if ! command -v git >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git ca-certificates
+    fi
+    command -v git >/dev/null || die "git not found: install it, or pass an nccl-tests source tree (SRC)"
+    log "cloning nccl-tests $NCCL_TESTS_TAG"
+    git clone --quiet --depth 1 --branch "$NCCL_TESTS_TAG" "$NCCL_TESTS_REPO" "$work/src"
+    [ "$(git -C "$work/src" rev-parse HEAD)" = "$NCCL_TESTS_COMMIT" ] ||
+      die "nccl-tests $NCCL_TESTS_TAG is no longer commit $NCCL_TESTS_COMMIT: check the release, then update the pin"
+    src=$work/src
+  fi
+  [ -f "$src/src/common.h" ] || die "$src is not an nccl-tests source tree (no src/common.h)"
+  # nccl-tests links -L$(NCCL_HOME)/lib -lnccl: the wheel has only libnccl.so.2, so give it the unversioned name.
+  mkdir -p "$work/nccl/lib"
+  ln -s "$home/include" "$work/nccl/include"
+  ln -s "$home/lib/libnccl.so.2" "$work/nccl/lib/libnccl.so"
+  ln -s "$home/lib/libnccl.so.2" "$work/nccl/lib/libnccl.so.2"
+  local gencode=()
+  if [ -n "${NVCC_GENCODE:-}" ]; then gencode=("NVCC_GENCODE=$NVCC_GENCODE"); fi
+  log "building nccl-tests $(sed -n 's/^#define NCCL_TESTS_VERSION "\(.*\)"/\1/p' "$src/src/common.h") with $nvcc against $home"
+  local build=${NCCL_TESTS_BUILDDIR:-$work/build}  # a kept one makes a rebuild incremental
+  make -C "$src" -j"$(nproc)" MPI=0 CUDA_HOME="$(dirname "$(dirname "$nvcc")")" NCCL_HOME="$work/nccl" \
+    BUILDDIR="$build" "${gencode[@]}" >"$work/build.log" 2>&1 ||
+    { tail -30 "$work/build.log" >&2; die "nccl-tests build failed"; }
+  mkdir -p "$out"
+  for b in "${NCCL_TESTS_BINARIES[@]}"; do
+    [ -f "$build/$b" ] || die "the build made no $build/$b"
+    if [ "$(realpath "$build/$b")" = "$(realpath -m "$out/$b")" ]; then chmod 0755 "$out/$b"
+    else install -m 0755 "$build/$b" "$out/$b"; fi
+  done
+  rm -rf "$work"
+  log "nccl-tests: ${NCCL_TESTS_BINARIES[*]} in $out"
 }
 
 # The installed workload, not the checkout: run from an empty folder with no PYTHONPATH.
@@ -104,11 +191,21 @@ check() {
   local libdir  # every folder of the unpacked packages that holds a shared library (lib/ and usr/lib/ alike)
   libdir=$(find "$tmp/rdma" -name '*.so.*' -printf '%h\n' | sort -u | paste -sd:)
   [ -n "$libdir" ] || die "no shared libraries in the unpacked packages"
+  local nccl_tests=""
+  if find_nvcc >/dev/null; then
+    log "building nccl-tests (hack/install-workload.sh nccl-tests; the image's build stage does the same)"
+    PYTHON="$python" nccl_tests "$tmp/nccl-tests/bin"
+    nccl_tests="$tmp/nccl-tests/bin"
+  else
+    log "nvcc not found: skipping the nccl-tests build (the image builds it in its CUDA devel stage); the install" \
+      "check below runs without --nccl-tests"
+  fi
   log "creating a venv with $("$python" --version) and its site-packages (torch stands in for the base image's)"
   "$python" -m venv --system-site-packages "$tmp/venv"
   log "installing (hack/install-workload.sh python ${tmp}/src)"
   PYTHON="$tmp/venv/bin/python" PIP_INSTALL_ARGS=${PIP_INSTALL_ARGS:-} LD_LIBRARY_PATH="$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    bash "$tmp/src/hack/install-workload.sh" python "$tmp/src" >"$tmp/pip.log" 2>&1 ||
+    GPU_ACCEPTANCE_NCCL_TESTS_DIR="$nccl_tests" bash "$tmp/src/hack/install-workload.sh" python "$tmp/src" \
+    >"$tmp/pip.log" 2>&1 ||
     { cat "$tmp/pip.log" >&2; die "install failed"; }
   grep -E '^(ok|MISSING) ' "$tmp/pip.log" >&2 || true
   smoke "$tmp/venv" "$tmp/work"
@@ -118,7 +215,9 @@ check() {
 case "${1:-}" in
   system) system ;;
   python) python_step "$(cd "${2:-$repo}" && pwd)" ;;
+  nccl-tests) nccl_tests "${2:-}" "${3:-}" ;;
+  nccl-home) nccl_home ;;
   --check) check ;;
-  -h | --help | "") sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+  -h | --help | "") sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
   *) die "unknown step $1 (see --help)" ;;
 esac
