@@ -332,9 +332,9 @@ def judge_one(collective: Collective, node: str, ours: NcclSweep | None, run: Ru
     passed = deviation <= tolerance
     observed = (f"ours {our_bw:.2f} GB/s at {format_bytes(our_size)}, nccl-tests {their_bw:.2f} GB/s at "
                 f"{format_bytes(their_size)}, ratio {ratio:.3f}")
-    message = (f"{collective} on node {node}: best busbw at >= {format_bytes(floor)}: {observed}; "
-               f"{deviation:.1%} apart, " + (f"within {tolerance:.0%}" if passed else f"more than {tolerance:.0%}: "
-                                             "one of the two measures wrong (compare the sweep tables)"))
+    message = (f"{collective} on node {node}: best busbw at >= {format_bytes(floor)} {deviation:.1%} apart from "
+               "nccl-tests' on the same GPUs, " + (f"within {tolerance:.0%}" if passed else
+                                                   f"more than {tolerance:.0%}: the two do not measure the same"))
     return CheckResult(check="nccl", name=name, value=round(deviation, 4), unit="", threshold=tolerance,
                        comparison="le", passed=passed, message=message, node=node, observed=observed,
                        expected=f"within {tolerance:.0%} of nccl-tests")
