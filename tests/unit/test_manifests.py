@@ -608,6 +608,7 @@ def test_examples_cover_what_the_docs_promise():
     assert by_name["mpijob"].spec.backend == "MPIJob"
     assert (by_name["job"].spec.backend, by_name["jobset"].spec.backend) == ("Job", "JobSet")
     assert by_name["roce"].spec.network.fabric == "roce"
+    assert by_name["cross-check"].spec.checks.nccl.cross_check and by_name["cross-check"].spec.nodes == 1
 
 
 def test_rendered_yaml_has_no_anchors_or_aliases():

@@ -221,6 +221,23 @@ def test_a_cpu_smoke_run_compares_at_its_largest_size() -> None:
     assert cpu_smoke_checks(ChecksSpec()).nccl.thresholds.reference_bytes is None
 
 
+def test_local_takes_the_mode_from_the_flag_or_the_example() -> None:
+    import argparse
+
+    from acceptance_workload.local import build_config
+
+    def args(**kw) -> argparse.Namespace:
+        return argparse.Namespace(**{"cpu": False, "json": None, "file": None, "profile": "h100-sxm", "gpus": None,
+                                     "quick": False, "simulate_nodes": None, "nccl_tests": None, **kw})
+
+    assert not build_config(args(), 4).checks.nccl.cross_check
+    assert build_config(args(nccl_tests="build"), 4).checks.nccl.cross_check
+    example = build_config(args(file=str(REPO / "examples" / "cross-check.yaml"), quick=True), 4).checks
+    assert example.nccl.cross_check and not example.gpu.enabled and not example.ddp.enabled
+    assert example.nccl.cross_check_sizes() == [GIB]  # --quick: its sweep stops at the 1 GiB reference size
+    assert example.nccl.thresholds.cross_check_limit() == 0.1
+
+
 def local(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     manifest = tmp_path / "t.yaml"
     manifest.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    preflight: {enabled: false}\n"

@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,8 +246,6 @@ def run_one(collective: Collective, check: NcclCheck, gpus: int, timeout: float,
 
 def _free_cached_gpu_memory() -> None:
     """Our sweep's buffers stay in torch's cache; nccl-tests allocates its own on the same GPUs."""
-    import sys
-
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
