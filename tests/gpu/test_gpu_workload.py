@@ -140,3 +140,35 @@ def test_gpu_check_names_a_gpu_saturated_by_another_process(gpus: int, tmp_path:
     print(gpu_table(report))
     assert code == 1 and ("gemm_tflops_ratio_to_node_median", 1) in blamed, (blamed, gpu_table(report))
     assert all(gpu == 1 for _, gpu in blamed), (blamed, gpu_table(report))
+
+
+def test_cross_check_with_real_nccl_tests_agrees_on_every_collective(gpus: int, tmp_path: Path) -> None:
+    """checks.nccl.crossCheck with NVIDIA's binaries ($GPU_ACCEPTANCE_NCCL_TESTS_DIR, else .nccl-tests/build as
+    bench/compare_nccl_tests.sh builds them): every collective within the tolerance of nccl-tests."""
+    import os
+
+    from acceptance_workload import nccltests
+
+    folder = os.environ.get(nccltests.DIR_ENV) or str(REPO / ".nccl-tests" / "build")
+    assert (Path(folder) / "all_reduce_perf").exists(), (
+        f"no nccl-tests binaries in {folder}: set {nccltests.DIR_ENV} or run bench/compare_nccl_tests.sh first")
+    checks = ChecksSpec.model_validate({
+        "preflight": {"enabled": False}, "gpu": {"enabled": False}, "ddp": {"enabled": False},
+        "nccl": {"minBytes": "1Mi", "maxBytes": "1Gi", "stepFactor": 4, "crossCheck": True,
+                 "thresholds": {"referenceBytes": "256Mi"}},
+    })
+    config = WorkloadConfig.build(checks=checks, profile="custom", nodes=1, gpus_per_node=gpus, fabric="ethernet",
+                                  report_file=str(tmp_path / "r.json"))
+    previous = os.environ.get(nccltests.DIR_ENV)
+    os.environ[nccltests.DIR_ENV] = folder
+    try:
+        code = run_processes(config, gpus)
+    finally:
+        if previous is None:
+            os.environ.pop(nccltests.DIR_ENV)
+    report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
+    cross = [r for r in report.results if r.name.endswith(nccltests.RESULT_SUFFIX)]
+    assert len(cross) == 6, [r.message for r in cross]
+    assert all(r.passed and r.value is not None and r.value <= 0.1 for r in cross), [r.observed for r in cross]
+    assert all("nccl-tests" in (r.observed or "") for r in cross)
+    assert code == 0 and report.passed, (report.error, [r.message for r in report.results if not r.passed])
