@@ -27,7 +27,7 @@ from acceptance_operator.conditions import (
     TIMEOUT,
     RunState,
 )
-from acceptance_operator.rejudge import RunFacts, rejudge
+from acceptance_operator.rejudge import Rejudged, RunFacts, rejudge
 from acceptance_operator.verdict import regressions, report_for_generation, summarize, verdict_message
 
 KubeDict = dict[str, Any]
@@ -70,6 +70,9 @@ class Observation:
     run_id: str | None = None  # status.run.id: a report of another run of this generation is stale
     baseline: HistoryEntry | None = None  # spec.baseline's run, if any
     regression_tolerance: float = 5.0  # percent
+    # This run's report, already judged as its evidence was read (evidence_hooks.judged_report): judged as is,
+    # raw_report then has nothing. None: raw_report, a whole report (or none), is judged here.
+    judged: Rejudged | None = None
 
 
 def pod_nodes(pods: list[KubeDict]) -> frozenset[str]:
@@ -86,8 +89,10 @@ def _verdict(report: Report, obs: Observation) -> Assessment:
     """The operator's verdict on a report of this generation: judged again, and checked against the run."""
     if obs.run is None:
         return _failed(REPORT_REJECTED, "the operator has no record of the run to judge the report against")
-    facts = RunFacts(obs.run.config, obs.run.uid, pod_nodes(obs.pods))
-    judged = rejudge(report, facts)
+    return _judged_verdict(rejudge(report, RunFacts(obs.run.config, obs.run.uid, pod_nodes(obs.pods))), obs)
+
+
+def _judged_verdict(judged: Rejudged, obs: Observation) -> Assessment:
     report = judged.report
     summary = summarize(report)
     if judged.problems:
@@ -108,6 +113,8 @@ def _verdict(report: Report, obs: Observation) -> Assessment:
 
 def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     """The run's state; terminal outcomes say why, in-progress ones say what is awaited."""
+    if obs.judged is not None:
+        return _judged_verdict(obs.judged, obs)
     report, report_problem = report_for_generation(obs.raw_report, obs.generation, obs.enabled_checks, obs.run_id)
     job = obs.job
     state = diagnosis.job_state(job)

@@ -4,21 +4,24 @@ The builders (manifests.build_evidence, build_rbac) say what the objects are;
 acceptance_workload.evidence says what they hold and how a report is split and
 assembled. Here only the calls: an adopted Role or ConfigMap is renewed for the
 new run, the full report is assembled from status.report and exactly the
-ConfigMaps this run owns (never names the status part itself lists), and all
-of a test's evidence goes with the test.
+ConfigMaps this run owns (never names the status part itself lists), or, for
+the verdict, judged part by part as those ConfigMaps are read, and all of a
+test's evidence goes with the test.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from acceptance_workload.evidence import EVIDENCE_KEY, EvidenceError, StatusReport, assemble
+from acceptance_workload.evidence import EVIDENCE_KEY, EvidenceError, StatusReport, assemble, parts
 from acceptance_workload.report import Report
 from pydantic import ValidationError
 
 from acceptance_operator import manifests
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.kubeapi import Kube
+from acceptance_operator.rejudge import Rejudged, RunFacts, judge_parts
 from acceptance_operator.runs import report_run, run_of
 
 KubeDict = dict[str, Any]
@@ -63,13 +66,8 @@ def _failed(status: StatusReport, why: str) -> KubeDict:
                   error=f"the report's evidence cannot be used: {why}").to_wire()
 
 
-def full_report(k: Kube, test: AcceptanceTest, raw: Any) -> Any:
-    """The full report of this run (a wire dict), assembled from status.report and the run's evidence.
-
-    None without a report; a status part of another generation or run comes back as a
-    stub with that generation and run (it is ignored, and the status says why); an
-    unreadable one comes back as is (reading it fails, and the status says why).
-    """
+def _of_this_run(test: AcceptanceTest, raw: Any) -> StatusReport | Any:
+    """status.report as this run's status part; else what stands for it (see full_report)."""
     if not raw:
         return None
     try:
@@ -82,11 +80,47 @@ def full_report(k: Kube, test: AcceptanceTest, raw: Any) -> Any:
     expected = manifests.evidence_names(test)
     if status.evidence != expected:
         return _failed(status, f"it names ConfigMaps {status.evidence[:3]}..., this run's are {expected[:3]}...")
-    shards = {}
-    for name in expected:
+    return status
+
+
+def _reader(k: Kube, test: AcceptanceTest) -> Callable[[str], str | None]:
+    def read(name: str) -> str | None:
         cm = k.read("ConfigMap", test.metadata.namespace, name) or {}
-        shards[name] = (cm.get("data") or {}).get(EVIDENCE_KEY)
+        return (cm.get("data") or {}).get(EVIDENCE_KEY)
+    return read
+
+
+def full_report(k: Kube, test: AcceptanceTest, raw: Any) -> Any:
+    """The full report of this run (a wire dict), assembled from status.report and the run's evidence.
+
+    None without a report; a status part of another generation or run comes back as a
+    stub with that generation and run (it is ignored, and the status says why); an
+    unreadable one comes back as is (reading it fails, and the status says why).
+    """
+    status = _of_this_run(test, raw)
+    if not isinstance(status, StatusReport):
+        return status
+    read = _reader(k, test)
     try:
-        return assemble(status, shards).to_wire()
+        return assemble(status, {name: read(name) for name in status.evidence}).to_wire()
     except EvidenceError as e:
         return _failed(status, str(e))
+
+
+def judged_report(k: Kube, test: AcceptanceTest, raw: Any, facts: RunFacts) -> tuple[Any, Rejudged | None]:
+    """This run's report judged as the operator's verdict needs it, its evidence read one ConfigMap at a time.
+
+    (None, the judgement) for a status part of this run with its evidence
+    (rejudge.judge_parts, folded: a 1,000-node report is never whole in memory);
+    otherwise (what full_report gives, None): no report, a stub of another run,
+    an unreadable status part, or a report that cannot pass because its evidence
+    cannot be used, for assessment.assess to read.
+    """
+    status = _of_this_run(test, raw)
+    if not isinstance(status, StatusReport):
+        return status, None
+    try:
+        each = parts(status, _reader(k, test))
+        return None, judge_parts(next(each), each, facts, fold=True)
+    except EvidenceError as e:
+        return _failed(status, str(e)), None

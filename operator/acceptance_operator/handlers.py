@@ -47,7 +47,7 @@ from acceptance_operator.api import (
     SweepStatus,
     parse_test,
 )
-from acceptance_operator.assessment import Observation, Timing, assess, next_look
+from acceptance_operator.assessment import Observation, Timing, assess, next_look, pod_nodes
 from acceptance_operator.backends import BACKENDS, BackendSpec, backend_of, build_children
 from acceptance_operator.calm import RateLimit, describe_error
 from acceptance_operator.children import Children, SweepChildren
@@ -65,7 +65,7 @@ from acceptance_operator.kubeapi import Kube
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import describe, node_patch
 from acceptance_operator.policy import policy_problems
-from acceptance_operator.rejudge import RunFacts
+from acceptance_operator.rejudge import Rejudged, RunFacts, run_problems
 from acceptance_operator.settings import KOPF_WORKERS, OperatorSettings, configure_kopf
 from acceptance_operator.verdict import measured_nodes
 from acceptance_operator.workqueue import WorkQueue, start_workers
@@ -674,7 +674,7 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
         if outcome.state.terminal and (outcome.report is None or outcome.state.reason == REPORT_REJECTED):
             # The job and pods decide, and the watches may lag: confirm with the API server before the run ends.
             # (A report decides with the pods' nodes only: those are read afresh before it is rejected.)
-            observation = _observe(k, test, status, fresh=True)
+            observation = _observe(k, test, status, fresh=True, judged=observation.judged)
             outcome = assess(observation, now, _timing())
     except ApiException as e:
         # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout.
@@ -710,11 +710,14 @@ def _timing() -> Timing:
     return Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds)
 
 
-def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) -> Observation:
+def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
+             judged: Rejudged | None = None) -> Observation:
     """The run as the watches last showed it (fresh=False), or as the API server has it now (fresh=True).
 
     A job the watches have not shown yet (just created, or the operator may not
-    watch jobs) is read from the API server either way.
+    watch jobs) is read from the API server either way. `judged`: the report as
+    an earlier look at the same status judged it; only its fit to the run's pods
+    is judged again (a large report's evidence is read once per look at most).
     """
     namespace, backend, job_name = test.metadata.namespace, test.spec.backend, manifests.job_name(test)
     job = None if fresh else CHILDREN.job(namespace, backend, job_name)
@@ -728,6 +731,11 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) ->
     logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
     events = _scheduling_events(k, namespace, logger) if any(
         not (p.get("spec") or {}).get("nodeName") for p in pods) else []
+    facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods))
+    if judged is not None:
+        raw_report, judged = None, Rejudged(judged.report, run_problems(judged.report, facts))
+    else:
+        raw_report, judged = evidence_hooks.judged_report(k, test, status.get("report"), facts)
     return Observation(
         generation=manifests.generation_of(test),
         job_kind=backend,
@@ -735,12 +743,13 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool) ->
         timeout_seconds=test.spec.timeout_seconds,
         gpus_per_node=test.spec.gpus_per_node,
         start_time=parse_time(status.get("startTime")),
-        raw_report=evidence_hooks.full_report(k, test, status.get("report")),
+        raw_report=raw_report,
+        judged=judged,
         job=job,
         pods=pods,
         events=events,
         enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
-        run=RunFacts(manifests.build_workload_config(test), test.metadata.uid),
+        run=facts,
         nodes=_unready_nodes(k, pods, logger),
         run_id=runs.run_of(test).id,
         baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,

@@ -17,7 +17,7 @@ Pure: no Kubernetes calls; the handlers pass in what they read.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from acceptance_workload import localize, nccltests
@@ -27,7 +27,7 @@ from acceptance_workload.ddp import MIN_LOSS_DECREASE
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
 from acceptance_workload.gpubench import Metric as GpuMetric
 from acceptance_workload.preflight import version_tuple
-from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, Report, judge
+from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, DdpRank, Report, judge
 from acceptance_workload.wire import parse_bytes
 
 from acceptance_operator.runs import report_run
@@ -61,7 +61,8 @@ class Context:
     """What a rule judges against: the operator's config, and the report's own measurements for relative rules."""
 
     config: WorkloadConfig
-    report: Report
+    report: Report  # whose environment and localisation rows the rules read: the whole report, or its job-wide part
+    results: list[CheckResult] | None = None  # where a node's other results are (its part); None: report.results
     _by_name: dict[tuple[str, str], dict[str, list[CheckResult]]] = field(default_factory=dict)
     _memo: dict[str, object] = field(default_factory=dict)
 
@@ -76,7 +77,7 @@ class Context:
         key = (check, name)
         if key not in self._by_name:
             index: dict[str, list[CheckResult]] = {}
-            for r in self.report.results:
+            for r in self.report.results if self.results is None else self.results:
                 if (r.check, r.name) == key and r.node:
                     index.setdefault(r.node, []).append(r)
             self._by_name[key] = index
@@ -344,10 +345,13 @@ def localization_due(report: Report, config: WorkloadConfig) -> bool:
                                              localize.inter_node_floor(check, config.nodes))
 
 
-def missing_required(report: Report, config: WorkloadConfig, nodes: Iterable[str]) -> list[CheckResult]:
-    """A failed result for each required one the report lacks (with a value or not)."""
-    present = {(r.check, r.name, r.node, r.gpu) for r in report.results}
-    present |= {(c, n, node, None) for c, n, node, _ in present}  # a per-node requirement is met by any GPU's
+Key = tuple[str, str, str | None, int | None]  # (check, name, node, gpu) of a result
+
+
+def missing_required(present: set[Key], report: Report, config: WorkloadConfig,
+                     nodes: Iterable[str]) -> list[CheckResult]:
+    """A failed result for each required one the report lacks (with a value or not); `present`: its results' keys."""
+    present = present | {(c, n, node, None) for c, n, node, _ in present}  # a per-node requirement: any GPU's
     out = []
     due = localization_due(report, config)
     for req in required_results(config, nodes, localized=due, pairs=report.localization is not None):
@@ -410,14 +414,61 @@ class Rejudged:
 
 
 def rejudge(report: Report, facts: RunFacts) -> Rejudged:
-    """Judge every result again, add the required results the report lacks, check the report fits the run."""
-    context = Context(facts.config, report)
+    """Judge every result again, add the required results the report lacks, check the report fits the run.
+
+    The whole report comes back judged (what `gpu-acceptance report` shows); the
+    report passed in is left as it is.
+    """
+    return judge_parts(report, (), facts)
+
+
+def judge_parts(job: Report, parts: Iterable[Report], facts: RunFacts, *, fold: bool = False) -> Rejudged:
+    """rejudge() of a report read in parts: the job-wide part, then the nodes' parts (evidence.parts), each judged
+    as it comes, so only one part is ever whole in memory.
+
+    Every result of a node is in its node's part (evidence.parts makes sure), so a
+    rule that compares a GPU with its node finds the node there; the job-wide
+    part has the environment and the localisation rows. fold=True keeps what the
+    verdict needs and lets the rest go: every failed and every job-wide result as
+    judged, the DDP ranks (the headline's fallback), and for the passed results of
+    a node one shared stand-in per check, which counts each of them in the tally
+    and names its node (the NCCL sweeps and per-GPU rows of the nodes' parts are
+    not kept). The 1,000-node report of a sweep's inter-node test is ~160,000
+    results; whole, as pydantic models, ~300 MB.
+    """
+    results: list[CheckResult] = []
+    present: set[Key] = set()
+    ranks: list[DdpRank] = []
+    standins: dict[tuple[str, str], CheckResult] = {}
+    for part in _chain(job, parts):
+        context = Context(facts.config, job, part.results)
+        for result in part.results:
+            judged = judge_result(result, context)
+            present.add((judged.check, judged.name, judged.node, judged.gpu))
+            if fold and judged.passed and judged.node is not None:
+                judged = standins.setdefault((judged.check, judged.node), _standin(judged))
+            results.append(judged)
+        if part is not job and part.ddp is not None:
+            ranks += part.ddp.ranks
+    ddp = job.ddp.model_copy(update={"ranks": [*job.ddp.ranks, *ranks]}) if job.ddp is not None and ranks \
+        else job.ddp
     # A shallow copy with new results: the sweeps and environment are read, never changed (a deep copy of a
     # 1,000-node report's sweeps would cost seconds).
-    judged = report.model_copy(update={
-        "results": [judge_result(r, context) for r in report.results],
+    report = job.model_copy(update={
+        "results": results, "ddp": ddp,
         "checks_run": [c for c in CHECK_NAMES if getattr(facts.config.checks, c).enabled]})
-    nodes = judged.environment.hostnames or sorted({r.node for r in judged.results if r.node})
-    judged.results += missing_required(judged, facts.config, nodes)
-    judged.finalize()
-    return Rejudged(judged, run_problems(report, facts))
+    nodes = report.environment.hostnames or sorted({r.node for r in results if r.node})
+    report.results += missing_required(present, report, facts.config, nodes)
+    report.finalize()
+    return Rejudged(report, run_problems(report, facts))
+
+
+def _chain(job: Report, parts: Iterable[Report]) -> Iterator[Report]:
+    yield job
+    yield from parts
+
+
+def _standin(result: CheckResult) -> CheckResult:
+    """What the verdict keeps of a node's passed results of one check: that they passed, and where."""
+    return CheckResult(check=result.check, name="passed", value=None, comparison="info", passed=True,
+                       node=result.node, message="passed results of this check on this node, folded")

@@ -119,3 +119,82 @@ def test_missing_evidence_fails_and_another_generation_is_only_a_stub():
     k = Kube(shards)
     assert evidence_hooks.full_report(k, a_test(), old.to_wire()) == {"generation": 1} and not k.read_names
     assert evidence_hooks.full_report(k, a_test(), None) is None
+
+
+def _faulty(nodes: int = 20) -> tuple[Report, dict[str, str]]:
+    """A 20-node report (3 node shards) with a node short of a GPU, a slow GPU and a node missing a result."""
+    report, _, _ = delivered(nodes)
+    names = sorted({r.node for r in report.results if r.node})
+    for r in report.results:
+        if (r.name, r.node) == ("gpu_count", names[3]):
+            r.value = 7.0
+        if (r.name, r.node, r.gpu) == ("gemm_tflops", names[17], 5):
+            r.value = 300.0  # below the floor, and half its node's median
+    report.results = [r for r in report.results if (r.name, r.node) != ("node_all_reduce_busbw", names[11])]
+    status, shards = split(report, evidence_names(a_test(nodes)))
+    return report, {"status": status.to_wire(), **shards}
+
+
+def test_the_verdict_judges_the_evidence_part_by_part_as_the_whole_report_would():
+    """What the operator concludes from a report read one ConfigMap at a time, keeping only what the verdict needs,
+    is what judging the assembled report gives: verdict, counts, headline, message, blamed and measured nodes."""
+    from acceptance_operator.rejudge import RunFacts, rejudge
+    from acceptance_operator.verdict import measured_nodes, summarize, verdict_message
+
+    test = a_test(20)
+    facts = RunFacts(manifests_config(test), "u", None)
+    _, delivery = _faulty()
+    status = delivery.pop("status")
+    raw, judged = evidence_hooks.judged_report(Kube(delivery), test, status, facts)
+    whole = rejudge(Report.model_validate(evidence_hooks.full_report(Kube(delivery), test, status)), facts)
+    assert raw is None and judged is not None and judged.problems == whole.problems == []
+    assert summarize(judged.report) == summarize(whole.report)
+    assert summarize(judged.report).failed == 4 and len(summarize(judged.report).failed_nodes) == 3  # gemm: 2
+    assert verdict_message(judged.report) == verdict_message(whole.report)
+    assert measured_nodes(judged.report) == measured_nodes(whole.report)
+    # Folded: the failures and the job-wide results as judged, one stand-in per check and node for the rest.
+    kept = {id(r) for r in judged.report.results}
+    assert len(judged.report.results) == len(whole.report.results) > 20 * 100
+    assert len(kept) <= 4 + sum(1 for r in whole.report.results if r.node is None) + 4 * 20
+    assert all(s.scope == "job" for s in judged.report.nccl) and not (judged.report.gpu and judged.report.gpu.rows)
+
+
+def test_the_verdict_reads_the_evidence_one_configmap_at_a_time():
+    from acceptance_workload.evidence import StatusReport, parts
+
+    _, status, shards = delivered(20)
+    k = Kube(shards)
+    each = parts(StatusReport.model_validate(status.to_wire()), lambda name: k.read("ConfigMap", "ns", name)
+                 and shards[name])
+    assert next(each).results and k.read_names == ["t-evidence-job"]
+    next(each)
+    assert k.read_names == ["t-evidence-job", "t-evidence-0"]
+
+
+def test_a_nodes_results_spread_over_two_configmaps_are_refused():
+    """A GPU is judged against the rest of its node, found in the node's own ConfigMap: a report that puts one of
+    a node's results into another ConfigMap (to be compared with nothing) cannot pass."""
+    from acceptance_operator.rejudge import RunFacts
+
+    test = a_test(20)
+    _, delivery = _faulty()
+    status = delivery.pop("status")
+    first, second = Report.model_validate_json(delivery["t-evidence-0"]), Report.model_validate_json(
+        delivery["t-evidence-1"])
+    moved = next(r for r in first.results if r.name == "gemm_tflops")
+    first.results.remove(moved)
+    second.results.append(moved)
+    delivery.update({"t-evidence-0": first.model_dump_json(by_alias=True),
+                     "t-evidence-1": second.model_dump_json(by_alias=True)})
+    raw, judged = evidence_hooks.judged_report(Kube(delivery), test, status, RunFacts(manifests_config(test), "u"))
+    refused = Report.model_validate(raw)
+    assert judged is None and not refused.verdict()
+    assert f"t-evidence-0 and t-evidence-1 both hold results of node {moved.node}" in (refused.error or "")
+    full = Report.model_validate(evidence_hooks.full_report(Kube(delivery), test, status))
+    assert "both hold results" in (full.error or "")
+
+
+def manifests_config(test: AcceptanceTest) -> WorkloadConfig:
+    from acceptance_operator.manifests import build_workload_config
+
+    return build_workload_config(test)
