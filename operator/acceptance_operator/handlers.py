@@ -47,7 +47,15 @@ from acceptance_operator.api import (
     SweepStatus,
     parse_test,
 )
-from acceptance_operator.assessment import Observation, Timing, assess, next_look, pod_nodes
+from acceptance_operator.assessment import (
+    Assessment,
+    Observation,
+    Timing,
+    adopted_verdict,
+    assess,
+    next_look,
+    pod_nodes,
+)
 from acceptance_operator.backends import BACKENDS, BackendSpec, backend_of, build_children
 from acceptance_operator.calm import RateLimit, describe_error
 from acceptance_operator.children import Children, SweepChildren
@@ -55,6 +63,7 @@ from acceptance_operator.conditions import (
     BACKEND_NOT_INSTALLED,
     BEFORE_JOB,
     INVALID_SPEC,
+    REPORT_MISSING,
     REPORT_REJECTED,
     TIMEOUT,
     RunState,
@@ -387,7 +396,7 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return
     if ownership.needs_adoption(obj):
-        _adopt(k, obj, logger)
+        _adopt(k, obj, now, logger)
     _undo_foreign_writes(k, obj, logger)
     status = obj.get("status") or {}
     generation = obj["metadata"].get("generation") or 1
@@ -473,8 +482,12 @@ def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) 
     return deleted
 
 
-def _adopt(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
-    """A status from before the operator kept its record (an upgrade): record what can stand (ownership.adopted)."""
+def _adopt(k: Kube, obj: KubeDict, now: datetime, logger: logging.Logger) -> None:
+    """A status from before the operator kept its record (an upgrade): record what can stand (ownership.adopted).
+
+    A finished verdict whose job has ended is judged again (assessment.adopted_verdict), and this version's
+    verdict recorded (_rejudged).
+    """
     meta, status = obj["metadata"], obj.get("status") or {}
     namespace, name = meta["namespace"], meta["name"]
     job_ref = status.get("job") or {}
@@ -483,7 +496,9 @@ def _adopt(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
     if claimed and job_ref.get("kind") in BACKENDS and job_ref.get("name"):
         job = k.get_job(job_ref["kind"], namespace, job_ref["name"])
     ended = job is None or diagnosis.job_state(job).finished
-    recorded = ownership.adopted(obj, ended)
+    test = _adopted_test(obj) if claimed and ended else None
+    outcome = adopted_verdict(_observe(k, test, status, fresh=True), status.get("phase")) if test else None
+    recorded = ownership.adopted(obj, keep_verdict=claimed and ended and test is not None and outcome is None)
     observed = recorded.get("observedGeneration")
     if recorded.get("run") is None and isinstance(observed, int):
         # Its generation's first run (the job <name>-g<generation>), with the rerun value it carries now: a
@@ -495,19 +510,61 @@ def _adopt(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
     if restore is not None:  # our own adoption (the note, or the dropped verdict): not a foreign write
         k.patch_test_status(namespace, name, restore)
         obj["status"] = {**status, **restore}
+    was = f"verdict {status.get('phase')}"
+    stands = True  # the event is a warning where the adopted status does not stand as it was
     if not claimed:
         message = (f"run in progress ({status.get('phase') or 'no phase'}) adopted from an operator version that "
                    "kept no record of the status; followed from here")
-    elif ended:
-        message = (f"verdict {status.get('phase')} adopted as written by an operator version that kept no record "
-                   "of the status (its job has ended); not re-judged, not re-run: change the spec or give the "
-                   "rerun annotation a new value to run it again")
+    elif not ended:
+        stands, message = False, (f"the status said {status.get('phase')}, but {job_ref['kind']} {job_ref['name']} "
+                                  "has not ended: that verdict is dropped and the run followed to its own")
+    elif test is None:
+        stands, message = False, (f"{was}, adopted from an operator version that kept no record of the status, "
+                                  "cannot be judged again: the spec is invalid (the run ends as InvalidSpec)")
+    elif outcome is None:
+        message = (f"{was} ({_reason(status)}) adopted as written by an operator version that kept no record of the "
+                   "status: it has no report to judge again (a failure claims nothing); not re-run: change the spec "
+                   "or give the rerun annotation a new value to run it again")
     else:
-        message = (f"the status said {status.get('phase')}, but {job_ref['kind']} {job_ref['name']} has not ended: "
-                   "that verdict is dropped and the run followed to its own")
+        stands = outcome.state.phase == status.get("phase")
+        message = _rejudged(k, obj, test, outcome, status, now, logger)
     logger.info("%s/%s: %s", namespace, name, message)
-    tell = kopf.warn if claimed and not ended else kopf.info
-    tell(obj, reason="StatusAdopted", message=message)
+    (kopf.info if stands else kopf.warn)(obj, reason="StatusAdopted", message=message)
+
+
+def _adopted_test(obj: KubeDict) -> AcceptanceTest | None:
+    """The adopted verdict's test on its generation's first run; None when its spec cannot be read."""
+    try:
+        test = _effective(parse_test(obj))
+    except ValidationError:
+        return None
+    generation = obj["metadata"].get("generation") or 1
+    return runs.with_run(test, runs.first_run(generation, _rerun(obj)))
+
+
+def _reason(status: KubeDict) -> str:
+    succeeded = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") ==
+                      "Succeeded"), {})
+    return str(succeeded.get("reason") or "no reason")
+
+
+def _rejudged(k: Kube, obj: KubeDict, test: AcceptanceTest, outcome: Assessment, status: KubeDict, now: datetime,
+              logger: logging.Logger) -> str:
+    """Record this version's verdict on an adopted run, ended when its `status` (as adopted) said (the run is not
+    re-run, and the nodes of a run this version did not follow are left alone); what the StatusAdopted event says."""
+    was, state = status.get("phase"), outcome.state
+    unchecked = state.reason == REPORT_MISSING  # no report to judge (a judged report never ends so)
+    if not unchecked:
+        state = RunState(state.phase, state.reason, f"{state.message} {ownership.REJUDGED_NOTE}")
+    ended = parse_time(status.get("completionTime")) or now
+    _conclude(k, obj, test, state, now=now, summary=outcome.summary, report=outcome.report, ended=ended,
+              act_on_nodes=False, logger=logger)
+    if unchecked:
+        return (f"verdict {was} adopted from an operator version that kept no record of the status is not trusted: "
+                f"{state.message}; recorded as {state.phase} ({state.reason})")
+    verdict = "confirmed" if state.phase == was else f"now {state.phase}"
+    return (f"verdict {was} adopted from an operator version that kept no record of the status and judged again "
+            f"from its report: {verdict} ({state.reason}: {ownership.clip_message(state.message, 1000)})")
 
 
 def _after_run(obj: KubeDict, test: AcceptanceTest) -> float | None:
@@ -807,9 +864,15 @@ def _conclude(
     report: Report | None = None,
     stop_job: bool = False,
     sweep_status: SweepStatus | None = None,
+    ended: datetime | None = None,
+    act_on_nodes: bool = True,
     logger: logging.Logger = log,
 ) -> None:
-    """End the run: stop what still runs, drop the workload's write access, record the verdict, tell."""
+    """End the run: stop what still runs, drop the workload's write access, record the verdict, tell.
+
+    `ended`: when the run ended, if before now (an adopted run judged again); act_on_nodes=False leaves
+    spec.onFailure to runs this version followed.
+    """
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     status = obj.get("status") or {}
@@ -822,9 +885,10 @@ def _conclude(
     recorded = runs.current_run(status, run.generation)
     start = parse_time(status.get("startTime")) if recorded is not None and recorded.id == run.id else None
     summary = summary or Summary(result="Failed" if state.phase == "Failed" else "Passed")
-    entry = runs.history_entry(run, start or now, now, summary, state.reason)
+    end = ended or now
+    entry = runs.history_entry(run, start or end, end, summary, state.reason)
     history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
-    _write_status(k, obj, state, test, start_time=start or now, completion_time=now, summary=summary, now=now,
+    _write_status(k, obj, state, test, start_time=start or end, completion_time=end, summary=summary, now=now,
                   history=history, sweep_status=sweep_status)
     _begun.pop((namespace, name), None)  # a run that ended between the two steps of its start
 
@@ -836,10 +900,10 @@ def _conclude(
 
     METRICS.set_phase(namespace, name, state.phase)
     METRICS.set_headline(namespace, name, summary)
-    METRICS.record_run(state.phase == "Succeeded", (now - start).total_seconds() if start else None)
+    METRICS.record_run(state.phase == "Succeeded", (end - start).total_seconds() if start else None)
     if report is not None:
         METRICS.set_nodes(measured_nodes(report))
-    if state.phase == "Failed":
+    if state.phase == "Failed" and act_on_nodes:
         _act_on_nodes(k, obj, test, summary.failed_nodes)
 
 

@@ -15,13 +15,16 @@ leaves a record the next reconcile re-applies, never a status without one.
 
 Tests created before the operator kept a record (an upgrade) have owned status
 fields and no record. Their status may be the earlier operator's or anyone's
-who could patch the status, and this operator cannot tell which, so it adopts
-them without claiming more than it knows (`adopted`): a run in progress is
-recorded as it stands and followed from its job as any run; a finished verdict
-of the current generation is kept, not re-run, only where the run's own job
-agrees that it ended (the job is finished or gone), and its Succeeded
-condition says that it was adopted, not judged, by this version; a verdict the
-job contradicts (it still runs) is dropped and the run followed to its own.
+who could patch the status (the workload's token among them), and this
+operator cannot tell which, so it adopts them without claiming more than it
+knows (`adopted`): a run in progress is recorded as it stands and followed from
+its job as any run; a verdict the job contradicts (it still runs) is dropped
+and the run followed to its own. A finished verdict of the current generation
+whose job agrees that it ended (finished or gone) is not re-run but judged
+again: where the status has a report, the handler judges it as it judges any
+report and records its own verdict; where it has none, a Failed is kept as
+written (a failure claims nothing; its Succeeded condition says it was adopted,
+not judged) and a Succeeded does not stand (the handler records ReportMissing).
 """
 
 from __future__ import annotations
@@ -79,8 +82,11 @@ def restoration(obj: KubeDict) -> KubeDict | None:
     return changed or None
 
 
-ADOPTED_NOTE = ("(adopted from an operator version that kept no record of the status: not re-judged by this "
-                "version; change the spec or give the rerun annotation a new value to run the test again)")
+ADOPTED_NOTE = ("(adopted from an operator version that kept no record of the status: a failure without a report, "
+                "kept as written, not re-judged by this version; change the spec or give the rerun annotation a new "
+                "value to run the test again)")
+REJUDGED_NOTE = ("(the verdict of an operator version that kept no record of the status, judged again from its "
+                 "report by this version)")
 
 
 def needs_adoption(obj: KubeDict) -> bool:
@@ -95,17 +101,18 @@ def claims_finished(obj: KubeDict) -> bool:
     return status.get("phase") in TERMINAL_PHASES and status.get("observedGeneration") == generation
 
 
-def adopted(obj: KubeDict, job_ended: bool) -> KubeDict:
-    """The record to start from for a status without one; `job_ended`: the run's job is finished or gone.
+def adopted(obj: KubeDict, keep_verdict: bool) -> KubeDict:
+    """The record to start from for a status without one.
 
-    A finished verdict the job agrees with is kept, marked as adopted in its
-    Succeeded condition; one the job contradicts loses its verdict fields (the
-    run is followed again); a run in progress is kept as it stands.
+    A run in progress is kept as it stands. A finished verdict loses its verdict
+    fields (the run is followed again, or the handler records its own judgement)
+    unless `keep_verdict`; a kept one is marked as adopted in its Succeeded
+    condition. A Succeeded is never kept: only a judgement of this version passes.
     """
     kept = owned(obj.get("status") or {})
     if not claims_finished(obj):
         return kept
-    if not job_ended:
+    if not keep_verdict or kept.get("phase") == "Succeeded":
         return {**kept, "phase": None, "conditions": None, "completionTime": None, "summary": None}
     conditions = []
     for condition in kept.get("conditions") or []:

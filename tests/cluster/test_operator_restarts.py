@@ -172,7 +172,7 @@ def _as_before_the_record(cluster: Cluster, name: str) -> None:
     assert RECORD not in (cluster.get_test(name) or {})["metadata"].get("annotations", {})
 
 
-def test_upgrade_adopts_a_finished_verdict_without_a_record_and_does_not_rerun_it(
+def test_upgrade_judges_a_finished_verdict_without_a_record_again_and_does_not_rerun_it(
         cluster: Cluster, operator: OperatorProcess):
     cluster.create_test("run", {})
     cluster.wait_job("PyTorchJob", "run-g1")
@@ -183,14 +183,15 @@ def test_upgrade_adopts_a_finished_verdict_without_a_record_and_does_not_rerun_i
     cluster.server.request("DELETE", cluster.job_path("PyTorchJob", "run-g1"))  # its TTL has passed
     operator.start()
     event = cluster.wait_event("run", "StatusAdopted")
-    assert "verdict Succeeded adopted" in event[2] and "not re-judged" in event[2]
+    assert event[0] == "Normal" and "verdict Succeeded adopted" in event[2], event
+    assert "judged again from its report: confirmed (ChecksPassed" in event[2], event
     adopted = cluster.wait(lambda: ownership.record(cluster.get_test("run") or {}), "the operator's record")
     after = cluster.status("run")
     assert after["phase"] == adopted["phase"] == "Succeeded"
     assert {k: after.get(k) for k in ("startTime", "completionTime", "summary", "job", "observedGeneration")} == {
         k: finished.get(k) for k in ("startTime", "completionTime", "summary", "job", "observedGeneration")}
     message = cluster.condition("run", "Succeeded")["message"]
-    assert message.endswith(ownership.ADOPTED_NOTE), message
+    assert message.endswith(ownership.REJUDGED_NOTE), message
     # Not re-run, and from now on the record decides: a foreign write is put back.
     cluster.create_test("witness", {})
     cluster.wait_job("PyTorchJob", "witness-g1")
@@ -198,6 +199,70 @@ def test_upgrade_adopts_a_finished_verdict_without_a_record_and_does_not_rerun_i
     assert [r for _, r, _ in cluster.events("run")].count("RunStarted") == 1
     cluster.patch_status("run", {"phase": "Failed"})
     cluster.wait(lambda: cluster.status("run")["phase"] == "Succeeded", "the forged phase to be put back")
+
+
+def _forge_before_the_upgrade(cluster: Cluster, name: str, phase: str) -> None:
+    """A verdict in the status as anyone who may patch the status can write it (the workload's token among
+    them), on a test from before the operator's record, whose job has ended and gone."""
+    cluster.patch_status(name, {"phase": phase, "completionTime": now_ts(), "summary": {
+        "result": "Passed" if phase == "Succeeded" else "Failed", "passed": 1, "total": 1, "allReduceBusbwGBps": 999},
+        "conditions": [{"type": "Succeeded", "status": str(phase == "Succeeded"), "reason": "ChecksPassed",
+                        "message": "forged", "lastTransitionTime": now_ts()}]})
+    _as_before_the_record(cluster, name)
+    cluster.server.request("DELETE", cluster.job_path("PyTorchJob", f"{name}-g1"))
+
+
+def test_upgrade_judges_a_forged_verdict_again_and_fails_its_report_naming_why(
+        cluster: Cluster, operator: OperatorProcess):
+    """Issue 8's forgery from before the operator kept its record: a Succeeded over a report below its threshold
+    (which claims to pass) does not survive the upgrade."""
+    cluster.create_test("run", {})
+    cluster.wait_job("PyTorchJob", "run-g1")
+    cluster.wait_phase("run", "Pending")
+    operator.kill()
+    cluster.write_report("run", report(1, passed=False))  # all_reduce busbw 120 GB/s, "passed": true
+    _forge_before_the_upgrade(cluster, "run", "Succeeded")
+    operator.start()
+    event = cluster.wait_event("run", "StatusAdopted")
+    assert event[0] == "Warning" and "judged again from its report: now Failed (ChecksFailed" in event[2], event
+    status = cluster.wait_phase("run", "Failed")
+    condition = cluster.condition("run", "Succeeded")
+    assert (condition["status"], condition["reason"]) == ("False", "ChecksFailed")
+    assert "nccl/all_reduce_busbw: 120 <" in condition["message"], condition
+    assert condition["message"].endswith(ownership.REJUDGED_NOTE)
+    assert status["summary"]["result"] == "Failed" and status["summary"].get("allReduceBusbwGBps") == 120
+    assert [(e["id"], e["result"]) for e in status["history"]] == [("g1", "Failed")]
+    assert ownership.record(cluster.get_test("run") or {})["phase"] == "Failed"
+    assert cluster.job_names("PyTorchJob") == [] and [r for _, r, _ in cluster.events("run")].count("RunStarted") == 1
+    cluster.patch_status("run", {"phase": "Succeeded"})  # and from now on the record decides
+    cluster.wait(lambda: cluster.status("run")["phase"] == "Failed", "the forged phase to be put back")
+
+
+def test_upgrade_does_not_trust_a_succeeded_without_a_report(cluster: Cluster, operator: OperatorProcess):
+    """Nothing to judge: the adopted Succeeded fails closed as ReportMissing, saying how to run the test again;
+    a Failed without a report stands as written."""
+    cluster.create_test("run", {})
+    cluster.create_test("broken", {})
+    cluster.wait_job("PyTorchJob", "run-g1")
+    cluster.wait_job("PyTorchJob", "broken-g1")
+    cluster.wait_phase("run", "Pending")
+    cluster.wait_phase("broken", "Pending")
+    operator.kill()
+    _forge_before_the_upgrade(cluster, "run", "Succeeded")
+    _forge_before_the_upgrade(cluster, "broken", "Failed")
+    operator.start()
+    event = cluster.wait_event("run", "StatusAdopted")
+    assert event[0] == "Warning" and "could not be checked" in event[2] and "Failed (ReportMissing)" in event[2]
+    assert "gpu-acceptance.io/rerun" in event[2], event
+    cluster.wait_phase("run", "Failed")
+    condition = cluster.condition("run", "Succeeded")
+    assert condition["reason"] == "ReportMissing" and "could not be checked" in condition["message"]
+    assert cluster.status("run")["summary"]["result"] == "Failed"
+    kept = cluster.wait_event("broken", "StatusAdopted")
+    assert kept[0] == "Normal" and "no report to judge again" in kept[2], kept
+    assert cluster.status("broken")["phase"] == "Failed"
+    assert cluster.condition("broken", "Succeeded")["message"] == f"forged {ownership.ADOPTED_NOTE}"
+    assert cluster.job_names("PyTorchJob") == []
 
 
 def test_upgrade_drops_a_verdict_its_job_contradicts_and_follows_the_run(cluster: Cluster, operator: OperatorProcess):

@@ -63,6 +63,12 @@ class FakeKube:
     def delete_job(self, backend: str, namespace: str, name: str) -> bool:
         return self.delete(backend, namespace, name)
 
+    def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        return []
+
+    def read(self, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.objects.get((kind, name))
+
 
 def stored(generation: int, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None):
     return {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
@@ -227,8 +233,10 @@ def test_the_echo_of_our_status_write_is_skipped_only_if_nothing_landed_meanwhil
 
 
 def test_an_adopted_verdict_is_recorded_as_its_generations_first_run_and_not_rerun(events):
-    """A status from before the record and before run ids; a rerun value set back then asks for nothing."""
+    """A status from before the record and before run ids; a rerun value set back then asks for nothing. Without
+    a report the Succeeded it says cannot be checked: it ends as ReportMissing, when the status said it ended."""
     status = {"phase": "Succeeded", "observedGeneration": 1, "job": {"kind": "PyTorchJob", "name": "run-g1"},
+              "startTime": "2024-12-31T10:00:00Z", "completionTime": "2024-12-31T11:00:00Z",
               "conditions": [{"type": "Succeeded", "status": "True", "reason": "ChecksPassed", "message": "ok"}],
               "summary": {"result": "Passed"}}
     k = FakeKube(stored(1, status=status))
@@ -237,8 +245,13 @@ def test_an_adopted_verdict_is_recorded_as_its_generations_first_run_and_not_rer
     assert k.test["status"]["run"] == {"id": "g1", "generation": 1, "attempt": 1, "trigger": "spec",
                                        "rerun": "before-the-upgrade"}
     assert handlers.is_finished(k.test) and not handlers._awaits_run(k.test)
-    assert k.objects == {}  # the job is gone, the verdict kept: nothing started
-    assert [reason for reason, _ in events] == ["StatusAdopted"]
+    assert k.objects == {}  # the job is gone: nothing started
+    assert k.test["status"]["phase"] == "Failed" and k.test["status"]["summary"]["result"] == "Failed"
+    assert (k.test["status"]["startTime"], k.test["status"]["completionTime"]) == (
+        "2024-12-31T10:00:00Z", "2024-12-31T11:00:00Z")
+    assert [(e["id"], e["reason"]) for e in k.test["status"]["history"]] == [("g1", "ReportMissing")]
+    assert [reason for reason, _ in events] == ["ReportMissing", "StatusAdopted"]
+    assert "could not be checked" in events[1][1] and "gpu-acceptance.io/rerun" in events[1][1]
     _rerun(k, "after-the-upgrade")
     handlers.reconcile(k, NS, NAME, NOW)
     assert k.test["status"]["run"]["id"] == "g1-r2" and ("PyTorchJob", "run-g1-r2") in k.objects

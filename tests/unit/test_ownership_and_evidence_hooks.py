@@ -36,19 +36,21 @@ def test_a_status_without_a_record_is_adopted_as_far_as_the_job_supports_it():
     assert ownership.needs_adoption(legacy) and ownership.claims_finished(legacy)
     assert not ownership.needs_adoption(with_record({"report": {"x": 1}}, recorded=None)), "a new test"
     assert not ownership.needs_adoption(with_record(OWNED)), "recorded already"
-    kept = ownership.adopted(legacy, job_ended=True)
+    kept = ownership.adopted(legacy, keep_verdict=True)  # a failure without a report to judge again
     assert kept["phase"] == "Failed" and kept["summary"] == OWNED["summary"]
     (condition,) = kept["conditions"]
     assert condition["message"] == f"x {ownership.ADOPTED_NOTE}" and condition["reason"] == "ChecksFailed"
-    dropped = ownership.adopted(legacy, job_ended=False)  # the job still runs: the verdict does not stand
+    dropped = ownership.adopted(legacy, keep_verdict=False)  # the job still runs, or the verdict is judged again
     assert (dropped["phase"], dropped["summary"], dropped["conditions"]) == (None, None, None)
     assert dropped["observedGeneration"] == 2
+    passed = with_record({**OWNED, "phase": "Succeeded", "summary": {"result": "Passed"}}, recorded=None)
+    assert ownership.adopted(passed, keep_verdict=True)["phase"] is None, "only a judgement of this version passes"
     # A run in progress, or a verdict of an earlier generation, is recorded as it stands (and followed or re-run).
     running = with_record({"phase": "Running", "observedGeneration": 2, "job": {"name": "t-g2"}}, recorded=None)
     assert not ownership.claims_finished(running)
-    assert ownership.adopted(running, job_ended=False) == ownership.owned(running["status"])
+    assert ownership.adopted(running, keep_verdict=False) == ownership.owned(running["status"])
     older = with_record(OWNED, recorded=None, generation=3)
-    assert ownership.adopted(older, job_ended=False) == ownership.owned(OWNED)
+    assert ownership.adopted(older, keep_verdict=False) == ownership.owned(OWNED)
 
 
 def test_foreign_fields_are_put_back_and_the_report_is_left_alone():
