@@ -93,6 +93,8 @@ def _verdict(report: Report, obs: Observation) -> Assessment:
 
 
 def _judged_verdict(judged: Rejudged, obs: Observation) -> Assessment:
+    """The verdict on a report the operator has judged (rejudge): rejected if it does not fit the run, else its
+    results, then the baseline."""
     report = judged.report
     summary = summarize(report)
     if judged.problems:
