@@ -19,9 +19,11 @@ Works under `gpu-acceptance operator` and under `kopf run -m acceptance_operator
 from __future__ import annotations
 
 import contextvars
+import copy
 import json
 import logging
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -107,6 +109,11 @@ _seen: dict[TestKey, str] = {}  # what of each test a reconcile depends on, as l
 # (run id, start time, job adopted, earlier runs stopped). Keyed by the run, not the generation: a rerun or a
 # schedule slot is a new run of the same generation.
 _begun: dict[TestKey, tuple[str, datetime, bool, list[str]]] = {}
+# A new test's body as its watch event brought it: the first reconcile starts its run from it, without a GET
+# (in a burst of creations every request before the jobs counts).
+_fresh: dict[TestKey, KubeDict] = {}
+# Deleted tests whose children are still to delete: their last body (its uid says which children are theirs).
+_gone: dict[TestKey, KubeDict] = {}
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
 # A job or pod change is looked at this much later, so the burst a controller writes (job Running, pod created,
 # pod Running) is one reconcile and one status write, not three.
@@ -196,8 +203,11 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
         SWEEPS.forget(namespace, label)
         _sweeping.discard(key)
         QUEUE.forget(key)
-        for memo in (_contexts, _failures, _own_writes, _seen, _begun):
+        for memo in (_contexts, _failures, _own_writes, _seen, _begun, _fresh):
             memo.pop(key, None)
+        METRICS.forget(namespace, name)
+        _gone[key] = copy.deepcopy(dict(body))
+        QUEUE.add(key)  # its children: see _delete_children
         return
     CHILDREN.know_test(namespace, label, name)
     _contexts[key] = (logger, contextvars.copy_context())
@@ -211,7 +221,12 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
         QUEUE.forget(key)
         return
-    QUEUE.add(key, urgent=_awaits_run(body))
+    urgent = _awaits_run(body)
+    if urgent:
+        _fresh[key] = copy.deepcopy(dict(body))
+    else:
+        _fresh.pop(key, None)
+    QUEUE.add(key, urgent=urgent)
 
 
 def _awaits_run(body: kopf.Body) -> bool:
@@ -293,27 +308,6 @@ def _child_changed(kind: str, event_type: str | None, body: kopf.Body) -> None:
         QUEUE.add_after(owner, CHILD_SETTLE_SECONDS)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, backoff=5)
-def on_delete(namespace: str, name: str, meta: KubeDict, body: KubeDict, **_: Any) -> None:
-    """Delete every child; in a real cluster ownerReferences do it too, but nothing relies on a GC running."""
-    with _lock_for(namespace, name):
-        k = kube()
-        shell = _shell(namespace, name, meta.get("generation"))
-        selector = f"{manifests.LABEL_TEST}={manifests.test_label_value(shell)}"
-        for backend in BACKENDS:
-            for job in k.list_jobs(backend, namespace, selector):  # type: ignore[arg-type]
-                k.delete_job(backend, namespace, job["metadata"]["name"])  # type: ignore[arg-type]
-        for obj in manifests.build_rbac(shell):
-            k.delete(obj["kind"], namespace, obj["metadata"]["name"])
-        evidence_hooks.delete_all(k, namespace, selector, evidence_hooks.names_of(body))
-        if (body.get("spec") or {}).get("sweep"):
-            for child in k.list_tests(namespace, f"{sweep.LABEL_SWEEP}={manifests.test_label_value(shell)}"):
-                k.delete_test(namespace, child["metadata"]["name"])
-        METRICS.forget(namespace, name)
-    with _locks_guard:
-        _locks.pop((namespace, name), None)
-
-
 def _work(key: TestKey) -> None:
     """One reconcile of a queued test, in the context of its last kopf event (for kopf's event posting)."""
     logger, context = _contexts.get(key, (log, None))
@@ -321,6 +315,43 @@ def _work(key: TestKey) -> None:
         reconcile_safely(key[0], key[1], logger)
     else:
         context.copy().run(reconcile_safely, key[0], key[1], logger)
+
+
+def _delete_children(k: Kube, body: KubeDict) -> None:
+    """Delete what a deleted test owned: its jobs, RBAC, evidence ConfigMaps and a sweep's child tests.
+
+    The operator keeps no finalizer on a test (no request of a burst of creations goes to one, and a test
+    never hangs in Terminating once the operator is gone): every child carries an ownerReference to its test,
+    so the cluster's garbage collector deletes them too; this makes it at once. Only objects owned by the
+    deleted test's uid go: a test created again under the same name keeps its own.
+    """
+    meta = body.get("metadata") or {}
+    namespace, name, uid = meta.get("namespace", ""), meta.get("name", ""), meta.get("uid")
+    if not uid:
+        return
+    shell = _shell(namespace, name, meta.get("generation"))
+    selector = f"{manifests.LABEL_TEST}={manifests.test_label_value(shell)}"
+    for backend in BACKENDS.values():
+        for job in k.list_jobs(backend.kind, namespace, selector):  # type: ignore[arg-type]
+            if manifests.owned_by(job, uid):
+                k.delete_job(backend.kind, namespace, job["metadata"]["name"], owner_uid=uid)  # type: ignore[arg-type]
+    for obj in manifests.build_rbac(shell):
+        _delete_owned(k, obj["kind"], namespace, obj["metadata"]["name"], uid)
+    evidence = k.list_configmaps(namespace, f"{selector},{manifests.LABEL_ROLE}={evidence_hooks.EVIDENCE_ROLE}")
+    for cm_name in sorted({*(cm["metadata"]["name"] for cm in evidence), *evidence_hooks.names_of(body)}):
+        _delete_owned(k, "ConfigMap", namespace, cm_name, uid)
+    if (body.get("spec") or {}).get("sweep"):
+        for child in k.list_tests(namespace, f"{sweep.LABEL_SWEEP}={manifests.test_label_value(shell)}"):
+            if manifests.owned_by(child, uid):
+                k.delete_test(namespace, child["metadata"]["name"])
+
+
+def _delete_owned(k: Kube, kind: str, namespace: str, name: str, uid: str) -> None:
+    """Delete a child of the deleted test by name: if that test owns it, or no test does (the workload may
+    have patched its evidence ConfigMap's owner away); never one a test of the same name owns now."""
+    existing = k.read(kind, namespace, name)
+    if existing is not None and manifests.test_owners(existing) <= {uid}:
+        k.delete(kind, namespace, name)
 
 
 def reconcile_safely(namespace: str, name: str, logger: logging.Logger = log) -> None:
@@ -392,7 +423,13 @@ def _effective(test: AcceptanceTest) -> AcceptanceTest:
 
 def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging.Logger = log) -> float | None:
     """Bring the test's run one step on; the seconds until the clock alone could change it (None: nothing ahead)."""
-    obj = k.get_test(namespace, name)
+    key = (namespace, name)
+    if key in _gone:
+        _delete_children(k, _gone[key])
+        _gone.pop(key, None)
+        if key not in _contexts:  # no test of that name seen since
+            return None
+    obj = _fresh.pop(key, None) or k.get_test(namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return
     if ownership.needs_adoption(obj):
@@ -685,7 +722,7 @@ def _create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: lis
     start, adopted = now, False
     for child in children:
         try:
-            created_obj, created = k.create(child)
+            created_obj, created = _create_own(k, child, test.metadata.uid)
         except ApiException as e:
             if e.status not in (400, 422):
                 raise
@@ -702,6 +739,26 @@ def _create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: lis
             adopted = True
             start = parse_time(created_obj.get("metadata", {}).get("creationTimestamp")) or now
     return start, adopted
+
+
+def _create_own(k: Kube, child: KubeDict, uid: str | None, attempts: int = 3) -> tuple[KubeDict, bool]:
+    """Create a child, or adopt the existing one unless another test owns it.
+
+    A test deleted and created again under its name before its children were deleted (the operator was
+    down) leaves children of the same names owned by the old uid: adopting them would follow the old run,
+    and the garbage collector deletes them anyway. They are deleted and created anew.
+    """
+    kind, namespace, name = child["kind"], child["metadata"]["namespace"], child["metadata"]["name"]
+    for attempt in range(attempts):
+        obj, created = k.create(child)
+        if created or not uid or manifests.test_owners(obj) <= {uid}:
+            return obj, created
+        if attempt == 0:
+            log.info("%s: %s %s belonged to an earlier test of this name; deleted to create this test's",
+                     namespace, kind, name)
+        k.delete(kind, namespace, name)
+        time.sleep(0.2 * (attempt + 1))
+    raise RuntimeError(f"{kind} {name} of an earlier test of this name is still being deleted; retrying")
 
 
 def _started_by(run: RunRef) -> str:

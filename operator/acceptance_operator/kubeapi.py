@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator.api import GROUP, KIND, PLURAL, VERSION, Backend
 from acceptance_operator.backends import BACKENDS, backend_of
+from acceptance_operator.manifests import owned_by
 
 KubeDict = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"
@@ -165,15 +166,21 @@ class Kube:
             raise
         return _json(answer).get("items", [])
 
-    def delete_job(self, backend: Backend, namespace: str, name: str) -> bool:
-        """Delete the job (its pods in the background) and what its backend created beside it, named like it."""
+    def delete_job(self, backend: Backend, namespace: str, name: str, owner_uid: str | None = None) -> bool:
+        """Delete the job (its pods in the background) and what its backend created beside it, named like it.
+
+        owner_uid: delete a companion only if that test owns it (a test re-created under the same name has a
+        job and companions of the same names).
+        """
         b = backend_of(backend)
         deleted = _ignore_missing(
             self.custom.delete_namespaced_custom_object, b.group, b.version, namespace, b.plural, name,
             propagation_policy="Background",
         )
         for kind in b.companions:
-            self.delete(kind, namespace, name)
+            companion = self.read(kind, namespace, name) if owner_uid else None
+            if owner_uid is None or (companion is not None and owned_by(companion, owner_uid)):
+                self.delete(kind, namespace, name)
         return deleted
 
     # children ---------------------------------------------------------------

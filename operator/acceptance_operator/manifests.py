@@ -178,6 +178,16 @@ def owner_references(test: AcceptanceTest) -> list[dict[str, Any]]:
              "controller": True}]
 
 
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    """Whether `obj` names the object of this uid among its owners (what the garbage collector goes by)."""
+    return any(o.get("uid") == uid for o in (obj.get("metadata") or {}).get("ownerReferences") or [])
+
+
+def test_owners(obj: dict[str, Any]) -> set[str]:
+    """The uids of the AcceptanceTests that own `obj` (none: nobody's, or its owner references were removed)."""
+    return {o.get("uid", "") for o in (obj.get("metadata") or {}).get("ownerReferences") or [] if o.get("kind") == KIND}
+
+
 def _metadata(test: AcceptanceTest, name: str, labels: dict[str, str]) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": test.metadata.namespace, "labels": labels}
     owners = owner_references(test)

@@ -107,23 +107,22 @@ class OperatorSettings:
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:
-    """Our finalizer and annotations under gpu-acceptance.io, no peering, events for explicit posts only."""
+    """Nothing of kopf's on the tests, no peering, events for explicit posts only.
+
+    The operator has only watch handlers (no create/update/delete handler), so kopf keeps no finalizer and no
+    last-handled annotation on a test. FINALIZER is named so that kopf removes the finalizer earlier versions
+    kept (a finalizer no handler needs is released on the next event of the test).
+    """
     import kopf
 
-    from acceptance_operator.diffbase import BoundedDiffBaseStorage
-
     settings.persistence.finalizer = FINALIZER
-    # Annotations only: status.kopf would be pruned by the CRD's structural schema.
+    # Annotations only, should a handler ever need progress: status.kopf would be pruned by the CRD's schema.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=ANNOTATION_PREFIX)
-    # Bounded: a large spec or annotations cannot overflow the object's annotations (see diffbase.py).
-    settings.persistence.diffbase_storage = BoundedDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
     settings.peering.standalone = True
     settings.posting.enabled = True
     settings.posting.level = logging.INFO
     settings.posting.reporting_component = "gpu-acceptance-operator"
-    # kopf's own threads run only the delete handler; the reconciles run on our workers (workqueue.py).
+    # kopf's own threads run no handler of ours; the reconciles run on our workers (workqueue.py).
     settings.execution.max_workers = KOPF_WORKERS
     # A watch that silently stalls (a dropped connection behind a load balancer) is restarted.
     settings.watching.server_timeout = 300

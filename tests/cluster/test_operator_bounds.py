@@ -210,10 +210,9 @@ def test_a_test_with_huge_annotations_and_spec_is_handled_and_deleted(cluster: C
     status = cluster.wait_phase("huge", "Failed", timeout=60)
     message = next(c for c in status["conditions"] if c["type"] == "Succeeded")["message"]
     assert message.startswith("spec: ") and "more than the 65536 a spec may have" in message
-    key = "gpu-acceptance.io/last-handled-configuration"
-    kopf_copy = cluster.wait(lambda: cluster.get_test("huge")["metadata"]["annotations"].get(key),
-                             "kopf's record of the handled spec", timeout=30)
-    assert len(kopf_copy) < 20_000
+    # kopf keeps no copy of spec and annotations on the object (the operator has no change handler): nothing
+    # can outgrow the annotations.
+    assert [k for k in cluster.get_test("huge")["metadata"]["annotations"] if "last-handled" in k] == []
     cluster.delete_test("huge")
     cluster.wait(lambda: cluster.get_test("huge") is None, "the test to be deleted", timeout=30)
 

@@ -65,8 +65,8 @@ def test_evidence_objects_come_with_the_run_are_named_in_the_role_and_go_with_th
 
     cluster.delete_test("ev")
     cluster.wait(lambda: cluster.get_test("ev") is None, "the test to be deleted")
-    assert configmaps(cluster, "ev") == {}
-    assert not cluster.exists(f"/api/v1/namespaces/{cluster.ns}/configmaps/ev-evidence-1")
+    cluster.wait(lambda: configmaps(cluster, "ev") == {} and not cluster.exists(
+        f"/api/v1/namespaces/{cluster.ns}/configmaps/ev-evidence-1"), "its evidence ConfigMaps to be deleted")
 
 
 def test_a_1024_node_report_keeps_the_status_small(cluster: Cluster):

@@ -84,11 +84,11 @@ def test_run_passes(cluster: Cluster, backend: str):
     assert cluster.wait_event("accept", "ChecksPassed")[0] == "Normal"  # events are posted asynchronously
     reasons = [reason for _, reason, _ in cluster.events("accept")]
     assert {"RunStarted", "Running", "ChecksPassed"} <= set(reasons)
-    # kopf keeps its state under our prefix: our finalizer, our annotations, nothing of kopf.zalando.org.
+    # No finalizer and no kopf bookkeeping on the object: the operator only watches tests (a burst of
+    # creations costs no request for them, and a test never hangs in Terminating once the operator is gone).
     meta = cluster.get_test("accept")["metadata"]
-    assert meta["finalizers"] == ["gpu-acceptance.io/finalizer"]
-    kopf_keys = [k for k in meta.get("annotations", {}) if "kopf" in k or "last-handled" in k]
-    assert kopf_keys and all(k.startswith("gpu-acceptance.io/") for k in kopf_keys)
+    assert not meta.get("finalizers")
+    assert [k for k in meta.get("annotations", {}) if "kopf" in k or "last-handled" in k] == []
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

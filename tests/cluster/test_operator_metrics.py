@@ -68,8 +68,8 @@ def test_metrics_after_a_pass_and_a_failure(cluster: Cluster, operator: Operator
 
     cluster.delete_test("bad")
     cluster.wait(lambda: cluster.get_test("bad") is None, "the deleted test to go")
-    after = operator.samples()
-    assert not [k for k in after if ("name", "bad") in k[1]]
+    after = cluster.wait(lambda: (a := operator.samples()) and not [k for k in a if ("name", "bad") in k[1]] and a,
+                         "the deleted test's series to go")
     assert get(after, "gpu_acceptance_test_phase", namespace=ns, name="good", phase="Succeeded") == 1
 
 

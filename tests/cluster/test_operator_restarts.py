@@ -118,12 +118,43 @@ def test_deleting_the_test_removes_its_children(cluster: Cluster, operator: Oper
         lambda: operator.sample("gpu_acceptance_test_phase", namespace=cluster.ns, name="run", phase="Pending") == 1,
         "the test's metrics")
     cluster.delete_test("run")
-    cluster.wait(lambda: cluster.get_test("run") is None, "the test to be deleted (finalizer released)")
-    assert cluster.jobs("MPIJob") == []
-    assert not cluster.exists(cluster.service_account_path("run-workload"))
-    assert not cluster.exists(cluster.role_path("run-workload"))
-    assert not cluster.exists(binding)
+    cluster.wait(lambda: cluster.get_test("run") is None, "the test to be deleted (no finalizer holds it)")
+    # The operator deletes what the test owned once it has gone (no garbage collector runs beside this API server)
+    cluster.wait(lambda: cluster.jobs("MPIJob") == [] and not cluster.exists(binding) and not any(
+        cluster.exists(p("run-workload")) for p in (cluster.service_account_path, cluster.role_path)),
+        "its job, ServiceAccount, Role and RoleBinding to be deleted")
     assert not [key for key in operator.samples() if ("name", "run") in key[1]]
+
+
+def test_a_test_created_again_under_its_name_keeps_its_own_children(cluster: Cluster, operator: OperatorProcess):
+    """Deleted and created again at once (kubectl replace --force, a GitOps re-sync): the old test's cleanup
+    deletes only what the old uid owns, never the new test's job or RBAC of the same names."""
+    old_uid = cluster.create_test("again", {})["metadata"]["uid"]
+    cluster.wait_job("PyTorchJob", "again-g1")
+    operator.kill()  # the deletion and the new test are seen together when it is back
+    cluster.delete_test("again")
+    cluster.wait(lambda: cluster.get_test("again") is None, "the test to be deleted (no finalizer holds it)")
+    new_uid = cluster.create_test("again", {})["metadata"]["uid"]
+    operator.start()
+    job = cluster.wait(lambda: (j := cluster.job("PyTorchJob", "again-g1")) and
+                       j["metadata"]["ownerReferences"][0]["uid"] == new_uid and j, "the new test's job")
+    assert cluster.wait_phase("again", "Pending")["job"]["name"] == "again-g1"
+    assert job["metadata"]["ownerReferences"][0]["uid"] != old_uid
+    assert cluster.exists(cluster.service_account_path("again-workload"))
+    assert cluster.exists(cluster.role_path("again-workload"))
+
+
+def test_the_finalizer_of_earlier_versions_is_removed(cluster: Cluster, operator: OperatorProcess):
+    """Tests created by an operator that kept a finalizer can still be deleted after the upgrade."""
+    body = {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+            "metadata": {"name": "legacy", "finalizers": ["gpu-acceptance.io/finalizer"]}, "spec": {}}
+    cluster.server.request("POST", cluster.test_path(), body)
+    cluster.wait(lambda: not (cluster.get_test("legacy") or {}).get("metadata", {}).get("finalizers"),
+                 "the old finalizer to be removed")
+    cluster.wait_job("PyTorchJob", "legacy-g1")
+    cluster.delete_test("legacy")
+    cluster.wait(lambda: cluster.get_test("legacy") is None, "the test to be deleted")
+    cluster.wait(lambda: cluster.jobs("PyTorchJob") == [], "its job to be deleted")
 
 
 def test_json_logs(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperator):

@@ -8,7 +8,6 @@ import sys
 import kopf
 import pytest
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE
-from acceptance_operator.diffbase import BoundedDiffBaseStorage
 from acceptance_operator.settings import FINALIZER, OperatorSettings, configure_kopf
 from acceptance_workload import __version__
 from kopf._cogs.structs.references import Resource
@@ -51,7 +50,6 @@ def test_kopf_settings():
     assert settings.persistence.finalizer == FINALIZER == "gpu-acceptance.io/finalizer"
     assert settings.peering.standalone is True
     assert settings.persistence.progress_storage.prefix == "gpu-acceptance.io"
-    assert settings.persistence.diffbase_storage.prefix == "gpu-acceptance.io"
     # Only the tests' own jobs and pods are watched (server-side label selector).
     for resource in (Resource("", "v1", "pods"), Resource("kubeflow.org", "v1", "pytorchjobs"),
                      Resource("kubeflow.org", "v2beta1", "mpijobs"), Resource("batch", "v1", "jobs"),
@@ -85,10 +83,3 @@ def test_settings_import_no_kopf():
     code = ("import sys, acceptance_operator.settings, acceptance_operator.policy, acceptance_operator.manifests; "
             "sys.exit('kopf' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
-
-
-def test_kopf_keeps_its_copy_of_the_spec_bounded():
-    settings = kopf.OperatorSettings()
-    configure_kopf(settings)
-    assert isinstance(settings.persistence.diffbase_storage, BoundedDiffBaseStorage)
-    assert settings.persistence.diffbase_storage.key == "last-handled-configuration"
