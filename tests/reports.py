@@ -161,4 +161,19 @@ def healthy_localization(config: WorkloadConfig, nodes: list[str], results: list
                                      floor)
 
 
+def with_slow_node(report: Report, slow: str, fast: float = 100.0, slower: float = 20.0) -> Report:
+    """The report's localisation stage as a run with `slow` slow between nodes measures it.
+
+    Round 1 pairs the nodes, round 2 pairs the suspects with known-good nodes. The report's own results still
+    claim every node fast: the operator's re-judging is what names `slow`.
+    """
+    assert report.localization is not None
+    nodes = report.environment.hostnames
+    ratio = report.localization.ratio
+    report.localization = localize.plan_and_measure(
+        nodes, lambda block: slower if slow in block else fast, ratio, report.localization.floor_gbps)
+    report.localization.bytes, report.localization.seconds = 1 << 30, 2.5
+    return report
+
+
 __all__ = ["COLLECTIVES", "node_names", "passing_report", "preflight_results"]

@@ -31,7 +31,7 @@ from acceptance_workload.html_report import (
 )
 from acceptance_workload.report import Report
 
-from tests.reports import node_names, passing_report
+from tests.reports import node_names, passing_report, with_slow_node
 
 NODES = ["gpu-node-a", "gpu-node-b"]
 
@@ -206,3 +206,97 @@ def test_a_hundred_nodes_stay_readable():
     assert f"{HEATMAP_MAX_NODES} of 100 nodes" in _figure(page, HEATMAP_ID)
     assert "Every result" not in page and "Passed results" in page
     assert len(page) < 5_000_000, len(page)
+
+
+# --- the localisation stage ----------------------------------------------------------------------------------------
+
+class Tables(HTMLParser):
+    """Each <table id=...>'s rows: (the row's class, its cells' text)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.tables: dict[str, list[tuple[str, list[str]]]] = {}
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+        self.feed(text)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "table":
+            self._table = a.get("id")
+            if self._table:
+                self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append((a.get("class") or "", []))
+        elif tag in ("td", "th") and self._table:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._table and self._cell is not None:
+            self.tables[self._table][-1][1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+LOC_NODES = node_names(4)
+SLOW_NODE = LOC_NODES[2]
+
+
+@pytest.fixture(scope="module")
+def localized() -> Report:
+    """Four nodes of 4 GPUs (no inter-node floor: the stage runs), node 2 slow in its pairs, judged by the operator."""
+    cfg = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=4, gpus_per_node=4,
+                               test=TestRef(name="t", namespace="ns", uid="u-1", generation=1))
+    report = with_slow_node(passing_report(cfg), SLOW_NODE)
+    out = rejudge(report, RunFacts(cfg, "u-1", frozenset(LOC_NODES))).report
+    assert out.failed_nodes == [SLOW_NODE]
+    return out
+
+
+def test_the_localisation_table_puts_each_node_beside_the_median_and_marks_the_outlier(localized: Report):
+    page = render_html(localized, title="ns/t")
+    ids = Page(page).ids
+    assert ids.index("failures") < ids.index("localization") < ids.index(HEATMAP_ID)
+    head, *rows = Tables(page).tables["localization-nodes"]
+    assert head[1][:6] == ["node", "best pair (GB/s)", "median of the other nodes (GB/s)", "ratio", "threshold",
+                           "result"]
+    by_node = {cells[0]: (cls, cells) for cls, cells in rows}
+    assert sorted(by_node) == LOC_NODES and rows[0][1][0] == SLOW_NODE  # the named node first
+    cls, cells = by_node[SLOW_NODE]
+    # its best pair 20 against the others' median 100: ratio 0.2, under the operator's 0.75 x 100
+    assert cls == "fail" and cells[1:6] == ["20", "100", "0.20", "≥ 75", "FAIL: outlier"]
+    assert "with gpu-node-0003 20 (round 1)" in cells[6] and "(round 2)" in cells[6]
+    assert all(c == "pass" and v[5] == "pass" and v[3] == "1.00" for n, (c, v) in by_node.items() if n != SLOW_NODE)
+
+
+def test_the_groups_table_lists_every_pair_round_by_round_beside_the_median(localized: Report):
+    assert localized.localization is not None
+    head, *rows = Tables(render_html(localized)).tables["localization-groups"]
+    assert head[1] == ["round", "kind", "nodes", "busbw (GB/s)", "compared with (GB/s)", "ratio", "time (us)"]
+    assert len(rows) == len(localized.localization.pairs) and [r[1][0] for r in rows] == ["1", "1", "2", "2"]
+    marked = [(cls, cells[2]) for cls, cells in rows if cls == "fail"]
+    assert len(marked) == 2 and all(f"{SLOW_NODE} (outlier)" in nodes for _, nodes in marked)
+    assert all(cells[4] == "100 (the nodes' median)" for _, cells in rows)
+    assert {cells[5] for cls, cells in rows if cls == "fail"} == {"0.20"}
+
+
+def test_report_node_keeps_the_nodes_own_pairs_and_its_judgement(localized: Report):
+    from acceptance_operator.report_cli import for_node
+    from acceptance_workload.junit import junit_xml
+    from acceptance_workload.render import full_text
+
+    one = for_node(localized, SLOW_NODE)
+    tables = Tables(render_html(one)).tables
+    assert [cells[0] for _, cells in tables["localization-nodes"][1:]] == [SLOW_NODE]
+    groups = tables["localization-groups"][1:]
+    assert groups and all(SLOW_NODE in cells[2] for _, cells in groups)
+    assert tables["localization-nodes"][1][1][2] == "100"  # the median is still of the other nodes, not of one
+    text = full_text(one)
+    assert "# localize: 2 round(s)" in text and text.count(f"{SLOW_NODE} ") >= 2
+    xml = junit_xml(one, "ns/t")
+    assert "median of the other nodes" in xml and "# localize: 2 round(s)" in xml

@@ -14,7 +14,7 @@ from acceptance_workload.config import TestRef, WorkloadConfig
 from acceptance_workload.junit import case_name, junit_xml
 from acceptance_workload.report import Report
 
-from tests.reports import passing_report
+from tests.reports import node_names, passing_report, with_slow_node
 
 
 def cases(path: Path) -> list:
@@ -71,3 +71,22 @@ def test_a_missing_check_and_a_run_error_fail_too(tmp_path: Path):
         ("nccl (no result)", True, False), ("ddp (no result)", True, False), ("run", False, True)]
     (error,) = read[-1].result
     assert "stopped responding" in error.message
+
+
+def test_the_localisation_evidence_is_in_the_nccl_suite_and_the_named_nodes_failure(tmp_path: Path):
+    cfg = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=4, gpus_per_node=4,
+                               test=TestRef(name="t", namespace="ns", uid="u-1", generation=1))
+    nodes = node_names(4)
+    report = with_slow_node(passing_report(cfg), nodes[1])
+    report = rejudge(report, RunFacts(cfg, "u-1", frozenset(nodes))).report
+    path = tmp_path / "junit.xml"
+    path.write_text(junit_xml(report, "ns/t"))
+    xml = junitparser.JUnitXml.fromfile(str(path))
+    nccl = next(s for s in xml if s.name == "ns/t nccl")
+    out = nccl._elem.find("system-out").text
+    assert "# localize: 2 round(s)" in out and f"{nodes[1]}, {nodes[3]}" in out  # round 2: with a known-good node
+    failed = [c for c in nccl if c.is_failure]
+    assert [c.name for c in failed] == [f"inter_node_busbw [node {nodes[1]}]"]
+    (failure,) = failed[0].result
+    assert "value: 20 GB/s" in failure.text and "threshold: >= 75 GB/s" in failure.text
+    assert "median of the other nodes" in failure.text

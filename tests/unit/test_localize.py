@@ -225,3 +225,18 @@ def test_the_pairs_travel_in_the_job_wide_evidence_and_the_nodes_results_in_thei
     assert assemble(status, shards).localization == report.localization
     assert report.localization is not None and status.localization is not None
     assert (status.localization.rounds, status.localization.groups) == (1, 6)  # the status says how long it took
+
+
+def test_each_group_is_shown_beside_what_it_was_compared_with():
+    names_, detail = localize.simulated(32, {16}, failed=True, only_at_scale=True)
+    named = {r.node for r in localize.results(detail, names_) if not r.passed}
+    views = localize.group_views(detail, named)
+    assert [v.row for v in views] == detail.pairs
+    pairs = [v for v in views if v.row.kind == "pair"]
+    assert all(v.reference == 1.0 and not v.slow for v in pairs)  # no pair shows the fault
+    halves = [v for v in views if v.row.kind == "block"]
+    slow = [v for v in halves if v.slow]
+    # each bisection round: the half holding n16 at 0.1 beside its sibling at 1.0, down to the block of 4
+    assert [len(v.row.nodes) for v in slow] == [16, 8, 4] and all("n16" in v.row.nodes for v in slow)
+    assert all(v.reference == 1.0 and localize.ratio_of(v.row.busbw_gbps, v.reference) == 0.1 for v in slow)
+    assert set(slow[-1].named) == named and "n16" in named

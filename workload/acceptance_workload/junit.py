@@ -5,7 +5,9 @@ result, its failure carrying the result's message and evidence. Fail closed as
 the report is (report.py): an enabled check without any result is one more
 failed testcase, and a run that could not complete is an errored one, so a CI
 gate that only counts failures cannot pass a report that did not pass.
-Skipped measurements are listed in the suite's output, never as passes.
+Skipped measurements are listed in the suite's output, never as passes; so is
+the localisation stage's table of pairs (the evidence behind each node's
+inter_node_busbw testcase) in the nccl suite.
 
 Pure: the standard library's ElementTree only.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter
 
+from acceptance_workload.render import localization_table
 from acceptance_workload.report import CHECK_NAMES, CheckResult, Report
 
 SUITES_NAME = "gpu-acceptance"
@@ -87,10 +90,11 @@ def junit_xml(report: Report, name: str = "local") -> str:
             ET.SubElement(case, "failure", {"message": f"check {check} was enabled and produced no result",
                                             "type": "missing"}).text = "A missing measurement fails (fail closed)."
             cases.append(case)
-        skipped = [s for s in report.skipped if s.check == check]
-        if skipped:
-            ET.SubElement(suite, "system-out").text = "\n".join(f"not measured: {s.name}: {s.reason}"
-                                                                 for s in skipped)
+        out = [f"not measured: {s.name}: {s.reason}" for s in report.skipped if s.check == check]
+        if check == "nccl" and report.localization is not None:
+            out.append(localization_table(report))
+        if out:
+            ET.SubElement(suite, "system-out").text = "\n".join(out)
         _suite_attrs(suite, cases)
         all_cases += cases
     if report.error:

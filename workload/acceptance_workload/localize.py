@@ -132,6 +132,47 @@ def node_values(rows: Sequence[PairRow], nodes: Sequence[str]) -> dict[str, floa
     return values
 
 
+@dataclass(frozen=True)
+class GroupView:
+    """One measured group beside what it was compared with, for the report's tables (text, HTML, JUnit)."""
+
+    row: PairRow
+    reference: float | None  # a pair: the median of the nodes' best pairs; a bisection half: its sibling half
+    slow: bool  # below the ratio of its reference or the floor (or not measured)
+    named: tuple[str, ...]  # the nodes in the group that the report names
+
+
+def group_views(detail: LocalizationDetail, named: Collection[str]) -> list[GroupView]:
+    """Every group of the stage beside its reference; `named`: the nodes the report fails (its results' judgement).
+
+    A pair is compared with the median of the nodes' best pairs (a node is judged by its best pair against the
+    median of the others'), a half of the bisection with its sibling half, as block_slow judges it.
+    """
+    values = [v for v in node_values(detail.pairs, sorted({n for r in detail.pairs for n in r.nodes})).values()
+              if v is not None]
+    median = statistics.median(values) if values else None
+    rounds: dict[int, list[PairRow]] = {}
+    for r in detail.pairs:
+        rounds.setdefault(r.round, []).append(r)
+    out = []
+    for r in detail.pairs:
+        mine = tuple(n for n in r.nodes if n in named)
+        if r.kind == "pair":
+            threshold = threshold_for(median, detail.ratio, detail.floor_gbps)
+            slow = r.busbw_gbps is None or (threshold is not None and r.busbw_gbps < threshold)
+            out.append(GroupView(r, median, slow, mine))
+            continue
+        sibling = [s.busbw_gbps for s in rounds[r.round] if s is not r and s.parent == r.parent
+                   and s.busbw_gbps is not None]
+        out.append(GroupView(r, statistics.median(sibling) if sibling else None,
+                             block_slow(r, rounds[r.round], detail.ratio, detail.floor_gbps), mine))
+    return out
+
+
+def ratio_of(value: float | None, reference: float | None) -> float | None:
+    return None if value is None or not reference else value / reference
+
+
 # ----------------------------------------------------------------------------- planning (pure)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
+from acceptance_workload import localize
 from acceptance_workload.report import CheckResult, NcclSweep, Report
 from acceptance_workload.wire import format_bytes
 
@@ -152,20 +153,32 @@ def gpu_table(report: Report) -> str:
 
 
 def localization_table(report: Report) -> str:
-    """The localisation stage: every pair (or bisection block) it measured, round by round."""
+    """The localisation stage: every group it measured, round by round, beside what it was compared with.
+
+    The named nodes are marked; a report cut to some nodes (`report NAME --node N`) keeps their groups.
+    """
     d = report.localization
     if d is None:
         return ""
-    rows = [["ROUND", "KIND", "NODES", "BUSBW (GB/s)", "TIME (us)"]]
-    for p in d.pairs:
+    named = {r.node for r in report.results if r.check == "nccl" and r.node and not r.passed
+             and r.name in (localize.RESULT, localize.BLOCK_RESULT)}
+    judged = {r.node for r in report.results if r.check == "nccl" and r.name == localize.RESULT and r.node}
+    rows = [["ROUND", "KIND", "NODES", "BUSBW (GB/s)", "COMPARED WITH", "RATIO", "TIME (us)", "NAMED"]]
+    for v in localize.group_views(d, named):
+        p = v.row
+        if judged and not judged & set(p.nodes):
+            continue
         nodes = ", ".join(p.nodes[:4]) + (f" +{len(p.nodes) - 4}" if len(p.nodes) > 4 else "")
-        rows.append([str(p.round), p.kind, nodes, "-" if p.busbw_gbps is None else f"{p.busbw_gbps:.4g}",
-                     "-" if p.time_us is None else f"{p.time_us:.1f}"])
-    judged = [f"below {d.ratio:g} of the other nodes' median" if d.ratio is not None else "",
-              f"below the floor {d.floor_gbps:g} GB/s" if d.floor_gbps is not None else ""]
-    rule = " or ".join(j for j in judged if j) or "not judged (no ratio, no floor)"
+        ratio = localize.ratio_of(p.busbw_gbps, v.reference)
+        against = "-" if v.reference is None else f"{v.reference:.4g} " + ("median" if p.kind == "pair" else "half")
+        rows.append([str(p.round), p.kind, nodes, "-" if p.busbw_gbps is None else f"{p.busbw_gbps:.4g}", against,
+                     "-" if ratio is None else f"{ratio:.2f}", "-" if p.time_us is None else f"{p.time_us:.1f}",
+                     ", ".join(v.named)])
+    judged_by = [f"below {d.ratio:g} of the other nodes' median" if d.ratio is not None else "",
+                 f"below the floor {d.floor_gbps:g} GB/s" if d.floor_gbps is not None else ""]
+    rule = " or ".join(j for j in judged_by if j) or "not judged (no ratio, no floor)"
     head = (f"# localize: {d.rounds} round(s) in {d.seconds:.1f}s, all_reduce {human_bytes(d.bytes)} per group; "
-            f"a node's best pair {rule} names it")
+            f"a node's best pair {rule} names it (median: of the nodes' best pairs; half: the other half)")
     return head + "\n" + _table(rows)
 
 
