@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from acceptance_workload.report import Report
 
 VICTIM = "sim-node-2"
@@ -49,11 +50,11 @@ def node_pid(parent: int, node: str) -> int | None:
 
 
 def run_local(tmp_path: Path, *extra: str, on_line: Callable[[str, subprocess.Popen], None] | None = None,
-              ) -> tuple[int, str, Report | None]:
-    """`gpu-acceptance local --cpu --gpus 4 --simulate-nodes 4 --json r.json`; on_line sees each stderr line."""
+              nodes: int = 4) -> tuple[int, str, Report | None]:
+    """`gpu-acceptance local --cpu --gpus N --simulate-nodes N --json r.json`; on_line sees each stderr line."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "OMPI_", "PMI_"))}
-    cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", "--cpu", "--gpus", "4", "--simulate-nodes",
-           "4", "--json", "r.json", *extra]
+    cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", "--cpu", "--gpus", str(nodes), "--simulate-nodes",
+           str(nodes), "--json", "r.json", *extra]
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines = []
     try:
@@ -172,3 +173,52 @@ def test_a_node_frozen_before_the_stage_is_named_by_its_stopped_heartbeat(tmp_pa
     assert [(r.check, r.node) for r in culprits] == [("nccl", VICTIM)]
     assert report.error and "localize" in report.error and "stopped responding" in report.error
     assert time.monotonic() - t0 < 240
+
+
+def test_three_nodes_pass_although_a_node_sits_out_round_1(tmp_path: Path) -> None:
+    """The odd node is paired in round 2; its group's name must agree on both members (it once hung there)."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(QUICK_MANIFEST)
+    code, stderr, report = run_local(tmp_path, "-f", str(manifest), nodes=3)
+    assert code == 0 and report is not None and report.passed, stderr[-3000:]
+    detail = report.localization
+    assert detail is not None and detail.rounds == 2, stderr[-3000:]
+    assert [(p.round, sorted(p.nodes)) for p in detail.pairs] == [
+        (1, ["sim-node-0", "sim-node-1"]), (2, sorted(["sim-node-2", next(n for n in detail.pairs[1].nodes
+                                                                          if n != "sim-node-2")]))]
+    assert {r.node for r in report.results if r.name == "inter_node_busbw" and r.passed} == {
+        f"sim-node-{k}" for k in range(3)}
+
+
+def _kill_on(trigger: str, node: str, killed: list[float]) -> Callable[[str, subprocess.Popen], None]:
+    """An on_line that SIGKILLs `node`'s process the first time rank 0 prints `trigger` (noting the wall time)."""
+    def on_line(line: str, proc: subprocess.Popen) -> None:
+        if trigger in line and not killed:
+            pid = node_pid(proc.pid, node)
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            killed.append(time.time())
+    return on_line
+
+
+@pytest.mark.parametrize(("nodes", "trigger", "check"), [
+    (3, "] localize round 1: ", "nccl"),  # between the rounds: round 2 waits for it
+    (4, "] ddp ", "ddp"),  # after the stage: its pair group with rank 0 is still open
+])
+def test_a_node_killed_during_or_after_the_stage_is_named_within_the_timeout(
+        tmp_path: Path, nodes: int, trigger: str, check: str) -> None:
+    manifest = tmp_path / "t.yaml"
+    timeout = f"collectives: [all_reduce], collectiveTimeoutSeconds: {FROZEN_TIMEOUT}"
+    text = QUICK_MANIFEST.replace("collectives: [all_reduce]", timeout)
+    manifest.write_text(text if check == "nccl" else text.replace("    ddp: {enabled: false}\n", ""))
+    killed: list[float] = []
+    code, stderr, report = run_local(tmp_path, "-f", str(manifest), on_line=_kill_on(trigger, "sim-node-1", killed),
+                                     nodes=nodes)
+    assert killed, stderr[-3000:]
+    assert code == 2 and report is not None and not report.passed, stderr[-3000:]
+    assert report.failed_nodes == ["sim-node-1"], stderr[-3000:]
+    blamed = [(r.check, r.name, r.node) for r in report.results if r.name.startswith("rank_")]
+    assert blamed == [(check, "rank_responding", "sim-node-1")], blamed
+    assert report.error and "stopped responding" in report.error
+    assert report.finished_at is not None  # the report came within the collective timeout (plus a busy host's slack)
+    assert report.finished_at.timestamp() - killed[0] < FROZEN_TIMEOUT + 60

@@ -377,9 +377,16 @@ def measure_round(session: Session, check: NcclCheck, watchdog: Watchdog, plan: 
                   k: int) -> float | None:
     """This rank's seconds per all_reduce in its block's group this round; None when its node is idle.
 
-    Only the members of a group create it (a group-local rendezvous): with 512
-    pairs a round, no rank takes part in the 511 other groups' setup. Blocks
-    never repeat within a stage, so no group name is used twice.
+    Every rank creates every group of the round, in plan order, and only the
+    members connect. torch names a group from a per-process count of the groups
+    it has created; a group-local creation (use_local_synchronization) counts
+    only on the members, so once a round left a node idle (an odd node out, a
+    node not paired in round 2), two members of a later group computed
+    different names, waited on different store keys and hung until the
+    collective timeout, blaming nobody (a healthy 3-node run failed). A
+    non-member's call only counts: no store traffic and no barrier (unless
+    TORCH_DIST_INIT_BARRIER=1), so with 512 pairs a round no rank takes part in
+    the 511 other groups' setup.
     """
     import torch.distributed as dist
 
@@ -392,12 +399,14 @@ def measure_round(session: Session, check: NcclCheck, watchdog: Watchdog, plan: 
     in_turn = session.device.type == "cpu"
     seconds = None
     with watchdog.step(f"nccl localize round {k}"):
-        if mine is not None:
-            ranks = sorted(r for n in mine for r in session.node_ranks(n))
-            pg = dist.new_group(ranks, use_local_synchronization=True)
-            own = Group(scope="pair", ranks=ranks, rank=ranks.index(session.rank), pg=pg)
+        own = None
+        for block in plan:
+            ranks = sorted(r for n in block for r in session.node_ranks(n))
+            pg = dist.new_group(ranks)
+            if block == mine:
+                own = Group(scope="pair", ranks=ranks, rank=ranks.index(session.rank), pg=pg)
         for i, block in enumerate(plan if in_turn else [mine]):
-            if mine is not None and block == mine:
+            if own is not None and block == mine:
                 seconds = time_group(own, check, size, session.device)
             if in_turn:
                 session.control.allgather(f"localize round {k} group {i}", None)
