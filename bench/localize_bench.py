@@ -66,21 +66,28 @@ def min_ratio(values: dict[str, float]) -> float | None:
 
 
 def paper(counts: list[int]) -> str:
-    """Rounds of the plan (localize.plan_and_measure) on simulated results, and whether it named the slow nodes."""
-    from acceptance_workload.localize import results, simulated
+    """Rounds of the plan (localize.plan_and_measure) on simulated results, and whether it named the slow nodes.
 
-    cases = [("healthy", set(), False), ("one slow node", {"half"}, False), ("two slow nodes", {1, "half"}, False),
-             ("a fault only at scale (bisection)", {"half"}, True)]
+    A node count the stage does not run on (localize.wanted: fewer than 3 nodes) says so. The two slow nodes are
+    distinct at every count (the 2nd and the middle one, or the last where those are the same).
+    """
+    from acceptance_workload.localize import results, simulated, wanted
+
+    cases = [("healthy", 0, False), ("one slow node", 1, False), ("two slow nodes", 2, False),
+             ("a fault only at scale (bisection)", 1, True)]
     lines = ["| nodes | " + " | ".join(c[0] for c in cases) + " |", "|---:|" + "---:|" * len(cases)]
     for n in counts:
+        if not wanted("always", n, True, None):
+            lines.append(f"| {n} | the stage does not run (fewer than 3 nodes) |" + " - |" * (len(cases) - 1))
+            continue
         cells = []
-        for _, bad, at_scale in cases:
-            slow = {n // 2 if b == "half" else b for b in bad}
+        for _, count, at_scale in cases:
+            slow = {n // 2} if count == 1 else ({1, n // 2} if n // 2 != 1 else {1, n - 1}) if count == 2 else set()
             names, detail = simulated(n, slow, failed=at_scale, only_at_scale=at_scale)
             named = sorted({r.node for r in results(detail, names) if not r.passed})
             want = sorted(names[i] for i in slow)
             ok = "all pass" if not slow and not named else (
-                "named" if named == want else f"in a block of {len(named)}" if set(want) <= set(named)
+                "named" if named == want else f"in a block of {len(named)}" if named and set(want) <= set(named)
                 else "not localised")
             cells.append(f"{detail.rounds} ({ok})")
         lines.append(f"| {n} | " + " | ".join(cells) + " |")

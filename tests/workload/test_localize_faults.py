@@ -74,10 +74,11 @@ def run_local(tmp_path: Path, *extra: str, on_line: Callable[[str, subprocess.Po
 
 
 class StopLoop:
-    """Stops and continues one process, STOPPED then RUNNING seconds, until told to end (leaving it running)."""
+    """Stops and continues one process, `stopped` then `running` seconds, until told to end (leaving it running)."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, stopped: float = STOPPED, running: float = RUNNING):
         self.pid = pid
+        self.stopped, self.running = stopped, running
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -85,9 +86,9 @@ class StopLoop:
         try:
             while not self.done.is_set():
                 os.kill(self.pid, signal.SIGSTOP)
-                time.sleep(STOPPED)
+                time.sleep(self.stopped)
                 os.kill(self.pid, signal.SIGCONT)
-                time.sleep(RUNNING)
+                time.sleep(self.running)
         except ProcessLookupError:
             pass
 

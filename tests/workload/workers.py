@@ -101,6 +101,30 @@ def join_then_sleep(outdir: Path) -> None:
     time.sleep(120)
 
 
+def localize_after_job_failure(outdir: Path) -> None:
+    """The localisation stage as the runner starts it after a job-wide failure that no absolute floor judged.
+
+    A CPU run cannot fail its job-wide sweep (it has no absolute thresholds), so this rank program passes
+    failed=True as the runner would after one; the rest is the real stage over real gloo groups.
+    """
+    from acceptance_workload import localize
+
+    check = NcclCheck.model_validate({"maxBytes": "1Mi", "warmupIters": 1, "collectiveTimeoutSeconds": 60,
+                                      "thresholds": {"interNodeRatioToMedian": 0.5}})
+    s = session(check.collective_timeout_seconds)
+    wd = watchdog_for(s, outdir)
+
+    def progress(message: str) -> None:
+        print(f"[worker] {message}", file=sys.stderr, flush=True)
+    detail = localize.run_stage(s, check, wd, failed=True, floor=None, progress=progress)
+    wd.stop()
+    if detail is not None:
+        write(outdir, s.rank, {"detail": detail.to_wire(),
+                               "results": [r.to_wire() for r in localize.results(detail, s.nodes())]})
+    s.control.finish(0)
+    launch.stop(s)
+
+
 def crash_in_ddp() -> int:
     """The real workload, except that this rank's DDP check raises, as a GPU fault would."""
     from acceptance_workload import ddp, run
@@ -126,6 +150,8 @@ def main() -> None:
         hang(outdir)
     elif scenario == "join-then-sleep":
         join_then_sleep(outdir)
+    elif scenario == "localize-after-job-failure":
+        localize_after_job_failure(outdir)
     elif scenario == "crash-in-ddp":
         sys.exit(crash_in_ddp())
     else:
