@@ -13,6 +13,10 @@ Library use::
     controllers.add_gpu_nodes(4)
     ...
     controllers.stop(); server.stop()
+
+The backends' controllers start on demand (each is used by few tests): ``start_jobset()``,
+``start_training_operator()`` (PyTorchJob), ``start_mpi_operator()`` (MPIJob); ``stop_one(name)`` stops one (a
+backend whose controller is not running).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +50,20 @@ KUBELET_STOPPED_LABEL = "devcluster.gpu-acceptance.io/kubelet-stopped"  # kwok s
 
 CORE = ("kube-controller-manager", "kube-scheduler", "kwok")
 JOBSET = "jobset-controller"
+TRAINING_OPERATOR = "training-operator"  # Kubeflow training-operator v1 (cmd/training-operator.v1), PyTorchJob only
+MPI_OPERATOR = "mpi-operator"  # Kubeflow mpi-operator v2beta1
+BACKEND_CONTROLLERS = (JOBSET, TRAINING_OPERATOR, MPI_OPERATOR)
+# training-operator v1.8 keeps its webhook certificate in a Secret of the namespace it runs in (MY_POD_NAMESPACE)
+# and will not start its controllers before a certificate rotator has filled it (pkg/cert).
+KUBEFLOW_NAMESPACE = "kubeflow"
+TRAINING_OPERATOR_CERT_SECRET = "training-operator-webhook-cert"
+# ... and before a file exists at this fixed path, where a pod would mount that Secret (pkg/cert's certDir; only
+# its existence is checked: the webhook server itself reads the certificate under $TMPDIR, which is ours).
+TRAINING_OPERATOR_CERT_MARKER = Path("/tmp/k8s-webhook-server/serving-certs/tls.crt")
+# mpi-operator v0.6 always elects a leader (a Lease in this namespace) and serves /healthz on a fixed port
+# (cmd/mpi-operator/app/server.go: no flag for either).
+MPI_OPERATOR_LOCK_NAMESPACE = "mpi-operator"
+MPI_OPERATOR_HEALTH_PORT = 8080
 # The JobSet controller's admission webhooks (sigs.k8s.io/jobset config/components/webhook, with its patches):
 # (mutating?, name, path, API group, resource, operations, only pods of a JobSet).
 JOBSET_WEBHOOKS = (
@@ -81,6 +100,7 @@ class Controllers:
         self.binaries = binaries
         self.detached = detached  # `make dev-cluster`: they outlive this process (pid files; `down` stops them)
         self._procs: dict[str, subprocess.Popen] = {}
+        self._log_starts: dict[str, int] = {}  # where each controller's lines of its latest start begin in its log
 
     def start(self) -> Controllers:
         self.binaries = self.binaries or controllers_dir(*CORE)
@@ -114,12 +134,7 @@ class Controllers:
         127.0.0.1 under a self-signed certificate and registered with the API server, as its manifests do."""
         binaries = controllers_dir(JOBSET)
         assert self.server.dir is not None
-        certs = self.server.dir / "jobset-certs"
-        certs.mkdir(exist_ok=True)
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                        "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-                        "-keyout", str(certs / "tls.key"), "-out", str(certs / "tls.crt")],
-                       check=True, capture_output=True)
+        certs = _serving_cert(self.server.dir / "jobset-certs")
         (port,) = free_ports(1)
         config = self.server.dir / "jobset-config.yaml"
         config.write_text(
@@ -129,15 +144,71 @@ class Controllers:
             "metrics:\n  bindAddress: '0'\nhealth:\n  healthProbeBindAddress: '0'\n")
         env_kubeconfig = f"--kubeconfig={self.server.kubeconfig}"
         self._spawn(JOBSET, [env_kubeconfig, f"--config={config}"], binary=binaries / JOBSET)
-        deadline = time.monotonic() + timeout
-        while not _listening(port):
-            self.check_alive()
-            if time.monotonic() > deadline:
-                raise ApiServerError(f"{JOBSET} not serving its webhooks after {timeout:.0f}s:\n"
-                                     f"{_tail(self.server.dir / f'{JOBSET}.log')}")
-            time.sleep(0.5)
+        self._wait_for(JOBSET, lambda: _listening(port), "serving its webhooks", timeout)
         self._register_jobset_webhooks(port, (certs / "tls.crt").read_bytes())
         return self
+
+    def start_training_operator(self, *, timeout: float = 90.0) -> Controllers:
+        """The Kubeflow training-operator v1 (built from its Go module at the pinned CRD's version) running only the
+        PyTorchJob controller, cluster-wide, without leader election, metrics or probes.
+
+        Its validating webhook is not registered with the API server (the operator's PyTorchJobs need no
+        admission check to run), but the binary serves it on a free port under a self-signed certificate, and its
+        certificate rotator must find its Secret (filled by the rotator) before the controllers start.
+        """
+        binaries = controllers_dir(TRAINING_OPERATOR)
+        assert self.server.dir is not None
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": TRAINING_OPERATOR_CERT_SECRET}}
+        self.server.request("POST", "/api/v1/namespaces", _namespace(KUBEFLOW_NAMESPACE), expect=(201, 409))
+        self.server.request("POST", f"/api/v1/namespaces/{KUBEFLOW_NAMESPACE}/secrets", secret, expect=(201, 409))
+        tmp = self.server.dir / f"{TRAINING_OPERATOR}-tmp"
+        certs = _serving_cert(tmp / "k8s-webhook-server" / "serving-certs")
+        _ensure_marker(TRAINING_OPERATOR_CERT_MARKER, certs / "tls.crt")
+        (port,) = free_ports(1)
+        self._spawn(TRAINING_OPERATOR, [
+            f"--kubeconfig={self.server.kubeconfig}", "--enable-scheme=pytorchjob", "--leader-elect=false",
+            "--metrics-bind-address=0", "--health-probe-bind-address=0", f"--webhook-server-port={port}",
+        ], binary=binaries / TRAINING_OPERATOR, env={"MY_POD_NAMESPACE": KUBEFLOW_NAMESPACE, "TMPDIR": str(tmp)})
+        # It serves its webhook once the certificates are in place and the PyTorchJob controller is set up.
+        self._wait_for(TRAINING_OPERATOR, lambda: _listening(port), "serving (its controllers set up)", timeout)
+        return self
+
+    def start_mpi_operator(self, *, timeout: float = 90.0) -> Controllers:
+        """The Kubeflow mpi-operator v2beta1 (built from its Go module at the pinned CRD's version), cluster-wide.
+
+        v0.6 cannot turn leader election off: it leads once it holds its Lease (at once on a fresh cluster; up to
+        15 s after a predecessor that was killed). Its /healthz port is fixed (MPI_OPERATOR_HEALTH_PORT): one
+        mpi-operator per machine at a time, so a second dev cluster waits for the first one's to stop.
+        """
+        binaries = controllers_dir(MPI_OPERATOR)
+        self.server.request("POST", "/api/v1/namespaces", _namespace(MPI_OPERATOR_LOCK_NAMESPACE), expect=(201, 409))
+        self._wait_for(MPI_OPERATOR, lambda: not _listening(MPI_OPERATOR_HEALTH_PORT),
+                       f"able to start: port {MPI_OPERATOR_HEALTH_PORT} (its fixed /healthz port) stays in use",
+                       timeout, started=False)
+        self._spawn(MPI_OPERATOR, [f"--kubeConfig={self.server.kubeconfig}", "--monitoring-port=0",
+                                   f"--lock-namespace={MPI_OPERATOR_LOCK_NAMESPACE}"],
+                    binary=binaries / MPI_OPERATOR)
+        self._wait_for(MPI_OPERATOR, lambda: "Leading started" in self.log_of(MPI_OPERATOR),
+                       "leading (holding its Lease)", timeout)
+        return self
+
+    def log_of(self, name: str) -> str:
+        """What the controller logged since it was last started (its log file gathers every start's lines)."""
+        assert self.server.dir is not None
+        with open(self.server.dir / f"{name}.log", "rb") as f:
+            f.seek(self._log_starts.get(name, 0))
+            return f.read().decode(errors="replace")
+
+    def _wait_for(self, name: str, ready: Callable[[], bool], what: str, timeout: float, *,
+                  started: bool = True) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if started:
+                self.check_alive()
+            if time.monotonic() > deadline:
+                log = _tail(self.server.dir / f"{name}.log") if started else ""
+                raise ApiServerError(f"{name} not {what} after {timeout:.0f}s" + (f":\n{log}" if log else ""))
+            time.sleep(0.5)
 
     def _register_jobset_webhooks(self, port: int, ca: bytes) -> None:
         bundle = base64.b64encode(ca).decode()
@@ -158,13 +229,17 @@ class Controllers:
                                 expect=(200, 404))
             self.server.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
 
-    def _spawn(self, name: str, args: list[str], binary: Path | None = None) -> None:
+    def _spawn(self, name: str, args: list[str], binary: Path | None = None,
+               env: dict[str, str] | None = None) -> None:
         assert self.server.dir is not None and self.binaries is not None
         log = open(self.server.dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
+        self._log_starts[name] = log.seek(0, os.SEEK_END)
+        # Each talks to this cluster whatever the caller's KUBECONFIG (mpi-operator prefers the variable to its flag).
+        child_env = {**os.environ, "KUBECONFIG": str(self.server.kubeconfig), **(env or {})}
         try:
             self._procs[name] = subprocess.Popen(
                 [str(binary or self.binaries / name), *args], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT,
+                stderr=subprocess.STDOUT, env=child_env,
                 cwd=self.server.dir, start_new_session=True, preexec_fn=None if self.detached else _die_with_parent,
                 close_fds=True)
         finally:
@@ -231,6 +306,30 @@ class Controllers:
         node = self.server.request("GET", f"/api/v1/nodes/{name}", expect=(200, 404))
         return any(c.get("type") == "Ready" and c.get("status") == "True"
                    for c in (node.get("status") or {}).get("conditions") or [])
+
+
+def _namespace(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def _serving_cert(folder: Path) -> Path:
+    """A self-signed serving certificate for 127.0.0.1 (tls.crt, tls.key) in `folder`, for a controller's webhooks."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(folder / "tls.key"), "-out", str(folder / "tls.crt")],
+                   check=True, capture_output=True)
+    return folder
+
+
+def _ensure_marker(path: Path, content_from: Path) -> None:
+    """A file at a fixed path that a binary only checks for; left alone if there (another cluster's, or ours)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(path, "xb") as f:
+            f.write(content_from.read_bytes())
+    except FileExistsError:
+        pass
 
 
 def _listening(port: int) -> bool:
