@@ -73,6 +73,7 @@ class Observation:
     # This run's report, already judged as its evidence was read (evidence_hooks.judged_report): judged as is,
     # raw_report then has nothing. None: raw_report, a whole report (or none), is judged here.
     judged: Rejudged | None = None
+    gpu_pods: int = 0  # how many GPU pods the run has (spec.nodes); 0: as many as `pods` holds
 
 
 def pod_nodes(pods: list[KubeDict]) -> frozenset[str]:
@@ -144,7 +145,7 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
             return _failed(TIMEOUT, f"{job_text} was stopped at spec.timeoutSeconds={obs.timeout_seconds}: "
                                     f"{state.message or state.reason}")
         return _failed(JOB_FAILED, diagnosis.job_failure(job, obs.pods).message,
-                       failed_nodes=diagnosis.culprit_nodes(obs.pods))
+                       failed_nodes=diagnosis.culprit_nodes(obs.pods, obs.gpu_pods))
 
     lost = diagnosis.lost_nodes(obs.pods, obs.nodes)
     if lost is not None:

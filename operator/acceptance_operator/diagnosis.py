@@ -17,6 +17,7 @@ from typing import Any
 from acceptance_operator.backends import controller_of, job_state
 from acceptance_operator.conditions import JOB_FAILED, NODE_NOT_READY, UNSCHEDULABLE
 from acceptance_operator.jobstate import parse_time
+from acceptance_operator.manifests import LABEL_ROLE, ROLE_LAUNCHER
 
 KubeDict = dict[str, Any]
 
@@ -93,27 +94,39 @@ def container_failure(pod: KubeDict) -> str | None:
     return None
 
 
+def _launcher(pod: KubeDict) -> bool:
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE) == ROLE_LAUNCHER
+
+
 def failed_pod(pods: list[KubeDict]) -> Finding | None:
-    """The first pod whose container ended with an error."""
-    for pod in _sorted(pods):
+    """The first pod whose container ended with an error; a GPU pod before an MPIJob's launcher, whose mpirun
+    fails because a rank did."""
+    for pod in sorted(pods, key=lambda p: (_launcher(p), _name(p))):
         failure = container_failure(pod)
         if failure:
             return Finding(JOB_FAILED, f"{_where(pod)}: {failure}")
     return None
 
 
-def culprit_nodes(pods: list[KubeDict]) -> list[str]:
+def culprit_nodes(pods: list[KubeDict], gpu_pods: int = 0) -> list[str]:
     """The nodes a failed job without a report can be blamed on: where the failure was local.
 
     Pods that failed while others did not; or, when every pod failed (one
     rank's death takes the others down with it), the one that failed strictly
     first. A single pod, or pods that all failed at the same moment, point at
     something common to all (image, command, spec): nobody is blamed then.
+    Only the GPU pods are judged: an MPIJob's launcher (mpirun, no GPU, on any
+    node) fails because a rank died, not because of its node. `gpu_pods` is how
+    many the run has (spec.nodes): a backend's controller deletes the pods still
+    running when the job fails (cleanPodPolicy Running), so the healthy ones may
+    be gone; 0 counts the pods given.
     """
+    pods = [p for p in pods if not _launcher(p)]
     failed = [(_finished_at(p), n) for p in pods if container_failure(p) and (n := _node(p))]
-    if not failed or len(pods) < 2:
+    total = max(gpu_pods, len(pods))
+    if not failed or total < 2:
         return []
-    if len(failed) < len(pods):
+    if len(failed) < total:
         return sorted({n for _, n in failed})
     if any(t is None for t, _ in failed):
         return []

@@ -45,6 +45,7 @@ LABEL_GENERATION = f"{GROUP}/generation"
 LABEL_RUN = f"{GROUP}/run"  # the run's id (runs.run_id): pods of one run, among the runs of one generation
 # gpu: a pod holding GPUs (one per node); launcher: the MPIJob's mpirun pod.
 LABEL_ROLE = f"{GROUP}/role"
+ROLE_GPU, ROLE_LAUNCHER = "gpu", "launcher"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-acceptance"
 
@@ -263,7 +264,7 @@ def _env_list(values: dict[str, str]) -> list[dict[str, Any]]:
 def _anti_affinity_term(test: AcceptanceTest) -> dict[str, Any]:
     """No two GPU pods of this test on one node (any generation: an old run's pods still hold the GPUs)."""
     return {
-        "labelSelector": {"matchLabels": {LABEL_TEST: test_label_value(test), LABEL_ROLE: "gpu"}},
+        "labelSelector": {"matchLabels": {LABEL_TEST: test_label_value(test), LABEL_ROLE: ROLE_GPU}},
         "topologyKey": HOSTNAME_TOPOLOGY,
     }
 
@@ -432,7 +433,7 @@ def build_pytorchjob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR
         )
         container["ports"] = [{"name": PYTORCH_PORT_NAME, "containerPort": PYTORCH_PORT, "protocol": "TCP"}]
         return {"replicas": count, "restartPolicy": "Never",
-                "template": _template(test, "gpu", _pod_spec(test, [container], gpu=True, init_image=init_image))}
+                "template": _template(test, ROLE_GPU, _pod_spec(test, [container], gpu=True, init_image=init_image))}
 
     replicas = {"Master": replica(1)}
     if spec.nodes > 1:
@@ -523,10 +524,10 @@ def build_mpijob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMA
             "runPolicy": _run_policy(test),
             "mpiReplicaSpecs": {
                 "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": _template(test, "launcher", _pod_spec(test, [launcher], gpu=False,
+                             "template": _template(test, ROLE_LAUNCHER, _pod_spec(test, [launcher], gpu=False,
                                                                                init_image=init_image))},
                 "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
-                           "template": _template(test, "gpu", _pod_spec(test, [worker], gpu=True,
+                           "template": _template(test, ROLE_GPU, _pod_spec(test, [worker], gpu=True,
                                                                          init_image=init_image,
                                                                          extra_volumes=[run_volume]))},
             },
@@ -587,7 +588,7 @@ def _indexed_job_spec(test: AcceptanceTest, master_addr: str, subdomain: str, in
         "backoffLimit": 0,
         "activeDeadlineSeconds": spec.timeout_seconds,
         "podFailurePolicy": _pod_failure_policy(),
-        "template": _template(test, "gpu", pod_spec),
+        "template": _template(test, ROLE_GPU, pod_spec),
     }
 
 
@@ -611,7 +612,7 @@ def build_headless_service(test: AcceptanceTest) -> dict[str, Any]:
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
             "selector": {LABEL_TEST: labels[LABEL_TEST], LABEL_GENERATION: labels[LABEL_GENERATION],
-                         LABEL_ROLE: "gpu"},
+                         LABEL_ROLE: ROLE_GPU},
             "ports": [{"name": "rendezvous", "port": STATIC_MASTER_PORT, "targetPort": STATIC_MASTER_PORT,
                        "protocol": "TCP"}],
         },

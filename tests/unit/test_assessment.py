@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 from acceptance_operator.assessment import Observation, Timing, adopted_verdict, assess, next_look
+from acceptance_operator.manifests import LABEL_ROLE, ROLE_LAUNCHER
 from acceptance_operator.rejudge import RunFacts
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import TestRef, WorkloadConfig
@@ -226,16 +227,35 @@ def _failed_at(name: str, node: str, second: int) -> dict:
     return pod(name, "Failed", node=node, containers=[container])
 
 
+def _launcher(pod: dict) -> dict:
+    pod["metadata"]["labels"] = {LABEL_ROLE: ROLE_LAUNCHER}
+    return pod
+
+
 @pytest.mark.parametrize(("pods", "blamed"), [
     ([_failed_at("w0", "n0", 5), pod("w1", "Running", node="n1")], ["n0"]),  # one failed, the other did not
     ([_failed_at("w0", "n0", 9), _failed_at("w1", "n1", 5), _failed_at("w2", "n2", 9)], ["n1"]),  # n1 first
     ([_failed_at("w0", "n0", 5), _failed_at("w1", "n1", 5)], []),  # together: something common to both
     ([_failed_at("w0", "n0", 5)], []),  # one pod: node or spec, cannot tell
+    # An MPIJob: a rank died on n1 first, so mpirun (the launcher on n2) failed, then the other worker was stopped.
+    ([_failed_at("w0", "n0", 9), _failed_at("w1", "n1", 5), _launcher(_failed_at("launcher", "n2", 6))], ["n1"]),
+    ([pod("w0", "Running", node="n0"), _launcher(_failed_at("launcher", "n2", 6))], []),  # mpirun's own failure
 ])
 def test_a_failed_job_without_report_blames_the_node_where_the_failure_was_local(pods, blamed):
     failed = job(name="t-g2", conditions=[("Failed", "True", "PyTorchJobFailed", "1 Worker failed", T0)])
     a = assess(obs(job=failed, pods=pods), T0 + timedelta(minutes=1), TIMING)
     assert a.state.reason == "JobFailed" and a.summary.failed_nodes == blamed
+
+
+@pytest.mark.parametrize(("gpu_pods", "blamed"), [(2, ["n1"]), (1, [])])
+def test_a_failed_pod_whose_peers_the_controller_deleted_is_blamed_in_a_multi_node_run(gpu_pods, blamed):
+    """cleanPodPolicy Running: the PyTorchJob's or MPIJob's controller deletes the pods still running when the job
+    fails, so only the failed rank's pod (and the MPIJob's failed launcher) are left to look at."""
+    failed = job(name="t-g2", conditions=[("Failed", "True", "MPIJobFailed", "launcher failed", T0)])
+    pods = [_failed_at("w1", "n1", 5), _launcher(_failed_at("launcher", "n2", 6))]
+    a = assess(obs(job=failed, pods=pods, gpu_pods=gpu_pods), T0 + timedelta(minutes=1), TIMING)
+    assert a.state.reason == "JobFailed" and a.summary.failed_nodes == blamed
+    assert "pod w1 on node n1: container pytorch exited with code 1" in a.state.message  # the rank, not mpirun
 
 
 def test_without_run_facts_no_report_passes():
