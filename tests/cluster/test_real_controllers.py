@@ -9,10 +9,12 @@ kubelet stops reporting (Controllers.stop_kubelet), a pod is deleted, a controll
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from acceptance_operator.manifests import LABEL_ROLE
 
 from tests.apiserver import ApiServer, backend_crd_paths
 from tests.cluster.conftest import AT_CRD, StartOperator
@@ -38,12 +40,24 @@ def real_cluster() -> Iterator[tuple[ApiServer, list[str], Controllers]]:
         server.stop()
 
 
-@pytest.fixture
-def real(real_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator) -> Cluster:
+def operator_in_new_namespace(real_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator,
+                              env: dict[str, str]) -> Cluster:
     server, _, _ = real_cluster
     namespace = server.create_namespace(f"real-{uuid.uuid4().hex[:6]}")
-    proc = start_operator(server.kubeconfig, [namespace], REAL_ENV)
+    proc = start_operator(server.kubeconfig, [namespace], env)
     return Cluster(server, namespace, proc.log_tail)
+
+
+@pytest.fixture
+def real(real_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator) -> Cluster:
+    return operator_in_new_namespace(real_cluster, start_operator, REAL_ENV)
+
+
+@pytest.fixture
+def real_quick(real_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator) -> Cluster:
+    """An operator that waits only briefly for a report after a job failed (no workload writes one here)."""
+    return operator_in_new_namespace(real_cluster, start_operator,
+                                     {**REAL_ENV, "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "3"})
 
 
 def run_pods(cluster: Cluster, name: str) -> list[dict]:
@@ -51,10 +65,11 @@ def run_pods(cluster: Cluster, name: str) -> list[dict]:
     return cluster.server.request("GET", f"/api/v1/namespaces/{cluster.ns}/pods?labelSelector={selector}")["items"]
 
 
-def running_pods(cluster: Cluster, name: str, count: int) -> list[dict]:
-    """The run's `count` pods once each is bound to a node and Running (kwok keeps them so until they exit)."""
+def running_pods(cluster: Cluster, name: str, count: int, role: str | None = None) -> list[dict]:
+    """The run's `count` pods (of `role`: gpu, launcher) once each is bound to a node and Running (kwok keeps them
+    so until they exit)."""
     def placed() -> list[dict] | None:
-        pods = run_pods(cluster, name)
+        pods = [p for p in run_pods(cluster, name) if role is None or p["metadata"]["labels"].get(LABEL_ROLE) == role]
         bound = [p for p in pods if (p.get("spec") or {}).get("nodeName")
                  and (p.get("status") or {}).get("phase") == "Running"]
         return pods if len(pods) == count and len(bound) == count else None
@@ -181,3 +196,150 @@ def test_jobset_fails_through_the_real_jobset_controller(real: Cluster, jobset_c
     succeeded = real.condition("badset", "Succeeded")
     assert succeeded["reason"] == "ChecksFailed"
     assert f"preflight/gpu_count on {nodes[1]}: 7 < 8 GPUs" in succeeded["message"]
+
+
+# --------------------------------------------------------------------------- Kubeflow: PyTorchJob and MPIJob
+
+
+@pytest.fixture(scope="module")
+def training_operator(real_cluster: tuple[ApiServer, list[str], Controllers]) -> Controllers:
+    """The real Kubeflow training-operator v1 (PyTorchJob only), in the module's cluster."""
+    _, _, controllers = real_cluster
+    return controllers.start_training_operator()
+
+
+@pytest.fixture(scope="module")
+def mpi_operator(real_cluster: tuple[ApiServer, list[str], Controllers]) -> Controllers:
+    """The real Kubeflow mpi-operator (v2beta1), in the module's cluster."""
+    _, _, controllers = real_cluster
+    return controllers.start_mpi_operator()
+
+
+def kubeflow_condition(cluster: Cluster, kind: str, name: str, type_: str) -> bool:
+    job = cluster.job(kind, name) or {}
+    return any(c["type"] == type_ and c["status"] == "True" for c in job.get("status", {}).get("conditions", []))
+
+
+def pytorchjob_run(cluster: Cluster, name: str, gpu_nodes: list[str]) -> tuple[list[dict], dict[str, str]]:
+    """A two-node PyTorchJob run up to Running: the training-operator's master and worker pods, one per node.
+    Returns the pods and the node of each replica (master, worker)."""
+    cluster.create_test(name, {"backend": "PyTorchJob", "nodes": 2})
+    pods = running_pods(cluster, name, 2)
+    where = {}
+    for pod in pods:
+        (owner,) = pod["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("PyTorchJob", f"{name}-g1")  # made by the training-operator
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == str(GPUS_PER_NODE)
+        where[pod["metadata"]["labels"]["training.kubeflow.org/replica-type"]] = pod["spec"]["nodeName"]
+    assert sorted(where) == ["master", "worker"]
+    assert len(set(where.values())) == 2 and set(where.values()) <= set(gpu_nodes)  # one per fake GPU node
+    cluster.wait_phase(name, "Running", timeout=60)
+    return pods, where
+
+
+@pytest.mark.slow
+def test_pytorchjob_passes_through_the_real_training_operator(
+        real: Cluster, training_operator: Controllers, real_cluster: tuple[ApiServer, list[str], Controllers]):
+    _, gpu_nodes, _ = real_cluster
+    pods, where = pytorchjob_run(real, "torch", gpu_nodes)
+    # The training-operator's own contract with the pods: rendezvous on the master's Service.
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert env["PET_MASTER_ADDR"] == "torch-g1-master-0" and env["PET_NNODES"] == "2"
+    real.write_report("torch", report(1, nodes=tuple(sorted(where.values()))), place_pods=False)
+    training_operator.exit_pods(pods, 0)
+    real.wait(lambda: kubeflow_condition(real, "PyTorchJob", "torch-g1", "Succeeded"),
+              "the training-operator to mark torch-g1 Succeeded", timeout=120)
+    status = real.wait_phase("torch", "Succeeded", timeout=120)
+    assert status["summary"]["result"] == "Passed" and status["summary"]["failedNodes"] == []
+    assert real.condition("torch", "Succeeded")["reason"] == "ChecksPassed"
+
+
+@pytest.mark.slow
+def test_pytorchjob_node_going_not_ready_is_named(
+        real: Cluster, training_operator: Controllers, real_cluster: tuple[ApiServer, list[str], Controllers]):
+    _, gpu_nodes, controllers = real_cluster
+    _, where = pytorchjob_run(real, "torchlost", gpu_nodes)
+    victim = where["worker"]
+    controllers.stop_kubelet(victim)
+    try:
+        status = real.wait_phase("torchlost", "Failed", timeout=120)
+        succeeded = real.condition("torchlost", "Succeeded")
+        assert succeeded["reason"] == "NodeNotReady"
+        assert f"node {victim} is not Ready (Ready=Unknown" in succeeded["message"]
+        assert "while pod torchlost-g1-worker-0 ran on it" in succeeded["message"], succeeded["message"]
+        assert status["summary"]["failedNodes"] == [victim]  # not the master's healthy node
+        real.wait(lambda: real.job("PyTorchJob", "torchlost-g1") is None, "the PyTorchJob to be deleted")
+    finally:
+        controllers.start_kubelet(victim)
+
+
+@pytest.mark.slow
+def test_pytorchjob_unschedulable_quotes_the_real_scheduler(
+        real: Cluster, training_operator: Controllers, real_cluster: tuple[ApiServer, list[str], Controllers]):
+    _, gpu_nodes, _ = real_cluster
+    real.create_test("torchgreedy", {"backend": "PyTorchJob", "nodes": 1, "gpusPerNode": 16})
+    real.wait_phase("torchgreedy", "Failed", timeout=120)
+    succeeded = real.condition("torchgreedy", "Succeeded")
+    assert succeeded["reason"] == "Unschedulable"
+    assert "pod torchgreedy-g1-master-0 has been Pending" in succeeded["message"], succeeded["message"]
+    assert f"0/{len(gpu_nodes)} nodes are available: {len(gpu_nodes)} Insufficient nvidia.com/gpu" in \
+        succeeded["message"]
+    real.wait(lambda: real.job("PyTorchJob", "torchgreedy-g1") is None, "the unschedulable PyTorchJob to be deleted")
+
+
+def mpijob_run(cluster: Cluster, name: str, gpu_nodes: list[str]) -> tuple[list[dict], dict]:
+    """A two-node MPIJob run up to Running: the mpi-operator's workers, one per GPU node, then (once they are
+    Ready: launcherCreationPolicy WaitForWorkersReady) its launcher Job's pod, which asks for no GPU."""
+    cluster.create_test(name, {"backend": "MPIJob", "nodes": 2})
+    workers = running_pods(cluster, name, 2, role="gpu")
+    for pod in workers:
+        (owner,) = pod["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"]) == ("MPIJob", f"{name}-g1")  # made by the mpi-operator
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == str(GPUS_PER_NODE)
+    nodes = {p["spec"]["nodeName"] for p in workers}
+    assert len(nodes) == 2 and nodes <= set(gpu_nodes)
+    (launcher,) = running_pods(cluster, name, 1, role="launcher")
+    (owner,) = launcher["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("Job", f"{name}-g1-launcher")  # the launcher Job's pod
+    assert "nvidia.com/gpu" not in str(launcher["spec"]["containers"][0].get("resources"))
+    cluster.wait_phase(name, "Running", timeout=60)
+    return sorted(workers, key=lambda p: p["metadata"]["name"]), launcher
+
+
+@pytest.mark.slow
+def test_mpijob_passes_through_the_real_mpi_operator(
+        real: Cluster, mpi_operator: Controllers, real_cluster: tuple[ApiServer, list[str], Controllers]):
+    _, gpu_nodes, _ = real_cluster
+    workers, launcher = mpijob_run(real, "mpi", gpu_nodes)
+    nodes = tuple(sorted(p["spec"]["nodeName"] for p in workers))
+    real.write_report("mpi", report(1, nodes=nodes), place_pods=False)
+    mpi_operator.exit_pods([launcher], 0)  # mpirun ends; the workers' sshd runs until the mpi-operator stops it
+    real.wait(lambda: kubeflow_condition(real, "MPIJob", "mpi-g1", "Succeeded"),
+              "the mpi-operator to mark mpi-g1 Succeeded", timeout=120)
+    status = real.wait_phase("mpi", "Succeeded", timeout=120)
+    assert status["summary"]["result"] == "Passed" and status["summary"]["failedNodes"] == []
+    assert real.condition("mpi", "Succeeded")["reason"] == "ChecksPassed"
+
+
+@pytest.mark.slow
+def test_mpijob_worker_failing_is_named_not_the_launcher(
+        real_quick: Cluster, mpi_operator: Controllers, real_cluster: tuple[ApiServer, list[str], Controllers]):
+    _, gpu_nodes, _ = real_cluster
+    real = real_quick
+    workers, launcher = mpijob_run(real, "mpibad", gpu_nodes)
+    victim = workers[1]
+    mpi_operator.exit_pods([victim], 1)  # a rank's process dies on that node ...
+    real.wait(lambda: real.server.request("GET", f"/api/v1/namespaces/{real.ns}/pods/{victim['metadata']['name']}")
+              ["status"]["phase"] == "Failed", "the worker pod to fail")
+    time.sleep(1.1)  # container end times have whole seconds: the rank's death comes strictly first
+    mpi_operator.exit_pods([launcher], 1)  # ... so mpirun exits with an error (then the other worker is stopped)
+    real.wait(lambda: kubeflow_condition(real, "MPIJob", "mpibad-g1", "Failed"),
+              "the mpi-operator to fail mpibad-g1", timeout=120)
+    status = real.wait_phase("mpibad", "Failed", timeout=120)
+    succeeded = real.condition("mpibad", "Succeeded")
+    assert succeeded["reason"] == "JobFailed", succeeded
+    # The rank that died, not mpirun, which failed because of it.
+    assert f"MPIJob mpibad-g1 failed: pod {victim['metadata']['name']} on node {victim['spec']['nodeName']}: " \
+        "container worker exited with code 1" in succeeded["message"], succeeded["message"]
+    # Blamed: the failed worker's node only; the launcher's node (no GPU under test) and the healthy worker's are not.
+    assert status["summary"]["failedNodes"] == [victim["spec"]["nodeName"]], (status["summary"], succeeded)
