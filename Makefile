@@ -29,11 +29,11 @@ install: ## pip-install the project (operator, report + dev extras) and the work
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller (built from Go modules), backend CRDs: cached outside the repo
+tools: ## helm, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator and mpi-operator (built from Go modules), backend CRDs: cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null
-	@bash hack/envtest-assets.sh controllers kube-controller-manager kube-scheduler kwok jobset-controller >/dev/null
+	@bash hack/envtest-assets.sh controllers >/dev/null
 
 test: ## run the test suite (cluster tests start their own kube-apiserver + etcd)
 	assets=$$(bash hack/envtest-assets.sh assets); \
@@ -42,7 +42,7 @@ test: ## run the test suite (cluster tests start their own kube-apiserver + etcd
 lint: ## ruff
 	$(PYTHON) -m ruff check .
 
-dev-cluster: ## kube-apiserver + etcd with the backend CRDs and ours, kube-controller-manager, kube-scheduler, kwok with DEV_NODES fake GPU nodes, the JobSet controller; prints export KUBECONFIG=...
+dev-cluster: ## kube-apiserver + etcd with the backend CRDs and ours, kube-controller-manager, kube-scheduler, kwok with DEV_NODES fake GPU nodes, the JobSet controller, training-operator, mpi-operator; prints export KUBECONFIG=...
 	assets=$$(bash hack/envtest-assets.sh assets); \
 	KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.apiserver up --dir $(DEV_CLUSTER_DIR) --nodes $(DEV_NODES)
 

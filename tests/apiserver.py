@@ -808,14 +808,15 @@ def _stop_recorded(directory: Path, name: str) -> None:
         pid_file.unlink()
 
 
-CONTROLLER_NAMES = ("jobset-controller", "kwok", "kube-scheduler", "kube-controller-manager")
+CONTROLLER_NAMES = ("mpi-operator", "training-operator", "jobset-controller", "kwok", "kube-scheduler",
+                    "kube-controller-manager")
 
 
 def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) -> int:
     """Start the dev cluster; an earlier one's etcd data (and certificates) are kept unless `wipe`.
 
-    `nodes` > 0: also kube-controller-manager, kube-scheduler and kwok with that many fake GPU nodes
-    (tests/devcluster.py).
+    `nodes` > 0: also kube-controller-manager, kube-scheduler and kwok with that many fake GPU nodes, and the
+    backends' controllers: JobSet, training-operator (PyTorchJob), mpi-operator (MPIJob) (tests/devcluster.py).
     """
     if _running(directory):
         print(f"already running ({directory}); stop it with: python -m tests.apiserver down --dir {directory}")
@@ -832,14 +833,15 @@ def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) ->
 
             controllers = Controllers(server, detached=True).start()
             names = controllers.add_gpu_nodes(nodes)
-            controllers.start_jobset()
+            controllers.start_jobset().start_training_operator().start_mpi_operator()
     except BaseException:
         _down(directory, quiet=True)
         raise
     print(f"kube-apiserver {server.server} ready in {server.started_seconds:.1f}s; logs in {directory}"
           + ("; etcd data kept from the last run (--wipe starts empty)" if kept else ""))
     if nodes:
-        print(f"kube-controller-manager, kube-scheduler, kwok, JobSet controller running; fake GPU nodes: "
+        print(f"kube-controller-manager, kube-scheduler, kwok, JobSet controller, training-operator, mpi-operator "
+              f"running; fake GPU nodes: "
               f"{', '.join(names)}")
     print(f"export KUBECONFIG={server.kubeconfig}")
     return 0
@@ -900,8 +902,8 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", default=".dev-cluster", type=Path)
     up.add_argument("--no-crds", action="store_true", help="install no CRDs")
     up.add_argument("--wipe", action="store_true", help="start from empty etcd")
-    up.add_argument("--nodes", type=int, default=0, help="also run kube-controller-manager, kube-scheduler and "
-                                                        "kwok with this many fake GPU nodes (8 nvidia.com/gpu each)")
+    up.add_argument("--nodes", type=int, default=0, help="also run kube-controller-manager, kube-scheduler, "
+                    "kwok with this many fake GPU nodes (8 nvidia.com/gpu each) and the backends' controllers")
     down = sub.add_parser("down", help="stop it (etcd data stays for the next up unless --wipe)")
     down.add_argument("--dir", default=".dev-cluster", type=Path)
     down.add_argument("--wipe", action="store_true", help="also remove its folder: etcd data, certificates, logs")
