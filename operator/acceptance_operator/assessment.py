@@ -3,7 +3,7 @@
 A pure function of the test's report, its child job, the job's pods and their
 scheduling events, the clock and the operator's settings, so every path a run
 can take (passed, failed checks, job failed, report missing, unschedulable,
-image pull stuck, node lost, timeout) is unit-tested without a cluster. The handlers read
+image pull stuck, node lost, no controller, timeout) is unit-tested without a cluster. The handlers read
 the inputs and apply the outcome.
 """
 
@@ -37,6 +37,7 @@ KubeDict = dict[str, Any]
 class Timing:
     """The operator's patience, from its settings."""
 
+    # How long pods may wait to be scheduled or started, and a job for its controller to act on it at all.
     unschedulable_grace_seconds: float = 600.0
     report_grace_seconds: float = 30.0
 
@@ -163,6 +164,10 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     if pending is not None:
         return _failed(pending.reason, pending.message, stop_job=True)
 
+    idle = diagnosis.backend_not_running(job, obs.pods, now, timing.unschedulable_grace_seconds)
+    if idle is not None:
+        return _failed(idle.reason, idle.message, stop_job=True)
+
     if obs.start_time is not None and (now - obs.start_time).total_seconds() >= obs.timeout_seconds:
         return _failed(
             TIMEOUT,
@@ -219,6 +224,9 @@ def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | Non
     stuck = diagnosis.stuck_pod(obs.pods)
     if stuck is not None and stuck[1] is not None:
         deadlines.append(stuck[1] + timedelta(seconds=timing.unschedulable_grace_seconds))
+    unstarted = diagnosis.unstarted_since(obs.job, obs.pods)
+    if unstarted is not None:
+        deadlines.append(unstarted + timedelta(seconds=timing.unschedulable_grace_seconds))
     for since in diagnosis.unscheduled_since(obs.pods):
         deadlines.append(since + timedelta(seconds=timing.unschedulable_grace_seconds))
     ahead = [d for d in deadlines if d > now]

@@ -33,12 +33,15 @@ UNSCHEDULABLE = "Unschedulable"
 TIMEOUT = "Timeout"
 NODE_NOT_READY = "NodeNotReady"  # a node running the run's pods stopped being Ready mid-run
 BACKEND_NOT_INSTALLED = "BackendNotInstalled"
+# The backend's CRD is there but its controller does not act: the job got no status and no pods, or the controller's
+# admission webhook (failurePolicy Fail) did not answer, so the job could not even be created.
+BACKEND_NOT_RUNNING = "BackendNotRunning"
 INVALID_SPEC = "InvalidSpec"
 REGRESSED = "Regressed"  # passed its thresholds, but fell under the baseline run (spec.baseline)
 NO_NODES = "NoNodes"  # a sweep found no schedulable node matching placement.nodeSelector
 FAILURE_REASONS: tuple[str, ...] = (
     CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, NODE_NOT_READY,
-    BACKEND_NOT_INSTALLED, INVALID_SPEC, NO_NODES,
+    BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
 BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)
@@ -52,6 +55,12 @@ class RunState:
     phase: Phase
     reason: str
     message: str = ""
+    no_job: bool = False  # no job could be created for the run (besides the BEFORE_JOB reasons, which imply it)
+
+    @property
+    def before_job(self) -> bool:
+        """The run has no job: it ended, or waits, before one could be created (JobCreated is False)."""
+        return self.no_job or (self.phase == "Failed" and self.reason in BEFORE_JOB)
 
     @property
     def terminal(self) -> bool:
@@ -97,7 +106,7 @@ def conditions_for(
     JobCreated message.
     """
     out = list(existing)
-    if state.phase == "Failed" and state.reason in BEFORE_JOB:
+    if state.before_job:
         out = set_condition(out, JOB_CREATED, "False", state.reason, state.message, generation, now)
     else:
         out = set_condition(out, JOB_CREATED, "True", "Created", f"{job_description} created", generation, now)

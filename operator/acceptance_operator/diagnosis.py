@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from acceptance_operator.backends import controller_of, job_state
-from acceptance_operator.conditions import JOB_FAILED, NODE_NOT_READY, UNSCHEDULABLE
+from acceptance_operator.conditions import BACKEND_NOT_RUNNING, JOB_FAILED, NODE_NOT_READY, UNSCHEDULABLE
 from acceptance_operator.jobstate import parse_time
 from acceptance_operator.manifests import LABEL_ROLE, ROLE_LAUNCHER
 
@@ -302,6 +302,28 @@ def job_failure(job: KubeDict | None, pods: list[KubeDict]) -> Finding:
     return Finding(
         JOB_FAILED, f"{kind} {name} failed: {detail} (its pods are gone; `kubectl get events` may tell more)"
     )
+
+
+def unstarted_since(job: KubeDict | None, pods: list[KubeDict]) -> datetime | None:
+    """When the job was created, while its controller has not acted on it: no status of its own and no pods."""
+    if job is None or pods or job_state(job).state is not None:
+        return None
+    return parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+
+
+def backend_not_running(job: KubeDict | None, pods: list[KubeDict], now: datetime,
+                        grace_seconds: float) -> Finding | None:
+    """A job its controller has not touched for the grace period: the controller is not running (or not here)."""
+    since = unstarted_since(job, pods)
+    if since is None or (now - since).total_seconds() < grace_seconds:
+        return None
+    meta = (job or {}).get("metadata") or {}
+    kind = (job or {}).get("kind", "job")
+    waited = int((now - since).total_seconds())
+    return Finding(BACKEND_NOT_RUNNING, (
+        f"{kind} {meta.get('name', '?')} has no status and no pods {waited}s after it was created: "
+        f"{controller_of(kind)} is not running, or does not watch namespace {meta.get('namespace', '?')} -> check "
+        "its Deployment and its logs, then run the test again (the rerun annotation)"))
 
 
 def progress(job: KubeDict | None, pods: list[KubeDict]) -> str:

@@ -24,6 +24,7 @@ import json
 import logging
 import threading
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -63,7 +64,7 @@ from acceptance_operator.calm import RateLimit, describe_error
 from acceptance_operator.children import Children, SweepChildren
 from acceptance_operator.conditions import (
     BACKEND_NOT_INSTALLED,
-    BEFORE_JOB,
+    BACKEND_NOT_RUNNING,
     INVALID_SPEC,
     REPORT_MISSING,
     REPORT_REJECTED,
@@ -115,6 +116,10 @@ _fresh: dict[TestKey, KubeDict] = {}
 # Deleted tests whose children are still to delete: their last body (its uid says which children are theirs).
 _gone: dict[TestKey, KubeDict] = {}
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
+# Since when the API server has refused a test's job because the backend's admission webhook did not answer
+# (its controller is down): the operator retries this often until the unschedulable grace has passed.
+_unreachable_since: dict[TestKey, datetime] = {}
+BACKEND_RETRY_SECONDS = 10.0
 # A job or pod change is looked at this much later, so the burst a controller writes (job Running, pod created,
 # pod Running) is one reconcile and one status write, not three.
 CHILD_SETTLE_SECONDS = 0.2
@@ -462,8 +467,9 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     if test.spec.sweep:
         return _sweep_step(k, obj, test, due is not None, now, logger)
     if due is not None or (status.get("job") or {}).get("name") != manifests.job_name(test):
-        _start_run(k, obj, test, now, logger)
-        return float(test.spec.timeout_seconds)  # the status write is a watch event: the run is followed then
+        retry = _start_run(k, obj, test, now, logger)
+        # The status write is a watch event: the run is followed then.
+        return retry if retry is not None else float(test.spec.timeout_seconds)
     return _follow_run(k, obj, test, now, logger)
 
 
@@ -647,8 +653,10 @@ def _stop_other_runs(k: Kube, test: AcceptanceTest, generation: int) -> list[str
     return stopped
 
 
-def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger) -> None:
-    """Create the run's children and record that it started, in two steps when other new tests wait.
+def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
+               logger: logging.Logger) -> float | None:
+    """Create the run's children and record that it started, in two steps when other new tests wait; the seconds
+    until the next try when the job could not be created yet (its backend's webhook did not answer).
 
     Alone, in one step: the children in the builders' order (identity and RBAC
     first, the job last) and the status. While other new tests wait in the
@@ -685,7 +693,7 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
     if first_step and QUEUE.has_urgent():
         created = _create_children(k, obj, test, first, now, logger)
         if created is None:
-            return
+            return _backend_retry(key, now)
         _begun[key] = (run_id, *created, stopped)
         METRICS.set_phase(namespace, name, "Pending")  # the job exists: the run is pending, status or not yet
         METRICS.set_headline(namespace, name, None)
@@ -694,13 +702,13 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logg
     if first_step:  # one step, in the builders' order (the job last, its status right after it)
         created = _create_children(k, obj, test, children, now, logger)
         if created is None:
-            return
+            return _backend_retry(key, now)
         start, adopted = created
     else:
         _, start, adopted, stopped = begun  # type: ignore[misc]
         if _create_children(k, obj, test, [c for c in children if c not in first], now, logger,
                             job_created=True) is None:
-            return
+            return None
         _begun.pop(key, None)
     job_name = manifests.job_name(test)
     state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
@@ -724,6 +732,10 @@ def _create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: lis
         try:
             created_obj, created = _create_own(k, child, test.metadata.uid)
         except ApiException as e:
+            down = _webhook_down(e) if child["kind"] in BACKENDS else None
+            if down is not None:
+                _backend_unreachable(k, obj, test, child, down, now, logger)
+                return None
             if e.status not in (400, 422):
                 raise
             # The same object would be refused on every retry: end the run with the API server's words.
@@ -733,6 +745,8 @@ def _create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: lis
             return None
         if not created:
             evidence_hooks.renew_adopted(k, child, created_obj)
+        if child["kind"] in BACKENDS:
+            _unreachable_since.pop((test.metadata.namespace, test.metadata.name), None)
         if not created and child["kind"] in BACKENDS:
             # The job exists already (a restart between creating it and recording it): its run started then.
             # (An existing ServiceAccount, Role or RoleBinding is normal: every generation shares them.)
@@ -759,6 +773,45 @@ def _create_own(k: Kube, child: KubeDict, uid: str | None, attempts: int = 3) ->
         k.delete(kind, namespace, name)
         time.sleep(0.2 * (attempt + 1))
     raise RuntimeError(f"{kind} {name} of an earlier test of this name is still being deleted; retrying")
+
+
+def _webhook_down(e: ApiException) -> str | None:
+    """The API server's words when it refused an object because an admission webhook could not be called (the
+    webhook's server, the backend's controller, is down: failurePolicy Fail), else None."""
+    if e.status != 500:
+        return None
+    words = _api_message(e)
+    return words if "failed calling webhook" in words else None
+
+
+def _backend_unreachable(k: Kube, obj: KubeDict, test: AcceptanceTest, job: KubeDict, words: str, now: datetime,
+                         logger: logging.Logger) -> None:
+    """The job was refused because its backend's webhook did not answer: Pending with BackendNotRunning while the
+    operator retries (the controller may be restarting), Failed once the unschedulable grace has passed."""
+    key = (test.metadata.namespace, test.metadata.name)
+    since = _unreachable_since.setdefault(key, now)
+    grace = SETTINGS.unschedulable_grace_seconds
+    text = (f"the API server refused {job['kind']} {job['metadata']['name']}: {words} -> "
+            f"{backend_of(job['kind']).controller} serves that admission webhook and is not running or not "
+            "reachable: check its Deployment, its webhook Service and its logs")
+    if (now - since).total_seconds() < grace:
+        state = RunState("Pending", BACKEND_NOT_RUNNING, f"{text}; retrying for up to {grace:g}s", no_job=True)
+        _write_status(k, obj, state, test, start_time=None, completion_time=None, summary=None, now=now)
+        return
+    _unreachable_since.pop(key, None)
+    waited = int((now - since).total_seconds())
+    _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_RUNNING, f"{text}; refused for {waited}s, then run the "
+                                     "test again (the rerun annotation)", no_job=True), now=now, logger=logger)
+
+
+def _backend_retry(key: TestKey, now: datetime) -> float | None:
+    """When to try creating the job again: soon (at the latest when the grace ends) while the backend's webhook
+    refuses it; None when there is nothing to retry."""
+    since = _unreachable_since.get(key)
+    if since is None:
+        return None
+    left = SETTINGS.unschedulable_grace_seconds - (now - since).total_seconds()
+    return max(1.0, min(BACKEND_RETRY_SECONDS, left))
 
 
 def _started_by(run: RunRef) -> str:
@@ -949,6 +1002,7 @@ def _conclude(
     _write_status(k, obj, state, test, start_time=start or end, completion_time=end, summary=summary, now=now,
                   history=history, sweep_status=sweep_status)
     _begun.pop((namespace, name), None)  # a run that ended between the two steps of its start
+    _unreachable_since.pop((namespace, name), None)
 
     if state.phase == "Succeeded":
         kopf.info(obj, reason=state.reason, message=state.message)
@@ -1026,14 +1080,14 @@ def _write_status(
     meta = obj["metadata"]
     status = obj.get("status") or {}
     generation = meta.get("generation") or 1
-    if state.reason not in BEFORE_JOB and not test.spec.sweep:
+    if not state.before_job and not test.spec.sweep:
         job_name = manifests.job_name(test)
         job: KubeDict | None = JobRef(api_version=backend_of(test.spec.backend).api_version, kind=test.spec.backend,
                                       name=job_name).to_wire()
         job_text = f"{test.spec.backend} {job_name}"
     else:
         job, job_text = None, "the sweep's tests" if test.spec.sweep else "the job"
-    state = RunState(state.phase, state.reason, ownership.clip_message(state.message))
+    state = replace(state, message=ownership.clip_message(state.message))
     conditions = conditions_for(state, job_text, _conditions(ownership.record(obj) or {}), generation, now)
     desired: KubeDict = {
         "phase": state.phase,

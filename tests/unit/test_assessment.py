@@ -54,6 +54,23 @@ def test_no_status_yet_is_pending():
     assert "has no status yet" in a.state.message
 
 
+def test_a_job_no_controller_acts_on_fails_as_backend_not_running_after_the_grace():
+    untouched = job(name="t-g2")
+    untouched["metadata"].update(namespace="ns", creationTimestamp=T0.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    a = assess(obs(job=untouched), T0 + timedelta(seconds=599), TIMING)
+    assert a.state.phase == "Pending" and "is the Kubeflow training-operator running?" in a.state.message
+    assert next_look(obs(job=untouched), T0 + timedelta(seconds=5), TIMING) == T0 + timedelta(seconds=600)
+    a = assess(obs(job=untouched), T0 + timedelta(seconds=600), TIMING)
+    assert (a.state.phase, a.state.reason, a.stop_job) == ("Failed", "BackendNotRunning", True)
+    assert a.state.message.startswith("PyTorchJob t-g2 has no status and no pods 600s after it was created: the "
+                                      "Kubeflow training-operator is not running, or does not watch namespace ns")
+    # Its controller saw it (a Created condition), or made a pod: the controller runs; the run waits as before.
+    seen = job(name="t-g2", conditions=[("Created", "True", "", "", T0)])
+    seen["metadata"] = untouched["metadata"]
+    assert assess(obs(job=seen), T0 + timedelta(seconds=900), TIMING).state.phase == "Pending"
+    assert assess(obs(job=untouched, pods=[pod("p")]), T0 + timedelta(seconds=900), TIMING).state.phase == "Pending"
+
+
 def test_running_job_is_running():
     a = assess(obs(job=RUNNING_JOB, pods=[pod("p", "Running", node="n")]), T0, TIMING)
     assert a.state.phase == "Running"
