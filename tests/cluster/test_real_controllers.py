@@ -19,7 +19,7 @@ from acceptance_operator.manifests import LABEL_ROLE
 from tests.apiserver import ApiServer, backend_crd_paths
 from tests.cluster.conftest import AT_CRD, StartOperator
 from tests.cluster.operator_harness import Cluster, report
-from tests.devcluster import GPUS_PER_NODE, Controllers, dev_nodes
+from tests.devcluster import GPUS_PER_NODE, JOBSET, TRAINING_OPERATOR, Controllers, dev_nodes
 
 # Kubernetes' Job controller completes the pods kwok runs at once; the report may come a little later.
 REAL_ENV = {"GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "60", "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "3"}
@@ -133,7 +133,8 @@ def test_a_node_going_not_ready_mid_run_is_named(real: Cluster, real_cluster: tu
         controllers.start_kubelet(victim)
 
 
-def test_a_pod_deleted_mid_run_fails_the_run(real: Cluster, real_cluster: tuple[ApiServer, list[str], Controllers]):
+def test_a_pod_deleted_mid_run_fails_the_run(real_quick: Cluster):
+    real = real_quick
     real.create_test("evicted", {"backend": "Job", "nodes": 2})
     pods = running_pods(real, "evicted", 2)
     victim = sorted(pods, key=lambda p: p["metadata"]["name"])[1]["metadata"]["name"]
@@ -343,3 +344,52 @@ def test_mpijob_worker_failing_is_named_not_the_launcher(
         "container worker exited with code 1" in succeeded["message"], succeeded["message"]
     # Blamed: the failed worker's node only; the launcher's node (no GPU under test) and the healthy worker's are not.
     assert status["summary"]["failedNodes"] == [victim["spec"]["nodeName"]], (status["summary"], succeeded)
+
+
+# --------------------------------------------------------------------------- a backend's controller not running
+
+
+@pytest.mark.slow
+def test_a_stopped_training_operator_is_named(real: Cluster, training_operator: Controllers):
+    """The PyTorchJob is created (no webhook stands in the way) but gets no status and no pods: after the grace the
+    test fails saying which controller does not run, instead of staying Pending until its timeout."""
+    training_operator.stop_one(TRAINING_OPERATOR)
+    try:
+        real.create_test("orphan", {"backend": "PyTorchJob", "nodes": 1})
+        status = real.wait_phase("orphan", "Failed", timeout=60)
+        succeeded = real.condition("orphan", "Succeeded")
+        assert succeeded["reason"] == "BackendNotRunning", succeeded
+        assert succeeded["message"].startswith("PyTorchJob orphan-g1 has no status and no pods "), succeeded["message"]
+        assert f"the Kubeflow training-operator is not running, or does not watch namespace {real.ns}" in \
+            succeeded["message"]
+        assert status["summary"]["result"] == "Failed"
+        real.wait(lambda: real.job("PyTorchJob", "orphan-g1") is None, "the orphaned PyTorchJob to be deleted")
+    finally:
+        training_operator.start_training_operator()
+
+
+@pytest.mark.slow
+def test_a_stopped_jobset_controller_is_named(jobset_controller: Controllers,
+                                              real_cluster: tuple[ApiServer, list[str], Controllers],
+                                              start_operator: StartOperator):
+    """Its admission webhooks (failurePolicy Fail) do not answer, so the API server refuses the JobSet: the test is
+    Pending with the API server's words while the operator retries, then Failed, both as BackendNotRunning."""
+    real = operator_in_new_namespace(real_cluster, start_operator,
+                                     {**REAL_ENV, "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "8"})
+    jobset_controller.stop_one(JOBSET)
+    try:
+        real.create_test("noset", {"backend": "JobSet", "nodes": 1})
+        real.wait_phase("noset", "Pending", timeout=30)
+        created = real.condition("noset", "JobCreated")
+        assert (created["status"], created["reason"]) == ("False", "BackendNotRunning"), created
+        assert created["message"].startswith('the API server refused JobSet noset-g1: Internal error occurred: failed '
+                                             'calling webhook "mjobset.kb.io"'), created["message"]
+        assert "the JobSet controller serves that admission webhook and is not running" in created["message"]
+        assert "retrying for up to 8s" in created["message"]
+        real.wait_phase("noset", "Failed", timeout=60)
+        succeeded = real.condition("noset", "Succeeded")
+        assert succeeded["reason"] == "BackendNotRunning", succeeded
+        assert "refused for " in succeeded["message"] and "mjobset.kb.io" in succeeded["message"]
+        assert real.job("JobSet", "noset-g1") is None
+    finally:
+        jobset_controller.start_jobset()
