@@ -5,7 +5,9 @@ under a plain `kopf run -m acceptance_operator.handlers`:
 
 - GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS (600): how long pods may stay
   Pending with FailedScheduling (or a container stuck in ImagePullBackOff)
-  before the run fails as Unschedulable (or JobFailed).
+  before the run fails as Unschedulable (or JobFailed); also how long the job
+  may go without its controller (no status and no pods, or refused by its
+  admission webhook) before BackendNotRunning.
 - GPU_ACCEPTANCE_NODE_ACTIONS (false): allow spec.onFailure to label, taint or
   cordon nodes (the chart grants nodes get/patch only then).
 - GPU_ACCEPTANCE_DEFAULT_IMAGE: workload image for tests that set no
