@@ -3,9 +3,9 @@ to fake GPU nodes -> pod phases from kwok. The test writes only what the workloa
 
 A cluster of its own (tests/devcluster.py): the test API server with kube-controller-manager, kube-scheduler and
 kwok running `DEV_NODES` (default 4) fake nodes of 8 nvidia.com/gpu each; the backends' controllers (JobSet,
-training-operator, mpi-operator) start once per module, when a test first needs them. kwok keeps a pod Running until the test
-makes its process exit (Controllers.exit_pods, where the workload would exit); faults come from outside: a node's
-kubelet stops reporting (Controllers.stop_kubelet), a pod is deleted, a controller is stopped.
+training-operator, mpi-operator) start once per module, when a test first needs them. kwok keeps a pod Running
+until the test makes its process exit (Controllers.exit_pods, where the workload would exit); faults come from
+outside: a node's kubelet stops reporting (Controllers.stop_kubelet), a pod is deleted, a controller is stopped.
 """
 
 from __future__ import annotations
