@@ -27,6 +27,7 @@ from acceptance_operator.conditions import (
     TIMEOUT,
     RunState,
 )
+from acceptance_operator.jobstate import JobState
 from acceptance_operator.rejudge import Rejudged, RunFacts, rejudge
 from acceptance_operator.verdict import regressions, report_for_generation, summarize, verdict_message
 
@@ -87,6 +88,15 @@ def _failed(reason: str, message: str, *, stop_job: bool = False, failed_nodes: 
     return Assessment(RunState("Failed", reason, message), summary, stop_job=stop_job)
 
 
+def _ended_at_deadline(state: JobState, obs: Observation) -> bool:
+    """The job ended no earlier than spec.timeoutSeconds after the run started: its activeDeadlineSeconds (the
+    same number, counted from the job's own later start) ended it, whatever its controller's words (a JobSet says
+    only that its Job failed; the Job's DeadlineExceeded stays on the Job)."""
+    if state.since is None or obs.start_time is None:
+        return False
+    return (state.since - obs.start_time).total_seconds() >= obs.timeout_seconds
+
+
 def _verdict(report: Report, obs: Observation) -> Assessment:
     """The operator's verdict on a report of this generation: judged again, and checked against the run."""
     if obs.run is None:
@@ -142,7 +152,7 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
                 f"{job_text} succeeded but no report for generation {obs.generation} was written{why}: "
                 "read the rank-0 pod's log, and check that its ServiceAccount may patch acceptancetests/status",
             )
-        if state.deadline_exceeded:
+        if state.deadline_exceeded or _ended_at_deadline(state, obs):
             return _failed(TIMEOUT, f"{job_text} was stopped at spec.timeoutSeconds={obs.timeout_seconds}: "
                                     f"{state.message or state.reason}")
         return _failed(JOB_FAILED, diagnosis.job_failure(job, obs.pods).message,

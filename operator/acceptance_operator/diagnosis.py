@@ -32,6 +32,10 @@ STUCK_WAITING = {
     "CrashLoopBackOff": "the container keeps crashing: read its logs",
     "RunContainerError": "the container runtime cannot start the container",
 }
+# The scheduler's "N node(s) had untolerated taint {key: value}" (one per taint key).
+_UNTOLERATED = re.compile(r"(\d+) node\(s\) had untolerated taint \{([^:}]+)")
+# Taints the node lifecycle controller puts on a node that stopped being Ready: no toleration is the answer.
+NOT_READY_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9](?:[A-Za-z0-9./_-]*[A-Za-z0-9])?)")
 
 
@@ -185,7 +189,12 @@ def scheduling_hint(message: str, gpus_per_node: int) -> str:
         hints.append("one pod per node: spec.nodes must not exceed the eligible nodes")
     if "node affinity/selector" in text or "node selector" in text:
         hints.append("check spec.placement.nodeSelector and affinity against the nodes' labels")
-    if "untolerated taint" in text:
+    taints = _UNTOLERATED.findall(message)
+    lost = sum(int(n) for n, key in taints if key.strip() in NOT_READY_TAINTS)
+    if lost:
+        hints.append(f"{lost} node(s) are not Ready (their kubelet stopped reporting, or the node is down): check "
+                     "`kubectl get nodes`, or lower spec.nodes to the Ready nodes")
+    if any(key.strip() not in NOT_READY_TAINTS for _, key in taints) or ("untolerated taint" in text and not taints):
         hints.append("add the nodes' taints to spec.placement.tolerations")
     if "unschedulable" in text and "node(s) were unschedulable" in text:
         hints.append("some nodes are cordoned")

@@ -394,3 +394,60 @@ def test_a_stopped_jobset_controller_is_named(jobset_controller: Controllers,
         assert real.job("JobSet", "noset-g1") is None
     finally:
         jobset_controller.start_jobset()
+
+
+# --------------------------------------------------------------------------- a node lost before scheduling; deadlines
+
+
+@pytest.mark.slow
+def test_a_not_ready_node_leaves_a_pod_unschedulable(real: Cluster, training_operator: Controllers,
+                                                     real_cluster: tuple[ApiServer, list[str], Controllers]):
+    """A node that stopped reporting before the run is tainted by the node lifecycle controller: the run's last pod
+    cannot be placed, and the scheduler's words say why; the hint says the node is down (not: tolerate it)."""
+    _, gpu_nodes, controllers = real_cluster
+    victim = gpu_nodes[-1]
+    controllers.stop_kubelet(victim)
+    try:
+        real.wait(lambda: any(t["key"] == "node.kubernetes.io/unreachable" and t["effect"] == "NoSchedule" for t in
+                              real.server.request("GET", f"/api/v1/nodes/{victim}")["spec"].get("taints") or []),
+                  f"the node lifecycle controller to taint {victim} unreachable", timeout=60)
+        real.create_test("short", {"backend": "PyTorchJob", "nodes": len(gpu_nodes)})
+        status = real.wait_phase("short", "Failed", timeout=120)
+        succeeded = real.condition("short", "Succeeded")
+        assert succeeded["reason"] == "Unschedulable", succeeded
+        assert "1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }" in succeeded["message"], \
+            succeeded["message"]
+        assert "1 node(s) are not Ready (their kubelet stopped reporting, or the node is down)" in succeeded["message"]
+        assert "spec.placement.tolerations" not in succeeded["message"]
+        # The other pods ran on the healthy nodes; none on the lost one.
+        assert victim not in {p["spec"].get("nodeName") for p in run_pods(real, "short")}
+        assert status["summary"]["result"] == "Failed"
+        real.wait(lambda: real.job("PyTorchJob", "short-g1") is None, "the PyTorchJob to be deleted")
+    finally:
+        controllers.start_kubelet(victim)
+
+
+@pytest.mark.slow
+def test_a_jobset_ended_by_its_own_deadline_is_a_timeout(jobset_controller: Controllers,
+                                                         real_cluster: tuple[ApiServer, list[str], Controllers],
+                                                         start_operator: StartOperator):
+    """The operator is away when spec.timeoutSeconds passes, so the JobSet's Job hits its activeDeadlineSeconds and
+    the JobSet controller fails the set in its own words (its Job failed): back, the operator calls it a Timeout
+    and blames no node for the pods the deadline stopped."""
+    server, _, _ = real_cluster
+    namespace = server.create_namespace(f"real-{uuid.uuid4().hex[:6]}")
+    proc = start_operator(server.kubeconfig, [namespace], {**REAL_ENV, "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "3"})
+    real = Cluster(server, namespace, proc.log_tail)
+    real.create_test("late", {"backend": "JobSet", "nodes": 2, "timeoutSeconds": 60})
+    running_pods(real, "late", 2)
+    real.wait_phase("late", "Running", timeout=60)
+    proc.stop()
+    real.wait(lambda: jobset_condition(real, "late-g1", "Failed"), "the JobSet controller to fail late-g1 at its "
+              "deadline", timeout=120)
+    proc.start()
+    status = real.wait_phase("late", "Failed", timeout=60)
+    succeeded = real.condition("late", "Succeeded")
+    assert succeeded["reason"] == "Timeout", succeeded
+    assert succeeded["message"].startswith("JobSet late-g1 was stopped at spec.timeoutSeconds=60: jobset failed"), \
+        succeeded["message"]
+    assert status["summary"]["failedNodes"] == []

@@ -129,6 +129,22 @@ def test_kubeflow_deadline_is_a_timeout():
     assert (a.state.phase, a.state.reason) == ("Failed", "Timeout")
 
 
+def test_a_job_failed_at_its_deadline_is_a_timeout_whatever_its_controller_says():
+    """A JobSet's Job hit activeDeadlineSeconds (= timeoutSeconds, from the Job's own start, after the run's): the
+    JobSet says only that its Job failed, and the pods the Job controller stopped exited 143."""
+    words = "jobset failed due to reaching max number of restarts (first failed job: t-g2-node-0)"
+    at_deadline = job("JobSet", "t-g2", [("Failed", "True", "ReachedMaxRestarts", words, T0 + timedelta(seconds=3601))])
+    pods = [_failed_at("t-g2-node-0-0", "n0", 3601), _failed_at("t-g2-node-0-1", "n1", 3602)]
+    a = assess(obs(job_kind="JobSet", job=at_deadline, pods=pods), T0 + timedelta(seconds=3700), TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "Timeout")
+    assert a.state.message == f"JobSet t-g2 was stopped at spec.timeoutSeconds=3600: {words}"
+    assert a.summary.failed_nodes == []  # the deadline stopped them all: nobody to blame
+    # The same failure before the deadline is the job's own.
+    early = job("JobSet", "t-g2", [("Failed", "True", "ReachedMaxRestarts", words, T0 + timedelta(seconds=3599))])
+    a = assess(obs(job_kind="JobSet", job=early, pods=pods), T0 + timedelta(seconds=3700), TIMING)
+    assert a.state.reason == "JobFailed"
+
+
 def test_deleted_job_fails():
     a = assess(obs(job=None), T0, TIMING)
     assert (a.state.phase, a.state.reason) == ("Failed", "JobFailed")

@@ -108,6 +108,15 @@ def test_missing_resources():
 def test_scheduling_hints():
     assert "no node has 8 free nvidia.com/gpu" in scheduling_hint(GPU_MESSAGE, 8)
     assert "spec.placement.tolerations" in scheduling_hint("3 node(s) had untolerated taint {x: y}", 8)
+    # A NotReady node's taints are not for tolerating: the node is down.
+    lost = ("0/4 nodes are available: 1 node(s) had untolerated taint {node.kubernetes.io/unreachable: }, "
+            "3 node(s) didn't match pod anti-affinity rules.")
+    assert scheduling_hint(lost, 8) == (
+        "one pod per node: spec.nodes must not exceed the eligible nodes; 1 node(s) are not Ready (their kubelet "
+        "stopped reporting, or the node is down): check `kubectl get nodes`, or lower spec.nodes to the Ready nodes")
+    both = "2 node(s) had untolerated taint {node.kubernetes.io/not-ready: }, 1 node(s) had untolerated taint {x: y}"
+    assert "2 node(s) are not Ready" in scheduling_hint(both, 8)
+    assert "spec.placement.tolerations" in scheduling_hint(both, 8)
     assert "nodeSelector" in scheduling_hint("2 node(s) didn't match Pod's node affinity/selector", 8)
     assert "spec.nodes" in scheduling_hint("1 node(s) didn't match pod anti-affinity rules", 8)
     assert "spec.resources.extra" in scheduling_hint("Insufficient rdma/ib", 8)
