@@ -1,6 +1,6 @@
 """Benchmark: the operator under N concurrent AcceptanceTests on the dev cluster (real kube-apiserver + etcd).
 
-    make dev-cluster                                   # or: python -m tests.apiserver up --dir .dev-cluster
+    make dev-cluster DEV_NODES=0                       # or: python -m tests.apiserver up --dir .dev-cluster
     python bench/operator_scale.py --tests 100 --out bench-100.json
     python bench/operator_scale.py --tests 300 --operator-path /other/checkout/operator   # another version
     # before / after, alternately, 3 rounds: min / median / max of each figure per version
@@ -61,7 +61,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.apiserver import ApiError, ApiServer, _read_pki, _restart, free_ports  # noqa: E402
+from tests.apiserver import ApiError, ApiServer, _alive, _cmdline, _read_pki, _restart, free_ports  # noqa: E402
 from tests.cluster.operator_harness import MERGE, now_ts, report  # noqa: E402
 
 GROUP_PATH = "/apis/gpu-acceptance.io/v1alpha1"
@@ -582,6 +582,15 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return out
 
 
+def _runs(directory: Path, name: str) -> bool:
+    """Whether the dev cluster's pid file for `name` names a live process running it."""
+    try:
+        pid = int((directory / f"{name}.pid").read_text().strip())
+    except (OSError, ValueError):
+        return False
+    return _alive(pid) and name in _cmdline(pid)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tests", type=int, default=100, help="concurrent AcceptanceTests (default 100)")
@@ -606,7 +615,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="write the results as JSON here too")
     args = p.parse_args(argv)
     if not (Path(args.dev_cluster) / "state.json").is_file():
-        raise SystemExit(f"no dev cluster in {args.dev_cluster}: run `make dev-cluster` first")
+        raise SystemExit(f"no dev cluster in {args.dev_cluster}: run `make dev-cluster DEV_NODES=0` first")
+    acting = [name for name in ("training-operator", "mpi-operator") if _runs(Path(args.dev_cluster), name)]
+    if acting:
+        raise SystemExit(f"the dev cluster in {args.dev_cluster} runs {' and '.join(acting)}, which would act on the "
+                         "jobs this script plays the controller of (and its API requests would count as the "
+                         "operator's): `make dev-cluster-down`, then `make dev-cluster DEV_NODES=0`")
     paths = [str(Path(path).resolve()) for path in args.operator_path or [str(REPO / "operator")]]
     if args.sweep_nodes:
         results: dict[str, Any] = sweep_run(argparse.Namespace(**{**vars(args), "operator_path": paths[0]}))
