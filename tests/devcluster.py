@@ -52,7 +52,6 @@ CORE = ("kube-controller-manager", "kube-scheduler", "kwok")
 JOBSET = "jobset-controller"
 TRAINING_OPERATOR = "training-operator"  # Kubeflow training-operator v1 (cmd/training-operator.v1), PyTorchJob only
 MPI_OPERATOR = "mpi-operator"  # Kubeflow mpi-operator v2beta1
-BACKEND_CONTROLLERS = (JOBSET, TRAINING_OPERATOR, MPI_OPERATOR)
 # training-operator v1.8 keeps its webhook certificate in a Secret of the namespace it runs in (MY_POD_NAMESPACE)
 # and will not start its controllers before a certificate rotator has filled it (pkg/cert).
 KUBEFLOW_NAMESPACE = "kubeflow"
