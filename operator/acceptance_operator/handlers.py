@@ -800,8 +800,8 @@ def _backend_unreachable(k: Kube, obj: KubeDict, test: AcceptanceTest, job: Kube
         return
     _unreachable_since.pop(key, None)
     waited = int((now - since).total_seconds())
-    _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_RUNNING, f"{text}; refused for {waited}s, then run the "
-                                     "test again (the rerun annotation)", no_job=True), now=now, logger=logger)
+    message = f"{text}; refused for {waited}s; once it runs, run the test again (the rerun annotation)"
+    _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_RUNNING, message, no_job=True), now=now, logger=logger)
 
 
 def _backend_retry(key: TestKey, now: datetime) -> float | None:
