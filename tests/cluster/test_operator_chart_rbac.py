@@ -79,7 +79,8 @@ def test_lifecycle_with_the_charts_rbac_only(pytorch_only_apiserver: ApiServer, 
 
         cluster.delete_test("gate")
         cluster.wait(lambda: cluster.get_test("gate") is None, "the test to be deleted")
-        assert cluster.jobs("PyTorchJob") == []
+        # Its children go once it is gone (by owner uid, no finalizer): a moment after.
+        cluster.wait(lambda: cluster.jobs("PyTorchJob") == [], "the test's PyTorchJob to be deleted with it")
 
         # A sweep: the nodes watched, its child tests created and deleted with it.
         for node in pool:
