@@ -98,7 +98,8 @@ SWEEPS = SweepChildren()
 _sweeping: set[tuple[str, str]] = set()  # sweeps starting single-node tests: a node event may change their plan
 # A sweep's child or node change is looked at this much later: a burst of them is one look.
 SWEEP_SETTLE_SECONDS = 1.0
-QUEUE: WorkQueue[TestKey] = WorkQueue()
+# While new tests keep arriving (one within 0.25 s), other work waits for them, at most 1 s (workqueue.py).
+QUEUE: WorkQueue[TestKey] = WorkQueue(burst_hold=0.25, burst_hold_max=1.0)
 # Per test: kopf's object logger and the context of its last event (kopf.info/warn post through it).
 _contexts: dict[TestKey, tuple[logging.Logger, contextvars.Context]] = {}
 _workers: list[threading.Thread] = []

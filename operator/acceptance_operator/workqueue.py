@@ -14,7 +14,11 @@ first. A test whose run is due and has no job yet (a new test, a changed
 spec, a rerun asked for after the last verdict) is urgent: when hundreds are
 created at once, every one gets its job before any running test is looked at
 again (a job's own watch events, a status echo), so the time to the last job
-does not include the follow-up work of all the others.
+does not include the follow-up work of all the others. With `burst_hold`,
+the other keys also wait while urgent keys keep arriving (one came within
+`burst_hold` seconds), each at most `burst_hold_max` seconds: the follow-up
+work of the first tests of a burst (their RBAC, evidence ConfigMaps and status)
+does not compete for the API server with the creations still coming in.
 """
 
 from __future__ import annotations
@@ -33,8 +37,12 @@ K = TypeVar("K", bound=Hashable)
 class WorkQueue(Generic[K]):
     """A thread-safe set of keys to process, in arrival order, each by one worker at a time."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, burst_hold: float = 0.0,
+                 burst_hold_max: float = 1.0) -> None:
         self._clock = clock
+        self._burst_hold, self._burst_hold_max = burst_hold, burst_hold_max
+        self._last_urgent = float("-inf")  # when an urgent key last arrived
+        self._ready_at: dict[K, float] = {}  # when each key in _ready was put there
         self._cond = threading.Condition()
         self._ready: deque[K] = deque()
         self._urgent: deque[K] = deque()  # served before _ready
@@ -58,19 +66,34 @@ class WorkQueue(Generic[K]):
         if key in self._waiting:
             if urgent and key not in self._urgent_keys:
                 self._urgent_keys.add(key)
+                self._last_urgent = self._clock()
                 if key not in self._processing:  # O(n), only when a waiting key turns urgent
                     self._ready.remove(key)
+                    self._ready_at.pop(key, None)
                     self._urgent.append(key)
             return
         self._waiting.add(key)
         if urgent:
             self._urgent_keys.add(key)
+            self._last_urgent = self._clock()
         if key not in self._processing:  # else done() puts it back
             self._enqueue(key)
 
     def _enqueue(self, key: K) -> None:
-        (self._urgent if key in self._urgent_keys else self._ready).append(key)
+        if key in self._urgent_keys:
+            self._urgent.append(key)
+        else:
+            self._ready.append(key)
+            self._ready_at[key] = self._clock()
         self._cond.notify()
+
+    def _held(self) -> float:
+        """Seconds the other keys still wait for a burst of urgent ones (0: serve them now)."""
+        now = self._clock()
+        if now - self._last_urgent >= self._burst_hold:
+            return 0.0
+        oldest = self._ready_at.get(self._ready[0], now)
+        return max(0.0, min(self._last_urgent + self._burst_hold, oldest + self._burst_hold_max) - now)
 
     def has_urgent(self) -> bool:
         """Urgent keys are waiting for a worker."""
@@ -118,12 +141,16 @@ class WorkQueue(Generic[K]):
                 wait = self._promote_due()
                 if self._closed:
                     return None
-                if self._urgent or self._ready:
+                held = 0.0 if self._urgent or not self._ready else self._held()
+                if self._urgent or (self._ready and not held):
                     key = (self._urgent or self._ready).popleft()
+                    self._ready_at.pop(key, None)
                     self._waiting.discard(key)
                     self._urgent_keys.discard(key)
                     self._processing.add(key)
                     return key
+                if held:
+                    wait = held if wait is None else min(wait, held)
                 if deadline is not None:
                     left = deadline - self._clock()
                     if left <= 0:

@@ -128,3 +128,35 @@ def test_an_urgent_add_while_processed_comes_back_urgent_after_done():
     q.done("a")
     q.add("a")  # urgency is spent once served
     assert [q.get(timeout=0), q.get(timeout=0)] == ["a", None]
+
+
+def test_other_keys_wait_while_urgent_ones_keep_arriving_but_not_longer_than_the_cap():
+    clock = Clock()
+    q: WorkQueue[str] = WorkQueue(clock=clock, burst_hold=0.25, burst_hold_max=1.0)
+    q.add("follow-up")
+    q.add("new-1", urgent=True)
+    assert q.get(timeout=0) == "new-1"
+    assert q.get(timeout=0) is None  # an urgent key came just now: more may follow
+    clock.now += 0.2
+    q.add("new-2", urgent=True)
+    assert q.get(timeout=0) == "new-2"
+    clock.now += 0.2
+    assert q.get(timeout=0) is None  # 0.2 s after the last urgent key
+    clock.now += 0.05
+    assert q.get(timeout=0) == "follow-up"  # the burst has paused for 0.25 s
+    # A steady stream of urgent keys holds the others back at most burst_hold_max
+    q.add("report")
+    for i in range(6):
+        q.add(f"n{i}", urgent=True)
+        assert q.get(timeout=0) == f"n{i}"
+        clock.now += 0.2
+        if i < 4:
+            assert q.get(timeout=0) is None
+    assert q.get(timeout=0) == "report"  # 1.2 s after it was added, 0.2 s after the last urgent key
+
+
+def test_without_burst_hold_the_others_are_served_whenever_no_urgent_key_waits():
+    q: WorkQueue[str] = WorkQueue()
+    q.add("follow-up")
+    q.add("new", urgent=True)
+    assert [q.get(timeout=0), q.get(timeout=0)] == ["new", "follow-up"]
