@@ -185,9 +185,11 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 def _warm_up() -> None:
-    """Load the client's lazily imported API modules and open a connection now, not in the first tests' time."""
+    """Load the client's lazily imported API modules and open a connection per worker now, not in the first
+    tests' time."""
     try:
         kube().backend_problem("PyTorchJob")
+        kube().open_connections(SETTINGS.workers)
     except Exception as e:  # the first reconcile will say what is wrong, in its own rate-limited line
         log.debug("warm-up call failed: %s", describe_error(e))
 

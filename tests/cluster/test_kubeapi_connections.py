@@ -44,3 +44,13 @@ def test_creates_and_adoptions_reuse_one_connection(kubeconfig: Path, namespace:
     opened = sum(pool.num_connections for pool in pools)
     # One caller, one call at a time: one connection serves all 40 calls (a dropped one would open a new one each).
     assert opened == 1, f"{opened} connections opened for {2 * len(children)} sequential calls"
+
+
+def test_the_pool_opens_a_connection_per_worker_at_once(kubeconfig: Path):
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = 6
+    kube = Kube(client.ApiClient(configuration))
+    opened = kube.open_connections(6)
+    assert 2 <= opened <= 6  # calls started together each take a connection of their own
+    assert kube.open_connections(1) == opened  # kept in the pool: a later call opens none
