@@ -436,6 +436,8 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         _delete_children(k, _gone[key])
         _gone.pop(key, None)
         if key not in _contexts:  # no test of that name seen since
+            with _locks_guard:  # the queue never gives a key to two workers: this lock is not needed any more
+                _locks.pop(key, None)
             return None
     obj = _fresh.pop(key, None) or k.get_test(namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
