@@ -185,13 +185,18 @@ def start_operator(args: argparse.Namespace, kubeconfig: Path, namespace: str, l
     raise SystemExit(f"the operator did not become healthy: see {log}")
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    directory = Path(args.dev_cluster).resolve()
+def bench_namespace(directory: Path) -> tuple[Driver, str, str]:
+    """A fresh namespace for one run: (the driver, its name, the path of its AcceptanceTests)."""
     driver = Driver(directory)
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     driver.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                "metadata": {"name": namespace}})
-    tests_path = f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests"
+    return driver, namespace, f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    directory = Path(args.dev_cluster).resolve()
+    driver, namespace, tests_path = bench_namespace(directory)
     jobs_path = f"{JOBS_PATH}/namespaces/{namespace}/pytorchjobs"
     names = [f"t{i:04d}" for i in range(args.tests)]
 
@@ -422,11 +427,7 @@ def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
 def sweep_run(args: argparse.Namespace) -> dict[str, Any]:
     """One sweep over --sweep-nodes Node objects with --max-concurrent, its children's reports delivered."""
     directory = Path(args.dev_cluster).resolve()
-    driver = Driver(directory)
-    namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    driver.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": namespace}})
-    tests_path = f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests"
+    driver, namespace, tests_path = bench_namespace(directory)
     nodes = [f"{namespace}-gpu-{i:04d}" for i in range(args.sweep_nodes)]
     pool = ThreadPoolExecutor(args.clients)
     list(pool.map(lambda n: driver.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {

@@ -494,9 +494,7 @@ def _localization_section(report: Report) -> str:
     d = report.localization
     if d is None:
         return ""
-    named = {r.node for r in report.results if r.check == "nccl" and r.node and not r.passed
-             and r.name in (localize.RESULT, localize.BLOCK_RESULT)}
-    judged = {r.node for r in report.results if r.check == "nccl" and r.name == localize.RESULT and r.node}
+    named, judged = localize.named_and_judged(report.results)
     rule = [f"below {d.ratio:g} of the median of the other nodes' best pairs" if d.ratio is not None else "",
             f"below the floor {d.floor_gbps:g} GB/s" if d.floor_gbps is not None else ""]
     how = " or ".join(x for x in rule if x) or "not judged (no ratio, no floor)"

@@ -456,3 +456,11 @@ def time_group(group: Group, check: NcclCheck, size: int, device: Any) -> float:
 def iterations(one_op_seconds: float) -> int:
     """Operations a window needs to last WINDOW_SECONDS (bounded: a 1-us op does not run a million times)."""
     return max(1, min(MAX_ITERS, math.ceil(WINDOW_SECONDS / max(one_op_seconds, 1e-6))))
+
+
+def named_and_judged(checked: Sequence[CheckResult]) -> tuple[set[str], set[str]]:
+    """(the nodes the stage named, the nodes it judged by their pairs), for the reports that show the stage."""
+    named = {r.node for r in checked if r.check == "nccl" and r.node and not r.passed
+             and r.name in (RESULT, BLOCK_RESULT)}
+    judged = {r.node for r in checked if r.check == "nccl" and r.name == RESULT and r.node}
+    return named, judged

@@ -160,9 +160,7 @@ def localization_table(report: Report) -> str:
     d = report.localization
     if d is None:
         return ""
-    named = {r.node for r in report.results if r.check == "nccl" and r.node and not r.passed
-             and r.name in (localize.RESULT, localize.BLOCK_RESULT)}
-    judged = {r.node for r in report.results if r.check == "nccl" and r.name == localize.RESULT and r.node}
+    named, judged = localize.named_and_judged(report.results)
     rows = [["ROUND", "KIND", "NODES", "BUSBW (GB/s)", "COMPARED WITH", "RATIO", "TIME (us)", "NAMED"]]
     for v in localize.group_views(d, named):
         p = v.row
