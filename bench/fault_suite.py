@@ -5,12 +5,13 @@
     python bench/fault_suite.py --scenarios healthy --repeat 10 --full --keep-reports runs/  # full runs
     python bench/fault_suite.py --cpu --scenarios healthy,frozen-rank,rank-exits   # gloo, no GPU needed
     python bench/fault_suite.py --scenarios sim2-healthy,sim2-slowed,sim4-healthy,sim4-slowed --repeat 3  # nodes
+    python bench/fault_suite.py --gpus 3 --scenarios sim3-healthy,sim3-slowed   # an odd node count
 
 Each scenario runs `gpu-acceptance local --json` as a user would, on a node named
 `fault-node`, and does its damage from outside: another process saturating the
 last GPU, NCCL_P2P_DISABLE=1 in the environment, SIGSTOP or SIGKILL of the last
 rank's process once the NCCL sweep has started, one GPU fewer visible than the
-test expects. The sim* scenarios split the GPUs into 2 or 4 simulated nodes
+test expects. The sim* scenarios split the GPUs into 2, 3 or 4 simulated nodes
 (`--simulate-nodes`, NCCL's network path between them) and run only the NCCL
 all_reduce sweep and the inter-node localisation; simN-slowed saturates the
 last simulated node's GPUs with another process. Nothing inside the workload
@@ -222,7 +223,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("missing-gpu", "one GPU fewer visible than the test expects",
              env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(c.gpus - 1))},
              args=lambda c: ["--gpus", str(c.gpus)], gpu_only=True),
-    _sim(2, slowed=False), _sim(2, slowed=True), _sim(4, slowed=False), _sim(4, slowed=True),
+    _sim(2, slowed=False), _sim(2, slowed=True), _sim(3, slowed=False), _sim(3, slowed=True),
+    _sim(4, slowed=False), _sim(4, slowed=True),
 ]}
 
 
