@@ -232,9 +232,12 @@ def run_scenario(s: Scenario, ctx: Ctx, index: int) -> Outcome:
     report_file = ctx.tmp / f"{s.name}-{index}.json"
     report_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", "--json", str(report_file)]
-    cmd += ["--cpu", "--gpus", str(ctx.gpus)] if ctx.cpu else ([] if ctx.full else ["--quick"])
+    cmd += ["--gpus", str(ctx.gpus)] + (["--cpu"] if ctx.cpu else [] if ctx.full else ["--quick"])
     cmd += s.args(ctx)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
+    if not ctx.cpu:  # --gpus 3 on a 4-GPU machine: the first three, as the node would see them
+        visible = [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
+        env["CUDA_VISIBLE_DEVICES"] = ",".join((visible or [str(i) for i in range(ctx.gpus)])[:ctx.gpus])
     env.update({"NODE_NAME": NODE, **s.env(ctx)})
     teardown = s.setup(ctx) if s.setup else None
     t0 = time.monotonic()
