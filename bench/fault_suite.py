@@ -254,9 +254,11 @@ def run_scenario(s: Scenario, ctx: Ctx, index: int) -> Outcome:
         if run is not None:
             _release_children(run)
     seconds = time.monotonic() - t0
-    if ctx.keep is not None and report_file.exists():
+    if ctx.keep is not None:  # the report, and the run's log beside it (why a run gave no report)
         ctx.keep.mkdir(parents=True, exist_ok=True)
-        (ctx.keep / report_file.name).write_text(report_file.read_text())
+        if report_file.exists():
+            (ctx.keep / report_file.name).write_text(report_file.read_text())
+        (ctx.keep / report_file.with_suffix(".log").name).write_text("\n".join(run.lines) + "\n" if run else "")
     return judge(s, ctx, index, code, report_file, seconds, run)
 
 
@@ -330,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cpu", action="store_true", help="gloo processes instead of GPUs (scenarios that need none)")
     p.add_argument("--gpus", type=int, help="GPUs (or with --cpu, processes); default: all visible (2 on CPU)")
     p.add_argument("--out", help="write every outcome as JSON here")
-    p.add_argument("--keep-reports", metavar="DIR", help="keep each run's report JSON in DIR")
+    p.add_argument("--keep-reports", metavar="DIR", help="keep each run's report JSON and log in DIR")
     args = p.parse_args(argv)
     names = [n for n in args.scenarios.split(",") if n]
     unknown = [n for n in names if n not in SCENARIOS]
