@@ -37,13 +37,14 @@ def test_the_first_round_pairs_neighbours_and_an_odd_node_waits():
 
 
 @pytest.mark.parametrize("n", [3, 4, 5, 8, 16])
-def test_one_slow_node_is_named_in_two_rounds_at_most_any_count(n: int):
+def test_one_slow_node_is_named_in_two_rounds_at_any_even_count(n: int):
     nodes = names(n)
     bad = nodes[n // 2]
     detail = localize.plan_and_measure(nodes, slow_with({bad}), 0.75, None)
     assert failing(detail, nodes) == [bad]
-    # 5 nodes: the odd node and both suspects need the 2 good ones, so one of the three waits a round
-    assert detail.rounds == (3 if n == 5 else 2)
+    # 5 nodes: the odd node and both suspects need the 2 good ones, so one of the three waits a round;
+    # 3 nodes: the culprit meets its second known-good node in round 3 (its round-1 partner was a suspect too)
+    assert detail.rounds == (3 if n in (3, 5) else 2)
     second = [set(p.nodes) for p in detail.pairs if p.round == 2]
     # paired with a node that was fast in round 1; with 3 nodes its partner is cleared by the odd node instead
     assert any(bad in p for p in second) or n == 3
@@ -55,6 +56,38 @@ def test_a_healthy_job_takes_one_round_and_an_odd_node_one_more(n: int, rounds: 
     detail = localize.plan_and_measure(nodes, slow_with(set()), 0.75, None)
     assert detail.rounds == rounds and failing(detail, nodes) == []
     assert {m for p in detail.pairs for m in p.nodes} == set(nodes)  # every node measured
+
+
+def dipping(bad: set[str], dips: set[frozenset[str]]):
+    """slow_with(bad), and each pair in `dips` slow the first time it is measured (a healthy pair's bad moment)."""
+    seen: set[frozenset[str]] = set()
+
+    def measure(block: tuple[str, ...]) -> float:
+        key = frozenset(block)
+        dipped = key in dips and key not in seen
+        seen.add(key)
+        return SLOW if dipped or bad & set(block) else FAST
+    return measure
+
+
+@pytest.mark.parametrize(("n", "bad", "dip", "rounds"), [
+    (3, set(), ("n2", "n0"), 3),  # a healthy 3-node run on GPU: the odd node's one pair dipped
+    (4, {"n3"}, ("n2", "n0"), 3),  # the culprit's round-1 partner dipped with its known-good node too
+    (8, set(), ("n4", "n5"), 2),  # a first-round dip: both nodes get a fresh known-good partner
+])
+def test_a_healthy_node_is_named_only_when_slow_with_two_known_good_nodes(n, bad, dip, rounds):
+    nodes = names(n)
+    detail = localize.plan_and_measure(nodes, dipping(bad, {frozenset(dip)}), 0.75, None)
+    assert failing(detail, nodes) == sorted(bad) and detail.rounds == rounds
+    dipped = next(r.round for r in detail.pairs if set(r.nodes) == set(dip))
+    later = [set(r.nodes) for r in detail.pairs if dip[0] in r.nodes and r.round > dipped]
+    assert later and all(dip[1] not in p for p in later)  # met someone new, not the pair that dipped
+
+
+def test_with_one_known_good_node_one_pair_with_it_settles():
+    nodes = names(3)
+    detail = localize.plan_and_measure(nodes, slow_with({"n0", "n1"}), 0.75, None)
+    assert detail.rounds <= 3 and len({frozenset(r.nodes) for r in detail.pairs}) == len(detail.pairs)
 
 
 def test_two_slow_nodes_in_different_pairs_are_both_named_and_their_partners_cleared():

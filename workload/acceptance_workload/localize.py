@@ -6,17 +6,22 @@ of nodes, many disjoint pairs at once (one process group per pair, every rank
 of both nodes in it, all pairs of a round concurrently):
 
 - round 1 pairs the nodes in order (0-1, 2-3, ...); an odd node waits a round;
-- every later round pairs each node not yet known good (slow, untested, or
-  only paired with another suspect) with a distinct known-good node, as many
-  at once as there are good nodes; a suspect paired with a good node is settled.
+- every later round pairs each node not yet known good (slow, or untested)
+  with a distinct known-good node it has not met, as many at once as there
+  are good nodes; a suspect is settled once it was paired with two known-good
+  nodes (one, when only one is good). One pair can dip on a healthy node (a
+  fresh communicator on sockets spread 0.73-1.0 of its neighbours' on GPUs),
+  so nobody is named on one pair with a good node.
 
 A node's value is its best pair's busbw: a healthy node has at least one fast
 pair, a culprit is slow with every partner. It is judged against the median of
 the other nodes' values (relative: no absolute floor needed, so it works on any
 fabric and on gloo) and against the inter-node floor where the profile has one.
-One culprit takes two rounds at any even node count; in general the rounds are
-1 + ceil(suspects / good nodes), suspects being both nodes of each slow pair and
-an odd node out.
+One culprit takes two rounds at any even node count (its round-1 partner,
+cleared in round 2, is its second good node) and three at 3 nodes; in general
+the rounds are 1 + ceil(suspects / good nodes), plus one where a suspect met
+only one good node, suspects being both nodes of each slow pair and an odd
+node out.
 
 When the job-wide sweep failed but every pair passes (a fault that only shows
 with many nodes at once, e.g. a bad spine link), jobs above BISECT_ABOVE nodes
@@ -54,6 +59,7 @@ WINDOW_SECONDS = 0.1  # at full speed: spans many scheduler slices (and stop-and
 CALIBRATION_OPS = 3
 MAX_ITERS = 1000
 BISECT_ABOVE = 16  # nodes: above it, a job-wide failure that no pair shows is bisected
+CONFIRM_PARTNERS = 2  # known-good nodes a node must be slow with before it is named (one pair can dip)
 JOB_WIDE_SIGNALS = ("transport",)  # per-node nccl results that say the fabric between nodes failed
 Block = tuple[str, ...]
 
@@ -182,17 +188,39 @@ def first_round(nodes: Sequence[str]) -> list[Block]:
 
 def next_round(nodes: Sequence[str], rows: Sequence[PairRow], ratio: float | None, floor: float | None,
                *, failed: bool = False) -> list[Block]:
-    """The next round's groups, or [] when every node is settled (or nothing more can be learnt)."""
+    """The next round's groups, or [] when every node is settled (or nothing more can be learnt).
+
+    A node that is not passing is settled once it was paired with CONFIRM_PARTNERS distinct known-good nodes
+    (fewer when fewer are good); until then it is paired with a good node it has not met. A healthy node
+    whose one pair dipped gets a second, fresh pair (a new communicator) before anyone is named.
+    """
     judged = judge_values(node_values(rows, nodes), ratio, floor)
     good = [n for n in nodes if judged[n].passed]
-    pairs = [r for r in rows if r.kind == "pair"]
-    settled = {n for r in pairs for n in r.nodes if any(m in good for m in r.nodes if m != n)}
-    need = [n for n in nodes if not judged[n].passed and n not in settled]
-    if need:
-        return list(zip(need, good, strict=False))
+    met = partners(rows)
+    plan: list[Block] = []
+    busy: set[str] = set()
+    for n in (n for n in nodes if not judged[n].passed):
+        if len(met.get(n, set()) & set(good)) >= min(CONFIRM_PARTNERS, len(good)):
+            continue
+        partner = next((g for g in good if g not in busy and g not in met.get(n, set())), None)
+        if partner is not None:
+            plan.append((n, partner))
+            busy.add(partner)
+    if plan:
+        return plan
     if failed and len(nodes) > BISECT_ABOVE and len(good) == len(nodes):
         return bisect_round(nodes, rows, ratio, floor)
     return []
+
+
+def partners(rows: Sequence[PairRow]) -> dict[str, set[str]]:
+    """Whom each node was paired with, over the pairing rounds so far."""
+    met: dict[str, set[str]] = {}
+    for r in rows:
+        if r.kind == "pair":
+            for n in r.nodes:
+                met.setdefault(n, set()).update(m for m in r.nodes if m != n)
+    return met
 
 
 def bisect_round(nodes: Sequence[str], rows: Sequence[PairRow], ratio: float | None, floor: float | None,
