@@ -636,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
-    if len(runs) > 1:
+    if "summary_min_median_max" in results:
         print(json.dumps(results["summary_min_median_max"], indent=1), file=sys.stderr)
     return 0
 
