@@ -27,6 +27,7 @@ from acceptance_workload.ddp import MIN_LOSS_DECREASE
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
 from acceptance_workload.gpubench import Metric as GpuMetric
 from acceptance_workload.preflight import version_tuple
+from acceptance_workload.render import threshold_text, value_text
 from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, DdpRank, Report, judge
 from acceptance_workload.wire import parse_bytes
 
@@ -276,11 +277,22 @@ def judge_result(result: CheckResult, context: Context) -> CheckResult:
     j = rule(result, context)
     value = result.value if j.value is None else j.value
     passed = judge(value, j.threshold, j.comparison) if j.passed is None else (j.passed and value is not None)
-    message = result.message
-    if j.note:
-        message = f"{j.note}; {message}" if message else j.note
-    return result.model_copy(update={"value": value, "threshold": j.threshold, "comparison": j.comparison,
-                                     "passed": passed, "message": _clip(message)})
+    judged = result.model_copy(update={"value": value, "threshold": j.threshold, "comparison": j.comparison,
+                                       "passed": passed})
+    notes = [n for n in (j.note, _overruled(result, judged)) if n]
+    judged.message = _clip("; ".join([*notes, result.message] if result.message else notes))
+    return judged
+
+
+def _overruled(claimed: CheckResult, judged: CheckResult) -> str:
+    """Where the operator's pass/fail differs from the report's, say so before the workload's own text (which may
+    still speak of the report's threshold: '... >= 299' on a result that fails at >= 340)."""
+    if claimed.passed == judged.passed:
+        return ""
+    against = threshold_text(judged)
+    return (f"{'failed' if not judged.passed else 'passed'} as the operator judges it "
+            f"({value_text(judged)}{' ' + against if against else ''}; the report said "
+            f"{'passed' if claimed.passed else 'failed'})")
 
 
 @dataclass(frozen=True)

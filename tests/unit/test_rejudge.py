@@ -47,6 +47,20 @@ def test_a_result_below_its_threshold_fails_whatever_it_claims():
     assert claimed.passed and claimed.threshold == 0.5  # the report itself is left as written
 
 
+def test_an_overruled_result_says_so_before_the_workloads_own_text():
+    cfg = config()
+    report = passing_report(cfg)
+    claimed = find(report, "nccl", "all_reduce_busbw")
+    claimed.value, claimed.threshold, claimed.passed = 300.0, 299.0, True
+    claimed.message = "300 GB/s busbw at 1Gi >= 299"
+    judged = find(rejudge(report, facts(cfg)).report, "nccl", "all_reduce_busbw")
+    assert not judged.passed
+    assert judged.message == ("failed as the operator judges it (300 >= 340; the report said passed); "
+                              "300 GB/s busbw at 1Gi >= 299")
+    agreed = find(rejudge(passing_report(cfg), facts(cfg)).report, "nccl", "all_reduce_busbw")
+    assert agreed.passed and "as the operator judges it" not in agreed.message
+
+
 def test_a_threshold_set_in_the_spec_wins_over_the_profile():
     cfg = config(checks={"ddp": {"thresholds": {"minThroughputPerGpu": 500_000}}})
     out = rejudge(passing_report(cfg), facts(cfg))

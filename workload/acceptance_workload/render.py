@@ -25,7 +25,8 @@ def human_bytes(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _value(r: CheckResult) -> str:
+def value_text(r: CheckResult) -> str:
+    """The value as the tables show it ('328.2', '23.5Gi', 'missing')."""
     if r.value is None:
         return "missing"
     if r.unit == "bytes":
@@ -36,7 +37,8 @@ def _value(r: CheckResult) -> str:
     return f"{v:.0f}" if v == int(v) and abs(v) < 1e15 else f"{v:.4g}" if abs(v) < 100 else f"{v:,.1f}"
 
 
-def _threshold(r: CheckResult) -> str:
+def threshold_text(r: CheckResult) -> str:
+    """'>= 340', '>= 299 (est.)', '' when not judged."""
     if r.threshold is None or r.comparison == "info":
         return ""
     sign = {"ge": ">=", "le": "<=", "eq": "=="}[r.comparison]
@@ -56,8 +58,8 @@ def verdict_table(report: Report) -> str:
     rows = [["RESULT", "CHECK", "MEASUREMENT", "NODE", "GPU", "VALUE", "THRESHOLD", "UNIT", "DETAIL"]]
     for r in report.results:
         if not r.passed:
-            rows.append(["FAIL", r.check, r.name, r.node or "-", "-" if r.gpu is None else str(r.gpu), _value(r),
-                         _threshold(r), r.unit, r.message])
+            rows.append(["FAIL", r.check, r.name, r.node or "-", "-" if r.gpu is None else str(r.gpu), value_text(r),
+                         threshold_text(r), r.unit, r.message])
     folded: dict[tuple[str, str], list[CheckResult]] = defaultdict(list)
     for r in report.results:
         if r.passed:
@@ -66,17 +68,17 @@ def verdict_table(report: Report) -> str:
         values = [r.value for r in group if r.value is not None]
         first = group[0]
         if len(group) == 1:
-            value, detail, node = _value(first), first.message, first.node or "-"
+            value, detail, node = value_text(first), first.message, first.node or "-"
         else:
             low, high = min(values), max(values)
-            value = _value(first.model_copy(update={"value": low}))
+            value = value_text(first.model_copy(update={"value": low}))
             if high != low:
-                value += ".." + _value(first.model_copy(update={"value": high}))
+                value += ".." + value_text(first.model_copy(update={"value": high}))
             nodes = {r.node for r in group if r.node}
             detail, node = f"{len(group)} measurements passed", f"{len(nodes)} nodes" if len(nodes) > 1 else (
                 next(iter(nodes)) if nodes else "-")
         rows.append(["pass", check, name, node, "-" if first.gpu is None or len(group) > 1 else str(first.gpu),
-                     value, _threshold(first), first.unit, detail])
+                     value, threshold_text(first), first.unit, detail])
     lines.append(_table(rows))
     for s in report.skipped:
         lines.append(f"skipped  {s.check} {s.name}: {s.reason}")
