@@ -2,6 +2,7 @@
 
     python bench/judge_memory.py --nodes 1000            # peak and retained memory of one verdict
     python bench/judge_memory.py --nodes 1000 --looks 3  # three reconciles of the same report
+    python bench/judge_memory.py --nodes 1000 --all-failing  # every one of the ~160,000 results fails
 
 The 1,000-node sweep (bench/operator_scale.py --sweep-nodes 1000) showed the
 operator's RSS peak at ~800 MB while it judged the inter-node test's report.
@@ -47,10 +48,11 @@ def _test(nodes: int) -> Any:
                        "spec": {"nodes": nodes}})
 
 
-def build(nodes: int, directory: Path, slow_gemm: bool = False) -> None:
+def build(nodes: int, directory: Path, slow_gemm: bool = False, all_failing: bool = False) -> None:
     """What rank 0 of a healthy N-node run writes: the status part and the evidence ConfigMaps, as JSON bytes.
 
-    slow_gemm: every GPU's bf16 GEMM below the profile's floor (a failure on every GPU of every node).
+    slow_gemm: every GPU's bf16 GEMM below the profile's floor (a failure on every GPU of every node);
+    all_failing: no result has a value (a missing measurement fails closed), so every result fails.
     """
     from acceptance_operator import manifests
     from acceptance_workload.evidence import EVIDENCE_KEY, split
@@ -63,6 +65,8 @@ def build(nodes: int, directory: Path, slow_gemm: bool = False) -> None:
     for r in report.results if slow_gemm else []:
         if r.name == "gemm_tflops":
             r.value = 300.0
+    for r in report.results if all_failing else []:
+        r.value = None
     status, shards = split(report, manifests.evidence_names(test))
     (directory / "status.json").write_text(json.dumps(merge_patch(status)["status"]["report"]))
     for name, text in shards.items():
@@ -152,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--looks", type=int, default=1, help="reconciles that judge the same report")
     parser.add_argument("--slow-gemm", action="store_true", help="every GPU below the GEMM floor (many failures)")
+    parser.add_argument("--all-failing", action="store_true", help="no result has a value: every result fails")
     parser.add_argument("--tracemalloc", action="store_true", help="also Python's own allocation peak (slower)")
     parser.add_argument("--measure", help=argparse.SUPPRESS)  # the child: the directory `build` wrote
     args = parser.parse_args(argv)
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="judge-memory-") as tmp:
         directory = Path(tmp)
-        build(args.nodes, directory, args.slow_gemm)
+        build(args.nodes, directory, args.slow_gemm, args.all_failing)
         sizes = sum(p.stat().st_size for p in directory.glob("*-evidence-*.json"))
         command = [sys.executable, __file__, "--measure", tmp, "--nodes", str(args.nodes), "--looks",
                    str(args.looks), *(["--tracemalloc"] if args.tracemalloc else [])]
