@@ -24,6 +24,7 @@ from acceptance_workload import localize, nccltests
 from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
+from acceptance_workload.evidence import MAX_FAILURES
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
 from acceptance_workload.gpubench import Metric as GpuMetric
 from acceptance_workload.preflight import version_tuple
@@ -34,6 +35,13 @@ from acceptance_workload.wire import parse_bytes
 from acceptance_operator.runs import report_run
 
 MAX_MESSAGE = 500  # characters of a result's message kept: the report must not grow the status
+# Failed results of one node that a folded judgement (judge_parts, fold=True) keeps whole; the rest of the node's
+# failures are counted by one stand-in per check. What reads the folded report needs far fewer: failedNodes, the
+# node metrics and spec.onFailure need one failure a node, a node's row its first, the condition message the
+# first 5 of the report and the status the first MAX_FAILURES (kept whole whatever their node). 16 keeps every
+# failure of one GPU measurement on an 8-GPU node (its floor and its ratio to the node's median, per GPU), at
+# 1,000 nodes 16,000 results (~25 MB) where a report failing everywhere has ~160,000.
+FAILED_KEPT_PER_NODE = 16
 RATIO_SUFFIX = "_ratio_to_node_median"
 
 
@@ -445,21 +453,22 @@ def judge_parts(job: Report, parts: Iterable[Report], facts: RunFacts, *, fold: 
     judged, the DDP ranks (the headline's fallback), and for the passed results of
     a node one shared stand-in per check, which counts each of them in the tally
     and names its node (the NCCL sweeps and per-GPU rows of the nodes' parts are
-    not kept). The 1,000-node report of a sweep's inter-node test is ~160,000
-    results; whole, as pydantic models, ~300 MB.
+    not kept). Failed results too are bounded: the report's first MAX_FAILURES and
+    each node's first FAILED_KEPT_PER_NODE are kept as judged, each further one
+    of a node is counted by a failed stand-in per check and node (see _Fold). The
+    1,000-node report of a sweep's inter-node test is ~160,000 results; whole, as
+    pydantic models, ~300 MB.
     """
     results: list[CheckResult] = []
     present: set[Key] = set()
     ranks: list[DdpRank] = []
-    standins: dict[tuple[str, str], CheckResult] = {}
+    keep = _Fold().keep if fold else _as_judged
     for part in _chain(job, parts):
         context = Context(facts.config, job, part.results)
         for result in part.results:
             judged = judge_result(result, context)
             present.add((judged.check, judged.name, judged.node, judged.gpu))
-            if fold and judged.passed and judged.node is not None:
-                judged = standins.setdefault((judged.check, judged.node), _standin(judged))
-            results.append(judged)
+            results.append(keep(judged))
         if part is not job and part.ddp is not None:
             ranks += part.ddp.ranks
     ddp = job.ddp.model_copy(update={"ranks": [*job.ddp.ranks, *ranks]}) if job.ddp is not None and ranks \
@@ -470,7 +479,7 @@ def judge_parts(job: Report, parts: Iterable[Report], facts: RunFacts, *, fold: 
         "results": results, "ddp": ddp,
         "checks_run": [c for c in CHECK_NAMES if getattr(facts.config.checks, c).enabled]})
     nodes = report.environment.hostnames or sorted({r.node for r in results if r.node})
-    report.results += missing_required(present, report, facts.config, nodes)
+    report.results += map(keep, missing_required(present, report, facts.config, nodes))
     report.finalize()
     return Rejudged(report, run_problems(report, facts))
 
@@ -480,7 +489,43 @@ def _chain(job: Report, parts: Iterable[Report]) -> Iterator[Report]:
     yield from parts
 
 
+def _as_judged(result: CheckResult) -> CheckResult:
+    return result
+
+
+@dataclass
+class _Fold:
+    """What a folded judgement keeps of each judged result, in the report's order.
+
+    A job-wide result, the report's first MAX_FAILURES failures and each node's
+    first FAILED_KEPT_PER_NODE as judged; for the rest of a node's results one
+    shared stand-in per (check, node, passed), put in each one's place, so the
+    tally, failedNodes, each node's counts and the first failures listed read as
+    in the whole report while memory holds one pointer a result.
+    """
+
+    failures: int = 0
+    failed_on: dict[str, int] = field(default_factory=dict)
+    standins: dict[tuple[str, str, bool], CheckResult] = field(default_factory=dict)
+
+    def keep(self, result: CheckResult) -> CheckResult:
+        if not result.passed:
+            self.failures += 1
+        if result.node is None:
+            return result
+        if not result.passed:
+            self.failed_on[result.node] = seen = self.failed_on.get(result.node, 0) + 1
+            if self.failures <= MAX_FAILURES or seen <= FAILED_KEPT_PER_NODE:
+                return result
+        return self.standins.setdefault((result.check, result.node, result.passed), _standin(result))
+
+
 def _standin(result: CheckResult) -> CheckResult:
-    """What the verdict keeps of a node's passed results of one check: that they passed, and where."""
-    return CheckResult(check=result.check, name="passed", value=None, comparison="info", passed=True,
-                       node=result.node, message="passed results of this check on this node, folded")
+    """What the verdict keeps of a node's passed results of one check, or of its failed ones past those kept:
+    whether they passed, and where."""
+    if result.passed:
+        return CheckResult(check=result.check, name="passed", value=None, comparison="info", passed=True,
+                           node=result.node, message="passed results of this check on this node, folded")
+    return CheckResult(check=result.check, name="failed", value=None, comparison="info", passed=False,
+                       node=result.node, message=f"further failed results of this check on this node, folded "
+                       f"(the first {FAILED_KEPT_PER_NODE} of the node are kept; all are in the evidence)")

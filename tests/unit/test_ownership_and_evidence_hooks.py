@@ -161,6 +161,72 @@ def test_the_verdict_judges_the_evidence_part_by_part_as_the_whole_report_would(
     assert all(s.scope == "job" for s in judged.report.nccl) and not (judged.report.gpu and judged.report.gpu.rows)
 
 
+def _all_failing(nodes: int = 20) -> tuple[Report, dict[str, str]]:
+    """A 20-node report in which every result fails (none has a value: a missing measurement fails closed), ~160
+    a node, and the last node's GPU results left out (each then fails as a missing required result)."""
+    report, _, _ = delivered(nodes)
+    last = max(r.node for r in report.results if r.node)
+    report.results = [r.model_copy(update={"value": None}) for r in report.results
+                      if (r.check, r.node) != ("gpu", last)]
+    status, shards = split(report, evidence_names(a_test(nodes)))
+    return report, {"status": status.to_wire(), **shards}
+
+
+def _judged_both_ways(delivery: dict[str, Any], nodes: int = 20) -> tuple[Report, Report]:
+    """The report judged as the operator's verdict does (part by part, folded) and judged whole."""
+    from acceptance_operator.rejudge import RunFacts, rejudge
+
+    test = a_test(nodes)
+    facts = RunFacts(manifests_config(test), "u", None)
+    status = delivery["status"]
+    evidence = {name: text for name, text in delivery.items() if name != "status"}
+    raw, judged = evidence_hooks.judged_report(Kube(evidence), test, status, facts)
+    whole = rejudge(Report.model_validate(evidence_hooks.full_report(Kube(evidence), test, status)), facts)
+    assert raw is None and judged is not None and judged.problems == whole.problems == []
+    return judged.report, whole.report
+
+
+def test_a_report_failing_everywhere_gets_the_same_verdict_folded():
+    """Every result failing, ~160 a node: what the status, the condition and the node actions read of the folded
+    report is what the whole report gives."""
+    from acceptance_operator.verdict import measured_nodes, summarize, verdict_message
+    from acceptance_workload.evidence import MAX_FAILURES, compact, node_rows
+
+    judged, whole = _judged_both_ways(_all_failing()[1])
+    assert not judged.verdict() and not whole.verdict()
+    assert len(judged.results) == len(whole.results) and all(not r.passed for r in whole.results)
+    assert judged.blamed_nodes() == whole.blamed_nodes() and len(whole.blamed_nodes()) == 20
+    assert judged.tally() == whole.tally() and judged.headline() == whole.headline()
+    assert summarize(judged) == summarize(whole) and verdict_message(judged) == verdict_message(whole)
+    assert measured_nodes(judged) == measured_nodes(whole) and node_rows(judged) == node_rows(whole)
+    first = [r for r in judged.results if not r.passed][:MAX_FAILURES]
+    assert first == [r for r in whole.results if not r.passed][:MAX_FAILURES]
+    assert compact(judged, ["e"]) == compact(whole, ["e"])
+
+
+def test_a_folded_verdict_keeps_a_bounded_number_of_each_nodes_failures():
+    """Past the report's first MAX_FAILURES, a node's failures are kept whole up to FAILED_KEPT_PER_NODE; each
+    further one (a missing required result too) is a shared stand-in of its check on its node, in its place."""
+    from acceptance_operator.rejudge import FAILED_KEPT_PER_NODE
+    from acceptance_workload.evidence import MAX_FAILURES
+
+    judged, whole = _judged_both_ways(_all_failing()[1])
+    kept: dict[str, set[int]] = {}  # per node, the distinct failed results kept as judged
+    shared: dict[str, set[int]] = {}  # per node, the distinct stand-ins
+    for mine, theirs in zip(judged.results, whole.results, strict=True):
+        assert (mine.check, mine.node, mine.passed) == (theirs.check, theirs.node, theirs.passed)
+        if mine.node is not None:
+            (kept if mine == theirs else shared).setdefault(mine.node, set()).add(id(mine))
+    job_failures = next(i for i, r in enumerate(whole.results) if r.node)  # the job-wide part's, all failed
+    first, *others = sorted(kept)
+    assert len(kept[first]) == MAX_FAILURES - job_failures > FAILED_KEPT_PER_NODE  # the status's first failures
+    assert {len(kept[node]) for node in others} == {FAILED_KEPT_PER_NODE}
+    checks = {node: {r.check for r in whole.results if r.node == node} for node in kept}
+    assert all(len(shared[node]) == len(checks[node]) for node in kept)  # one stand-in per check and node
+    assert sum(1 for r in whole.results if r.node == others[-1] and r.check == "gpu") > FAILED_KEPT_PER_NODE
+    assert len({id(r) for r in judged.results}) < len(whole.results) // 5
+
+
 def test_the_verdict_reads_the_evidence_one_configmap_at_a_time():
     from acceptance_workload.evidence import StatusReport, parts
 
