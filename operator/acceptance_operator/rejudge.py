@@ -497,9 +497,11 @@ def _as_judged(result: CheckResult) -> CheckResult:
 class _Fold:
     """What a folded judgement keeps of each judged result, in the report's order.
 
-    A job-wide result, the report's first MAX_FAILURES failures and each node's
-    first FAILED_KEPT_PER_NODE as judged; for the rest of a node's results one
-    shared stand-in per (check, node, passed), put in each one's place, so the
+    A job-wide result, the report's first MAX_FAILURES failures, each node's
+    first FAILED_KEPT_PER_NODE and every failure that says the job failed (a
+    node's transport: localization_due reads it, by name, to decide which results
+    are required; one a node at most) as judged; for the rest of a node's results
+    one shared stand-in per (check, node, passed), put in each one's place, so the
     tally, failedNodes, each node's counts and the first failures listed read as
     in the whole report while memory holds one pointer a result.
     """
@@ -515,7 +517,7 @@ class _Fold:
             return result
         if not result.passed:
             self.failed_on[result.node] = seen = self.failed_on.get(result.node, 0) + 1
-            if self.failures <= MAX_FAILURES or seen <= FAILED_KEPT_PER_NODE:
+            if self.failures <= MAX_FAILURES or seen <= FAILED_KEPT_PER_NODE or localize.job_failed((result,)):
                 return result
         return self.standins.setdefault((result.check, result.node, result.passed), _standin(result))
 

@@ -206,17 +206,25 @@ def test_a_report_failing_everywhere_gets_the_same_verdict_folded():
 
 def test_a_folded_verdict_keeps_a_bounded_number_of_each_nodes_failures():
     """Past the report's first MAX_FAILURES, a node's failures are kept whole up to FAILED_KEPT_PER_NODE; each
-    further one (a missing required result too) is a shared stand-in of its check on its node, in its place."""
+    further one (a missing required result too) is a shared stand-in of its check on its node, in its place; a
+    failed transport, which says the job failed, stays whole."""
     from acceptance_operator.rejudge import FAILED_KEPT_PER_NODE
+    from acceptance_workload import localize
     from acceptance_workload.evidence import MAX_FAILURES
 
     judged, whole = _judged_both_ways(_all_failing()[1])
     kept: dict[str, set[int]] = {}  # per node, the distinct failed results kept as judged
     shared: dict[str, set[int]] = {}  # per node, the distinct stand-ins
+    signals: dict[str, list[str]] = {}  # per node, the failures kept because they say the job failed
     for mine, theirs in zip(judged.results, whole.results, strict=True):
         assert (mine.check, mine.node, mine.passed) == (theirs.check, theirs.node, theirs.passed)
-        if mine.node is not None:
+        if mine.node is None:
+            continue
+        if mine == theirs and localize.job_failed((mine,)):
+            signals.setdefault(mine.node, []).append(mine.name)
+        else:
             (kept if mine == theirs else shared).setdefault(mine.node, set()).add(id(mine))
+    assert set(signals) == set(kept) and all(names == ["transport"] for names in signals.values())
     job_failures = next(i for i, r in enumerate(whole.results) if r.node)  # the job-wide part's, all failed
     first, *others = sorted(kept)
     assert len(kept[first]) == MAX_FAILURES - job_failures > FAILED_KEPT_PER_NODE  # the status's first failures
@@ -225,6 +233,21 @@ def test_a_folded_verdict_keeps_a_bounded_number_of_each_nodes_failures():
     assert all(len(shared[node]) == len(checks[node]) for node in kept)  # one stand-in per check and node
     assert sum(1 for r in whole.results if r.node == others[-1] and r.check == "gpu") > FAILED_KEPT_PER_NODE
     assert len({id(r) for r in judged.results}) < len(whole.results) // 5
+
+
+def test_a_failure_that_decides_what_is_required_is_never_folded():
+    """A node's failed transport says the fabric failed, which makes the localisation stage's results required:
+    folded past the node's first failures, it would leave that requirement out of the verdict and the counts."""
+    from acceptance_operator.verdict import summarize, verdict_message
+    from acceptance_workload import localize
+
+    report, _, _ = delivered(20)
+    report.results = [r if r.node is None else r.model_copy(update={"value": None}) for r in report.results]
+    status, shards = split(report, evidence_names(a_test(20)))
+    judged, whole = _judged_both_ways({"status": status.to_wire(), **shards})
+    job_wide = [r for r in whole.results if r.node is None and r.check == "nccl"]
+    assert [r.name for r in job_wide if not r.passed] == [localize.RESULT]  # the report's own job-wide ones pass
+    assert summarize(judged) == summarize(whole) and verdict_message(judged) == verdict_message(whole)
 
 
 def test_the_verdict_reads_the_evidence_one_configmap_at_a_time():
