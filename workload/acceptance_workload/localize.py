@@ -197,12 +197,14 @@ def next_round(nodes: Sequence[str], rows: Sequence[PairRow], ratio: float | Non
     judged = judge_values(node_values(rows, nodes), ratio, floor)
     good = [n for n in nodes if judged[n].passed]
     met = partners(rows)
+    enough = min(CONFIRM_PARTNERS, len(good))
     plan: list[Block] = []
     busy: set[str] = set()
     for n in (n for n in nodes if not judged[n].passed):
-        if len(met.get(n, set()) & set(good)) >= min(CONFIRM_PARTNERS, len(good)):
+        mine = met.get(n, set())
+        if len(mine.intersection(good)) >= enough:
             continue
-        partner = next((g for g in good if g not in busy and g not in met.get(n, set())), None)
+        partner = next((g for g in good if g not in busy and g not in mine), None)
         if partner is not None:
             plan.append((n, partner))
             busy.add(partner)
