@@ -221,8 +221,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("rank-exits", "SIGKILL of the last rank during the NCCL sweep", rank=lambda c: c.last,
              gpu=lambda c: c.last, args=_timeout_manifest, inject=_signal_rank(signal.SIGKILL, 3.0)),
     Scenario("missing-gpu", "one GPU fewer visible than the test expects",
-             env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(c.gpus - 1))},
-             args=lambda c: ["--gpus", str(c.gpus)], gpu_only=True),
+             env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(c.gpus - 1))}, gpu_only=True),
     _sim(2, slowed=False), _sim(2, slowed=True), _sim(3, slowed=False), _sim(3, slowed=True),
     _sim(4, slowed=False), _sim(4, slowed=True),
 ]}
