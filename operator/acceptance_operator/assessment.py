@@ -174,6 +174,10 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     if pending is not None:
         return _failed(pending.reason, pending.message, stop_job=True)
 
+    refused = diagnosis.pods_refused(job, obs.pods, obs.events, obs.gpu_pods, now, timing.unschedulable_grace_seconds)
+    if refused is not None:
+        return _failed(refused.reason, refused.message, stop_job=True)
+
     idle = diagnosis.backend_not_running(job, obs.pods, now, timing.unschedulable_grace_seconds)
     if idle is not None:
         return _failed(idle.reason, idle.message, stop_job=True)
@@ -234,7 +238,8 @@ def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | Non
     stuck = diagnosis.stuck_pod(obs.pods)
     if stuck is not None and stuck[1] is not None:
         deadlines.append(stuck[1] + timedelta(seconds=timing.unschedulable_grace_seconds))
-    unstarted = diagnosis.unstarted_since(obs.job, obs.pods)
+    unstarted = diagnosis.unstarted_since(obs.job, obs.pods) or diagnosis.missing_pods_since(obs.job, obs.pods,
+                                                                                             obs.gpu_pods)
     if unstarted is not None:
         deadlines.append(unstarted + timedelta(seconds=timing.unschedulable_grace_seconds))
     for since in diagnosis.unscheduled_since(obs.pods):

@@ -33,7 +33,7 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import diagnosis, evidence_hooks, manifests, ownership, runs, sweep
+from acceptance_operator import diagnosis, evidence_hooks, manifests, observe, ownership, runs, sweep
 from acceptance_operator.api import (
     GROUP,
     KIND,
@@ -500,7 +500,7 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
     for node in plan.start:
         _create_sweep_child(k, test, parent, [node], node)
     if plan.inter_node:
-        _create_sweep_child(k, test, parent, plan.inter_node, sweep.INTER_NODE)
+        _create_sweep_child(k, test, parent, plan.inter_node, sweep.INTER_NODE, sweep.hostnames_of(SWEEPS.nodes()))
     if plan.finished:
         _sweeping.discard(key)
         state, summary = sweep.verdict(SWEEPS.children(namespace, parent, run.id), plan.status, run.id, parent,
@@ -514,9 +514,10 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
     return SETTINGS.resync_seconds
 
 
-def _create_sweep_child(k: Kube, test: AcceptanceTest, parent: str, nodes: list[str], node: str) -> None:
+def _create_sweep_child(k: Kube, test: AcceptanceTest, parent: str, nodes: list[str], node: str,
+                        hostnames: dict[str, str] | None = None) -> None:
     run_id = runs.run_of(test).id
-    obj = sweep.child(test, run_id, parent, nodes, node)
+    obj = sweep.child(test, run_id, parent, nodes, node, hostnames)
     k.create(obj)
     SWEEPS.child_event(None, test.metadata.namespace, parent, run_id, sweep.Child(obj["metadata"]["name"], node))
 
@@ -901,8 +902,8 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
     else:
         pods = CHILDREN.pods(namespace, manifests.test_label_value(test), runs.run_of(test).id)
     logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
-    events = _scheduling_events(k, namespace, logger) if any(
-        not (p.get("spec") or {}).get("nodeName") for p in pods) else []
+    events = observe.run_events(k, namespace, job, pods, test.spec.nodes, _now(), _timing().unschedulable_grace_seconds,
+                                METRICS, logger)
     facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods))
     if judged is not None:
         raw_report, judged = None, Rejudged(judged.report, run_problems(judged.report, facts))
@@ -923,38 +924,11 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
         events=events,
         enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
         run=facts,
-        nodes=_unready_nodes(k, pods, logger),
+        nodes=observe.unready_nodes(k, pods, METRICS, logger),
         run_id=runs.run_of(test).id,
         baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,
         regression_tolerance=test.spec.regression_tolerance,
     )
-
-
-def _unready_nodes(k: Kube, pods: list[KubeDict], logger: logging.Logger) -> dict[str, KubeDict]:
-    """The Nodes of the run's live pods that are not Ready; without permission to read nodes, none (a lost node
-    then shows as the job's failure or its timeout)."""
-    nodes: dict[str, KubeDict] = {}
-    for name in diagnosis.nodes_to_check(pods):
-        try:
-            node = k.get_node(name)
-        except ApiException as e:
-            METRICS.reconcile_error(f"http_{e.status}")
-            logger.warning("cannot read node %s (HTTP %s %s): judging its pods without it", name, e.status, e.reason)
-            return nodes
-        if node is not None:
-            nodes[name] = node
-    return nodes
-
-
-def _scheduling_events(k: Kube, namespace: str, logger: logging.Logger) -> list[KubeDict]:
-    """FailedScheduling events; without them (no permission) the pods' PodScheduled condition still says why."""
-    try:
-        return k.scheduling_events(namespace)
-    except ApiException as e:
-        METRICS.reconcile_error(f"http_{e.status}")
-        logger.warning("cannot list events in %s (HTTP %s %s): judging scheduling from the pods alone",
-                       namespace, e.status, e.reason)
-        return []
 
 
 def _cleanup(k: Kube, obj: KubeDict, kind: str, name: str, logger: logging.Logger) -> None:

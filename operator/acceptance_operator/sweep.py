@@ -31,6 +31,7 @@ NODE_ANNOTATION = f"{GROUP}/node"  # a single-node child's node ("" for the inte
 INTER_NODE = ""
 # The spec fields that make a test a sweep or a series of runs; its children are single runs.
 PARENT_ONLY = ("sweep", "maxConcurrent", "schedule", "historyLimit", "baseline", "regressionTolerance")
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 MAX_LISTED_NODES = 32  # failed nodes named in status.sweep (all are in the children)
 TERMINAL = ("Succeeded", "Failed")
 
@@ -115,11 +116,15 @@ def child_name(parent: str, run_id: str, node: str) -> str:
     return fit_name(f"{parent}-{run_id}-{node or 'inter-node'}", 253)
 
 
-def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[str], node: str) -> KubeDict:
-    """A child AcceptanceTest: the parent's spec as a single run on `nodes` (pinned by node name)."""
+def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[str], node: str,
+          hostnames: dict[str, str] | None = None) -> KubeDict:
+    """A child AcceptanceTest: the parent's spec as a single run on `nodes` (pinned by node name).
+
+    `hostnames`: the nodes' kubernetes.io/hostname labels, by node name (the inter-node stage is pinned by them).
+    """
     spec = {k: v for k, v in parent.spec.to_wire().items() if k not in PARENT_ONLY}
     spec["nodes"] = len(nodes)
-    spec["placement"] = _pinned(spec.get("placement") or {}, nodes)
+    spec["placement"] = _pinned(spec.get("placement") or {}, nodes, hostnames or {})
     meta = parent.metadata
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": meta.name, "uid": meta.uid, "controller": True}
     return {
@@ -134,24 +139,42 @@ def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[st
     }
 
 
-def _pinned(placement: KubeDict, nodes: list[str]) -> KubeDict:
-    """placement with a required node affinity to exactly `nodes`, ANDed into every term the user gave.
+def pinning_terms(nodes: list[str], hostnames: dict[str, str]) -> list[KubeDict]:
+    """nodeSelectorTerms (ORed) that admit exactly `nodes`, in a form the API server accepts in a pod.
 
-    A requirement holds at most MAX_VALUES names, so the nodes are split into chunks, one term each (terms are
-    ORed): MAX_TERMS x MAX_VALUES nodes (2048) without terms of the user's. Past that the child's spec is
-    refused, and it ends InvalidSpec saying so.
+    A node field requirement (matchFields metadata.name) may hold one value only, and a term list holds at most
+    MAX_TERMS: one term per node would cap the stage at MAX_TERMS nodes. So nodes are pinned by their
+    kubernetes.io/hostname label (the label the pods' one-per-node anti-affinity uses), MAX_VALUES values a term:
+    MAX_TERMS x MAX_VALUES nodes (2048). A node without that label gets a term of its own by name.
     """
+    by_label = sorted({hostnames[n] for n in nodes if hostnames.get(n)})
+    unlabelled = sorted(n for n in nodes if not hostnames.get(n))
+    terms: list[KubeDict] = [
+        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": by_label[i:i + MAX_VALUES]}]}
+        for i in range(0, len(by_label), MAX_VALUES)]
+    terms += [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]} for n in unlabelled]
+    return terms
+
+
+def _pinned(placement: KubeDict, nodes: list[str], hostnames: dict[str, str]) -> KubeDict:
+    """placement with a required node affinity to exactly `nodes` (pinning_terms), ANDed into every term the user
+    gave. Past MAX_TERMS terms the child's spec is refused, and it ends InvalidSpec saying so."""
     placement = copy.deepcopy(placement)
     affinity = placement.setdefault("affinity", {})
     required = affinity.setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution",
                                                                    {})
-    chunks = [nodes[i:i + MAX_VALUES] for i in range(0, len(nodes), MAX_VALUES)]
     required["nodeSelectorTerms"] = [
-        {**term, "matchFields": [*(term.get("matchFields") or []),
-                                 {"key": "metadata.name", "operator": "In", "values": chunk}]}
-        for term in (required.get("nodeSelectorTerms") or [{}]) for chunk in chunks
+        {key: [*(term.get(key) or []), *(pin.get(key) or [])] for key in ("matchExpressions", "matchFields")
+         if term.get(key) or pin.get(key)}
+        for term in (required.get("nodeSelectorTerms") or [{}]) for pin in pinning_terms(nodes, hostnames)
     ]
     return placement
+
+
+def hostnames_of(nodes: list[KubeDict]) -> dict[str, str]:
+    """Node name -> its kubernetes.io/hostname label, for the nodes that have one."""
+    return {n["metadata"]["name"]: label for n in nodes
+            if (label := ((n.get("metadata") or {}).get("labels") or {}).get(HOSTNAME_LABEL))}
 
 
 def child_of(obj: KubeDict, recorded: KubeDict | None) -> Child | None:

@@ -12,6 +12,7 @@ from acceptance_operator.diagnosis import (
     missing_resources,
     nodes_to_check,
     parse_time,
+    pods_refused,
     pod_phases,
     progress,
     scheduling_hint,
@@ -193,3 +194,26 @@ def test_ready_nodes_unread_nodes_and_ended_pods_blame_nobody():
     assert lost_nodes(live, {}) is None  # not read (no permission, or deleted)
     ended = [pod("t-1", "Failed", node="n2", containers=[terminated(code=143)])]
     assert lost_nodes(ended, {"n2": LOST}) is None  # the job's own failure tells that story
+
+
+def refusal(involved: str, count: int = 3, reason: str = "FailedCreate") -> dict:
+    return {"type": "Warning", "reason": reason, "count": count, "lastTimestamp": "2025-01-01T12:00:05Z",
+            "involvedObject": {"kind": "Job", "name": involved},
+            "message": 'Error creating: Pod "t-g1-0" is invalid: spec.affinity: must be only one value'}
+
+
+def test_pods_the_api_server_refuses_are_named_with_the_controllers_words():
+    created = {**job("Job", "t-g1"), "metadata": {"name": "t-g1", "creationTimestamp": "2025-01-01T12:00:00Z"},
+               "status": {"startTime": "2025-01-01T12:00:00Z"}}  # the Job controller gave it a status: it runs
+    events = [refusal("t-g1"), refusal("other-g1", 9)]
+    assert pods_refused(created, [], events, 1, T0 + timedelta(seconds=5), 10) is None  # within the grace
+    finding = pods_refused(created, [], events, 1, T0 + timedelta(seconds=10), 10)
+    assert finding is not None and finding.reason == "PodsRefused"
+    assert finding.message.startswith("the API server refused the pods of Job t-g1 (3 attempt(s), the latest by "
+                                      "Job t-g1): Error creating: Pod \"t-g1-0\" is invalid"), finding.message
+    # A JobSet's Jobs carry its name as their prefix; the training-operator says FailedCreatePod.
+    assert pods_refused(created, [], [refusal("t-g1-workers-0", reason="FailedCreatePod")], 1,
+                        T0 + timedelta(seconds=10), 10) is not None
+    # Its pods exist, or nobody refused them: not this finding.
+    assert pods_refused(created, [pod("t-g1-0")], events, 1, T0 + timedelta(seconds=10), 10) is None
+    assert pods_refused(created, [], [refusal("other-g1")], 1, T0 + timedelta(seconds=10), 10) is None

@@ -89,8 +89,16 @@ def test_children_are_single_runs_pinned_to_their_nodes():
         .node_selector_terms
     assert term.match_expressions[0].key == "gpu" and term.match_fields[0].values == ["n3"]
     many = [f"node-{i}" for i in range(MAX_VALUES * 2 + 1)]
-    stage = AcceptanceTest.model_validate(sweep.child(parent, "g1", "pool", many, INTER_NODE))
+    hostnames = {n: f"host-{n}" for n in many[:-1]}  # the last node has no hostname label
+    stage = AcceptanceTest.model_validate(sweep.child(parent, "g1", "pool", many, INTER_NODE, hostnames))
     terms = stage.spec.placement.affinity.node_affinity.required_during_scheduling_ignored_during_execution \
         .node_selector_terms
     assert stage.metadata.name == "pool-g1-inter-node" and stage.spec.nodes == len(many) and len(terms) == 3
-    assert sorted(v for t in terms for v in t.match_fields[0].values) == sorted(many)
+    # Every term keeps the user's requirement; the nodes go by hostname label, MAX_VALUES a term, the unlabelled one
+    # by name in a term of its own (a node field requirement takes one value only: the API server refuses more).
+    assert all(t.match_expressions[0].key == "gpu" for t in terms)
+    labelled = [v for t in terms[:2] for v in t.match_expressions[1].values]
+    assert {t.match_expressions[1].key for t in terms[:2]} == {"kubernetes.io/hostname"}
+    assert sorted(labelled) == sorted(hostnames.values()) and all(not t.match_fields for t in terms[:2])
+    assert [f.values for f in terms[2].match_fields] == [[many[-1]]]
+    assert all(len(f.values) == 1 for t in terms for f in t.match_fields or [])
