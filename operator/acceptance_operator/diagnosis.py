@@ -273,8 +273,28 @@ def nodes_to_check(pods: list[KubeDict]) -> list[str]:
                    and ((_ready(p) or {}).get("status") or "False") != "True"})
 
 
-def lost_nodes(pods: list[KubeDict], nodes: dict[str, KubeDict]) -> tuple[Finding, list[str]] | None:
-    """Nodes that stopped being Ready while a pod of the run was live on them, and what to do.
+def not_ready_since(node: KubeDict) -> datetime | None:
+    """When the node's Ready condition last left True (None: Ready, or no time recorded)."""
+    ready = _ready(node) or {}
+    if ready.get("status") == "True":
+        return None
+    return parse_time(ready.get("lastTransitionTime"))
+
+
+def node_lost(node: KubeDict, now: datetime, grace_seconds: float) -> bool:
+    """Not Ready for at least the grace: evidence that outlives an API server outage. During an outage nobody can
+    post a node's status, so right after it the node lifecycle controller marks every node whose heartbeat it
+    missed Unknown, and the kubelets' next heartbeats make them Ready again within seconds."""
+    if (_ready(node) or {}).get("status") == "True":
+        return False
+    since = not_ready_since(node)
+    return since is None or (now - since).total_seconds() >= grace_seconds
+
+
+def lost_nodes(pods: list[KubeDict], nodes: dict[str, KubeDict], now: datetime,
+               grace_seconds: float) -> tuple[Finding, list[str]] | None:
+    """Nodes that stopped being Ready, for at least the grace (node_lost), while a pod of the run was live on
+    them, and what to do.
 
     `nodes` holds the Node objects read (nodes_to_check); a node not read, or gone, is not judged here (a
     deleted node's pods are failed by Kubernetes, which the job's own failure then reports).
@@ -282,8 +302,7 @@ def lost_nodes(pods: list[KubeDict], nodes: dict[str, KubeDict]) -> tuple[Findin
     lost: dict[str, list[str]] = {}
     for pod in _sorted(pods):
         node = nodes.get(_node(pod) or "")
-        ready = _ready(node) if node else None
-        if _live(pod) and node is not None and (ready or {}).get("status") != "True":
+        if _live(pod) and node is not None and node_lost(node, now, grace_seconds):
             lost.setdefault(_node(pod) or "?", []).append(_name(pod))
     if not lost:
         return None

@@ -880,7 +880,7 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
 
 
 def _timing() -> Timing:
-    return Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds)
+    return Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds, SETTINGS.node_lost_grace_seconds)
 
 
 def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
@@ -904,7 +904,8 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
     logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
     events = observe.run_events(k, namespace, job, pods, test.spec.nodes, _now(), _timing().unschedulable_grace_seconds,
                                 METRICS, logger)
-    facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods))
+    bound = CHILDREN.bound_nodes(namespace, manifests.test_label_value(test), runs.run_of(test).id)
+    facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods) | bound)
     if judged is not None:
         raw_report, judged = None, Rejudged(judged.report, run_problems(judged.report, facts))
     else:

@@ -180,7 +180,7 @@ def test_only_live_pods_that_are_not_ready_send_the_operator_to_their_node():
 def test_a_lost_node_under_a_live_pod_is_named_with_the_node_controllers_words():
     pods = [pod("t-0", "Running", node="n1", conditions=ready("True")),
             pod("t-1", "Running", node="n2", conditions=ready("False"))]
-    finding, nodes = lost_nodes(pods, {"n1": node("n1"), "n2": LOST})
+    finding, nodes = lost_nodes(pods, {"n1": node("n1"), "n2": LOST}, T0, 0)
     assert nodes == ["n2"]
     assert finding.reason == "NodeNotReady"
     assert finding.message.startswith("node n2 is not Ready (Ready=Unknown, NodeStatusUnknown: Kubelet stopped "
@@ -190,10 +190,10 @@ def test_a_lost_node_under_a_live_pod_is_named_with_the_node_controllers_words()
 
 def test_ready_nodes_unread_nodes_and_ended_pods_blame_nobody():
     live = [pod("t-1", "Running", node="n2", conditions=ready("False"))]
-    assert lost_nodes(live, {"n2": node("n2")}) is None  # flapped back: Ready again
-    assert lost_nodes(live, {}) is None  # not read (no permission, or deleted)
+    assert lost_nodes(live, {"n2": node("n2")}, T0, 0) is None  # flapped back: Ready again
+    assert lost_nodes(live, {}, T0, 0) is None  # not read (no permission, or deleted)
     ended = [pod("t-1", "Failed", node="n2", containers=[terminated(code=143)])]
-    assert lost_nodes(ended, {"n2": LOST}) is None  # the job's own failure tells that story
+    assert lost_nodes(ended, {"n2": LOST}, T0, 0) is None  # the job's own failure tells that story
 
 
 def refusal(involved: str, count: int = 3, reason: str = "FailedCreate") -> dict:
@@ -217,3 +217,14 @@ def test_pods_the_api_server_refuses_are_named_with_the_controllers_words():
     # Its pods exist, or nobody refused them: not this finding.
     assert pods_refused(created, [pod("t-g1-0")], events, 1, T0 + timedelta(seconds=10), 10) is None
     assert pods_refused(created, [], [refusal("other-g1")], 1, T0 + timedelta(seconds=10), 10) is None
+
+
+def test_a_node_is_lost_only_once_it_stays_not_ready_past_the_grace():
+    """Right after an API server outage every node whose heartbeat could not be posted reads Unknown for a moment:
+    judged only once the Ready condition has been off for the grace (its lastTransitionTime)."""
+    live = [pod("t-1", "Running", node="n2", conditions=ready("False"))]
+    unknown = node("n2", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+    unknown["status"]["conditions"][0]["lastTransitionTime"] = "2025-01-01T12:00:00Z"
+    assert lost_nodes(live, {"n2": unknown}, T0 + timedelta(seconds=59), 60) is None
+    finding, nodes = lost_nodes(live, {"n2": unknown}, T0 + timedelta(seconds=60), 60)
+    assert nodes == ["n2"] and finding.reason == "NodeNotReady"
