@@ -1,15 +1,18 @@
-"""A node-pool sweep through the real parts: the operator's child tests -> their Jobs -> the real Job controller's
-pods -> the real scheduler's binding to kwok GPU nodes. The test writes only what each child's workload would
-write (its report) and makes the pods' processes exit.
+"""Verdicts under real conditions, through the real parts: the operator's tests (and a sweep's child tests) -> their
+Jobs -> the real Job controller's pods -> the real scheduler's binding to kwok GPU nodes, with the real node
+lifecycle controller. The tests write only what a workload would write (its report), make the pods' processes
+exit, and stop the API server for an outage.
 
-A cluster of its own (nine fake GPU nodes: the sweep's pool, one more than the eight the issue asks for), so the
-other real-controller tests keep their four.
+A cluster of its own (nine fake GPU nodes: a sweep's pool one more than eight), so the other real-controller
+tests keep their four.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 import pytest
 
@@ -39,21 +42,33 @@ def sweep_cluster() -> Iterator[tuple[ApiServer, list[str], Controllers]]:
         server.stop()
 
 
+def operator_in_new_namespace(sweep_cluster: tuple[ApiServer, list[str], Controllers],
+                              start_operator: StartOperator, env: dict[str, str]) -> Cluster:
+    server, _, _ = sweep_cluster
+    namespace = server.create_namespace(f"verdicts-{uuid.uuid4().hex[:6]}")
+    proc = start_operator(server.kubeconfig, [namespace], env)
+    return Cluster(server, namespace, proc.log_tail)
+
+
 @pytest.fixture
 def real(sweep_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator) -> Cluster:
-    server, _, _ = sweep_cluster
-    namespace = server.create_namespace(f"sweep-{uuid.uuid4().hex[:6]}")
-    proc = start_operator(server.kubeconfig, [namespace], REAL_ENV)
-    return Cluster(server, namespace, proc.log_tail)
+    return operator_in_new_namespace(sweep_cluster, start_operator, REAL_ENV)
+
+
+@pytest.fixture
+def patient(sweep_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator) -> Cluster:
+    """An operator that lets pods wait for a node for the default 600 s (a report may come meanwhile)."""
+    return operator_in_new_namespace(sweep_cluster, start_operator,
+                                     {**REAL_ENV, "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "600"})
 
 
 def children(cluster: Cluster, parent: str) -> list[dict]:
     return cluster.server.request("GET", f"{cluster.test_path()}?labelSelector={SWEEP}%3D{parent}")["items"]
 
 
-def pods_of(cluster: Cluster, child: dict) -> list[dict]:
-    label = child["metadata"]["labels"].get("gpu-acceptance.io/test") or child["metadata"]["name"]
-    selector = f"gpu-acceptance.io/test%3D{label}"
+def pods_of(cluster: Cluster, test: str) -> list[dict]:
+    """The pods of a test (by its name: the tests here have short names, their label values)."""
+    selector = f"gpu-acceptance.io/test%3D{test}"
     return cluster.server.request("GET", f"/api/v1/namespaces/{cluster.ns}/pods?labelSelector={selector}")["items"]
 
 
@@ -67,7 +82,7 @@ def play_workloads(cluster: Cluster, controllers: Controllers, parent: str, time
             name = c["metadata"]["name"]
             if name in reported or not (c.get("status") or {}).get("run"):
                 continue
-            pods = [p for p in pods_of(cluster, c) if (p.get("spec") or {}).get("nodeName")
+            pods = [p for p in pods_of(cluster, c["metadata"]["name"]) if (p.get("spec") or {}).get("nodeName")
                     and (p.get("status") or {}).get("phase") == "Running"]
             if len(pods) == c["spec"]["nodes"]:
                 cluster.write_report(name, report(1, nodes=tuple(sorted(p["spec"]["nodeName"] for p in pods))),
@@ -95,7 +110,7 @@ def test_a_sweep_completes_both_stages_through_the_real_controllers(
     stage = next(c for c in children(real, "pool") if not c["metadata"]["annotations"][NODE])
     assert stage["metadata"]["name"] in reported and stage["status"]["phase"] == "Succeeded"
     # The stage's pods ran on every node that passed, one each: the scheduler accepted the pinning.
-    assert sorted(p["spec"]["nodeName"] for p in pods_of(real, stage)) == sorted(nodes)
+    assert sorted(p["spec"]["nodeName"] for p in pods_of(real, stage["metadata"]["name"])) == sorted(nodes)
 
 
 def test_pods_the_api_server_refuses_are_named_not_a_missing_controller(real: Cluster):
@@ -113,3 +128,59 @@ def test_pods_the_api_server_refuses_are_named_not_a_missing_controller(real: Cl
         succeeded["message"], succeeded["message"]
     assert status["summary"]["failedNodes"] == []
     real.wait(lambda: real.job("Job", "refused-g1") is None, "the refused Job to be deleted")
+
+
+@pytest.mark.parametrize("named", ["gpu-node-0", ""])
+def test_a_report_for_pods_that_never_ran_is_rejected(patient: Cluster, named: str):
+    """The run's only pod is Pending (its nodeSelector matches no node): a report naming any node, or a node with an
+    empty name, describes nothing that ran."""
+    patient.create_test("ghost", {"backend": "Job", "nodes": 1, "placement": {"nodeSelector": {"pool": "nowhere"}}})
+    patient.wait(lambda: any(c.get("reason") == "Unschedulable" for p in pods_of(patient, "ghost")
+                             for c in (p.get("status") or {}).get("conditions") or []),
+                 "the real scheduler to leave the pod Pending")
+    patient.write_report("ghost", report(1, nodes=(named,)), place_pods=False)
+    status = patient.wait_phase("ghost", "Failed", timeout=60)
+    succeeded = patient.condition("ghost", "Succeeded")
+    assert succeeded["reason"] == "ReportRejected", succeeded
+    if named:
+        assert "gpu-node-0 ran no pod of this run (its pods ran on no node: none was scheduled)" in \
+            succeeded["message"], succeeded["message"]
+    else:
+        assert "it names a node with an empty name" in succeeded["message"], succeeded["message"]
+    assert status["summary"]["failedNodes"] == []
+
+
+def ready_since(cluster: Cluster, node: str) -> datetime:
+    node_obj = cluster.server.request("GET", f"/api/v1/nodes/{node}")
+    ready = next(c for c in node_obj["status"]["conditions"] if c["type"] == "Ready")
+    return datetime.strptime(ready["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+
+
+def test_nodes_unknown_right_after_an_api_server_outage_are_not_a_verdict(
+        sweep_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator):
+    """While the API server is down no kubelet (kwok) can post its node's status; back, the real node lifecycle
+    controller marks the nodes it missed heartbeats of Unknown until their next ones. A run on them goes on."""
+    server, _, controllers = sweep_cluster
+    cluster = operator_in_new_namespace(sweep_cluster, start_operator,
+                                        {**REAL_ENV, "GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS": "20"})
+    cluster.create_test("steady", {"backend": "Job", "nodes": 2})
+    pods = cluster.wait(lambda: (ps := [p for p in pods_of(cluster, "steady")
+                                        if (p.get("status") or {}).get("phase") == "Running"]) and len(ps) == 2 and ps,
+                        "the run's two pods to run")
+    cluster.wait_phase("steady", "Running")
+    nodes = sorted(p["spec"]["nodeName"] for p in pods)
+    down = datetime.now(timezone.utc).replace(microsecond=0)
+    server.stop_apiserver()
+    time.sleep(20)  # more than the node monitor grace (8 s)
+    server.start_apiserver()
+    # The node lifecycle controller marked the run's nodes not Ready after the outage (else this proves nothing)...
+    cluster.wait(lambda: any(ready_since(cluster, n) > down for n in nodes),
+                 "a node of the run to have left Ready after the outage", timeout=60)
+    cluster.wait(lambda: all(controllers.node_ready(n) for n in nodes), "the nodes to be Ready again", timeout=60)
+    # ... and the run is not failed for it, not then and not after the grace.
+    time.sleep(25)
+    assert cluster.status("steady").get("phase") == "Running", cluster.condition("steady", "Succeeded")
+    cluster.write_report("steady", report(1, nodes=tuple(nodes)), place_pods=False)
+    controllers.exit_pods(pods, 0)
+    status = cluster.wait_phase("steady", "Succeeded", timeout=60)
+    assert status["summary"]["failedNodes"] == []
