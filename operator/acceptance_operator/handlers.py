@@ -220,12 +220,16 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     CHILDREN.know_test(namespace, label, name)
     _contexts[key] = (logger, contextvars.copy_context())
     seen, _seen[key] = _seen.get(key), _fingerprint(body)
-    if body.get("metadata", {}).get("resourceVersion") == _own_writes.get(key):
-        return  # the echo of our own status write: nothing new to look at
+    version = body.get("metadata", {}).get("resourceVersion")
+    if version == _own_writes.get(key):
+        log.debug("%s/%s: event %s skipped: the echo of our own status write", namespace, name, version)
+        return  # nothing new to look at
     if seen == _seen[key]:
-        return  # only kopf's finalizer or annotations changed: nothing a run depends on
+        log.debug("%s/%s: event %s skipped: nothing a run depends on changed", namespace, name, version)
+        return  # only kopf's finalizer or annotations changed
     if is_finished(body) and ownership.restoration(body) is None and not body.get("metadata", {}).get(
             "deletionTimestamp") and not _more_runs(body):
+        log.debug("%s/%s: event %s skipped: the run has its verdict", namespace, name, version)
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
         QUEUE.forget(key)
         return
@@ -473,8 +477,9 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         return _sweep_step(k, obj, test, due is not None, now, logger)
     if due is not None or (status.get("job") or {}).get("name") != manifests.job_name(test):
         retry = _start_run(k, obj, test, now, logger)
-        # The status write is a watch event: the run is followed then.
-        return retry if retry is not None else float(test.spec.timeout_seconds)
+        # The status write's echo is our own and wakes nothing: a report already here (it landed between the job's
+        # creation and this write) is looked at now, not at the safety resync; a later one has its own event.
+        return retry if retry is not None else 0.0 if status.get("report") else float(test.spec.timeout_seconds)
     return _follow_run(k, obj, test, now, logger)
 
 
@@ -496,15 +501,18 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
         SWEEPS.prime_nodes(k.list_nodes())
     selector = test.spec.placement.node_selector
     schedulable, cordoned = sweep.matching(SWEEPS.nodes(), selector)
-    plan = sweep.plan(SWEEPS.children(namespace, parent, run.id), schedulable, cordoned, test.spec.max_concurrent)
+    present = {n["metadata"]["name"] for n in SWEEPS.nodes()}
+    plan = sweep.plan(SWEEPS.children(namespace, parent, run.id), schedulable, cordoned, test.spec.max_concurrent,
+                      present)
     for node in plan.start:
-        _create_sweep_child(k, test, parent, [node], node)
+        _create_sweep_child(k, obj, test, parent, [node], node)
     if plan.inter_node:
-        _create_sweep_child(k, test, parent, plan.inter_node, sweep.INTER_NODE, sweep.hostnames_of(SWEEPS.nodes()))
+        _create_sweep_child(k, obj, test, parent, plan.inter_node, sweep.INTER_NODE,
+                            sweep.hostnames_of(SWEEPS.nodes()))
     if plan.finished:
         _sweeping.discard(key)
         state, summary = sweep.verdict(SWEEPS.children(namespace, parent, run.id), plan.status, run.id, parent,
-                                       selector)
+                                       selector, plan.skipped)
         _conclude(k, obj, test, state, now=now, summary=summary, sweep_status=plan.status, logger=logger)
         return _after_run(obj, test)
     (_sweeping.add if plan.status.stage == "nodes" else _sweeping.discard)(key)
@@ -514,12 +522,21 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
     return SETTINGS.resync_seconds
 
 
-def _create_sweep_child(k: Kube, test: AcceptanceTest, parent: str, nodes: list[str], node: str,
-                        hostnames: dict[str, str] | None = None) -> None:
+def _create_sweep_child(k: Kube, parent_obj: KubeDict, test: AcceptanceTest, parent: str, nodes: list[str],
+                        node: str, hostnames: dict[str, str] | None = None) -> None:
+    """Create a child test; one of that name that is not this sweep's (a user's) is told and its node skipped."""
     run_id = runs.run_of(test).id
     obj = sweep.child(test, run_id, parent, nodes, node, hostnames)
-    k.create(obj)
-    SWEEPS.child_event(None, test.metadata.namespace, parent, run_id, sweep.Child(obj["metadata"]["name"], node))
+    existing, created = k.create(obj)
+    taken = not created and not sweep.is_child(existing, parent, run_id)
+    child = sweep.Child(obj["metadata"]["name"], node, phase="Failed" if taken and node == sweep.INTER_NODE else None,
+                        name_taken=taken)
+    SWEEPS.child_event(None, test.metadata.namespace, parent, run_id, child)
+    if taken:
+        kopf.warn(parent_obj, reason="SweepNameTaken", message=(
+            f"a test named {child.name} exists that this sweep did not create: "
+            + ("the inter-node stage cannot run" if node == sweep.INTER_NODE else f"node {node} is skipped")
+            + "; rename or delete that test, then run the sweep again"))
 
 
 def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) -> int:
