@@ -159,7 +159,7 @@ def is_finished(body: KubeDict) -> bool:
 
 
 def _rerun(body: KubeDict) -> str | None:
-    return ((body.get("metadata") or {}).get("annotations") or {}).get(RERUN_ANNOTATION)
+    return runs.rerun_value(((body.get("metadata") or {}).get("annotations") or {}).get(RERUN_ANNOTATION))
 
 
 def _more_runs(body: KubeDict) -> bool:

@@ -172,3 +172,18 @@ def test_deliver_is_for_the_current_run_and_says_when_the_operator_does_not_take
     assert judged.returncode == 0, (judged.stdout, judged.stderr)
     assert "the operator's verdict on run g1-r3: Succeeded ChecksPassed" in judged.stdout
     assert ("g1-r3", "Passed") in [(h["id"], h["result"]) for h in cluster.status("late")["history"]]
+
+
+def test_a_rerun_value_too_long_to_record_as_it_is_starts_one_recorded_run(cluster: Cluster):
+    """A 147 KB rerun value (the API server allows it: annotations have 256 KiB in all) is recorded by its digest:
+    the run starts, is recorded and ends, instead of a job whose run can never be recorded (HTTP 422)."""
+    cluster.create_test("long", {"nodes": 1})
+    wait_run(cluster, "long", "g1")
+    finish(cluster, "long", "Succeeded")
+    annotate(cluster, "long", "x" * 147_000)
+    status = wait_run(cluster, "long", "g1-r2")
+    assert status["run"]["trigger"] == "rerun" and status["run"]["rerun"].startswith("sha256:"), status["run"]
+    assert len(status["run"]["rerun"]) == len("sha256:") + 64
+    finished = finish(cluster, "long", "Succeeded")
+    assert [h["id"] for h in finished["history"]] == ["g1", "g1-r2"]
+    assert sorted(cluster.job_names("PyTorchJob")) == ["long-g1", "long-g1-r2"]  # one job for the value
