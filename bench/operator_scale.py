@@ -337,7 +337,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         results["report_to_verdict_s"] = percentiles(latencies)
         results["report_to_verdict_over_5s"] = sum(1 for v in latencies if v > 5.0)
         slowest = sorted(names, key=lambda n: reported[n] - phase_seen[(n, "Succeeded")])[:5]
-        results["report_to_verdict_slowest"] = {n: round(phase_seen[(n, "Succeeded")] - reported[n], 3) for n in slowest}
+        results["report_to_verdict_slowest"] = {n: round(phase_seen[(n, "Succeeded")] - reported[n], 3)
+                                                for n in slowest}
         results["report_mode"] = f"pairs {args.pairs:g} s apart" if args.pairs else "all at once"
         time.sleep(2)  # the verdict's events and cleanup
         results["requests_verdict"] = operator_requests(driver, before)
