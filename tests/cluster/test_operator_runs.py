@@ -187,3 +187,19 @@ def test_a_rerun_value_too_long_to_record_as_it_is_starts_one_recorded_run(clust
     finished = finish(cluster, "long", "Succeeded")
     assert [h["id"] for h in finished["history"]] == ["g1", "g1-r2"]
     assert sorted(cluster.job_names("PyTorchJob")) == ["long-g1", "long-g1-r2"]  # one job for the value
+
+
+def test_an_oversized_report_is_refused_with_its_size_and_the_limit(cluster: Cluster, tmp_path: Path):
+    """A 1024-node report delivered to a 2-node test: refused at once, saying how large and the limit (it was
+    retried for 60 s until an SSL EOF: the API server drops a request that large)."""
+    cluster.create_test("small", {"nodes": 2})
+    wait_run(cluster, "small", "g1")
+    saved = tmp_path / "huge.json"
+    saved.write_text(json.dumps(report(1, nodes=tuple(f"gpu-node-{i:04d}" for i in range(1024)))))
+    started = datetime.now(timezone.utc)
+    answer = deliver(cluster, "small", saved)
+    assert answer.returncode == 2, (answer.stdout, answer.stderr)
+    assert "the report is too large to deliver to acceptancetests/small" in answer.stderr, answer.stderr
+    assert "bytes, the limit is 1,044,480" in answer.stderr, answer.stderr
+    assert (datetime.now(timezone.utc) - started).total_seconds() < 50
+    assert not (cluster.status("small").get("report"))  # nothing was written
