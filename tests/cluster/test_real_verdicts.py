@@ -10,45 +10,25 @@ tests keep their four.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
 
-from tests.apiserver import ApiServer, backend_crd_paths
-from tests.cluster.conftest import AT_CRD, StartOperator
+from tests.apiserver import ApiServer
+from tests.cluster.conftest import StartOperator
 from tests.cluster.operator_harness import Cluster, report
+from tests.cluster.test_real_controllers import REAL_ENV, cluster_of, operator_in_new_namespace
 from tests.devcluster import Controllers
 
 SWEEP_NODES = 9
 SWEEP = "gpu-acceptance.io/sweep"
 NODE = "gpu-acceptance.io/node"
-REAL_ENV = {"GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "60", "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "5"}
 
 
 @pytest.fixture(scope="module")
 def sweep_cluster() -> Iterator[tuple[ApiServer, list[str], Controllers]]:
-    server = ApiServer()
-    server.start()
-    controllers = Controllers(server)
-    try:
-        server.install_crds([*backend_crd_paths(), AT_CRD])
-        controllers.start()
-        nodes = controllers.add_gpu_nodes(SWEEP_NODES)
-        yield server, nodes, controllers
-    finally:
-        controllers.stop()
-        server.stop()
-
-
-def operator_in_new_namespace(sweep_cluster: tuple[ApiServer, list[str], Controllers],
-                              start_operator: StartOperator, env: dict[str, str],
-                              labels: dict[str, str] | None = None) -> Cluster:
-    server, _, _ = sweep_cluster
-    namespace = server.create_namespace(f"verdicts-{uuid.uuid4().hex[:6]}", labels=labels)
-    proc = start_operator(server.kubeconfig, [namespace], env)
-    return Cluster(server, namespace, proc.log_tail)
+    yield from cluster_of(SWEEP_NODES)
 
 
 @pytest.fixture
@@ -161,7 +141,7 @@ def test_nodes_unknown_right_after_an_api_server_outage_are_not_a_verdict(
         sweep_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator):
     """While the API server is down no kubelet can post its node's status. Back, the real node lifecycle controller
     marks the nodes whose heartbeats it missed Unknown until their kubelets post again, seconds later (kwok, playing
-    every kubelet, is paused through the outage and resumed once the controller has done so). A run on those nodes
+    every kubelet, is paused through the outage and resumed 5 s after the controller has done so). A run on those nodes
     goes on: no NodeNotReady, no node blamed."""
     server, _, controllers = sweep_cluster
     cluster = operator_in_new_namespace(sweep_cluster, start_operator,
@@ -178,9 +158,14 @@ def test_nodes_unknown_right_after_an_api_server_outage_are_not_a_verdict(
         server.stop_apiserver()
         time.sleep(15)
         server.start_apiserver()
-        # The node lifecycle controller marks the run's nodes not Ready (else this test proves nothing) ...
+        # The node lifecycle controller marks the run's nodes not Ready, and their pods (else this test proves
+        # nothing) ...
         cluster.wait(lambda: all(ready_since(cluster, n) > down for n in nodes),
                      "the run's nodes to leave Ready after the outage", timeout=60)
+        cluster.wait(lambda: all(c.get("status") != "True" for p in pods_of(cluster, "steady")
+                                 for c in p["status"].get("conditions") or [] if c["type"] == "Ready"),
+                     "the run's pods to be marked not Ready", timeout=60)
+        time.sleep(5)  # kubelets post on their own schedule (every 10 s by default), not at once
     finally:
         controllers.resume("kwok")
     cluster.wait(lambda: all(controllers.node_ready(n) for n in nodes), "the nodes to be Ready again", timeout=60)
