@@ -23,7 +23,8 @@ from tests.cluster.operator_harness import Cluster, report
 from tests.devcluster import GPUS_PER_NODE, JOBSET, TRAINING_OPERATOR, Controllers, dev_nodes
 
 # Kubernetes' Job controller completes the pods kwok runs at once; the report may come a little later.
-REAL_ENV = {"GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "60", "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "3"}
+REAL_ENV = {"GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "60", "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "3",
+            "GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS": "10"}
 
 
 def cluster_of(nodes: int) -> Iterator[tuple[ApiServer, list[str], Controllers]]:
