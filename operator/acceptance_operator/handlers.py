@@ -644,9 +644,12 @@ def _undo_foreign_writes(k: Kube, obj: KubeDict, logger: logging.Logger) -> None
     restore = ownership.restoration(obj)
     if restore is None:
         return
-    meta = obj["metadata"]
+    meta, own = obj["metadata"], ownership.interrupted(obj)
     k.patch_test_status(meta["namespace"], meta["name"], restore)
     obj["status"] = {**(obj.get("status") or {}), **restore}
+    if own:  # our own write, interrupted between its record and its status (a restart): completed, not foreign
+        logger.info("%s/%s: completed the status write a restart interrupted", meta["namespace"], meta["name"])
+        return
     message = f"status fields written by someone other than the operator were put back: {', '.join(sorted(restore))}"
     logger.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
     kopf.warn(obj, reason="ForeignStatusWrite", message=message)
@@ -1102,7 +1105,7 @@ def _write_status(
     if ownership.record(obj) == desired and all(status.get(key) == value for key, value in desired.items()):
         return
     # The record first: a crash before the status write leaves a record the next reconcile applies.
-    patched = k.patch_test(meta["namespace"], meta["name"], ownership.record_patch(desired)) or {}
+    patched = k.patch_test(meta["namespace"], meta["name"], ownership.record_patch(desired, status)) or {}
     obj["metadata"] = {**meta, "annotations": (patched.get("metadata") or {}).get("annotations") or {}}
     written = k.patch_test_status(meta["namespace"], meta["name"], desired) or {}
     version = (written.get("metadata") or {}).get("resourceVersion")

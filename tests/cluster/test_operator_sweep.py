@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.operator_harness import Cluster, report
+from tests.cluster.operator_harness import Cluster, OperatorProcess, report
 
 SWEEP = "gpu-acceptance.io/sweep"
 NODE = "gpu-acceptance.io/node"
@@ -130,3 +130,16 @@ def test_nodes_left_out_of_a_sweep_are_skipped_with_why(cluster: Cluster, pool: 
     assert "3 skipped" in cluster.condition("sw", "Succeeded")["message"]
     assert cluster.wait_event("sw", "SweepNameTaken")
     assert cluster.get_test(f"sw-g1-{taken}")["metadata"].get("labels", {}).get(SWEEP) is None  # left alone
+
+
+def test_a_restart_mid_sweep_does_not_take_the_operators_own_writes_for_foreign(cluster: Cluster, pool: list[str],
+                                                                               operator: OperatorProcess):
+    cluster.create_test("rs", {"sweep": True, "maxConcurrent": 4, "placement": {"nodeSelector": {"pool": cluster.ns}}})
+    cluster.wait(lambda: len(active(children(cluster, "rs"))) == 4, "four single-node tests")
+    operator.restart()
+    cluster.play_sweep("rs", timeout=180)
+    assert cluster.status("rs")["phase"] == "Succeeded"
+    tests = [cluster.get_test("rs"), *children(cluster, "rs")]
+    foreign = [(t["metadata"]["name"], m) for t in tests for _, r, m in cluster.events(t["metadata"]["name"])
+               if r == "ForeignStatusWrite"]
+    assert not foreign, foreign
