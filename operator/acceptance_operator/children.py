@@ -119,6 +119,7 @@ class SweepChildren:
         self._lock = threading.Lock()
         self._runs: dict[tuple[str, str, str], dict[str, Child]] = {}
         self._primed: set[tuple[str, str, str]] = set()
+        self._busy: dict[tuple[str, str, str], dict[str, str]] = {}  # per run: node -> why its GPUs are busy
         self._nodes: dict[str, KubeDict] = {}
         self.nodes_primed = False
 
@@ -147,9 +148,19 @@ class SweepChildren:
 
     def forget(self, namespace: str, parent: str) -> None:
         with self._lock:
-            for key in [k for k in self._runs if k[:2] == (namespace, parent)]:
+            for key in [k for k in {*self._runs, *self._busy} if k[:2] == (namespace, parent)]:
                 self._runs.pop(key, None)
+                self._busy.pop(key, None)
                 self._primed.discard(key)
+
+    def busy(self, namespace: str, parent: str, run: str) -> dict[str, str]:
+        """The busy nodes as the run's last look at the pods found them (spec.skipBusyNodes)."""
+        with self._lock:
+            return dict(self._busy.get((namespace, parent, run), {}))
+
+    def set_busy(self, namespace: str, parent: str, run: str, busy: dict[str, str]) -> None:
+        with self._lock:
+            self._busy[(namespace, parent, run)] = dict(busy)
 
     def node_event(self, event_type: str | None, node: KubeDict) -> None:
         meta = node.get("metadata") or {}

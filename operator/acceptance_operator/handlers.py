@@ -33,7 +33,7 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import diagnosis, evidence_hooks, manifests, ownership, runs, sweep
+from acceptance_operator import diagnosis, evidence_hooks, manifests, node_lifecycle, ownership, runs, sweep
 from acceptance_operator.api import (
     GROUP,
     KIND,
@@ -44,7 +44,6 @@ from acceptance_operator.api import (
     Condition,
     JobRef,
     ObjectMeta,
-    OnFailure,
     RunRef,
     Summary,
     SweepStatus,
@@ -75,7 +74,6 @@ from acceptance_operator.conditions import (
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.metrics import OperatorMetrics
-from acceptance_operator.node_actions import describe, node_patch
 from acceptance_operator.policy import policy_problems
 from acceptance_operator.rejudge import Rejudged, RunFacts, run_problems
 from acceptance_operator.settings import KOPF_WORKERS, OperatorSettings, configure_kopf
@@ -227,6 +225,7 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     if is_finished(body) and ownership.restoration(body) is None and not body.get("metadata", {}).get(
             "deletionTimestamp") and not _more_runs(body):
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
+        node_lifecycle.restore_from_test(dict(body), METRICS)
         QUEUE.forget(key)
         return
     urgent = _awaits_run(body)
@@ -263,6 +262,7 @@ for _backend in BACKENDS.values():
 async def on_node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
     """Sweeps test the nodes that match: a node joining or cordoned changes what they start next."""
     SWEEPS.node_event(type, dict(body))
+    node_lifecycle.node_seen(type, dict(body), METRICS)  # the last-pass gauge, restored from the node after a restart
     for key in list(_sweeping):
         QUEUE.add_after(key, SWEEP_SETTLE_SECONDS)
 
@@ -496,7 +496,12 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
         SWEEPS.prime_nodes(k.list_nodes())
     selector = test.spec.placement.node_selector
     schedulable, cordoned = sweep.matching(SWEEPS.nodes(), selector)
-    plan = sweep.plan(SWEEPS.children(namespace, parent, run.id), schedulable, cordoned, test.spec.max_concurrent)
+    children, limit = SWEEPS.children(namespace, parent, run.id), test.spec.max_concurrent
+    plan = sweep.plan(children, schedulable, cordoned, limit, SWEEPS.busy(namespace, parent, run.id))
+    if test.spec.skip_busy_nodes and sweep.plan(children, schedulable, cordoned, limit).start:
+        # A slot is free: which nodes' GPUs do other pods use now (one LIST)? Those are skipped (spec.skipBusyNodes).
+        SWEEPS.set_busy(namespace, parent, run.id, sweep.busy_nodes(k.list_active_pods()))
+        plan = sweep.plan(children, schedulable, cordoned, limit, SWEEPS.busy(namespace, parent, run.id))
     for node in plan.start:
         _create_sweep_child(k, test, parent, [node], node)
     if plan.inter_node:
@@ -1020,49 +1025,9 @@ def _conclude(
     METRICS.record_run(state.phase == "Succeeded", (end - start).total_seconds() if start else None)
     if report is not None:
         METRICS.set_nodes(measured_nodes(report))
-    if state.phase == "Failed" and act_on_nodes:
-        _act_on_nodes(k, obj, test, summary.failed_nodes)
-
-
-def _act_on_nodes(k: Kube, obj: KubeDict, test: AcceptanceTest, nodes: list[str]) -> None:
-    """spec.onFailure on the nodes the verdict blames (status.summary.failedNodes): the operator's, never a
-    rejected report's."""
-    action = test.spec.on_failure
-    if action == "none" or not nodes:
-        return
-    if not SETTINGS.node_actions:
-        kopf.warn(obj, reason="NodeActionSkipped", message=(
-            f"spec.onFailure={action}, but node actions are off in the operator (chart value "
-            f"nodeActions.enabled): nodes {', '.join(nodes)} were not touched"))
-        return
-    done, failed = [], []
-    for node in nodes:
-        problem = _mark_node(k, action, node)
-        if problem:
-            failed.append(f"{node} ({problem})")
-        else:
-            done.append(node)
-    if done:
-        kopf.info(obj, reason="NodeActionApplied", message=f"{describe(action)}: {', '.join(done)}")
-    if failed:
-        kopf.warn(obj, reason="NodeActionFailed", message=f"could not {action}: {', '.join(failed)}")
-
-
-def _mark_node(k: Kube, action: OnFailure, node: str, attempts: int = 3) -> str | None:
-    """Apply the action to one node; None when done, else what went wrong. A taint race (409) is retried."""
-    for _ in range(attempts):
-        try:
-            current = k.get_node(node)
-            if current is None:
-                return "no such node"
-            patch = node_patch(action, current)
-            if patch is not None:
-                k.patch_node(node, patch)
-            return None
-        except ApiException as e:
-            if e.status != 409:
-                return f"HTTP {e.status} {e.reason}"
-    return "the node kept changing (HTTP 409)"
+    if act_on_nodes:  # spec.onFailure / spec.onPass and the last-pass gauge (node_lifecycle.py)
+        node_lifecycle.after_verdict(k, obj, test, passed=state.phase == "Succeeded", summary=summary, report=report,
+                                     now=now, allowed=SETTINGS.node_actions, metrics=METRICS)
 
 
 def _write_status(

@@ -11,7 +11,12 @@ Which nodes: those matching placement.nodeSelector and not cordoned. A node
 that joins the pool while single-node tests are still being started is tested
 too (the total grows); one that joins later waits for the next run. A node
 cordoned (or deleted) before its test started is skipped and counted as such;
-a test already running on it is left to finish.
+a test already running on it is left to finish. With spec.skipBusyNodes (the
+default) a node whose GPUs other pods use when a slot is free for it is not
+started but skipped with reason Busy (status.sweep.skippedNodes): the sweep
+does not queue behind a job or disturb it; if the GPUs free up while
+single-node tests are still being started it is tested after all, else the
+next run tests it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,17 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceptance_operator.api import API_VERSION, GROUP, KIND, AcceptanceTest, Summary, SweepStatus
+from acceptance_operator.api import (
+    API_VERSION,
+    GPU_RESOURCE,
+    GROUP,
+    KIND,
+    MAX_SKIPPED_LISTED,
+    AcceptanceTest,
+    SkippedNode,
+    Summary,
+    SweepStatus,
+)
 from acceptance_operator.conditions import CHECKS_FAILED, NO_NODES, PASSED, RunState
 from acceptance_operator.kubetypes import MAX_VALUES
 
@@ -30,7 +45,8 @@ LABEL_SWEEP_RUN = f"{GROUP}/sweep-run"  # the parent's run id
 NODE_ANNOTATION = f"{GROUP}/node"  # a single-node child's node ("" for the inter-node stage)
 INTER_NODE = ""
 # The spec fields that make a test a sweep or a series of runs; its children are single runs.
-PARENT_ONLY = ("sweep", "maxConcurrent", "schedule", "historyLimit", "baseline", "regressionTolerance")
+PARENT_ONLY = ("sweep", "maxConcurrent", "skipBusyNodes", "schedule", "historyLimit", "baseline", "regressionTolerance")
+MAX_BUSY_PODS_NAMED = 3  # pods named per busy node (the count is given too)
 MAX_LISTED_NODES = 32  # failed nodes named in status.sweep (all are in the children)
 TERMINAL = ("Succeeded", "Failed")
 
@@ -69,12 +85,54 @@ def matching(nodes: list[KubeDict], selector: dict[str, str]) -> tuple[list[str]
     return sorted(ok), sorted(cordoned)
 
 
-def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max_concurrent: int) -> Plan:
-    """The next step of a sweep run from its children and the pool as it is now."""
+def _gpus(pod: KubeDict) -> bool:
+    """The pod requests GPUs (a limit alone is its request too), in a container or an init container."""
+    spec = pod.get("spec") or {}
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = c.get("resources") or {}
+        for part in ("requests", "limits"):
+            if str((resources.get(part) or {}).get(GPU_RESOURCE, "0")).strip() not in ("", "0"):
+                return True
+    return False
+
+
+def busy_nodes(pods: list[KubeDict]) -> dict[str, str]:
+    """node -> which pods use its GPUs (for the skip message), from pods bound to nodes.
+
+    A pod counts while it has not ended (phase Succeeded or Failed) and is not being deleted (its GPUs are on
+    their way back: a test there waits a moment, it does not queue behind a job).
+    """
+    using: dict[str, list[str]] = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        if _gpus(pod):
+            using.setdefault(node, []).append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    return {node: _pods_text(sorted(names)) for node, names in using.items()}
+
+
+def _pods_text(names: list[str]) -> str:
+    more = f" and {len(names) - MAX_BUSY_PODS_NAMED} more" if len(names) > MAX_BUSY_PODS_NAMED else ""
+    return f"{GPU_RESOURCE} in use by pod {', '.join(names[:MAX_BUSY_PODS_NAMED])}{more}"
+
+
+def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max_concurrent: int,
+         busy: dict[str, str] | None = None) -> Plan:
+    """The next step of a sweep run from its children and the pool as it is now.
+
+    `busy`: node -> why its GPUs are in use (busy_nodes), for spec.skipBusyNodes: such a node is not started
+    but skipped while it stays so.
+    """
+    busy = busy or {}
     single = {c.node: c for c in children if c.node != INTER_NODE}
     stage = next((c for c in children if c.node == INTER_NODE), None)
     stage_started = stage is not None
-    waiting = [] if stage_started else [n for n in schedulable if n not in single]
+    waiting = [] if stage_started else [n for n in schedulable if n not in single and n not in busy]
+    # Kept once the inter-node stage started: busy is the run's last look, and they stay untested in this run.
+    skipped_busy = [SkippedNode(node=n, reason="Busy", message=busy[n]) for n in schedulable
+                    if n not in single and n in busy]
     running = [c for c in single.values() if c.phase not in TERMINAL]
     start = waiting[:max(0, max_concurrent - len(running))]
     passed = sorted(n for n, c in single.items() if c.phase == "Succeeded")
@@ -88,7 +146,8 @@ def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max
         stage_name = "done"
     status = SweepStatus(
         stage=stage_name, total=len(single) + len(waiting), passed=len(passed), failed=len(failed),
-        running=len(running) + len(start), pending=len(waiting) - len(start), skipped=len(skipped),
+        running=len(running) + len(start), pending=len(waiting) - len(start),
+        skipped=len(skipped) + len(skipped_busy), skipped_nodes=skipped_busy[:MAX_SKIPPED_LISTED],
         failed_nodes=blamed[:MAX_LISTED_NODES], failed_node_count=len(blamed),
         inter_node=stage.phase if stage is not None else None,
     )
@@ -106,6 +165,16 @@ def progress(s: SweepStatus) -> str:
     elif s.inter_node is not None or s.stage == "inter-node":
         text += f"; inter-node {s.inter_node or 'Pending'}"
     return text + (f", {s.skipped} skipped" if s.skipped else "")
+
+
+def _busy_text(status: SweepStatus, lead: str = ": ") -> str:
+    """The nodes skipped as busy, for the verdict's message (the next run tests them)."""
+    busy = [n for n in status.skipped_nodes if n.reason == "Busy"]
+    if not busy:
+        return ""
+    named = "; ".join(f"{n.node} ({n.message})" for n in busy[:5])
+    more = f" and {len(busy) - 5} more" if len(busy) > 5 else ""
+    return f"{lead}{len(busy)} busy node(s) skipped, for the next run: {named}{more}"
 
 
 def child_name(parent: str, run_id: str, node: str) -> str:
@@ -179,12 +248,14 @@ def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_labe
     if not single:
         return RunState("Failed", NO_NODES, (
             f"sweep run {run_id}: no schedulable node matches placement.nodeSelector {selector or '{}'} "
-            f"({status.skipped} matching node(s) cordoned): label the nodes to test or fix the selector")), summary
+            f"({status.skipped} matching node(s) cordoned or busy{_busy_text(status)}): label the nodes to test or "
+            "fix the selector; busy nodes are tested by the next run")), summary
     where = f"kubectl get at -l {LABEL_SWEEP}={parent_label},{LABEL_SWEEP_RUN}={run_id}"
     stage_text = ("no inter-node stage (fewer than 2 nodes passed)" if stage is None
                   else f"inter-node stage over {len(passed)} nodes {stage.phase}")
     if stage is not None and stage.busbw is not None:
         stage_text += f" (all_reduce busbw {stage.busbw:g} GB/s)"
+    stage_text += _busy_text(status, "; ")
     if not blamed and (stage is None or stage.phase == "Succeeded"):
         return RunState("Succeeded", PASSED, f"sweep run {run_id}: all {len(single)} nodes passed; {stage_text}"), \
             summary.model_copy(update={"result": "Passed"})
