@@ -460,6 +460,7 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     run = due or current
     if run is None or (due is None and is_finished(obj)):
         _refresh_metrics(namespace, name, status)
+        node_lifecycle.restore_from_test(obj, METRICS)
         return runs.seconds_to_next_slot(schedule, now)
     if lines or test is None:
         shell = runs.with_run(_shell(namespace, name, generation), run)
