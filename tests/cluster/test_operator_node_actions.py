@@ -131,3 +131,23 @@ def test_on_pass_without_node_actions_is_skipped_with_an_event_and_the_gauge_sur
                             "the gauge restored from the test's status")
     assert restored == datetime.strptime(completed, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
     assert proc.sample("gpu_acceptance_node_last_pass_timestamp_seconds", node=bad) is None
+
+
+def test_a_validated_node_that_fails_loses_its_passed_label(acceptance_crd: ApiServer, namespace: str,
+                                                            start_operator: StartOperator, nodes: tuple[str, str]):
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    cluster = Cluster(acceptance_crd, namespace, proc.log_tail)
+    good, bad = nodes
+    pass_on(cluster, "first", (good, bad), {"onPass": {"label": True}})
+    cluster.wait(lambda: "gpu-acceptance.io/passed" in node(acceptance_crd, bad)["metadata"]["labels"], "the labels")
+    cluster.create_test("blame", {"nodes": 2, "onPass": {"label": True}})  # onFailure: none
+    cluster.wait_job("PyTorchJob", "blame-g1")
+    cluster.write_report("blame", report(1, nodes=(good, bad), failed_node=bad))
+    cluster.wait_phase("blame", "Failed")
+    cluster.wait(lambda: "gpu-acceptance.io/passed" not in node(acceptance_crd, bad)["metadata"]["labels"],
+                 "the failed node's passed label to go")
+    assert "gpu-acceptance.io/passed" in node(acceptance_crd, good)["metadata"]["labels"]
+    assert "gpu-acceptance.io/passed-run" in node(acceptance_crd, bad)["metadata"]["annotations"]  # its last pass
+    assert "gpu-acceptance.io/status" not in node(acceptance_crd, bad)["metadata"]["labels"]  # not asked
+    event = cluster.wait_event("blame", "NodeActionApplied")
+    assert event[2] == f"removed label gpu-acceptance.io/passed: {bad}"
