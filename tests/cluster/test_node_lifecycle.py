@@ -141,7 +141,8 @@ def test_a_sweep_skips_a_node_whose_gpus_a_pod_uses_and_tests_it_in_the_next_run
     pool, free = {POOL: cluster.ns}, nodes[3]
     for node in (busy, free):
         server.request("PATCH", f"/api/v1/nodes/{node}", {"metadata": {"labels": pool}}, content_type=MERGE)
-    cluster.create_test("nightly", {"sweep": True, "backend": "Job", "placement": {"nodeSelector": pool}})
+    cluster.create_test("nightly", {"sweep": True, "backend": "Job", "placement": {"nodeSelector": pool},
+                                    "onPass": {"label": True}})
     sweep = cluster.wait(lambda: (s := cluster.status("nightly").get("sweep")) and s["skipped"] == 1 and s,
                          "the sweep to skip the busy node")
     assert sweep["skippedNodes"] == [{"node": busy, "reason": "Busy",
@@ -157,6 +158,9 @@ def test_a_sweep_skips_a_node_whose_gpus_a_pod_uses_and_tests_it_in_the_next_run
     assert status["sweep"]["skippedNodes"][0]["node"] == busy
     assert f"1 busy node(s) skipped, for the next run: {busy} (nvidia.com/gpu in use by pod {cluster.ns}/training)" \
         in message
+    # Each single-node test's pass acted on its own node; the skipped node was not touched.
+    assert "gpu-acceptance.io/passed" in node_of(server, free)["metadata"]["labels"]
+    assert "gpu-acceptance.io/passed" not in node_of(server, busy)["metadata"]["labels"]
 
     # The job is done with the node: the next run tests it.
     server.request("DELETE", f"/api/v1/namespaces/{cluster.ns}/pods/training?gracePeriodSeconds=0")
