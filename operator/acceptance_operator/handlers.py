@@ -488,8 +488,10 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
     start = now if starting else parse_time(status.get("startTime")) or now
     if starting:
         stopped = _stop_other_sweeps(k, test, parent, run.id)
+        SWEEPS.set_leaving(namespace, parent, run.id, stopped)
         kopf.info(obj, reason="RunStarted", message=f"run {run.id} ({_started_by(run)}): sweep over the nodes "
-                  "matching placement.nodeSelector" + (f"; deleted {stopped} tests of earlier runs" if stopped else ""))
+                  "matching placement.nodeSelector" + (f"; deleted {len(stopped)} tests of earlier runs" if stopped
+                                                       else ""))
     if not SWEEPS.primed(namespace, parent, run.id):
         listed = k.list_tests(namespace, f"{sweep.LABEL_SWEEP}={parent},{sweep.LABEL_SWEEP_RUN}={run.id}")
         SWEEPS.prime(namespace, parent, run.id, [c for o in listed if (c := sweep.child_of(o, ownership.record(o)))])
@@ -501,7 +503,8 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
     plan = sweep.plan(children, schedulable, cordoned, limit, SWEEPS.busy(namespace, parent, run.id))
     if test.spec.skip_busy_nodes and sweep.plan(children, schedulable, cordoned, limit).start:
         # A slot is free: which nodes' GPUs do other pods use now (one LIST)? Those are skipped (spec.skipBusyNodes).
-        SWEEPS.set_busy(namespace, parent, run.id, sweep.busy_nodes(k.list_active_pods()))
+        SWEEPS.set_busy(namespace, parent, run.id,
+                        sweep.busy_nodes(k.list_active_pods(), SWEEPS.leaving(namespace, parent, run.id)))
         plan = sweep.plan(children, schedulable, cordoned, limit, SWEEPS.busy(namespace, parent, run.id))
     for node in plan.start:
         _create_sweep_child(k, test, parent, [node], node)
@@ -527,12 +530,15 @@ def _create_sweep_child(k: Kube, test: AcceptanceTest, parent: str, nodes: list[
     SWEEPS.child_event(None, test.metadata.namespace, parent, run_id, sweep.Child(obj["metadata"]["name"], node))
 
 
-def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) -> int:
-    """A new sweep run replaces the tests of earlier ones (their numbers stay in status.history)."""
-    deleted = 0
+def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) -> list[str]:
+    """A new sweep run replaces the tests of earlier ones (their numbers stay in status.history); the test label
+    values of those deleted (their pods are on their way out: not busy nodes)."""
+    deleted = []
     for child in k.list_tests(test.metadata.namespace, f"{sweep.LABEL_SWEEP}={parent}"):
-        if (child["metadata"].get("labels") or {}).get(sweep.LABEL_SWEEP_RUN) != run_id:
-            deleted += k.delete_test(test.metadata.namespace, child["metadata"]["name"])
+        name = child["metadata"]["name"]
+        if (child["metadata"].get("labels") or {}).get(sweep.LABEL_SWEEP_RUN) != run_id and \
+                k.delete_test(test.metadata.namespace, name):
+            deleted.append(manifests.test_label_value(_shell(test.metadata.namespace, name, None)))
     return deleted
 
 

@@ -96,17 +96,23 @@ def _gpus(pod: KubeDict) -> bool:
     return False
 
 
-def busy_nodes(pods: list[KubeDict]) -> dict[str, str]:
+def busy_nodes(pods: list[KubeDict], leaving: frozenset[str] = frozenset()) -> dict[str, str]:
     """node -> which pods use its GPUs (for the skip message), from pods bound to nodes.
 
     A pod counts while it has not ended (phase Succeeded or Failed) and is not being deleted (its GPUs are on
-    their way back: a test there waits a moment, it does not queue behind a job).
+    their way back: a test there waits a moment, it does not queue behind a job); nor does a pod of the tests
+    in `leaving` (the test label values of an earlier run's children, deleted when this run started: their pods
+    go with them).
     """
+    from acceptance_operator.manifests import LABEL_TEST
+
     using: dict[str, list[str]] = {}
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node = spec.get("nodeName")
         if not node or meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        if (meta.get("labels") or {}).get(LABEL_TEST) in leaving:
             continue
         if _gpus(pod):
             using.setdefault(node, []).append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")

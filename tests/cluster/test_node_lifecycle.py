@@ -168,10 +168,19 @@ def test_a_sweep_skips_a_node_whose_gpus_a_pod_uses_and_tests_it_in_the_next_run
                  "the training pod to be gone")
     server.request("PATCH", cluster.test_path("nightly"), {"metadata": {"annotations": {
         "gpu-acceptance.io/rerun": "after-training"}}}, content_type=MERGE)
-    cluster.wait(lambda: sorted(c["metadata"]["annotations"]["gpu-acceptance.io/node"]
-                                for c in sweep_children(cluster)) == sorted([busy, free]),
-                 f"the next run to test {busy} and {free}")
+    second = cluster.wait(lambda: (c := sweep_children(cluster)) and sorted(
+        x["metadata"]["annotations"]["gpu-acceptance.io/node"] for x in c) == sorted([busy, free]) and c,
+        f"the next run to test {busy} and {free}")
     assert not (cluster.status("nightly").get("sweep") or {}).get("skippedNodes")
+
+    # A changed spec stops that run while its pods hold the GPUs: its own pods, on their way out, do not make the
+    # nodes busy for the new run.
+    for child in second:
+        running_pods(cluster, child["metadata"]["name"], 1)
+    cluster.patch_spec("nightly", {"maxConcurrent": 4})
+    third = cluster.wait(lambda: (s := cluster.status("nightly")).get("run", {}).get("id") == "g2" and
+                         (s.get("sweep") or {}).get("total") == 2 and s, "the new spec's run to start both nodes")
+    assert third["sweep"]["skipped"] == 0 and not third["sweep"].get("skippedNodes")
 
 
 def sweep_children(cluster: Cluster) -> list[dict]:

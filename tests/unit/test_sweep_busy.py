@@ -28,6 +28,11 @@ def test_busy_nodes_are_those_with_live_gpu_pods():
         "n1": "nvidia.com/gpu in use by pod ml/train-0, ml/train-1",
         "n2": "nvidia.com/gpu in use by pod ml/prep",
     }
+    # The pods of an earlier run's children, deleted when this run started, are on their way out.
+    earlier = pod("nightly-g1-n3", "n3")
+    earlier["metadata"]["labels"] = {"gpu-acceptance.io/test": "nightly-g1-n3"}
+    assert sweep.busy_nodes([earlier], frozenset({"nightly-g1-n3"})) == {}
+    assert list(sweep.busy_nodes([earlier])) == ["n3"]
     many = sweep.busy_nodes([pod(f"p{i}", "n0") for i in range(5)])
     assert many == {"n0": "nvidia.com/gpu in use by pod ml/p0, ml/p1, ml/p2 and 2 more"}
 
