@@ -17,7 +17,6 @@ watch) and the finished tests' status (their recorded Succeeded and their report
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -44,7 +43,6 @@ from acceptance_operator.verdict import measured_nodes
 
 KubeDict = dict[str, Any]
 Change = Callable[[KubeDict], tuple[KubeDict | None, list[str], list[str]]]
-log = logging.getLogger("gpu_acceptance.operator")
 
 # Profiles whose verdict is a smoke verdict, never a hardware one (issue 19's cpu-smoke): they never act on nodes.
 SMOKE_PROFILES = ("cpu-smoke",)
@@ -103,10 +101,12 @@ def _on_failure(k: Kube, obj: KubeDict, test: AcceptanceTest, nodes: list[str], 
         done += [f"removed label {PASSED_LABEL}"] if unlabelled else []
         return _merged([p for p in (failure, unlabelled) if p]), done, []
 
-    _apply(k, obj, f"spec.onFailure={action}", nodes, change, failure_words=action)
+    _apply(k, obj, f"spec.onFailure={action}", nodes, change,
+           failure_words=action if action != "none" else f"remove label {PASSED_LABEL}")
 
 
 def _merged(patches: list[KubeDict]) -> KubeDict | None:
+    """Merge patches of one node into one (two levels: metadata.labels, spec.taints, ...)."""
     out: KubeDict = {}
     for patch in patches:
         for part, fields in patch.items():
