@@ -2,15 +2,19 @@
 # Installs the non-Python tools the test suite needs, cached outside the repo:
 #   helm   built from its Go module (go install helm.sh/helm/v3/cmd/helm@<pin>)
 #          into ${GPU_ACCEPTANCE_CACHE:-~/.cache/gpu-acceptance}/bin
+#   promtool built from Prometheus' Go module (cmd/promtool, without the service discovery plugins
+#          promtool's rule tests never use), into the same folder: `promtool test rules` checks the chart's alerts
 #   lua5.4 the Debian package (Argo CD health checks are Lua), only if missing
 #   chromium the Debian package (the HTML report is opened in headless Chromium in a test), only if missing
 # and checks that kubectl is on PATH. Silent when everything is already there.
 #
 #   hack/install-tools.sh          install what is missing
-#   hack/install-tools.sh bindir   print the folder to put on PATH (helm)
+#   hack/install-tools.sh bindir   print the folder to put on PATH (helm, promtool)
 set -euo pipefail
 
 HELM_VERSION=${HELM_VERSION:-v3.21.4}
+# Prometheus v3.16.0: its Go module is versioned v0.<major*100+minor>.<patch>.
+PROMETHEUS_MODULE_VERSION=${PROMETHEUS_MODULE_VERSION:-v0.316.0}
 
 cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptance}
 bin=${cache_root}/bin
@@ -49,6 +53,22 @@ install_helm() {
   [ "$("$bin/helm" version --template '{{.Version}}')" = "$HELM_VERSION" ] || die "built helm does not report ${HELM_VERSION}"
 }
 
+install_promtool() {
+  local want
+  want=$(echo "${PROMETHEUS_MODULE_VERSION#v0.}" | awk -F. '{printf "%d.%d.%s", $1 / 100, $1 % 100, $2}')
+  if [ -x "$bin/promtool" ] && "$bin/promtool" --version 2>/dev/null | grep -q "version ${want} "; then
+    return
+  fi
+  command -v go >/dev/null 2>&1 || die "go is not on PATH (needed to build promtool ${want})"
+  log "building promtool ${want} from its Go module into ${bin} (first run only; takes several minutes)"
+  mkdir -p "$bin"
+  # remove_all_sd: no service discovery plugins (cloud SDKs), which rule tests never use: a much smaller build.
+  GOBIN="$bin" CGO_ENABLED=0 env -u GOFLAGS go install -trimpath -tags remove_all_sd \
+    -ldflags "-s -w -X github.com/prometheus/common/version.Version=${want}" \
+    "github.com/prometheus/prometheus/cmd/promtool@${PROMETHEUS_MODULE_VERSION}"
+  "$bin/promtool" --version 2>/dev/null | grep -q "version ${want} " || die "built promtool does not report ${want}"
+}
+
 # apt_install COMMAND PACKAGE: install the Debian package when COMMAND is not on PATH.
 apt_install() {
   local cmd=$1 pkg=$2
@@ -73,7 +93,7 @@ check_kubectl() {
 }
 
 case "${1:-install}" in
-  install) install_helm; install_lua; install_chromium; check_kubectl ;;
+  install) install_helm; install_promtool; install_lua; install_chromium; check_kubectl ;;
   bindir) echo "$bin" ;;
   *) echo "usage: $0 [install|bindir]" >&2; exit 2 ;;
 esac

@@ -31,7 +31,7 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [(g, r, v) for g, r in (("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"))
        for v in ("get", "list", "watch", "create", "delete")]
     + [("", "services", v) for v in ("get", "create", "delete")]  # the Job backend's headless Service
-    + [("", "pods", v) for v in ("list", "watch")]  # watched by label: the jobs' pods only
+    + [("", "pods", v) for v in ("list", "watch")]  # watched by label: the jobs' pods; a sweep lists the live ones
     + [("", "events", v) for v in ("create", "list")]  # list: the pods' FailedScheduling events
     + [("", "serviceaccounts", v) for v in ("get", "create", "delete")]
     + [("rbac.authorization.k8s.io", r, v) for r in ("roles", "rolebindings") for v in ("get", "create", "delete")]

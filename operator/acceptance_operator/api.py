@@ -60,6 +60,10 @@ MAX_HISTORY_FAILED_NODES = 16  # failed nodes named per history entry (the count
 
 # What the operator does to the nodes a failed report blames (spec.onFailure).
 OnFailure = Literal["none", "label", "taint", "cordon"]
+MAX_REMOVE_TAINTS = 16  # spec.onPass.removeTaints
+# Taint key prefixes Kubernetes reserves (node.kubernetes.io/not-ready, .../unschedulable,
+# node-role.kubernetes.io/control-plane): their controllers own them; spec.onPass.uncordon is the way to uncordon.
+RESERVED_TAINT_DOMAINS = ("kubernetes.io", "k8s.io")
 
 SHM_PATH = "/dev/shm"
 # Label values (nodeSelector): at most 63 characters, alphanumeric at both ends, [-_.] inside.
@@ -223,6 +227,52 @@ class Pod(WireModel):
         return mounts
 
 
+RESERVED_TAINT_RULE = {
+    "rule": r"self.all(k, !k.matches('^([^/]*[.])?(kubernetes[.]io|k8s[.]io)/'))",
+    "message": "removeTaints: keys under kubernetes.io or k8s.io are Kubernetes' taints (its controllers own them); "
+    "use onPass.uncordon for a node this operator cordoned",
+}
+
+
+def _reserved_taint(key: str) -> bool:
+    prefix = key.rpartition("/")[0]
+    return any(prefix == d or prefix.endswith("." + d) for d in RESERVED_TAINT_DOMAINS)
+
+
+class OnPass(WireModel):
+    """What the operator does to the nodes a passed run measured (spec.onPass): let a gated node in, mark it.
+
+    Only on a hardware pass: a smoke verdict (profile cpu-smoke) never acts on nodes.
+    """
+
+    remove_taints: list[LabelKey] = Field(
+        default_factory=list, max_length=MAX_REMOVE_TAINTS,
+        description="Taint keys to remove from each node that passed, e.g. gpu-acceptance.io/untested (every effect "
+        "of each key). Keys under kubernetes.io or k8s.io are Kubernetes' own and refused.",
+        json_schema_extra={"x-kubernetes-validations": [RESERVED_TAINT_RULE]})
+    uncordon: bool = Field(False, description="Uncordon each node that passed if this operator cordoned it "
+                           "(spec.onFailure: cordon); a node someone else cordoned stays cordoned.")
+    label: bool = Field(False, description="Label each node that passed gpu-acceptance.io/passed=<UTC date> and "
+                        "annotate gpu-acceptance.io/passed-run with the time, test and run (a failed node loses "
+                        "the label).")
+
+    @field_validator("remove_taints")
+    @classmethod
+    def _taint_keys(cls, keys: list[str]) -> list[str]:
+        """The schema cannot check key syntax; Kubernetes' own taints are its controllers' to lift."""
+        for i, key in enumerate(keys):
+            problem = _label_key_problem(key)
+            if problem:
+                raise ValueError(f"[{i}] {problem}")
+            if _reserved_taint(key):
+                raise ValueError(f"[{i}] {key!r}: a Kubernetes taint (its controllers own it); use onPass.uncordon "
+                                 "for a node this operator cordoned, and your own keys for gating taints")
+        return keys
+
+    def enabled(self) -> bool:
+        return bool(self.remove_taints or self.uncordon or self.label)
+
+
 ONE_CHECK_AT_LEAST = f"checks: enable at least one of {', '.join(CHECK_NAMES)}"
 
 
@@ -251,6 +301,11 @@ class AcceptanceTestSpec(WireModel):
         "taint (gpu-acceptance.io/failed=true:NoSchedule) or cordon. Needs the operator's node actions "
         "(chart value nodeActions.enabled); otherwise an event says it was skipped.",
     )
+    on_pass: OnPass = Field(
+        default_factory=OnPass,
+        description="What to do with the nodes a passed run measured (a sweep: each node's own single-node test): "
+        "remove gating taints, uncordon what this operator cordoned, label gpu-acceptance.io/passed. Needs the "
+        "operator's node actions (chart value nodeActions.enabled); otherwise an event says it was skipped.")
 
     schedule: text(MAX_SCHEDULE) | None = Field(
         None, description="Cron schedule (five fields, UTC), e.g. '0 3 * * *': starts a run of the same spec at "
@@ -260,6 +315,10 @@ class AcceptanceTestSpec(WireModel):
         False, description="Test every node matching placement.nodeSelector (not cordoned) with a single-node run, "
         "at most maxConcurrent at once, then the nodes that passed together (a run of spec.nodes is ignored).")
     max_concurrent: int = Field(10, ge=1, le=1000, description="Single-node runs of a sweep at once.")
+    skip_busy_nodes: bool = Field(
+        True, description="A sweep skips a node whose GPUs other pods use (nvidia.com/gpu requested by a pod on it "
+        "that has not ended) when its turn comes; it is counted in status.sweep.skippedNodes and tested by the "
+        "next run. false: test it anyway (its test waits for the GPUs).")
     history_limit: int = Field(10, ge=0, le=MAX_HISTORY, description="Finished runs kept in status.history.")
     baseline: Baseline = Field(
         "none", description="lastPassed: a run whose headline numbers (all_reduce busbw, DDP throughput per GPU) "
@@ -376,11 +435,17 @@ class HistoryEntry(WireModel):
     failed_node_count: int = 0
 
 
-class SkippedNode(WireModel):
-    """A node of a sweep's pool that the run left out, and why (cordoned, left the pool, its test's name taken)."""
+MAX_SKIPPED_LISTED = 32
+# Why a sweep left a node of its pool out of a run (status.sweep.skippedNodes[].reason); message says more.
+SkipReason = Literal["Cordoned", "Deleted", "LeftPool", "NameTaken", "Busy"]
 
-    name: str
-    reason: str
+
+class SkippedNode(WireModel):
+    """A node of a sweep's pool that the run left out: why (reason, one word) and what to know or do (message)."""
+
+    node: str
+    reason: SkipReason
+    message: str = ""
 
 
 class SweepStatus(WireModel):
@@ -394,8 +459,8 @@ class SweepStatus(WireModel):
     running: int = 0
     pending: int = 0
     skipped: int = Field(0, description="Nodes of the pool left out of the run (skippedNodes says why).")
-    skipped_nodes: list[SkippedNode] = Field(default_factory=list, description="The first skipped nodes, sorted, "
-                                             "each with why.")
+    skipped_nodes: list[SkippedNode] = Field(default_factory=list, max_length=MAX_SKIPPED_LISTED,
+                                             description="The first skipped nodes, sorted, each with why.")
     failed_nodes: list[str] = Field(default_factory=list, description="The first failed nodes, sorted.")
     failed_node_count: int = 0
     inter_node: Phase | None = Field(None, description="Phase of the inter-node stage over the passed nodes.")

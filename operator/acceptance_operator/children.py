@@ -139,6 +139,8 @@ class SweepChildren:
         self._lock = threading.Lock()
         self._runs: dict[tuple[str, str, str], dict[str, Child]] = {}
         self._primed: set[tuple[str, str, str]] = set()
+        self._busy: dict[tuple[str, str, str], dict[str, str]] = {}  # per run: node -> why its GPUs are busy
+        self._leaving: dict[tuple[str, str, str], frozenset[str]] = {}  # per run: earlier runs' children's labels
         self._nodes: dict[str, KubeDict] = {}
         self.nodes_primed = False
 
@@ -167,9 +169,29 @@ class SweepChildren:
 
     def forget(self, namespace: str, parent: str) -> None:
         with self._lock:
-            for key in [k for k in self._runs if k[:2] == (namespace, parent)]:
+            for key in [k for k in {*self._runs, *self._busy, *self._leaving} if k[:2] == (namespace, parent)]:
                 self._runs.pop(key, None)
+                self._busy.pop(key, None)
+                self._leaving.pop(key, None)
                 self._primed.discard(key)
+
+    def busy(self, namespace: str, parent: str, run: str) -> dict[str, str]:
+        """The busy nodes as the run's last look at the pods found them (spec.skipBusyNodes)."""
+        with self._lock:
+            return dict(self._busy.get((namespace, parent, run), {}))
+
+    def set_busy(self, namespace: str, parent: str, run: str, busy: dict[str, str]) -> None:
+        with self._lock:
+            self._busy[(namespace, parent, run)] = dict(busy)
+
+    def leaving(self, namespace: str, parent: str, run: str) -> frozenset[str]:
+        """Test label values of the earlier runs' children this run deleted: their pods are not "other pods"."""
+        with self._lock:
+            return self._leaving.get((namespace, parent, run), frozenset())
+
+    def set_leaving(self, namespace: str, parent: str, run: str, labels: list[str]) -> None:
+        with self._lock:
+            self._leaving[(namespace, parent, run)] = frozenset(labels)
 
     def node_event(self, event_type: str | None, node: KubeDict) -> None:
         meta = node.get("metadata") or {}

@@ -33,7 +33,7 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import diagnosis, evidence_hooks, manifests, observe, ownership, runs, sweep
+from acceptance_operator import diagnosis, evidence_hooks, manifests, node_lifecycle, observe, ownership, runs, sweep
 from acceptance_operator.api import (
     GROUP,
     KIND,
@@ -44,7 +44,6 @@ from acceptance_operator.api import (
     Condition,
     JobRef,
     ObjectMeta,
-    OnFailure,
     RunRef,
     Summary,
     SweepStatus,
@@ -75,7 +74,6 @@ from acceptance_operator.conditions import (
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.metrics import OperatorMetrics
-from acceptance_operator.node_actions import describe, node_patch
 from acceptance_operator.policy import policy_problems
 from acceptance_operator.rejudge import Rejudged, RunFacts, run_problems
 from acceptance_operator.settings import KOPF_WORKERS, OperatorSettings, configure_kopf
@@ -231,6 +229,7 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
             "deletionTimestamp") and not _more_runs(body):
         log.debug("%s/%s: event %s skipped: the run has its verdict", namespace, name, version)
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
+        node_lifecycle.restore_from_test(dict(body), METRICS)
         QUEUE.forget(key)
         return
     urgent = _awaits_run(body)
@@ -267,6 +266,7 @@ for _backend in BACKENDS.values():
 async def on_node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
     """Sweeps test the nodes that match: a node joining or cordoned changes what they start next."""
     SWEEPS.node_event(type, dict(body))
+    node_lifecycle.node_seen(type, dict(body), METRICS)  # the last-pass gauge, restored from the node after a restart
     for key in list(_sweeping):
         QUEUE.add_after(key, SWEEP_SETTLE_SECONDS)
 
@@ -464,6 +464,7 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     run = due or current
     if run is None or (due is None and is_finished(obj)):
         _refresh_metrics(namespace, name, status)
+        node_lifecycle.restore_from_test(obj, METRICS)
         return runs.seconds_to_next_slot(schedule, now)
     if lines or test is None:
         shell = runs.with_run(_shell(namespace, name, generation), run)
@@ -492,8 +493,10 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
     start = now if starting else parse_time(status.get("startTime")) or now
     if starting:
         stopped = _stop_other_sweeps(k, test, parent, run.id)
+        SWEEPS.set_leaving(namespace, parent, run.id, stopped)
         kopf.info(obj, reason="RunStarted", message=f"run {run.id} ({_started_by(run)}): sweep over the nodes "
-                  "matching placement.nodeSelector" + (f"; deleted {stopped} tests of earlier runs" if stopped else ""))
+                  "matching placement.nodeSelector" + (f"; deleted {len(stopped)} tests of earlier runs" if stopped
+                                                       else ""))
     if not SWEEPS.primed(namespace, parent, run.id):
         listed = k.list_tests(namespace, f"{sweep.LABEL_SWEEP}={parent},{sweep.LABEL_SWEEP_RUN}={run.id}")
         SWEEPS.prime(namespace, parent, run.id, [c for o in listed if (c := sweep.child_of(o, ownership.record(o)))])
@@ -502,8 +505,13 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
     selector = test.spec.placement.node_selector
     schedulable, cordoned = sweep.matching(SWEEPS.nodes(), selector)
     present = {n["metadata"]["name"] for n in SWEEPS.nodes()}
-    plan = sweep.plan(SWEEPS.children(namespace, parent, run.id), schedulable, cordoned, test.spec.max_concurrent,
-                      present)
+    children, limit = SWEEPS.children(namespace, parent, run.id), test.spec.max_concurrent
+    plan = sweep.plan(children, schedulable, cordoned, limit, present, SWEEPS.busy(namespace, parent, run.id))
+    if test.spec.skip_busy_nodes and sweep.plan(children, schedulable, cordoned, limit, present).start:
+        # A slot is free: which nodes' GPUs do other pods use now (one LIST)? Those are skipped (spec.skipBusyNodes).
+        SWEEPS.set_busy(namespace, parent, run.id,
+                        sweep.busy_nodes(k.list_active_pods(), SWEEPS.leaving(namespace, parent, run.id)))
+        plan = sweep.plan(children, schedulable, cordoned, limit, present, SWEEPS.busy(namespace, parent, run.id))
     for node in plan.start:
         _create_sweep_child(k, obj, test, parent, [node], node)
     if plan.inter_node:
@@ -539,12 +547,15 @@ def _create_sweep_child(k: Kube, parent_obj: KubeDict, test: AcceptanceTest, par
             + "; rename or delete that test, then run the sweep again"))
 
 
-def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) -> int:
-    """A new sweep run replaces the tests of earlier ones (their numbers stay in status.history)."""
-    deleted = 0
+def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) -> list[str]:
+    """A new sweep run replaces the tests of earlier ones (their numbers stay in status.history); the test label
+    values of those deleted (their pods are on their way out: not busy nodes)."""
+    deleted = []
     for child in k.list_tests(test.metadata.namespace, f"{sweep.LABEL_SWEEP}={parent}"):
-        if (child["metadata"].get("labels") or {}).get(sweep.LABEL_SWEEP_RUN) != run_id:
-            deleted += k.delete_test(test.metadata.namespace, child["metadata"]["name"])
+        name = child["metadata"]["name"]
+        if (child["metadata"].get("labels") or {}).get(sweep.LABEL_SWEEP_RUN) != run_id and \
+                k.delete_test(test.metadata.namespace, name):
+            deleted.append(manifests.test_label_value(_shell(test.metadata.namespace, name, None)))
     return deleted
 
 
@@ -1015,49 +1026,9 @@ def _conclude(
     METRICS.record_run(state.phase == "Succeeded", (end - start).total_seconds() if start else None)
     if report is not None:
         METRICS.set_nodes(measured_nodes(report))
-    if state.phase == "Failed" and act_on_nodes:
-        _act_on_nodes(k, obj, test, summary.failed_nodes)
-
-
-def _act_on_nodes(k: Kube, obj: KubeDict, test: AcceptanceTest, nodes: list[str]) -> None:
-    """spec.onFailure on the nodes the verdict blames (status.summary.failedNodes): the operator's, never a
-    rejected report's."""
-    action = test.spec.on_failure
-    if action == "none" or not nodes:
-        return
-    if not SETTINGS.node_actions:
-        kopf.warn(obj, reason="NodeActionSkipped", message=(
-            f"spec.onFailure={action}, but node actions are off in the operator (chart value "
-            f"nodeActions.enabled): nodes {', '.join(nodes)} were not touched"))
-        return
-    done, failed = [], []
-    for node in nodes:
-        problem = _mark_node(k, action, node)
-        if problem:
-            failed.append(f"{node} ({problem})")
-        else:
-            done.append(node)
-    if done:
-        kopf.info(obj, reason="NodeActionApplied", message=f"{describe(action)}: {', '.join(done)}")
-    if failed:
-        kopf.warn(obj, reason="NodeActionFailed", message=f"could not {action}: {', '.join(failed)}")
-
-
-def _mark_node(k: Kube, action: OnFailure, node: str, attempts: int = 3) -> str | None:
-    """Apply the action to one node; None when done, else what went wrong. A taint race (409) is retried."""
-    for _ in range(attempts):
-        try:
-            current = k.get_node(node)
-            if current is None:
-                return "no such node"
-            patch = node_patch(action, current)
-            if patch is not None:
-                k.patch_node(node, patch)
-            return None
-        except ApiException as e:
-            if e.status != 409:
-                return f"HTTP {e.status} {e.reason}"
-    return "the node kept changing (HTTP 409)"
+    if act_on_nodes:  # spec.onFailure / spec.onPass and the last-pass gauge (node_lifecycle.py)
+        node_lifecycle.after_verdict(k, obj, test, passed=state.phase == "Succeeded", summary=summary, report=report,
+                                     now=now, allowed=SETTINGS.node_actions, metrics=METRICS)
 
 
 def _write_status(

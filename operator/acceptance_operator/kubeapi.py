@@ -286,6 +286,11 @@ class Kube:
         return _json(self.core.list_namespaced_pod(namespace, label_selector=selector,
                                                    _preload_content=False)).get("items", [])
 
+    def list_active_pods(self) -> list[KubeDict]:
+        """Every pod in the cluster that has not ended (a sweep's spec.skipBusyNodes: whose GPUs are in use)."""
+        return _json(self.core.list_pod_for_all_namespaces(
+            field_selector="status.phase!=Succeeded,status.phase!=Failed", _preload_content=False)).get("items", [])
+
     def scheduling_events(self, namespace: str) -> list[KubeDict]:
         return _json(self.core.list_namespaced_event(
             namespace, field_selector="reason=FailedScheduling,involvedObject.kind=Pod", _preload_content=False

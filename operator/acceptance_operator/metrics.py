@@ -43,6 +43,15 @@ class OperatorMetrics:
         self.node_passed = Gauge("gpu_acceptance_node_passed",
                                  "1 if the node passed the last run that measured it, 0 if it was blamed.",
                                  ["node"], registry=r)
+        self.last_pass = Gauge("gpu_acceptance_node_last_pass_timestamp_seconds",
+                               "Unix time of the node's last hardware pass (a passed run that measured it); one series "
+                               "per existing node that ever passed, restored from the node's gpu-acceptance.io/"
+                               "passed-run annotation and the finished tests' status after a restart.",
+                               ["node"], registry=r)
+        self.gpu_node_created = Gauge("gpu_acceptance_gpu_node_created_timestamp_seconds",
+                                      "Creation time of each node with nvidia.com/gpu capacity: the alert on nodes "
+                                      "not passed within a period counts a node that never passed from here.",
+                                      ["node"], registry=r)
         self.duration = Histogram("gpu_acceptance_run_duration_seconds",
                                   "Run duration from job creation to verdict.",
                                   ["result"], buckets=DURATION_BUCKETS, registry=r)
@@ -50,6 +59,8 @@ class OperatorMetrics:
                               "Reconciliations that failed and will be retried, by reason.",
                               ["reason"], registry=r)
         self._units: dict[tuple[str, str], str] = {}
+        self._passes: dict[str, float] = {}  # node -> its last pass, known whether or not the node was seen yet
+        self._nodes: set[str] = set()  # nodes that exist (the node watch): only they have last-pass series
         self._lock = threading.Lock()
         for result in ("passed", "failed"):
             self.runs.labels(result=result)
@@ -84,6 +95,34 @@ class OperatorMetrics:
     def set_nodes(self, nodes: dict[str, bool]) -> None:
         for node, passed in nodes.items():
             self.node_passed.labels(node=node).set(1 if passed else 0)
+
+    def set_last_pass(self, node: str, timestamp: float) -> None:
+        """A pass of `node` at `timestamp`; an older one than known changes nothing (sources come in any order)."""
+        with self._lock:
+            if timestamp <= self._passes.get(node, 0.0):
+                return
+            self._passes[node] = timestamp
+            if node in self._nodes:
+                self.last_pass.labels(node=node).set(timestamp)
+
+    def node_exists(self, node: str, gpu_created: float | None) -> None:
+        """The node watch saw `node`; `gpu_created`: its creation time if it has GPUs (None: it has none)."""
+        with self._lock:
+            self._nodes.add(node)
+            if node in self._passes:
+                self.last_pass.labels(node=node).set(self._passes[node])
+            if gpu_created is not None:
+                self.gpu_node_created.labels(node=node).set(gpu_created)
+            else:
+                _remove(self.gpu_node_created, node)
+
+    def node_deleted(self, node: str) -> None:
+        """A deleted node has no series: an alert on it could never resolve."""
+        with self._lock:
+            self._nodes.discard(node)
+            self._passes.pop(node, None)
+            for gauge in (self.last_pass, self.gpu_node_created, self.node_passed):
+                _remove(gauge, node)
 
     def reconcile_error(self, reason: str) -> None:
         self.errors.labels(reason=reason).inc()

@@ -20,10 +20,32 @@ class _PlainDumper(yaml.SafeDumper):
         return True
 
 
+def notes(test: AcceptanceTest) -> list[str]:
+    """What the operator does beyond creating these objects (a sweep, node actions), as YAML comment lines."""
+    from acceptance_operator.node_actions import PASSED_LABEL, describe
+
+    spec, out = test.spec, []
+    if spec.sweep:
+        busy = ("nodes whose GPUs other pods use are skipped (skipBusyNodes)" if spec.skip_busy_nodes
+                else "nodes whose GPUs other pods use are tested too (skipBusyNodes: false)")
+        out.append(f"sweep: a single-node test per node matching placement.nodeSelector, at most "
+                   f"{spec.max_concurrent} at once; {busy}; each runs the objects below, pinned to its node")
+    if spec.on_failure != "none":
+        out.append(f"onFailure: the nodes a failed run blames are {describe(spec.on_failure)} "
+                   "(needs the chart value nodeActions.enabled)")
+    if spec.on_pass.enabled():
+        what = [f"remove taint {', '.join(spec.on_pass.remove_taints)}"] if spec.on_pass.remove_taints else []
+        what += ["uncordon if this operator cordoned it"] if spec.on_pass.uncordon else []
+        what += [f"label {PASSED_LABEL}=<UTC date>"] if spec.on_pass.label else []
+        out.append(f"onPass: each node a passed run measured: {'; '.join(what)} "
+                   "(needs the chart value nodeActions.enabled)")
+    return [f"# {line}\n" for line in out]
+
+
 def render(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> str:
-    """The children as one YAML stream."""
-    return yaml.dump_all(build_children(test, init_image=init_image), Dumper=_PlainDumper, sort_keys=False,
-                         explicit_start=True, width=120)
+    """The children as one YAML stream, after comment lines on what else the operator will do (notes)."""
+    return "".join(notes(test)) + yaml.dump_all(build_children(test, init_image=init_image), Dumper=_PlainDumper,
+                                                sort_keys=False, explicit_start=True, width=120)
 
 
 def _read(path: str) -> str:

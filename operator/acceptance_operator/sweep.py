@@ -15,7 +15,11 @@ or relabelled) after its test passed, and one whose child test's name another
 test holds are skipped, each with its reason (skipped_nodes), and kept out of
 the inter-node stage; a test already running on such a node is left to finish,
 and a node whose test failed stays failed (a failure is never dropped because
-the node went away).
+the node went away). With spec.skipBusyNodes (the default) a node whose GPUs
+other pods use when a slot is free for it is not started but skipped with
+reason Busy: the sweep does not queue behind a job or disturb it; if the GPUs
+free up while single-node tests are still being started it is tested after
+all, else the next run tests it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,17 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceptance_operator.api import API_VERSION, GROUP, KIND, AcceptanceTest, SkippedNode, Summary, SweepStatus
+from acceptance_operator.api import (
+    API_VERSION,
+    GPU_RESOURCE,
+    GROUP,
+    KIND,
+    MAX_SKIPPED_LISTED,
+    AcceptanceTest,
+    SkippedNode,
+    Summary,
+    SweepStatus,
+)
 from acceptance_operator.conditions import CHECKS_FAILED, NO_NODES, PASSED, RunState
 from acceptance_operator.kubetypes import MAX_VALUES
 
@@ -34,8 +48,9 @@ LABEL_SWEEP_RUN = f"{GROUP}/sweep-run"  # the parent's run id
 NODE_ANNOTATION = f"{GROUP}/node"  # a single-node child's node ("" for the inter-node stage)
 INTER_NODE = ""
 # The spec fields that make a test a sweep or a series of runs; its children are single runs.
-PARENT_ONLY = ("sweep", "maxConcurrent", "schedule", "historyLimit", "baseline", "regressionTolerance")
+PARENT_ONLY = ("sweep", "maxConcurrent", "skipBusyNodes", "schedule", "historyLimit", "baseline", "regressionTolerance")
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+MAX_BUSY_PODS_NAMED = 3  # pods named per busy node (the count is given too)
 MAX_LISTED_NODES = 32  # failed nodes named in status.sweep (all are in the children)
 TERMINAL = ("Succeeded", "Failed")
 
@@ -62,7 +77,7 @@ class Plan:
     status: SweepStatus = field(default_factory=SweepStatus)
     finished: bool = False
     passed: bool = False
-    skipped: dict[str, str] = field(default_factory=dict)  # skipped_nodes
+    skipped: dict[str, SkippedNode] = field(default_factory=dict)  # skipped_nodes
 
 
 def matching(nodes: list[KubeDict], selector: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -76,38 +91,92 @@ def matching(nodes: list[KubeDict], selector: dict[str, str]) -> tuple[list[str]
     return sorted(ok), sorted(cordoned)
 
 
+def _skip(node: str, reason: str, message: str) -> SkippedNode:
+    return SkippedNode(node=node, reason=reason, message=message)
+
+
 def skipped_nodes(single: dict[str, Child], schedulable: list[str], cordoned: list[str],
-                  present: set[str] | None) -> dict[str, str]:
+                  present: set[str] | None, busy: dict[str, str] | None = None) -> dict[str, SkippedNode]:
     """The pool's nodes this run leaves out, each with why: the one place a reason to skip a node is decided.
 
-    `present`: the names of every node there is (None: unknown, no node is taken for gone). A node whose test
-    failed is never skipped: it stays failed whatever became of it.
+    `present`: the names of every node there is (None: unknown, no node is taken for gone). `busy`: node -> which
+    pods use its GPUs (busy_nodes; spec.skipBusyNodes): a node not started yet is skipped while it stays so. A node
+    whose test failed is never skipped: it stays failed whatever became of it.
     """
-    out: dict[str, str] = {}
+    out: dict[str, SkippedNode] = {}
     pool = set(schedulable) | set(cordoned)
     for node in cordoned:
         if node not in single:
-            out[node] = "cordoned before its test started"
+            out[node] = _skip(node, "Cordoned", "cordoned before its test started")
         elif single[node].phase == "Succeeded":
-            out[node] = "cordoned after its test passed: left out of the inter-node stage"
+            out[node] = _skip(node, "Cordoned", "cordoned after its test passed: left out of the inter-node stage")
+    for node in schedulable:
+        if node not in single and node in (busy or {}):
+            out[node] = _skip(node, "Busy", busy[node])
     for node, c in single.items():
         if c.name_taken:
-            out[node] = f"another test is named {c.name}, the name of this node's test in the sweep: rename it"
+            out[node] = _skip(node, "NameTaken",
+                              f"another test is named {c.name}, the name of this node's test in the sweep: rename it")
         elif node not in pool and c.phase != "Failed":
             gone = present is not None and node not in present
-            out[node] = ("deleted during the sweep" if gone else "no longer matches placement.nodeSelector") + (
-                ": its test's verdict does not count" if c.phase == "Succeeded" else "")
+            tail = ": its test's verdict does not count" if c.phase == "Succeeded" else ""
+            out[node] = (_skip(node, "Deleted", "deleted during the sweep" + tail) if gone
+                         else _skip(node, "LeftPool", "no longer matches placement.nodeSelector" + tail))
     return out
 
 
+def _gpus(pod: KubeDict) -> bool:
+    """The pod requests GPUs (a limit alone is its request too), in a container or an init container."""
+    spec = pod.get("spec") or {}
+    for c in [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]:
+        resources = c.get("resources") or {}
+        for part in ("requests", "limits"):
+            if str((resources.get(part) or {}).get(GPU_RESOURCE, "0")).strip() not in ("", "0"):
+                return True
+    return False
+
+
+def busy_nodes(pods: list[KubeDict], leaving: frozenset[str] = frozenset()) -> dict[str, str]:
+    """node -> which pods use its GPUs (for the skip message), from pods bound to nodes.
+
+    A pod counts while it has not ended (phase Succeeded or Failed) and is not being deleted (its GPUs are on
+    their way back: a test there waits a moment, it does not queue behind a job); nor does a pod of the tests
+    in `leaving` (the test label values of an earlier run's children, deleted when this run started: their pods
+    go with them).
+    """
+    from acceptance_operator.manifests import LABEL_TEST
+
+    using: dict[str, list[str]] = {}
+    for pod in pods:
+        meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in TERMINAL:
+            continue
+        if (meta.get("labels") or {}).get(LABEL_TEST) in leaving:
+            continue
+        if _gpus(pod):
+            using.setdefault(node, []).append(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+    return {node: _pods_text(sorted(names)) for node, names in using.items()}
+
+
+def _pods_text(names: list[str]) -> str:
+    more = f" and {len(names) - MAX_BUSY_PODS_NAMED} more" if len(names) > MAX_BUSY_PODS_NAMED else ""
+    return f"{GPU_RESOURCE} in use by pod {', '.join(names[:MAX_BUSY_PODS_NAMED])}{more}"
+
+
 def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max_concurrent: int,
-         present: set[str] | None = None) -> Plan:
-    """The next step of a sweep run from its children and the pool as it is now (`present`: every node's name)."""
+         present: set[str] | None = None, busy: dict[str, str] | None = None) -> Plan:
+    """The next step of a sweep run from its children and the pool as it is now.
+
+    `present`: every node's name; `busy`: node -> why its GPUs are in use (busy_nodes, for spec.skipBusyNodes).
+    """
+    busy = busy or {}
     single = {c.node: c for c in children if c.node != INTER_NODE}
     stage = next((c for c in children if c.node == INTER_NODE), None)
     stage_started = stage is not None
-    waiting = [] if stage_started else [n for n in schedulable if n not in single]
-    skipped = skipped_nodes(single, schedulable, cordoned, present)
+    waiting = [] if stage_started else [n for n in schedulable if n not in single and n not in busy]
+    # Busy nodes stay skipped once the inter-node stage started: busy is the run's last look.
+    skipped = skipped_nodes(single, schedulable, cordoned, present, busy)
     running = [c for c in single.values() if c.phase not in TERMINAL and not c.name_taken]
     start = waiting[:max(0, max_concurrent - len(running))]
     passed = sorted(n for n, c in single.items() if c.phase == "Succeeded" and n not in skipped)
@@ -121,7 +190,7 @@ def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max
     status = SweepStatus(
         stage=stage_name, total=len(single) + len(waiting), passed=len(passed), failed=len(failed),
         running=len(running) + len(start), pending=len(waiting) - len(start), skipped=len(skipped),
-        skipped_nodes=[SkippedNode(name=n, reason=skipped[n]) for n in sorted(skipped)[:MAX_LISTED_NODES]],
+        skipped_nodes=[skipped[n] for n in sorted(skipped)[:MAX_SKIPPED_LISTED]],
         failed_nodes=blamed[:MAX_LISTED_NODES], failed_node_count=len(blamed),
         inter_node=stage.phase if stage is not None else None,
     )
@@ -139,6 +208,16 @@ def progress(s: SweepStatus) -> str:
     elif s.inter_node is not None or s.stage == "inter-node":
         text += f"; inter-node {s.inter_node or 'Pending'}"
     return text + (f", {s.skipped} skipped" if s.skipped else "")
+
+
+def _busy_text(status: SweepStatus, lead: str = ": ") -> str:
+    """The nodes skipped as busy, for the verdict's message (the next run tests them)."""
+    busy = [n for n in status.skipped_nodes if n.reason == "Busy"]
+    if not busy:
+        return ""
+    named = "; ".join(f"{n.node} ({n.message})" for n in busy[:5])
+    more = f" and {len(busy) - 5} more" if len(busy) > 5 else ""
+    return f"{lead}{len(busy)} busy node(s) skipped, for the next run: {named}{more}"
 
 
 def child_name(parent: str, run_id: str, node: str) -> str:
@@ -227,7 +306,7 @@ def child_of(obj: KubeDict, recorded: KubeDict | None) -> Child | None:
 
 
 def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_label: str,
-            selector: dict[str, str], skipped: dict[str, str] | None = None) -> tuple[RunState, Summary]:
+            selector: dict[str, str], skipped: dict[str, SkippedNode] | None = None) -> tuple[RunState, Summary]:
     """The finished sweep run's state and summary (summary counts nodes, not checks; skipped nodes are neither
     passed nor failed)."""
     skipped = skipped or {}
@@ -242,13 +321,15 @@ def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_labe
     if not single:
         return RunState("Failed", NO_NODES, (
             f"sweep run {run_id}: no schedulable node matches placement.nodeSelector {selector or '{}'} "
-            f"({status.skipped} matching node(s) cordoned): label the nodes to test or fix the selector")), summary
+            f"({status.skipped} matching node(s) cordoned or busy{_busy_text(status)}): label the nodes to test or "
+            "fix the selector; busy nodes are tested by the next run")), summary
     where = f"kubectl get at -l {LABEL_SWEEP}={parent_label},{LABEL_SWEEP_RUN}={run_id}"
     stage_text = ("no inter-node stage (fewer than 2 nodes passed)" if stage is None
                   else f"inter-node stage over {len(passed)} nodes {stage.phase}")
     if stage is not None and stage.busbw is not None:
         stage_text += f" (all_reduce busbw {stage.busbw:g} GB/s)"
-    left_out = f"; {len(skipped)} skipped ({_skips(skipped)})" if skipped else ""
+    stage_text += _busy_text(status, "; ")
+    left_out = _skips(skipped)
     if not blamed and (stage is None or stage.phase == "Succeeded"):
         return RunState("Succeeded", PASSED, f"sweep run {run_id}: all {len(single)} nodes passed{left_out}; "
                         f"{stage_text}"), summary.model_copy(update={"result": "Passed"})
@@ -260,8 +341,11 @@ def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_labe
     return RunState("Failed", CHECKS_FAILED, f"{text}; {stage_text}; each node's test: {where}"), summary
 
 
-def _skips(skipped: dict[str, str], limit: int = 5) -> str:
-    """'n1: cordoned before its test started; n4: deleted during the sweep (and 3 more)'."""
-    names = sorted(skipped)
+def _skips(skipped: dict[str, SkippedNode], limit: int = 5) -> str:
+    """'; 2 skipped (n1: cordoned before its test started; n4: deleted during the sweep)': the nodes left out for
+    another reason than Busy (_busy_text tells those, with the pods that use them)."""
+    names = sorted(n for n, s in skipped.items() if s.reason != "Busy")
+    if not names:
+        return ""
     more = f" (and {len(names) - limit} more: status.sweep.skippedNodes)" if len(names) > limit else ""
-    return "; ".join(f"{n}: {skipped[n]}" for n in names[:limit]) + more
+    return f"; {len(names)} skipped (" + "; ".join(f"{n}: {skipped[n].message}" for n in names[:limit]) + more + ")"

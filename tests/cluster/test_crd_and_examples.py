@@ -124,11 +124,16 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
          ["spec.placement.tolerations[0].effect", "Unsupported value"]),
         ({"pod": {"volumes": [{"name": "a", "emptyDir": {}, "configMap": {"name": "c"}}]}},
          ["spec.pod.volumes[0]", "must have at most 2 items"]),
+        ({"onPass": {"removeTaints": ["ok.example/gate", "node.kubernetes.io/unschedulable"]}},
+         ["spec.onPass.removeTaints", "keys under kubernetes.io or k8s.io are Kubernetes' taints"]),
+        ({"onPass": {"removeTaints": [f"k{i}" for i in range(17)]}},
+         ["spec.onPass.removeTaints", "must have at most 16 items"]),
+        ({"skipBusyNodes": "yes"}, ["spec.skipBusyNodes", "must be of type boolean"]),
     ],
     ids=["nodes-0", "unknown-backend", "negative-size", "negative-quantity", "not-a-size", "misspelled-field",
          "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "env-value-300k", "env-key-long",
          "env-too-many", "gpu-in-extra", "empty-image", "max-bytes", "iters", "batch-size", "anti-affinity-5",
-         "toleration-effect", "volume-two-sources"],
+         "toleration-effect", "volume-two-sources", "cel-kubernetes-taint", "remove-taints-17", "skip-busy-string"],
 )
 def test_invalid_spec_is_rejected_by_the_server(server: ApiServer, namespace: str, spec: dict, fragments: list[str]):
     proc = apply(server, namespace, manifest(spec), check=False)
@@ -147,6 +152,9 @@ def test_cel_rules_allow_what_they_should(server: ApiServer, namespace: str):
                                        "checks": {"nccl": {"requireTransport": "IB_GDR"}}}, "ib"))
     apply(server, namespace, manifest({"network": {"fabric": "ethernet"},
                                        "checks": {"nccl": {"requireTransport": "SOCKET"}}}, "eth"))
+    # Taint keys of one's own, even with kubernetes-like words in them, may be removed.
+    apply(server, namespace, manifest({"onPass": {"removeTaints": ["gpu-acceptance.io/untested",
+                                                                    "mykubernetes.io/gate", "gate"]}}, "taints"))
     # Key rules and the GPU rule pass ordinary maps.
     apply(server, namespace, manifest({"pod": {"env": {"NCCL_ALGO": "Ring", "x.y-z": "1"}},
                                        "resources": {"extra": {"rdma/ib": 1, "nvidia.com/hostdev": "8"}}}, "maps"))

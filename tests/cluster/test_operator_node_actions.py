@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timezone
 
 import pytest
 
@@ -83,3 +84,70 @@ def test_passing_run_touches_no_node(acceptance_crd: ApiServer, namespace: str, 
     cluster.wait_phase("blame", "Succeeded")
     assert not node(acceptance_crd, bad)["spec"].get("unschedulable")
     assert not [r for _, r, _ in cluster.events("blame") if r.startswith("NodeAction")]
+
+
+def pass_on(cluster: Cluster, name: str, nodes: tuple[str, ...], spec: dict) -> None:
+    cluster.create_test(name, {"nodes": len(nodes), **spec})
+    cluster.wait_job("PyTorchJob", f"{name}-g1")
+    cluster.write_report(name, report(1, nodes=nodes))
+    cluster.wait_phase(name, "Succeeded")
+
+
+def test_a_pass_uncordons_only_what_the_operator_cordoned(acceptance_crd: ApiServer, namespace: str,
+                                                          start_operator: StartOperator, nodes: tuple[str, str]):
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    cluster = Cluster(acceptance_crd, namespace, proc.log_tail)
+    good, bad = nodes
+    run_to_failure(cluster, "cordon", good, bad)  # the operator cordons bad, and says so on the node
+    cluster.wait(lambda: node(acceptance_crd, bad)["spec"].get("unschedulable"), "bad to be cordoned")
+    assert node(acceptance_crd, bad)["metadata"]["annotations"]["gpu-acceptance.io/cordoned-by"] == f"{namespace}/blame"
+    acceptance_crd.request("PATCH", f"/api/v1/nodes/{good}", {"spec": {"unschedulable": True}},
+                           content_type="application/merge-patch+json")  # an admin's own cordon
+    pass_on(cluster, "repaired", (good, bad), {"onPass": {"uncordon": True}})
+    cluster.wait(lambda: not node(acceptance_crd, bad)["spec"].get("unschedulable"), "bad to be uncordoned")
+    assert "gpu-acceptance.io/cordoned-by" not in (node(acceptance_crd, bad)["metadata"].get("annotations") or {})
+    left = cluster.wait_event("repaired", "NodeActionLeft")
+    assert left[2] == f"spec.onPass: {good}: cordoned, but not by this operator: left cordoned"
+    assert node(acceptance_crd, good)["spec"]["unschedulable"] is True
+
+
+def test_on_pass_without_node_actions_is_skipped_with_an_event_and_the_gauge_survives_a_restart(
+        acceptance_crd: ApiServer, namespace: str, start_operator: StartOperator, nodes: tuple[str, str]):
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace])
+    cluster = Cluster(acceptance_crd, namespace, proc.log_tail)
+    good, bad = nodes
+    pass_on(cluster, "gate", (good,), {"onPass": {"removeTaints": ["nvidia.com/gpu"], "label": True}})
+    event = cluster.wait_event("gate", "NodeActionSkipped")
+    assert "spec.onPass" in event[2] and "nodeActions.enabled" in event[2] and good in event[2]
+    assert node(acceptance_crd, good)["spec"]["taints"][0]["key"] == "nvidia.com/gpu"  # untouched
+    # The gauge does not need node actions: set at the pass, and restored from the test's status after a restart.
+    passed = cluster.wait(lambda: proc.sample("gpu_acceptance_node_last_pass_timestamp_seconds", node=good),
+                          "the last-pass gauge")
+    completed = cluster.status("gate")["completionTime"]
+    assert abs(passed - datetime.strptime(completed, "%Y-%m-%dT%H:%M:%SZ").replace(
+        tzinfo=timezone.utc).timestamp()) <= 2
+    proc.restart()
+    restored = cluster.wait(lambda: proc.sample("gpu_acceptance_node_last_pass_timestamp_seconds", node=good),
+                            "the gauge restored from the test's status")
+    assert restored == datetime.strptime(completed, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    assert proc.sample("gpu_acceptance_node_last_pass_timestamp_seconds", node=bad) is None
+
+
+def test_a_validated_node_that_fails_loses_its_passed_label(acceptance_crd: ApiServer, namespace: str,
+                                                            start_operator: StartOperator, nodes: tuple[str, str]):
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    cluster = Cluster(acceptance_crd, namespace, proc.log_tail)
+    good, bad = nodes
+    pass_on(cluster, "first", (good, bad), {"onPass": {"label": True}})
+    cluster.wait(lambda: "gpu-acceptance.io/passed" in node(acceptance_crd, bad)["metadata"]["labels"], "the labels")
+    cluster.create_test("blame", {"nodes": 2, "onPass": {"label": True}})  # onFailure: none
+    cluster.wait_job("PyTorchJob", "blame-g1")
+    cluster.write_report("blame", report(1, nodes=(good, bad), failed_node=bad))
+    cluster.wait_phase("blame", "Failed")
+    cluster.wait(lambda: "gpu-acceptance.io/passed" not in node(acceptance_crd, bad)["metadata"]["labels"],
+                 "the failed node's passed label to go")
+    assert "gpu-acceptance.io/passed" in node(acceptance_crd, good)["metadata"]["labels"]
+    assert "gpu-acceptance.io/passed-run" in node(acceptance_crd, bad)["metadata"]["annotations"]  # its last pass
+    assert "gpu-acceptance.io/status" not in node(acceptance_crd, bad)["metadata"]["labels"]  # not asked
+    event = cluster.wait_event("blame", "NodeActionApplied")
+    assert event[2] == f"removed label gpu-acceptance.io/passed: {bad}"

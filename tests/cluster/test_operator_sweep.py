@@ -121,7 +121,9 @@ def test_nodes_left_out_of_a_sweep_are_skipped_with_why(cluster: Cluster, pool: 
     assert stage["spec"]["nodes"] == 5  # not the deleted node
     cluster.write_report(stage["metadata"]["name"], report(1, nodes=tuple(pool[3:])))
     status = cluster.wait_phase("sw", "Succeeded", timeout=60)
-    reasons = {s["name"]: s["reason"] for s in status["sweep"]["skippedNodes"]}
+    reasons = {s["node"]: s["message"] for s in status["sweep"]["skippedNodes"]}
+    assert {s["node"]: s["reason"] for s in status["sweep"]["skippedNodes"]} == {
+        taken: "NameTaken", cordoned: "Cordoned", deleted: "Deleted"}
     assert status["sweep"]["skipped"] == 3 and sorted(reasons) == sorted(pool[:3]), status["sweep"]
     assert reasons[taken].startswith(f"another test is named sw-g1-{taken}"), reasons
     assert reasons[cordoned] == "cordoned before its test started"

@@ -341,7 +341,8 @@ def test_prometheus_rule_alerts_on_a_failed_test_and_on_the_operator() -> None:
     (group,) = rule["spec"]["groups"]
     *alerts, added = group["rules"]
     by_name = {a["alert"]: a for a in alerts}
-    assert list(by_name) == ["GpuAcceptanceTestFailed", "GpuAcceptanceOperatorDown", "GpuAcceptanceReconcileErrors"]
+    assert list(by_name) == ["GpuAcceptanceTestFailed", "GpuAcceptanceNodeNotPassedRecently",
+                             "GpuAcceptanceOperatorDown", "GpuAcceptanceReconcileErrors"]
     alert = by_name["GpuAcceptanceTestFailed"]
     assert alert["expr"] == 'gpu_acceptance_test_phase{phase="Failed"} == 1'
     assert alert["for"] == "5m"

@@ -93,3 +93,21 @@ def test_served_over_http():
     m.serve(port, addr="127.0.0.1")
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'gpu_acceptance_test_phase{name="t",namespace="ns",phase="Pending"} 1.0' in body
+
+
+def test_last_pass_is_the_latest_and_shown_only_for_nodes_that_exist():
+    m = OperatorMetrics()
+    m.set_last_pass("gpu-1", 2000.0)  # from a test's status, before the node watch saw the node
+    assert value(m, "gpu_acceptance_node_last_pass_timestamp_seconds", node="gpu-1") is None
+    m.node_exists("gpu-1", 1000.0)
+    assert value(m, "gpu_acceptance_node_last_pass_timestamp_seconds", node="gpu-1") == 2000.0
+    assert value(m, "gpu_acceptance_gpu_node_created_timestamp_seconds", node="gpu-1") == 1000.0
+    m.set_last_pass("gpu-1", 1500.0)  # an older pass (another source) changes nothing
+    assert value(m, "gpu_acceptance_node_last_pass_timestamp_seconds", node="gpu-1") == 2000.0
+    m.set_last_pass("gpu-1", 3000.0)
+    assert value(m, "gpu_acceptance_node_last_pass_timestamp_seconds", node="gpu-1") == 3000.0
+    m.node_exists("cpu-1", None)  # no GPUs: no creation series
+    assert value(m, "gpu_acceptance_gpu_node_created_timestamp_seconds", node="cpu-1") is None
+    m.node_deleted("gpu-1")
+    assert value(m, "gpu_acceptance_node_last_pass_timestamp_seconds", node="gpu-1") is None
+    assert value(m, "gpu_acceptance_gpu_node_created_timestamp_seconds", node="gpu-1") is None

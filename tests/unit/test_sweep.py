@@ -111,16 +111,16 @@ def test_nodes_cordoned_deleted_or_whose_test_name_is_taken_are_skipped_with_why
     present = set(NODES) - {"n1", "n5"}  # n1 (passed) and n5 (failed) were deleted
     schedulable = [n for n in NODES if n in present and n not in ("n2", "n7")]
     p = sweep.plan([*done, taken], schedulable, ["n2", "n7"], 3, present)
-    assert p.skipped == {
-        "n1": "deleted during the sweep: its test's verdict does not count",
-        "n2": "cordoned after its test passed: left out of the inter-node stage",
-        "n6": "another test is named pool-g1-n6, the name of this node's test in the sweep: rename it",
-        "n7": "cordoned before its test started",
+    assert {n: (s.reason, s.message) for n, s in p.skipped.items()} == {
+        "n1": ("Deleted", "deleted during the sweep: its test's verdict does not count"),
+        "n2": ("Cordoned", "cordoned after its test passed: left out of the inter-node stage"),
+        "n6": ("NameTaken", "another test is named pool-g1-n6, the name of this node's test in the sweep: rename it"),
+        "n7": ("Cordoned", "cordoned before its test started"),
     }
     # A failed node stays failed, gone or not; the stage runs over the passed nodes still in the pool.
     assert p.inter_node == ["n0", "n3", "n4"] and p.status.failed_nodes == ["n5"]
     assert (p.status.passed, p.status.failed, p.status.skipped) == (3, 1, 4)
-    assert [s.name for s in p.status.skipped_nodes] == ["n1", "n2", "n6", "n7"]
+    assert [s.node for s in p.status.skipped_nodes] == ["n1", "n2", "n6", "n7"]
     stage = Child("s", INTER_NODE, "Succeeded")
     final = sweep.plan([*done, taken, stage], schedulable, ["n2", "n7"], 3, present)
     state, summary = sweep.verdict([*done, taken, stage], final.status, "g1", "pool", {}, final.skipped)
@@ -129,4 +129,5 @@ def test_nodes_cordoned_deleted_or_whose_test_name_is_taken_are_skipped_with_why
     assert (summary.passed, summary.failed, summary.total) == (3, 1, 4)
     # Relabelled out of the pool (still there): said so.
     moved = sweep.plan([Child("c0", "n0", "Succeeded")], [], [], 3, {"n0"})
-    assert moved.skipped == {"n0": "no longer matches placement.nodeSelector: its test's verdict does not count"}
+    assert {n: (s.reason, s.message) for n, s in moved.skipped.items()} == {
+        "n0": ("LeftPool", "no longer matches placement.nodeSelector: its test's verdict does not count")}

@@ -7,6 +7,7 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 from acceptance_operator import kubetypes
 from acceptance_operator.api import AcceptanceTestSpec
 from acceptance_workload.checks import DdpThresholds, GpuThresholds, NcclThresholds, PreflightThresholds
@@ -89,3 +90,13 @@ def test_threshold_tables_match_the_profiles(section: str, model: type[WireModel
 def test_examples_named_in_the_docs_exist():
     for name in re.findall(r"`(\w+\.yaml)`", WRITING):
         assert (REPO / "examples" / name).is_file(), name
+
+
+def test_the_argocd_postsync_example_is_the_one_docs_argocd_shows():
+    """docs/argocd.md shows examples/argocd-postsync.yaml (less its header comment): the two cannot drift."""
+    example = (REPO / "examples" / "argocd-postsync.yaml").read_text()
+    manifest = "\n".join(line for line in example.splitlines() if not line.startswith("# ")).strip()
+    doc = (REPO / "docs" / "argocd.md").read_text()
+    shown = doc.split("`examples/argocd-postsync.yaml`", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0].strip()
+    assert shown == manifest
+    assert yaml.safe_load(example)["metadata"]["annotations"]["argocd.argoproj.io/hook"] == "PostSync"
