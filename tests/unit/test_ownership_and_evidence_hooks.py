@@ -289,3 +289,15 @@ def manifests_config(test: AcceptanceTest) -> WorkloadConfig:
     from acceptance_operator.manifests import build_workload_config
 
     return build_workload_config(test)
+
+
+def test_an_interrupted_own_write_is_told_from_a_foreign_one():
+    """The record replaces a status; while the status is still that one, the operator's own write was cut short
+    (a restart between the record and the status write), not overwritten by someone else."""
+    before = {"phase": "Pending", "conditions": [], "observedGeneration": 1}
+    after = {**before, "phase": "Running"}
+    obj = {"metadata": {**ownership.record_patch(after, before)["metadata"]}, "status": dict(before)}
+    assert ownership.record(obj) == {k: after.get(k) for k in ownership.OWNED_FIELDS}
+    assert ownership.interrupted(obj) and ownership.restoration(obj) == {"phase": "Running"}
+    obj["status"] = {**before, "phase": "Succeeded"}  # someone else's write
+    assert not ownership.interrupted(obj) and ownership.restoration(obj) == {"phase": "Running"}
