@@ -388,8 +388,9 @@ def run_problems(report: Report, facts: RunFacts) -> list[str]:
     """Why the report does not describe this run; empty when it does."""
     c, env = facts.config, report.environment
     problems: list[str] = []
-    if report.mode != "gpu":
-        problems.append(f"it is a {report.mode} report (gloo on CPU), which never passes an AcceptanceTest")
+    if report.mode != c.mode:
+        problems.append(f"it is a {report.mode} report, but the run is a {c.mode} run "
+                        "(a CPU smoke report never passes a GPU test; spec.profile cpu-smoke asks for one)")
     test = c.test
     if test is not None and report.generation != test.generation:
         problems.append(f"it is for generation {report.generation}, not {test.generation}")
