@@ -13,7 +13,8 @@
 #   BUILD_IMAGE). Without one the stage is skipped, and the log, the image's label io.gpu-acceptance.nccl-tests and
 #   /opt/nccl-tests/bin/SKIPPED say so (`--check-install --nccl-tests` then fails with that reason).
 # IMAGE_REGISTRY (default ghcr.io/gpu-acceptance), VERSION (default appVersion), FORCE=1 (rebuild even when the
-#   inputs are unchanged: an image whose label io.gpu-acceptance.inputs matches the inputs' hash is kept).
+#   inputs are unchanged: an image whose label io.gpu-acceptance.inputs matches the hash of its files, base and
+#   build arguments is kept, so its revision label names the commit it was built at, whose files were the same).
 #
 # pip inside the builds uses this machine's pip CA bundle and index settings (mounted for the build only).
 set -euo pipefail
@@ -39,6 +40,22 @@ die() { log "error: $*"; exit 1; }
 if command -v podman >/dev/null; then ctl=podman; build=(podman build)
 elif command -v buildah >/dev/null; then ctl=buildah; build=(buildah bud)
 else die "neither podman nor buildah is installed (Debian: apt-get install podman)"; fi
+
+# A command in a container of the image. Its rlimits stay within this shell's own (nofile), and nproc within
+# CONTAINER_NPROC (default 32768): a container runtime asking for more than the hard limits (podman's defaults
+# do, and so does --ulimit host) fails with "operation not permitted" where those are capped, as in the gVisor
+# sandboxes CI runs in, which refuse a container more than 32768 processes whatever `ulimit -u` says.
+run_image() { # IMAGE COMMAND [ARGS...]
+  local image=$1; shift
+  local nproc=${CONTAINER_NPROC:-32768}
+  [ "$(ulimit -Hu)" = unlimited ] || [ "$(ulimit -Hu)" -ge "$nproc" ] || nproc=$(ulimit -Hu)
+  local limits=(--ulimit "nofile=$(ulimit -Sn):$(ulimit -Hn)" --ulimit "nproc=$nproc:$nproc")
+  if [ "$ctl" = podman ]; then podman run --rm "${limits[@]}" --entrypoint "$1" "$image" "${@:2}"; return; fi
+  local c status=0; c=$(buildah from --pull=never "$image")
+  buildah run "$c" -- "$@" || status=$?
+  buildah rm "$c" >/dev/null
+  return "$status"
+}
 
 image_id() { "$ctl" images -q --no-trunc "$1" 2>/dev/null | head -1; }
 label_of() { "$ctl" inspect --format "{{ index .Labels \"$2\" }}" "$1" 2>/dev/null || true; }
@@ -131,12 +148,12 @@ operator_image() {
   local tag=$IMAGE_REGISTRY/operator:$VERSION base_id=""
   [ ${#operator_base[@]} -eq 0 ] || base_id=$(image_id "$PYTHON_IMAGE")
   # shellcheck disable=SC2046
-  build_if_changed "$tag" "$(inputs_hash "$VERSION $REVISION $BASE $base_id" "${OPERATOR_FILES[@]}")" \
+  build_if_changed "$tag" "$(inputs_hash "$VERSION $BASE $base_id" "${OPERATOR_FILES[@]}")" \
     -f "$repo/Dockerfile.operator" "${operator_base[@]}" $(common_args) "$repo"
   log "install check inside $tag"
-  "$ctl" run --rm --entrypoint sh "$tag" -c 'gpu-acceptance crd' | cmp -s - "$repo/crds/acceptancetest.yaml" ||
+  run_image "$tag" gpu-acceptance crd | cmp -s - "$repo/crds/acceptancetest.yaml" ||
     die "gpu-acceptance crd in $tag differs from crds/acceptancetest.yaml"
-  "$ctl" run --rm --entrypoint python "$tag" -c "$OPERATOR_IMPORTS" || die "the operator's modules do not import in $tag"
+  run_image "$tag" python -c "$OPERATOR_IMPORTS" || die "the operator's modules do not import in $tag"
 }
 
 OPERATOR_IMPORTS='
@@ -159,13 +176,13 @@ workload_image() {
       "io.gpu-acceptance.nccl-tests=skip says so, and checks.nccl.crossCheck cannot run with it"
   fi
   # shellcheck disable=SC2046
-  build_if_changed "$tag" "$(inputs_hash "$VERSION $REVISION $BASE $base_id ${nccl[*]} ${NCCL_TESTS_SRC:-}" \
+  build_if_changed "$tag" "$(inputs_hash "$VERSION $BASE $base_id ${nccl[*]} ${NCCL_TESTS_SRC:-}" \
     "${WORKLOAD_FILES[@]}")" -f "$repo/Dockerfile.workload" "${workload_base[@]}" "${nccl[@]}" "${src_mount[@]}" \
     $(common_args) "$repo"
   log "install check inside $tag"
-  "$ctl" run --rm "$tag" python -m acceptance_workload --check-install --rdma --mpi || die "$tag is incomplete"
+  run_image "$tag" python -m acceptance_workload --check-install --rdma --mpi || die "$tag is incomplete"
   if [ -z "${NCCL_TESTS_SRC:-}" ]; then
-    "$ctl" run --rm "$tag" python -m acceptance_workload --check-install --nccl-tests >/dev/null &&
+    run_image "$tag" python -m acceptance_workload --check-install --nccl-tests >/dev/null &&
       die "--check-install --nccl-tests passed in $tag, built without nccl-tests"
     log "as expected, --check-install --nccl-tests fails in $tag: $(label_of "$tag" io.gpu-acceptance.nccl-tests)"
   fi

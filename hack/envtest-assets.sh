@@ -19,6 +19,9 @@ cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptanc
 assets=${cache_root}/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
 crds=${cache_root}/backend-crds/training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}
 controllers=${cache_root}/dev-controllers/k8s-${K8S_VERSION}-training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}-kwok-${KWOK_VERSION}
+# The real node's Go-built parts (make real-node): the kubelet of the API server's version and the pause program
+# its sandboxes run (hack/real-node.sh builds the pause image from it).
+real_node=${cache_root}/real-node/k8s-${K8S_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
@@ -131,6 +134,44 @@ build_controller() {
   esac
 }
 
+# The sandbox's pause process: sleeps until SIGINT/SIGTERM and reaps orphans, as Kubernetes' pause.c does; static Go,
+# so the pause image is this one file (no C toolchain, no registry).
+build_pause() {
+  local work; work=$(mktemp -d)
+  log "building the pause program (first run only)"
+  (
+    cd "$work"
+    go mod init realnode.local/pause >/dev/null 2>&1
+    cat > main.go <<'GO'
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for s := range sigs {
+		if s != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			if pid, _ := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); pid <= 0 {
+				break
+			}
+		}
+	}
+}
+GO
+    go build -trimpath -ldflags "-s -w" -o "$real_node/pause.tmp" .
+  )
+  mv "$real_node/pause.tmp" "$real_node/pause"
+  rm -rf "$work"
+}
+
 fetch_backend_crds() {
   mkdir -p "$crds"
   local to mpi jobset
@@ -164,5 +205,11 @@ case "${1:-assets}" in
     for name in "${@:-${ALL_CONTROLLERS[@]}}"; do build_controller "$name"; done
     echo "$controllers"
     ;;
-  *) echo "usage: $0 [assets|crds|controllers [NAME...]]" >&2; exit 2 ;;
+  real-node)
+    mkdir -p "$real_node"
+    k8s_binary_current kubelet "$real_node" || build_k8s_binary kubelet "$real_node"
+    [ -x "$real_node/pause" ] || build_pause
+    echo "$real_node"
+    ;;
+  *) echo "usage: $0 [assets|crds|controllers [NAME...]|real-node]" >&2; exit 2 ;;
 esac

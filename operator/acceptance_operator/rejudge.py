@@ -324,13 +324,14 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
     """
     nodes = sorted(nodes)
     checks = config.checks
+    cpu = config.mode == "cpu-smoke"  # no GPU: no GPU count, no host copies (the workload skips them, saying so)
     out: list[Required] = []
-    if checks.preflight.enabled:
+    if checks.preflight.enabled and not cpu:
         out += [Required("preflight", "gpu_count", n, "GPUs of every node") for n in nodes]
     if checks.gpu.enabled:
         out += [Required("gpu", name, n, "every GPU's measurements", g) for n in nodes
                 for g in range(config.gpus_per_node)
-                for m in GPU_METRICS for name in (m.name, m.name + RATIO_SUFFIX)]
+                for m in GPU_METRICS if not (cpu and m.host) for name in (m.name, m.name + RATIO_SUFFIX)]
     if checks.nccl.enabled:
         th = checks.nccl.thresholds
         for collective in checks.nccl.collectives:
