@@ -896,11 +896,12 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
     job = None if fresh else CHILDREN.job(namespace, backend, job_name)
     if job is None:
         job = k.get_job(backend, namespace, job_name)
+    run_id, label = runs.run_of(test).id, manifests.test_label_value(test)
     if fresh:
-        run_id = runs.run_of(test).id
         pods = [p for p in k.list_pods(namespace, _selector(test)) if manifests.run_of_child(p) == run_id]
     else:
-        pods = CHILDREN.pods(namespace, manifests.test_label_value(test), runs.run_of(test).id)
+        pods = CHILDREN.pods(namespace, label, run_id)
+    pods = CHILDREN.with_gone(namespace, label, run_id, pods)  # a failed pod deleted since: where it failed
     logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
     events = _scheduling_events(k, namespace, logger) if any(
         not (p.get("spec") or {}).get("nodeName") for p in pods) else []
