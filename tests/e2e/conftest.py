@@ -1,4 +1,5 @@
-"""The real node (tests/realnode.py) for the end-to-end tests, started once per session, with the chart installed.
+"""The real node (tests/realnode.py) for the end-to-end tests, started once for this package, with the chart installed
+(and stopped after it, so the rest of the suite does not share the CPU with a kubelet).
 
 These tests run this project's built images (`make images`) in pods of a real kubelet. In CI (CI set) a real node
 that cannot start fails the session; elsewhere the tests skip, saying why.
@@ -29,7 +30,7 @@ def _images_missing() -> list[str]:
     return [i for i in built_images() if subprocess.run(["podman", "image", "exists", i]).returncode != 0]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
     missing = missing_tools()
     if missing:
@@ -50,7 +51,7 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
         node.down(quiet=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def operator_release(real_node: RealNode) -> Iterator[RealNode]:
     """The chart installed with the built operator image (never pulled), the node's values on top."""
     env = {**os.environ, "KUBECONFIG": str(real_node.kubeconfig)}
