@@ -92,7 +92,10 @@ build_if_changed() {
   fi
   local started=$SECONDS
   log "building $tag (inputs $hash)"
-  "${build[@]}" --layers=false --pull=never -t "$tag" --label "$INPUTS_LABEL=$hash" "${mounts[@]}" "$@"
+  # Bases made here are never pulled (no registry has them); public ones are pulled when missing.
+  local pull=()
+  if [ "${BASE:-}" != public ]; then pull=(--pull=never); fi
+  "${build[@]}" --layers=false "${pull[@]}" -t "$tag" --label "$INPUTS_LABEL=$hash" "${mounts[@]}" "$@"
   log "built $tag in $((SECONDS - started)) s, $(size_of "$tag")"
 }
 

@@ -75,13 +75,26 @@ k8s_binary_current() {
   [ -x "$2/$1" ] && [ "$("$2/$1" --version 2>/dev/null)" = "Kubernetes ${K8S_VERSION}" ]
 }
 
-build_etcd() {
-  local work; work=$(mktemp -d)
-  log "building etcd ${ETCD_VERSION} (first run only)"
+# A one-file Go program (main.go, read from stdin) built in a scratch module into <out>; then the modules it needs.
+build_go_main() {
+  local out=$1 work; shift
+  work=$(mktemp -d)
   (
     cd "$work"
-    go mod init envtest.local/etcd >/dev/null 2>&1
-    cat > main.go <<'GO'
+    go mod init "local.build/$(basename "$out")" >/dev/null 2>&1
+    cat > main.go
+    local module
+    for module in "$@"; do go get "$module" >&2; done
+    go mod tidy >&2
+    go build -trimpath -o "$out.tmp" .
+  )
+  mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
+build_etcd() {
+  log "building etcd ${ETCD_VERSION} (first run only)"
+  build_go_main "$assets/etcd" "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" <<'GO'
 package main
 
 import (
@@ -92,12 +105,6 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
-    go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-    go mod tidy >&2
-    go build -trimpath -o "$assets/etcd.tmp" .
-  )
-  mv "$assets/etcd.tmp" "$assets/etcd"
-  rm -rf "$work"
 }
 
 # <module>@<version>'s package <pkg> into <folder>/<name>, in a scratch module that requires only it (the
@@ -137,12 +144,8 @@ build_controller() {
 # The sandbox's pause process: sleeps until SIGINT/SIGTERM and reaps orphans, as Kubernetes' pause.c does; static Go,
 # so the pause image is this one file (no C toolchain, no registry).
 build_pause() {
-  local work; work=$(mktemp -d)
   log "building the pause program (first run only)"
-  (
-    cd "$work"
-    go mod init realnode.local/pause >/dev/null 2>&1
-    cat > main.go <<'GO'
+  build_go_main "$real_node/pause" <<'GO'
 package main
 
 import (
@@ -166,10 +169,6 @@ func main() {
 	}
 }
 GO
-    go build -trimpath -ldflags "-s -w" -o "$real_node/pause.tmp" .
-  )
-  mv "$real_node/pause.tmp" "$real_node/pause"
-  rm -rf "$work"
 }
 
 fetch_backend_crds() {
