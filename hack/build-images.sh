@@ -191,10 +191,10 @@ workload_image() {
   fi
 }
 
+# Dangling images (a rebuilt tag's old image, failed builds' layers) and stopped containers; tagged images stay.
 prune() {
   "$ctl" image prune -f >/dev/null 2>&1 || true
   if [ "$ctl" = podman ]; then podman container prune -f >/dev/null 2>&1 || true; fi
-  buildah rm --all >/dev/null 2>&1 || true
 }
 
 what=${1:-all}

@@ -295,6 +295,7 @@ class RealNode:
         """The chart values this node needs: see docs/install.md (a cluster without kube-proxy or DNS)."""
         metrics, health = free_ports(2)
         values = {
+            "image": {"pullPolicy": "Never"},  # imported here, in no registry
             "hostNetwork": True,
             "metrics": {"port": metrics, "service": {"port": metrics}},
             "health": {"port": health},
@@ -302,8 +303,9 @@ class RealNode:
             "logFormat": "text",
         }
         (self.dir / "values.yaml").write_text(
-            "# Chart values for the real node (tests/realnode.py): the operator on the host network (the API server\n"
-            "# listens on loopback only) on ports free here; tests may set spec.pod.hostNetwork.\n"
+            "# Chart values for the real node (tests/realnode.py): the imported operator image, never pulled; the\n"
+            "# operator on the host network (the API server listens on loopback only) on ports free here; tests may\n"
+            "# set spec.pod.hostNetwork.\n"
             + yaml.safe_dump(values, sort_keys=False))
 
     # teardown --------------------------------------------------------------

@@ -56,7 +56,7 @@ def operator_release(real_node: RealNode) -> Iterator[RealNode]:
     """The chart installed with the built operator image (never pulled), the node's values on top."""
     env = {**os.environ, "KUBECONFIG": str(real_node.kubeconfig)}
     helm("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-         "-f", str(real_node.dir / "values.yaml"), "--set", "image.pullPolicy=Never", "--wait", "--timeout", "100s",
+         "-f", str(real_node.dir / "values.yaml"), "--wait", "--timeout", "100s",
          env=env)
     yield real_node
     helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "100s", env=env, check=False)
