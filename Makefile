@@ -13,7 +13,9 @@ DEV_NODES ?= 4
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
 
-.PHONY: help install tools test lint dev-cluster dev-cluster-restart dev-cluster-down bench-operator bench-verdicts crds operator-install-check workload-install-check
+REAL_NODE_DIR ?= .real-node
+
+.PHONY: help install tools images images-prune test lint dev-cluster dev-cluster-restart dev-cluster-down real-node real-node-down bench-operator bench-verdicts crds operator-install-check workload-install-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,11 +31,18 @@ install: ## pip-install the project (operator, report + dev extras) and the work
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator and mpi-operator (built from Go modules), backend CRDs: cached outside the repo
+tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator and mpi-operator, the real node's kubelet and pause (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null
 	@bash hack/envtest-assets.sh controllers >/dev/null
+	@bash hack/envtest-assets.sh real-node >/dev/null
+
+images: ## build the operator and workload images with podman/buildah (a Debian base where no registry is reachable; NCCL_TESTS_SRC=DIR builds nccl-tests), tagged as the chart expects; unchanged inputs are not rebuilt
+	bash hack/build-images.sh all
+
+images-prune: ## remove what image builds left behind (dangling layers, build containers)
+	bash hack/build-images.sh prune
 
 test: ## run the test suite (cluster tests start their own kube-apiserver + etcd)
 	assets=$$(bash hack/envtest-assets.sh assets); \
@@ -51,6 +60,13 @@ dev-cluster-restart: ## restart the dev cluster's API server (an outage of DOWN 
 
 dev-cluster-down: ## stop the dev cluster and remove its folder (etcd data included)
 	$(PYTHON) -m tests.apiserver down --wipe --dir $(DEV_CLUSTER_DIR)
+
+real-node: ## the dev cluster's control plane + containerd + a kubelet running the built images (make images first); writes .real-node/kubeconfig and .real-node/values.yaml
+	assets=$$(bash hack/envtest-assets.sh assets); \
+	PATH="$(TOOLS_BIN):$$PATH" KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.realnode up --dir $(REAL_NODE_DIR)
+
+real-node-down: ## stop the real node (pods, kubelet, containerd, control plane) and remove its folder and its containerd image store
+	$(PYTHON) -m tests.realnode down --dir $(REAL_NODE_DIR)
 
 # The benchmark plays the Kubeflow controller itself: its dev cluster is the API server alone.
 bench-operator: DEV_NODES = 0

@@ -19,6 +19,9 @@ cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptanc
 assets=${cache_root}/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
 crds=${cache_root}/backend-crds/training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}
 controllers=${cache_root}/dev-controllers/k8s-${K8S_VERSION}-training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}-kwok-${KWOK_VERSION}
+# The real node's Go-built parts (make real-node): the kubelet of the API server's version and the pause program
+# its sandboxes run (hack/real-node.sh builds the pause image from it).
+real_node=${cache_root}/real-node/k8s-${K8S_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
@@ -72,13 +75,26 @@ k8s_binary_current() {
   [ -x "$2/$1" ] && [ "$("$2/$1" --version 2>/dev/null)" = "Kubernetes ${K8S_VERSION}" ]
 }
 
-build_etcd() {
-  local work; work=$(mktemp -d)
-  log "building etcd ${ETCD_VERSION} (first run only)"
+# A one-file Go program (main.go, read from stdin) built in a scratch module into <out>; then the modules it needs.
+build_go_main() {
+  local out=$1 work; shift
+  work=$(mktemp -d)
   (
     cd "$work"
-    go mod init envtest.local/etcd >/dev/null 2>&1
-    cat > main.go <<'GO'
+    go mod init "local.build/$(basename "$out")" >/dev/null 2>&1
+    cat > main.go
+    local module
+    for module in "$@"; do go get "$module" >&2; done
+    go mod tidy >&2
+    go build -trimpath -o "$out.tmp" .
+  )
+  mv "$out.tmp" "$out"
+  rm -rf "$work"
+}
+
+build_etcd() {
+  log "building etcd ${ETCD_VERSION} (first run only)"
+  build_go_main "$assets/etcd" "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" <<'GO'
 package main
 
 import (
@@ -89,12 +105,6 @@ import (
 
 func main() { etcdmain.Main(os.Args) }
 GO
-    go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-    go mod tidy >&2
-    go build -trimpath -o "$assets/etcd.tmp" .
-  )
-  mv "$assets/etcd.tmp" "$assets/etcd"
-  rm -rf "$work"
 }
 
 # <module>@<version>'s package <pkg> into <folder>/<name>, in a scratch module that requires only it (the
@@ -131,6 +141,36 @@ build_controller() {
   esac
 }
 
+# The sandbox's pause process: sleeps until SIGINT/SIGTERM and reaps orphans, as Kubernetes' pause.c does; static Go,
+# so the pause image is this one file (no C toolchain, no registry).
+build_pause() {
+  log "building the pause program (first run only)"
+  build_go_main "$real_node/pause" <<'GO'
+package main
+
+import (
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGCHLD)
+	for s := range sigs {
+		if s != syscall.SIGCHLD {
+			os.Exit(0)
+		}
+		for {
+			if pid, _ := syscall.Wait4(-1, nil, syscall.WNOHANG, nil); pid <= 0 {
+				break
+			}
+		}
+	}
+}
+GO
+}
+
 fetch_backend_crds() {
   mkdir -p "$crds"
   local to mpi jobset
@@ -164,5 +204,11 @@ case "${1:-assets}" in
     for name in "${@:-${ALL_CONTROLLERS[@]}}"; do build_controller "$name"; done
     echo "$controllers"
     ;;
-  *) echo "usage: $0 [assets|crds|controllers [NAME...]]" >&2; exit 2 ;;
+  real-node)
+    mkdir -p "$real_node"
+    k8s_binary_current kubelet "$real_node" || build_k8s_binary kubelet "$real_node"
+    [ -x "$real_node/pause" ] || build_pause
+    echo "$real_node"
+    ;;
+  *) echo "usage: $0 [assets|crds|controllers [NAME...]|real-node]" >&2; exit 2 ;;
 esac

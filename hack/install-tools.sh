@@ -6,6 +6,8 @@
 #          promtool's rule tests never use), into the same folder: `promtool test rules` checks the chart's alerts
 #   lua5.4 the Debian package (Argo CD health checks are Lua), only if missing
 #   chromium the Debian package (the HTML report is opened in headless Chromium in a test), only if missing
+#   podman, buildah, debootstrap (make images) and containerd, runc, the CNI plugins, iptables (make real-node):
+#          Debian packages, only if missing
 # and checks that kubectl is on PATH. Silent when everything is already there.
 #
 #   hack/install-tools.sh          install what is missing
@@ -86,6 +88,16 @@ apt_install() {
 
 install_lua() { apt_install lua5.4 lua5.4; }
 install_chromium() { apt_install chromium chromium; }
+# The image builder and the real node's runtime (runc: crun fails on a hybrid cgroup host).
+install_containers() {
+  apt_install podman podman
+  apt_install buildah buildah
+  apt_install debootstrap debootstrap
+  apt_install containerd containerd
+  apt_install runc runc
+  apt_install iptables iptables
+  [ -x /usr/lib/cni/bridge ] || { apt_install /usr/lib/cni/bridge containernetworking-plugins; }
+}
 
 check_kubectl() {
   command -v "${KUBECTL:-kubectl}" >/dev/null 2>&1 ||
@@ -93,7 +105,7 @@ check_kubectl() {
 }
 
 case "${1:-install}" in
-  install) install_helm; install_promtool; install_lua; install_chromium; check_kubectl ;;
+  install) install_helm; install_promtool; install_lua; install_chromium; install_containers; check_kubectl ;;
   bindir) echo "$bin" ;;
   *) echo "usage: $0 [install|bindir]" >&2; exit 2 ;;
 esac

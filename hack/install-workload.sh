@@ -8,7 +8,8 @@
 #                                         (default python3; torch already in the base image is kept), then
 #                                         `python -m acceptance_workload --check-install --rdma` (with --mpi when
 #                                         mpirun is installed, --nccl-tests when GPU_ACCEPTANCE_NCCL_TESTS_DIR is
-#                                         set, as in the image) so a build with a missing piece fails here
+#                                         set, as in the image, unless its SKIPPED file says the image was built
+#                                         without them) so a build with a missing piece fails here
 #   hack/install-workload.sh nccl-tests OUT [SRC]
 #                                         NVIDIA nccl-tests (checks.nccl.crossCheck) at the pinned tag, single
 #                                         process (MPI=0), built with nvcc against the NCCL torch loads (NCCL_HOME
@@ -72,6 +73,11 @@ python_step() {
   local mpi=() nccl=()
   if command -v mpirun >/dev/null; then mpi=(--mpi); fi
   if [ -n "${GPU_ACCEPTANCE_NCCL_TESTS_DIR:-}" ]; then nccl=(--nccl-tests); fi
+  # An image built without nccl-tests (Dockerfile.workload's nccl-tests-skip stage) says why in this file.
+  if [ -f "${GPU_ACCEPTANCE_NCCL_TESTS_DIR:-/nonexistent}/SKIPPED" ]; then
+    log "nccl-tests not installed: $(cat "$GPU_ACCEPTANCE_NCCL_TESTS_DIR/SKIPPED")"
+    nccl=()
+  fi
   (cd / && "$python" -m acceptance_workload --check-install --rdma "${mpi[@]}" "${nccl[@]}") ||
     die "the installed workload is incomplete"
 }

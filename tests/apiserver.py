@@ -396,6 +396,7 @@ class ApiServer:
         detached: bool = False,
         start_timeout: float = 60.0,
         verbosity: int = 0,
+        mount_tokens: bool = False,
     ):
         self._own_dir = directory is None
         self.dir = Path(directory).resolve() if directory is not None else None
@@ -403,6 +404,9 @@ class ApiServer:
         self.detached = detached
         self.start_timeout = start_timeout
         self.verbosity = verbosity
+        # The ServiceAccount admission plugin (pods get their token volume): for a real kubelet (tests/realnode.py).
+        # Off otherwise, so pods need no ServiceAccount in namespaces the (absent) controller-manager never filled.
+        self.mount_tokens = mount_tokens
         self.etcd_port = self.secure_port = self.peer_port = 0
         self.server = ""
         self.pki: dict[str, Path] = {}
@@ -501,12 +505,15 @@ class ApiServer:
                 f"--tls-cert-file={p['serving_cert']}",
                 f"--tls-private-key-file={p['serving_key']}",
                 f"--client-ca-file={p['ca_cert']}",
+                # How it proves itself to a kubelet (logs, exec: tests/realnode.py): the admin certificate.
+                f"--kubelet-client-certificate={p['admin_cert']}",
+                f"--kubelet-client-key={p['admin_key']}",
                 f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
                 f"--service-account-key-file={p['sa_pub']}",
                 f"--service-account-signing-key-file={p['sa_key']}",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
                 "--authorization-mode=RBAC",
-                "--disable-admission-plugins=ServiceAccount",
+                *(() if self.mount_tokens else ("--disable-admission-plugins=ServiceAccount",)),
                 "--allow-privileged=true",
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",

@@ -24,6 +24,7 @@ from acceptance_operator.conditions import (
     REGRESSED,
     REPORT_MISSING,
     REPORT_REJECTED,
+    SMOKE_PASSED,
     TIMEOUT,
     RunState,
 )
@@ -32,6 +33,7 @@ from acceptance_operator.rejudge import Rejudged, RunFacts, rejudge
 from acceptance_operator.verdict import regressions, report_for_generation, summarize, verdict_message
 
 KubeDict = dict[str, Any]
+SMOKE_NOTE = "CPU smoke run (spec.profile cpu-smoke: gloo on CPU, no GPU), not a hardware verdict"
 
 
 @dataclass(frozen=True)
@@ -119,6 +121,10 @@ def _judged_verdict(judged: Rejudged, obs: Observation) -> Assessment:
         return Assessment(RunState("Failed", REPORT_REJECTED, message),
                           summary.model_copy(update={"result": "Failed", "failed_nodes": []}))
     passed = report.verdict()
+    if report.mode == "cpu-smoke":  # judged against a cpu-smoke run (rejudge): the plumbing, not the hardware
+        message = f"{SMOKE_NOTE}: {verdict_message(report)}"
+        return Assessment(RunState("Succeeded" if passed else "Failed", SMOKE_PASSED if passed else CHECKS_FAILED,
+                                   message), summary, report)
     regressed = regressions(summary, obs.baseline, obs.regression_tolerance) if passed else []
     if regressed:
         message = f"{verdict_message(report)}; but regressed: {'; '.join(regressed)}"

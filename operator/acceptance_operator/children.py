@@ -16,12 +16,14 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from acceptance_operator.diagnosis import container_failure
 from acceptance_operator.manifests import LABEL_TEST, run_of_child
 from acceptance_operator.sweep import Child
 
 KubeDict = dict[str, Any]
 TestKey = tuple[str, str]  # (namespace, AcceptanceTest name)
 BOUND_RUNS = 4  # runs per test whose pods' nodes are remembered
+MAX_GONE_PODS = 1024
 
 
 def _meta(obj: KubeDict) -> KubeDict:
@@ -50,6 +52,10 @@ class Children:
         self._pods: dict[tuple[str, str, str], dict[str, KubeDict]] = {}
         self._names: dict[tuple[str, str], str] = {}  # (namespace, label value) -> test name
         self._bound: dict[tuple[str, str], dict[str, set[str]]] = {}  # (namespace, label) -> run -> nodes
+        # The last state of pods deleted after a container failed (a pod deleted mid-run, a job's controller removing
+        # its failed pods), so the verdict still says which pod failed on which node; at most MAX_GONE_PODS, oldest
+        # dropped first, and a forgotten test's with it.
+        self._gone: dict[tuple[str, str, str], dict[str, KubeDict]] = {}
 
     # the tests ------------------------------------------------------------------
     def know_test(self, namespace: str, label: str, name: str) -> None:
@@ -61,6 +67,8 @@ class Children:
         with self._lock:
             self._names.pop((namespace, label), None)
             self._bound.pop((namespace, label), None)
+            for key in [k for k in self._gone if k[:2] == (namespace, label)]:
+                del self._gone[key]
 
     def owner(self, obj: KubeDict) -> TestKey | None:
         """The test a labelled child belongs to, if that test is known."""
@@ -93,6 +101,8 @@ class Children:
                 pods.pop(meta.get("name", ""), None)
                 if not pods:
                     self._pods.pop(key, None)
+                if container_failure(pod) and (pod.get("spec") or {}).get("nodeName"):
+                    self._remember_gone(key, meta.get("name", ""), slim_pod(pod))
             else:
                 self._pods.setdefault(key, {})[meta.get("name", "")] = slim_pod(pod)
                 node = (pod.get("spec") or {}).get("nodeName")
@@ -121,6 +131,21 @@ class Children:
         """The pods of one run (runs.run_id) of one test."""
         with self._lock:
             return list(self._pods.get((namespace, label, run), {}).values())
+
+    def with_gone(self, namespace: str, label: str, run: str, pods: list[KubeDict]) -> list[KubeDict]:
+        """`pods` (the run's, as read) and the last state of its pods deleted after a container failed."""
+        names = {(p.get("metadata") or {}).get("name") for p in pods}
+        with self._lock:
+            gone = [p for name, p in self._gone.get((namespace, label, run), {}).items() if name not in names]
+        return [*pods, *gone]
+
+    def _remember_gone(self, key: tuple[str, str, str], name: str, pod: KubeDict) -> None:
+        self._gone.setdefault(key, {})[name] = pod
+        while sum(len(p) for p in self._gone.values()) > MAX_GONE_PODS:
+            oldest = next(iter(self._gone))
+            self._gone[oldest].pop(next(iter(self._gone[oldest])))
+            if not self._gone[oldest]:
+                del self._gone[oldest]
 
     def sizes(self) -> tuple[int, int]:
         """(jobs, pods) held, for the benchmark and the log."""

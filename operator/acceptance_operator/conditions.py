@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from acceptance_workload.profiles import CPU_SMOKE
+
 from acceptance_operator.api import Condition, Phase
 
 JOB_CREATED = "JobCreated"
@@ -25,6 +27,8 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 
 # Reasons of the Succeeded condition when a run ends (docs/troubleshooting.md explains each).
 PASSED = "ChecksPassed"
+# A cpu-smoke run passed: the operator, backend, pods, image and report delivery work; the hardware was not tested.
+SMOKE_PASSED = "SmokePassed"
 CHECKS_FAILED = "ChecksFailed"
 REPORT_MISSING = "ReportMissing"
 REPORT_REJECTED = "ReportRejected"  # a report that does not describe this run (CPU smoke, other nodes, ...)
@@ -47,6 +51,12 @@ FAILURE_REASONS: tuple[str, ...] = (
 # Failures that happen before any job exists: JobCreated is False with the same reason.
 BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)
 TERMINAL_PHASES: tuple[Phase, ...] = ("Succeeded", "Failed")
+
+
+def is_smoke(profile: str) -> bool:
+    """Whether a test of this profile is a smoke run (spec.profile: cpu-smoke): its verdict is never a hardware
+    verdict, so it never acts on nodes (labels, taints, uncordons) and never counts as a node's pass or failure."""
+    return profile == CPU_SMOKE
 
 
 @dataclass(frozen=True)

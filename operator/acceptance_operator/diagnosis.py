@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from acceptance_operator.backends import controller_of, job_state
@@ -103,9 +103,14 @@ def _launcher(pod: KubeDict) -> bool:
 
 
 def failed_pod(pods: list[KubeDict]) -> Finding | None:
-    """The first pod whose container ended with an error; a GPU pod before an MPIJob's launcher, whose mpirun
+    """The first pod whose container ended with an error (the earliest end: the others often fail because it
+    did, or are stopped by the job's controller after it); a GPU pod before an MPIJob's launcher, whose mpirun
     fails because a rank did."""
-    for pod in sorted(pods, key=lambda p: (_launcher(p), _name(p))):
+    def order(p: KubeDict) -> tuple[bool, bool, datetime, str]:
+        end = _finished_at(p)
+        return _launcher(p), end is None, end or datetime.min.replace(tzinfo=timezone.utc), _name(p)
+
+    for pod in sorted(pods, key=order):
         failure = container_failure(pod)
         if failure:
             return Finding(JOB_FAILED, f"{_where(pod)}: {failure}")
@@ -321,8 +326,10 @@ def lost_nodes(pods: list[KubeDict], nodes: dict[str, KubeDict], now: datetime,
 
 def job_failure(job: KubeDict | None, pods: list[KubeDict]) -> Finding:
     """Why a job that its controller marked Failed failed: the failed pod if any, else the job's own condition."""
-    from_pods = failed_pod(pods)
     state = job_state(job)
+    # The pod the job's controller names as the cause (a Job's pod failure policy does), else the earliest failure.
+    named = [p for p in pods if not _launcher(p) and _name(p) != "?" and _name(p) in (state.message or "")]
+    from_pods = failed_pod(named) or failed_pod(pods)
     kind, name = (job or {}).get("kind", "job"), ((job or {}).get("metadata") or {}).get("name", "?")
     if from_pods:
         return Finding(JOB_FAILED, f"{kind} {name} failed: {from_pods.message}")

@@ -70,6 +70,7 @@ from acceptance_operator.conditions import (
     TIMEOUT,
     RunState,
     conditions_for,
+    is_smoke,
 )
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
@@ -927,11 +928,12 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
     job = None if fresh else CHILDREN.job(namespace, backend, job_name)
     if job is None:
         job = k.get_job(backend, namespace, job_name)
+    run_id, label = runs.run_of(test).id, manifests.test_label_value(test)
     if fresh:
-        run_id = runs.run_of(test).id
         pods = [p for p in k.list_pods(namespace, _selector(test)) if manifests.run_of_child(p) == run_id]
     else:
-        pods = CHILDREN.pods(namespace, manifests.test_label_value(test), runs.run_of(test).id)
+        pods = CHILDREN.pods(namespace, label, run_id)
+    pods = CHILDREN.with_gone(namespace, label, run_id, pods)  # a failed pod deleted since: where it failed
     logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
     events = observe.run_events(k, namespace, job, pods, test.spec.nodes, _now(), _timing().unschedulable_grace_seconds,
                                 METRICS, logger)
@@ -1024,6 +1026,10 @@ def _conclude(
     METRICS.set_phase(namespace, name, state.phase)
     METRICS.set_headline(namespace, name, summary)
     METRICS.record_run(state.phase == "Succeeded", (end - start).total_seconds() if start else None)
+    if is_smoke(test.spec.profile):
+        # A smoke run's verdict is not the hardware's: no node gauge, no node action (spec.onFailure and spec.onPass
+        # are ignored; node_lifecycle.after_verdict says the same for itself).
+        return
     if report is not None:
         METRICS.set_nodes(measured_nodes(report))
     if act_on_nodes:  # spec.onFailure / spec.onPass and the last-pass gauge (node_lifecycle.py)

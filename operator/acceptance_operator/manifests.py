@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 from acceptance_workload import evidence
 from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
+from acceptance_workload.profiles import cpu_smoke_checks
 from pydantic import ValidationError
 
 from acceptance_operator.api import (
@@ -36,6 +37,7 @@ from acceptance_operator.api import (
     SHM_PATH,
     AcceptanceTest,
 )
+from acceptance_operator.conditions import is_smoke
 from acceptance_operator.kubetypes import wire_list
 from acceptance_operator.network import build_network_env
 from acceptance_operator.runs import run_of
@@ -223,8 +225,10 @@ def workload_image(test: AcceptanceTest) -> str:
 def build_workload_config(test: AcceptanceTest) -> WorkloadConfig:
     """What the workload runs: the checks with the profile's thresholds filled in, and whose status to patch."""
     spec, meta = test.spec, test.metadata
+    smoke = is_smoke(spec.profile)
     return WorkloadConfig.build(
-        checks=spec.checks,
+        checks=cpu_smoke_checks(spec.checks) if smoke else spec.checks,
+        mode="cpu-smoke" if smoke else "gpu",
         profile=spec.profile,
         nodes=spec.nodes,
         test=TestRef(name=meta.name, namespace=meta.namespace, uid=meta.uid, generation=generation_of(test),
@@ -294,9 +298,12 @@ def needs_ipc_lock(test: AcceptanceTest) -> bool:
 
 
 def _gpu_resources(test: AcceptanceTest) -> dict[str, Any]:
-    """nvidia.com/gpu, cpu, memory and extra devices: requests equal limits (extended resources demand it)."""
+    """nvidia.com/gpu, cpu, memory and extra devices: requests equal limits (extended resources demand it).
+
+    A cpu-smoke pod requests no GPU: its gpusPerNode gloo processes run on CPU.
+    """
     r = test.spec.resources
-    amounts: dict[str, Any] = {GPU_RESOURCE: test.spec.gpus_per_node}
+    amounts: dict[str, Any] = {} if is_smoke(test.spec.profile) else {GPU_RESOURCE: test.spec.gpus_per_node}
     if r.cpu is not None:
         amounts["cpu"] = r.cpu
     if r.memory is not None:
@@ -418,8 +425,13 @@ def _run_policy(test: AcceptanceTest) -> dict[str, Any]:
 
 
 def torchrun_command(test: AcceptanceTest) -> list[str]:
-    """torchrun takes nnodes, nproc-per-node, node rank and master from the training-operator's PET_* env."""
-    return ["torchrun", f"--rdzv-conf=timeout={test.spec.timeout_seconds}", "--max-restarts=0",
+    """torchrun takes nnodes, nproc-per-node, node rank and master from the training-operator's PET_* env.
+
+    One node (every sweep run) needs no rendezvous between pods: `--standalone` keeps it inside the pod
+    (localhost), so a single-node run depends on no Service DNS name (a cluster without DNS, hostNetwork pods).
+    """
+    standalone = ["--standalone"] if test.spec.nodes == 1 else []
+    return ["torchrun", *standalone, f"--rdzv-conf=timeout={test.spec.timeout_seconds}", "--max-restarts=0",
             "-m", "acceptance_workload"]
 
 

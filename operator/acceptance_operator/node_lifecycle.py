@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator import ownership, runs
 from acceptance_operator.api import GPU_RESOURCE, AcceptanceTest, Summary
+from acceptance_operator.conditions import is_smoke
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.metrics import OperatorMetrics
@@ -44,13 +45,9 @@ from acceptance_operator.verdict import measured_nodes
 KubeDict = dict[str, Any]
 Change = Callable[[KubeDict], tuple[KubeDict | None, list[str], list[str]]]
 
-# Profiles whose verdict is a smoke verdict, never a hardware one (issue 19's cpu-smoke): they never act on nodes.
-SMOKE_PROFILES = ("cpu-smoke",)
-
-
 def hardware_verdict(profile: str | None) -> bool:
-    """A verdict about the nodes' GPUs (not a CPU smoke run): only such a verdict may act on nodes."""
-    return profile not in SMOKE_PROFILES
+    """A verdict about the nodes' GPUs (not a smoke run, conditions.is_smoke): only such a verdict may act on nodes."""
+    return not is_smoke(profile or "")
 
 
 def after_verdict(k: Kube, obj: KubeDict, test: AcceptanceTest, *, passed: bool, summary: Summary,

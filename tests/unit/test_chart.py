@@ -100,6 +100,16 @@ def test_deployment_one_replica_recreate() -> None:
     assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
 
 
+def test_no_service_links_and_host_network_only_when_asked() -> None:
+    """A real kubelet turned the chart's metrics Service into GPU_ACCEPTANCE_METRICS_PORT=tcp://... (Service links),
+    which the operator reads as its port: the pod takes no Service links. hostNetwork is for `make real-node`."""
+    pod = deployment(render())["spec"]["template"]["spec"]
+    assert pod["enableServiceLinks"] is False
+    assert "hostNetwork" not in pod and "dnsPolicy" not in pod
+    pod = deployment(render({"hostNetwork": True}))["spec"]["template"]["spec"]
+    assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
+
+
 def test_operator_command_and_ports() -> None:
     container = operator_container(render())
     assert container["command"] + container["args"] == [

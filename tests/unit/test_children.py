@@ -66,3 +66,19 @@ def test_a_child_belongs_to_a_known_test_by_its_label():
     c.forget_test("lab", "run")
     assert c.owner(job()) is None
     assert c.owner({"metadata": {"namespace": "lab", "labels": {}}}) is None
+
+
+def test_a_failed_pod_deleted_is_remembered_with_where_it_ran_until_its_test_is_forgotten():
+    c = Children()
+    failed = pod("run-g2-0", "Failed", run="g2")
+    failed["status"]["containerStatuses"] = [{"name": "c", "state": {"terminated": {"exitCode": 137}}}]
+    c.pod_event("ADDED", pod("run-g2-0", "Running", run="g2"))
+    c.pod_event("DELETED", failed)
+    c.pod_event("DELETED", pod("run-g2-1", "Succeeded", run="g2"))  # no failure: nothing to tell, not kept
+    assert c.pods("lab", "run", "g2") == []
+    (gone,) = c.with_gone("lab", "run", "g2", [])
+    assert gone["spec"] == {"nodeName": "n1"} and gone["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert len(c.with_gone("lab", "run", "g2", [failed])) == 1  # read again from the API server: not twice
+    assert c.with_gone("lab", "run", "g1", []) == []
+    c.forget_test("lab", "run")
+    assert c.with_gone("lab", "run", "g2", []) == []

@@ -155,6 +155,23 @@ def test_job_failure_prefers_the_pod_and_falls_back_to_the_job():
     assert "1 Worker replica(s) failed" in fallback.message and fallback.reason == "JobFailed"
 
 
+def test_job_failure_names_the_pod_the_controller_names_else_the_one_that_failed_first():
+    def failed_at(name: str, node_name: str, second: int) -> dict:
+        container = terminated(code=143)
+        container["state"]["terminated"]["finishedAt"] = (T0 + timedelta(seconds=second)).strftime(
+            "%Y-%m-%dT%H:%M:%SZ")
+        return pod(name, "Failed", node=node_name, containers=[container])
+
+    # The victim (index 1) ended first; index 0 was stopped by the Job controller after the Job failed.
+    pods = [failed_at("t-g1-0-a", "n0", 9), failed_at("t-g1-1-b", "n1", 5)]
+    plain = job(conditions=[("Failed", "True", "BackoffLimitExceeded", "Job has reached the backoff limit", T0)])
+    assert "pod t-g1-1-b on node n1" in job_failure(plain, pods).message
+    # The Job's pod failure policy names its pod: that one, whatever the clocks say.
+    named = job(conditions=[("Failed", "True", "PodFailurePolicy", "Container workload for pod ns/t-g1-0-a failed "
+                             "with exit code 143 matching FailJob rule at index 0", T0)])
+    assert "pod t-g1-0-a on node n0" in job_failure(named, pods).message
+
+
 def test_progress_and_phase_counts():
     pods = [pod("a", "Running", node="n"), pod("b"), pod("c", "Running", node="m")]
     assert pod_phases(pods) == "1 Pending, 2 Running"

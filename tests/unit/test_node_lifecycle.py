@@ -60,7 +60,7 @@ def test_render_says_what_the_operator_does_to_nodes():
 
 def test_only_a_hardware_verdict_acts_on_nodes():
     assert hardware_verdict("h100-sxm") and hardware_verdict(None)
-    assert not hardware_verdict("cpu-smoke")  # issue 19's smoke profile: never acts on nodes
+    assert not hardware_verdict("cpu-smoke")  # a smoke verdict never acts on nodes
 
 
 def passed_test(profile: str = "h100-sxm", phase: str = "Succeeded", sweep: bool = False) -> dict:

@@ -45,8 +45,10 @@ def test_dockerfile_copies_exactly_what_the_check_stages() -> None:
 
 def test_dockerfile_installs_only_through_the_script_on_a_cuda_pytorch_base() -> None:
     assert re.search(r"^ARG BASE_IMAGE=pytorch/pytorch:\S+-cuda\S+$", DOCKERFILE, flags=re.M)
-    build, run = instructions("RUN")
-    assert build == "PYTHON=python bash /build/hack/install-workload.sh nccl-tests /opt/nccl-tests/bin"
+    build, skip, run = instructions("RUN")
+    assert build == ("PYTHON=python bash /build/hack/install-workload.sh nccl-tests /opt/nccl-tests/bin "
+                     "${NCCL_TESTS_SRC}")
+    assert skip.startswith("mkdir -p /opt/nccl-tests/bin && echo ")  # the skip stage: only the reason
     assert run.split("&&")[0].strip() == "bash hack/install-workload.sh system"
     assert "hack/install-workload.sh python /opt/gpu-acceptance" in run
     assert "pip install" not in DOCKERFILE
@@ -109,7 +111,11 @@ def test_the_image_builds_nccl_tests_where_the_workload_looks_and_requires_them(
     cross-check looks in and names it in GPU_ACCEPTANCE_NCCL_TESTS_DIR, which makes its install check require them."""
     base = re.search(r"^ARG BASE_IMAGE=(\S+)-runtime$", DOCKERFILE, flags=re.M)
     assert base and re.search(rf"^ARG BUILD_IMAGE={re.escape(base.group(1))}-devel$", DOCKERFILE, flags=re.M)
-    assert re.search(r"^FROM \$\{BUILD_IMAGE\} AS nccl-tests$", DOCKERFILE, flags=re.M)
+    assert re.search(r"^FROM \$\{BUILD_IMAGE\} AS nccl-tests-build$", DOCKERFILE, flags=re.M)
+    # NCCL_TESTS=skip (hack/build-images.sh without a source tree) takes a stage that leaves only the reason.
+    assert re.search(r"^ARG NCCL_TESTS=build$", DOCKERFILE, flags=re.M)
+    assert re.search(r"^FROM nccl-tests-\$\{NCCL_TESTS\} AS nccl-tests$", DOCKERFILE, flags=re.M)
+    assert f"{nccltests.IMAGE_DIR}/{nccltests.SKIPPED_FILE}" in DOCKERFILE
     assert f"--from=nccl-tests {nccltests.IMAGE_DIR}/ {nccltests.IMAGE_DIR}/" in instructions("COPY")
     env = " ".join(instructions("ENV"))
     assert f"{nccltests.DIR_ENV}={nccltests.IMAGE_DIR}" in env

@@ -29,17 +29,14 @@ from acceptance_workload.exports import ExportError, write_exports
 from acceptance_workload.exports import require as require_exports
 from acceptance_workload.launch import free_port
 from acceptance_workload.nccltests import DIR_ENV as NCCL_TESTS_DIR_ENV
-from acceptance_workload.profiles import PROFILE_NAMES, ProfileName, profile_for_gpu
+from acceptance_workload.profiles import CPU_SMOKE, PROFILE_NAMES, ProfileName, cpu_smoke_checks, profile_for_gpu
 from acceptance_workload.render import CPU_BANNER
 from acceptance_workload.report import CHECK_NAMES, Report
 from acceptance_workload.wire import parse_bytes
 
 EXIT_ERROR = 2
 CPU_PROCESSES = 2
-CPU_MAX_BYTES = 1 << 20
 QUICK_MAX_BYTES = 1 << 30
-CPU_RATIO_TO_MEDIAN = 0.5
-CPU_INTER_NODE_RATIO = 0.35  # localisation on gloo: healthy nodes measured down to 0.46 of the median, stalled 0.25
 QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10
 KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a stopped or hung rank is not waited for long
 
@@ -93,36 +90,6 @@ def read_manifest(path: str) -> dict[str, Any]:
             "gpu_direct_rdma": bool(network.get("gpuDirectRDMA", True))}
 
 
-def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
-    """The checks shrunk to a CPU smoke run: tiny sizes and steps, and no GPU thresholds.
-
-    The one threshold left is relative: each process's matmul and copy rate
-    against the median process's (CPU_RATIO_TO_MEDIAN, loose: CPU cores are shared).
-    """
-    nccl = checks.nccl
-    max_bytes = min(parse_bytes(nccl.max_bytes), CPU_MAX_BYTES)
-    smoke = ChecksSpec.model_validate({
-        "preflight": {"enabled": checks.preflight.enabled},
-        "gpu": {"enabled": checks.gpu.enabled, "gemmSize": 512, "hbmBytes": "32Mi", "hostBytes": "1Mi", "windows": 5,
-                "iters": 5, "warmupIters": 2, "gemmWarmupSeconds": 0,
-                "thresholds": {"minRatioToNodeMedian": CPU_RATIO_TO_MEDIAN}},
-        "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
-                 "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
-                 "perNode": False, "windows": 1, "localize": nccl.localize, "crossCheck": nccl.cross_check,
-                 "thresholds": {"interNodeRatioToMedian": CPU_INTER_NODE_RATIO,
-                                "crossCheckTolerance": nccl.thresholds.cross_check_tolerance if nccl.cross_check
-                                else None},
-                 "collectiveTimeoutSeconds": min(nccl.collective_timeout_seconds, 60)},
-        "ddp": {"enabled": checks.ddp.enabled, "model": checks.ddp.model, "batchSize": 4, "seqLen": 64,
-                "steps": 6, "windows": 3, "warmupSteps": 1},
-    })
-    if smoke.nccl.cross_check:
-        # No CPU sweep reaches the cross-check's 64 MiB: nccl-tests' stand-in is compared at the sweep's top size.
-        thresholds = smoke.nccl.thresholds.model_copy(update={"reference_bytes": smoke.nccl.sizes()[-1]})
-        smoke = smoke.model_copy(update={"nccl": smoke.nccl.model_copy(update={"thresholds": thresholds})})
-    return smoke
-
-
 def quick_checks(checks: ChecksSpec) -> ChecksSpec:
     """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps.
 
@@ -171,6 +138,8 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
               "so it is not required here", file=sys.stderr)
         checks = checks.model_copy(update={"nccl": checks.nccl.model_copy(update={"require_transport": None})})
     report_file = report_path(args)
+    if profile == CPU_SMOKE and not args.cpu:
+        raise ManifestError("profile cpu-smoke is a CPU smoke run: pass --cpu (it has no GPU thresholds)")
     if args.cpu:
         return WorkloadConfig(checks=cpu_smoke_checks(checks), profile="custom", nodes=nodes, gpus_per_node=per_node,
                               fabric="ethernet", mode="cpu-smoke", report_file=report_file, timeout_seconds=900)

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from acceptance_workload.launch import Session
 
 DIR_ENV = "GPU_ACCEPTANCE_NCCL_TESTS_DIR"
+# An image built without nccl-tests (no source tree and no GitHub at build time) has this file in their folder,
+# holding why: Dockerfile.workload's nccl-tests-skip stage writes it, and a missing binary is reported with it.
+SKIPPED_FILE = "SKIPPED"
 IMAGE_DIR = "/opt/nccl-tests/bin"  # Dockerfile.workload installs them here
 RESULT_SUFFIX = "_cross_check"
 DTYPES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests' -d names
@@ -150,6 +153,10 @@ def find_binary(collective: Collective, environ: Mapping[str, str] = os.environ)
     found = shutil.which(name, path=environ.get("PATH")) if use_path else None
     if found:
         return Path(found)
+    for d in dirs:
+        marker = Path(d) / SKIPPED_FILE
+        if marker.is_file():
+            raise MissingBinary(f"nccl-tests' {name} is not in this image: {marker.read_text().strip()}")
     where = f"{dirs[0]} ({DIR_ENV})" if not use_path else f"{dirs[0]} or on PATH (set {DIR_ENV} to their directory)"
     raise MissingBinary(f"nccl-tests' {name} not found in {where}: the workload image ships them in {IMAGE_DIR}; "
                         "elsewhere build github.com/NVIDIA/nccl-tests (hack/install-workload.sh nccl-tests)")

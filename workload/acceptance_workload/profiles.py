@@ -26,8 +26,15 @@ from acceptance_workload.checks import (
 )
 from acceptance_workload.wire import WireModel, parse_bytes
 
-ProfileName = Literal["h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom"]
-PROFILE_NAMES: tuple[ProfileName, ...] = ("h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom")
+ProfileName = Literal["h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom", "cpu-smoke"]
+PROFILE_NAMES: tuple[ProfileName, ...] = ("h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom", "cpu-smoke")
+# The profile of a smoke run: the checks with gloo on CPU processes, tiny sizes, no GPU requested. It proves the
+# plumbing (operator, backend, pods, image, report delivery), never the hardware: its verdict has its own reason and
+# never acts on nodes (acceptance_operator.conditions.is_smoke).
+CPU_SMOKE: ProfileName = "cpu-smoke"
+CPU_MAX_BYTES = 1 << 20
+CPU_RATIO_TO_MEDIAN = 0.5
+CPU_INTER_NODE_RATIO = 0.35  # localisation on gloo: healthy nodes measured down to 0.46 of the median, stalled 0.25
 
 
 @dataclass(frozen=True)
@@ -165,6 +172,11 @@ PROFILES: dict[ProfileName, Profile] = {
                              pcie_gen=4, nvlinks=12, gpt_tokens=None, resnet_images=None,
                              estimated=GPU_ESTIMATED | DDP_RELATIVE_ESTIMATED),
     "custom": Profile(name="custom"),
+    # Relative floors only (CPU cores are shared, so loose ones): each process's matmul and copy rate against the
+    # median process's, and localisation's pairs against the others' median.
+    CPU_SMOKE: Profile(name=CPU_SMOKE, gpu=GpuThresholds(min_ratio_to_node_median=CPU_RATIO_TO_MEDIAN),
+                       nccl_single_node=NcclThresholds(inter_node_ratio_to_median=CPU_INTER_NODE_RATIO),
+                       nccl_multi_node=NcclThresholds(inter_node_ratio_to_median=CPU_INTER_NODE_RATIO)),
 }
 
 M = TypeVar("M", bound=WireModel)
@@ -293,3 +305,34 @@ def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
             "ddp": checks.ddp.model_copy(update={"thresholds": _overlay(ddp_defaults, checks.ddp.thresholds)}),
         }
     )
+
+
+def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
+    """The checks shrunk to a CPU smoke run: tiny sizes and steps, and no GPU thresholds.
+
+    The one threshold left is relative: each process's matmul and copy rate
+    against the median process's (CPU_RATIO_TO_MEDIAN, loose: CPU cores are shared).
+    `gpu-acceptance local --cpu` and `spec.profile: cpu-smoke` both run these.
+    """
+    nccl = checks.nccl
+    max_bytes = min(parse_bytes(nccl.max_bytes), CPU_MAX_BYTES)
+    smoke = ChecksSpec.model_validate({
+        "preflight": {"enabled": checks.preflight.enabled},
+        "gpu": {"enabled": checks.gpu.enabled, "gemmSize": 512, "hbmBytes": "32Mi", "hostBytes": "1Mi", "windows": 5,
+                "iters": 5, "warmupIters": 2, "gemmWarmupSeconds": 0,
+                "thresholds": {"minRatioToNodeMedian": CPU_RATIO_TO_MEDIAN}},
+        "nccl": {"enabled": nccl.enabled, "collectives": list(nccl.collectives), "minBytes": 16,
+                 "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
+                 "perNode": False, "windows": 1, "localize": nccl.localize, "crossCheck": nccl.cross_check,
+                 "thresholds": {"interNodeRatioToMedian": CPU_INTER_NODE_RATIO,
+                                "crossCheckTolerance": nccl.thresholds.cross_check_tolerance if nccl.cross_check
+                                else None},
+                 "collectiveTimeoutSeconds": min(nccl.collective_timeout_seconds, 60)},
+        "ddp": {"enabled": checks.ddp.enabled, "model": checks.ddp.model, "batchSize": 4, "seqLen": 64,
+                "steps": 6, "windows": 3, "warmupSteps": 1},
+    })
+    if smoke.nccl.cross_check:
+        # No CPU sweep reaches the cross-check's 64 MiB: nccl-tests' stand-in is compared at the sweep's top size.
+        thresholds = smoke.nccl.thresholds.model_copy(update={"reference_bytes": smoke.nccl.sizes()[-1]})
+        smoke = smoke.model_copy(update={"nccl": smoke.nccl.model_copy(update={"thresholds": thresholds})})
+    return smoke
