@@ -20,7 +20,7 @@ def test_defaults(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     s = OperatorSettings.from_env()
     assert (s.unschedulable_grace_seconds, s.node_actions, s.default_image) == (600, False, None)
-    assert (s.resync_seconds, s.workers, s.report_grace_seconds, s.metrics_port) == (300, 16, 30, 8080)
+    assert (s.resync_seconds, s.workers, s.report_grace_seconds, s.metrics_port) == (300, 16, 30, 8470)
 
 
 def test_values(monkeypatch):
