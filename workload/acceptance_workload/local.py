@@ -102,6 +102,7 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
     nccl = checks.nccl
     max_bytes = min(parse_bytes(nccl.max_bytes), CPU_MAX_BYTES)
     smoke = ChecksSpec.model_validate({
+        "heartbeatTimeoutSeconds": checks.heartbeat_timeout_seconds,
         "preflight": {"enabled": checks.preflight.enabled},
         "gpu": {"enabled": checks.gpu.enabled, "gemmSize": 512, "hbmBytes": "32Mi", "hostBytes": "1Mi", "windows": 5,
                 "iters": 5, "warmupIters": 2, "gemmWarmupSeconds": 0,
