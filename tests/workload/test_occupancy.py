@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from acceptance_workload.checks import PreflightThresholds
-from acceptance_workload.occupancy import judge_in_use, nvml_target, read
+from acceptance_workload.occupancy import failure_facts, judge_in_use, nvml_target, read
 
 MIB = 1 << 20
 BOUND = PreflightThresholds(max_gpu_memory_in_use_mib=1024)
@@ -75,3 +75,29 @@ def test_the_gpu_read_is_the_one_cuda_visible_devices_gives_the_rank() -> None:
     assert nvml_target(0, {"CUDA_VISIBLE_DEVICES": "GPU-1234"}) == "GPU-1234"
     assert nvml_target(3, {}) == 3
     assert nvml_target(3, {"CUDA_VISIBLE_DEVICES": ""}) == 3
+
+
+class FakeNvmlV2(FakeNvml):
+    """A driver with v2 memory info: `used` without the ~480 MiB the driver reserves (v1 counts them)."""
+
+    nvmlMemory_v2 = 0x02000028
+
+    def nvmlDeviceGetMemoryInfo(self, handle: int, version: int | None = None) -> SimpleNamespace:
+        info = super().nvmlDeviceGetMemoryInfo(handle)
+        if version == self.nvmlMemory_v2:
+            info.used -= 480 * MIB
+        return info
+
+
+def test_v2_memory_info_is_read_where_the_driver_has_it() -> None:
+    occ = read(FakeNvmlV2({0: (483, 81_559, [])}), 0, 0)
+    assert occ.used_mib == 3.0
+
+
+def test_an_error_a_rank_raises_carries_its_gpu_before_the_run_and_now() -> None:
+    """No GPU here: the reading at the error says why it is missing, the one before the run is kept."""
+    before = read(FakeNvml({3: (76_012, 81_559, [(4242, 76_000)])}), 3, 3, proc=Path("/nonexistent"))
+    facts = failure_facts(before, 3)
+    assert facts.startswith(" [GPU 3 before the run: 76012 of 81559 MiB in use by pid 4242 (76000 MiB); "
+                            "at this error: ")
+    assert failure_facts(None, 0) == ""  # a CPU run reads nothing
