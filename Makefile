@@ -13,7 +13,7 @@ DEV_NODES ?= 4
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
 
-.PHONY: help install tools test lint dev-cluster dev-cluster-restart dev-cluster-down bench-operator crds operator-install-check workload-install-check
+.PHONY: help install tools test lint dev-cluster dev-cluster-restart dev-cluster-down bench-operator bench-verdicts crds operator-install-check workload-install-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -57,6 +57,11 @@ bench-operator: DEV_NODES = 0
 bench-operator: dev-cluster ## the operator at scale on the dev cluster (the API server alone): TESTS=100 RUNS=3, BASE=<other checkout>/operator to compare
 	$(PYTHON) bench/operator_scale.py --dev-cluster $(DEV_CLUSTER_DIR) --tests $(or $(TESTS),100) --runs $(or $(RUNS),3) \
 		$(if $(BASE),--operator-path $(BASE)) --operator-path operator --out operator-scale-$(or $(TESTS),100).json
+
+bench-verdicts: DEV_NODES = 0
+bench-verdicts: dev-cluster ## report -> verdict for 150 reports delivered in pairs 0.1 s apart (160 tests, 10 probes): RUNS=3
+	$(PYTHON) bench/operator_scale.py --dev-cluster $(DEV_CLUSTER_DIR) --tests 160 --probes 10 --pairs 0.1 \
+		--idle-seconds 5 --runs $(or $(RUNS),3) --operator-path operator --out bench-verdicts.json
 
 crds: ## regenerate crds/acceptancetest.yaml and the chart's copy from the models
 	gpu-acceptance crd > crds/acceptancetest.yaml.tmp

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -259,6 +260,13 @@ class Controllers:
     def stop(self) -> None:
         for name in list(self._procs):
             self.stop_one(name)
+
+    def pause(self, name: str) -> None:
+        """Freeze one controller (SIGSTOP): kwok paused is every fake kubelet silent at once."""
+        os.killpg(self._procs[name].pid, signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        os.killpg(self._procs[name].pid, signal.SIGCONT)
 
     # fake GPU nodes ------------------------------------------------------------
     def add_gpu_nodes(self, count: int, *, timeout: float = 60.0) -> list[str]:

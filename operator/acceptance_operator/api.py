@@ -376,6 +376,13 @@ class HistoryEntry(WireModel):
     failed_node_count: int = 0
 
 
+class SkippedNode(WireModel):
+    """A node of a sweep's pool that the run left out, and why (cordoned, left the pool, its test's name taken)."""
+
+    name: str
+    reason: str
+
+
 class SweepStatus(WireModel):
     """Where a sweep run stands (spec.sweep): nodes passed, failed, running and pending of the total."""
 
@@ -386,7 +393,9 @@ class SweepStatus(WireModel):
     failed: int = 0
     running: int = 0
     pending: int = 0
-    skipped: int = Field(0, description="Matching nodes cordoned before their test started.")
+    skipped: int = Field(0, description="Nodes of the pool left out of the run (skippedNodes says why).")
+    skipped_nodes: list[SkippedNode] = Field(default_factory=list, description="The first skipped nodes, sorted, "
+                                             "each with why.")
     failed_nodes: list[str] = Field(default_factory=list, description="The first failed nodes, sorted.")
     failed_node_count: int = 0
     inter_node: Phase | None = Field(None, description="Phase of the inter-node stage over the passed nodes.")

@@ -41,6 +41,9 @@ class Timing:
     # How long pods may wait to be scheduled or started, and a job for its controller to act on it at all.
     unschedulable_grace_seconds: float = 600.0
     report_grace_seconds: float = 30.0
+    # How long a node must stay not Ready before it is judged lost (an API server outage leaves every node Unknown
+    # for a moment after it).
+    node_lost_grace_seconds: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -79,7 +82,7 @@ class Observation:
 
 
 def pod_nodes(pods: list[KubeDict]) -> frozenset[str]:
-    """The nodes the job's pods were scheduled on."""
+    """The nodes the pods are bound to (a pod not scheduled ran nothing)."""
     return frozenset(n for p in pods if (n := (p.get("spec") or {}).get("nodeName")))
 
 
@@ -101,7 +104,8 @@ def _verdict(report: Report, obs: Observation) -> Assessment:
     """The operator's verdict on a report of this generation: judged again, and checked against the run."""
     if obs.run is None:
         return _failed(REPORT_REJECTED, "the operator has no record of the run to judge the report against")
-    return _judged_verdict(rejudge(report, RunFacts(obs.run.config, obs.run.uid, pod_nodes(obs.pods))), obs)
+    return _judged_verdict(rejudge(report, RunFacts(obs.run.config, obs.run.uid,
+                                                    pod_nodes(obs.pods) | (obs.run.pod_nodes or frozenset()))), obs)
 
 
 def _judged_verdict(judged: Rejudged, obs: Observation) -> Assessment:
@@ -158,7 +162,7 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
         return _failed(JOB_FAILED, diagnosis.job_failure(job, obs.pods).message,
                        failed_nodes=diagnosis.culprit_nodes(obs.pods, obs.gpu_pods))
 
-    lost = diagnosis.lost_nodes(obs.pods, obs.nodes)
+    lost = diagnosis.lost_nodes(obs.pods, obs.nodes, now, timing.node_lost_grace_seconds)
     if lost is not None:
         finding, nodes = lost
         return _failed(finding.reason, finding.message, stop_job=True, failed_nodes=nodes)
@@ -173,6 +177,10 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
                                       obs.gpus_per_node)
     if pending is not None:
         return _failed(pending.reason, pending.message, stop_job=True)
+
+    refused = diagnosis.pods_refused(job, obs.pods, obs.events, obs.gpu_pods, now, timing.unschedulable_grace_seconds)
+    if refused is not None:
+        return _failed(refused.reason, refused.message, stop_job=True)
 
     idle = diagnosis.backend_not_running(job, obs.pods, now, timing.unschedulable_grace_seconds)
     if idle is not None:
@@ -234,9 +242,13 @@ def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | Non
     stuck = diagnosis.stuck_pod(obs.pods)
     if stuck is not None and stuck[1] is not None:
         deadlines.append(stuck[1] + timedelta(seconds=timing.unschedulable_grace_seconds))
-    unstarted = diagnosis.unstarted_since(obs.job, obs.pods)
+    unstarted = diagnosis.unstarted_since(obs.job, obs.pods) or diagnosis.missing_pods_since(obs.job, obs.pods,
+                                                                                             obs.gpu_pods)
     if unstarted is not None:
         deadlines.append(unstarted + timedelta(seconds=timing.unschedulable_grace_seconds))
+    for node in obs.nodes.values():
+        if (since := diagnosis.not_ready_since(node)) is not None:
+            deadlines.append(since + timedelta(seconds=timing.node_lost_grace_seconds))
     for since in diagnosis.unscheduled_since(obs.pods):
         deadlines.append(since + timedelta(seconds=timing.unschedulable_grace_seconds))
     ahead = [d for d in deadlines if d > now]

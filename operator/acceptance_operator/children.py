@@ -21,6 +21,7 @@ from acceptance_operator.sweep import Child
 
 KubeDict = dict[str, Any]
 TestKey = tuple[str, str]  # (namespace, AcceptanceTest name)
+BOUND_RUNS = 4  # runs per test whose pods' nodes are remembered
 
 
 def _meta(obj: KubeDict) -> KubeDict:
@@ -48,6 +49,7 @@ class Children:
         self._jobs: dict[tuple[str, str, str], KubeDict] = {}
         self._pods: dict[tuple[str, str, str], dict[str, KubeDict]] = {}
         self._names: dict[tuple[str, str], str] = {}  # (namespace, label value) -> test name
+        self._bound: dict[tuple[str, str], dict[str, set[str]]] = {}  # (namespace, label) -> run -> nodes
 
     # the tests ------------------------------------------------------------------
     def know_test(self, namespace: str, label: str, name: str) -> None:
@@ -58,6 +60,7 @@ class Children:
     def forget_test(self, namespace: str, label: str) -> None:
         with self._lock:
             self._names.pop((namespace, label), None)
+            self._bound.pop((namespace, label), None)
 
     def owner(self, obj: KubeDict) -> TestKey | None:
         """The test a labelled child belongs to, if that test is known."""
@@ -92,6 +95,23 @@ class Children:
                     self._pods.pop(key, None)
             else:
                 self._pods.setdefault(key, {})[meta.get("name", "")] = slim_pod(pod)
+                node = (pod.get("spec") or {}).get("nodeName")
+                if node:
+                    self._remember_bound(key, node)
+
+    def _remember_bound(self, key: tuple[str, str, str], node: str) -> None:
+        """A pod of the run is bound to `node`: remembered after the pod is gone (a report may name it). Per test,
+        the latest BOUND_RUNS runs are kept."""
+        runs = self._bound.setdefault(key[:2], {})
+        runs.setdefault(key[2], set()).add(node)
+        runs[key[2]] = runs.pop(key[2])  # the latest run last
+        while len(runs) > BOUND_RUNS:
+            runs.pop(next(iter(runs)))
+
+    def bound_nodes(self, namespace: str, label: str, run: str) -> frozenset[str]:
+        """The nodes the run's pods are or were bound to, as the watch showed them."""
+        with self._lock:
+            return frozenset(self._bound.get((namespace, label), {}).get(run, ()))
 
     def job(self, namespace: str, kind: str, name: str) -> KubeDict | None:
         with self._lock:

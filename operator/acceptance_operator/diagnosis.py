@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from acceptance_operator.backends import controller_of, job_state
-from acceptance_operator.conditions import BACKEND_NOT_RUNNING, JOB_FAILED, NODE_NOT_READY, UNSCHEDULABLE
+from acceptance_operator.conditions import BACKEND_NOT_RUNNING, JOB_FAILED, NODE_NOT_READY, PODS_REFUSED, UNSCHEDULABLE
 from acceptance_operator.jobstate import parse_time
 from acceptance_operator.manifests import LABEL_ROLE, ROLE_LAUNCHER
 
@@ -273,8 +273,28 @@ def nodes_to_check(pods: list[KubeDict]) -> list[str]:
                    and ((_ready(p) or {}).get("status") or "False") != "True"})
 
 
-def lost_nodes(pods: list[KubeDict], nodes: dict[str, KubeDict]) -> tuple[Finding, list[str]] | None:
-    """Nodes that stopped being Ready while a pod of the run was live on them, and what to do.
+def not_ready_since(node: KubeDict) -> datetime | None:
+    """When the node's Ready condition last left True (None: Ready, or no time recorded)."""
+    ready = _ready(node) or {}
+    if ready.get("status") == "True":
+        return None
+    return parse_time(ready.get("lastTransitionTime"))
+
+
+def node_lost(node: KubeDict, now: datetime, grace_seconds: float) -> bool:
+    """Not Ready for at least the grace: evidence that outlives an API server outage. During an outage nobody can
+    post a node's status, so right after it the node lifecycle controller marks every node whose heartbeat it
+    missed Unknown, and the kubelets' next heartbeats make them Ready again within seconds."""
+    if (_ready(node) or {}).get("status") == "True":
+        return False
+    since = not_ready_since(node)
+    return since is None or (now - since).total_seconds() >= grace_seconds
+
+
+def lost_nodes(pods: list[KubeDict], nodes: dict[str, KubeDict], now: datetime,
+               grace_seconds: float) -> tuple[Finding, list[str]] | None:
+    """Nodes that stopped being Ready, for at least the grace (node_lost), while a pod of the run was live on
+    them, and what to do.
 
     `nodes` holds the Node objects read (nodes_to_check); a node not read, or gone, is not judged here (a
     deleted node's pods are failed by Kubernetes, which the job's own failure then reports).
@@ -282,8 +302,7 @@ def lost_nodes(pods: list[KubeDict], nodes: dict[str, KubeDict]) -> tuple[Findin
     lost: dict[str, list[str]] = {}
     for pod in _sorted(pods):
         node = nodes.get(_node(pod) or "")
-        ready = _ready(node) if node else None
-        if _live(pod) and node is not None and (ready or {}).get("status") != "True":
+        if _live(pod) and node is not None and node_lost(node, now, grace_seconds):
             lost.setdefault(_node(pod) or "?", []).append(_name(pod))
     if not lost:
         return None
@@ -333,6 +352,43 @@ def backend_not_running(job: KubeDict | None, pods: list[KubeDict], now: datetim
         f"{kind} {meta.get('name', '?')} has no status and no pods {waited}s after it was created: "
         f"{controller_of(kind)} is not running, or does not watch namespace {meta.get('namespace', '?')} -> check "
         "its Deployment and its logs, then run the test again (the rerun annotation)"))
+
+
+# The reasons a controller's event has when it could not create a pod (or a JobSet's / MPIJob's Job): Kubernetes'
+# controllers say FailedCreate, Kubeflow's training-operator FailedCreatePod.
+CREATE_FAILED = ("FailedCreate", "FailedCreatePod")
+
+
+def missing_pods_since(job: KubeDict | None, pods: list[KubeDict], expected: int) -> datetime | None:
+    """When the job was created, while it has fewer GPU pods than the run needs and has not ended."""
+    if job is None or job_state(job).finished or len([p for p in pods if not _launcher(p)]) >= max(expected, 1):
+        return None
+    return parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+
+
+def pods_refused(job: KubeDict | None, pods: list[KubeDict], events: list[KubeDict], expected: int, now: datetime,
+                 grace_seconds: float) -> Finding | None:
+    """The run's pods could not be created for the grace period, and the controller's FailedCreate events say why
+    (the API server refused them: an invalid pod, a quota, an admission policy). Not BackendNotRunning: the
+    controller runs, and its own words are the cause."""
+    since = missing_pods_since(job, pods, expected)
+    if since is None or (now - since).total_seconds() < grace_seconds:
+        return None
+    meta = (job or {}).get("metadata") or {}
+    kind, name = (job or {}).get("kind", "job"), meta.get("name", "?")
+    mine = [e for e in events if e.get("reason") in CREATE_FAILED
+            and ((n := (e.get("involvedObject") or {}).get("name", "")) == name or n.startswith(f"{name}-"))]
+    if not mine:
+        return None
+    latest = max(mine, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    attempts = sum(int(e.get("count") or 1) for e in mine)
+    words = (latest.get("message") or "").strip()[:600]
+    return Finding(PODS_REFUSED, (
+        f"the API server refused the pods of {kind} {name} ({attempts} attempt(s), the latest by "
+        f"{(latest.get('involvedObject') or {}).get('kind', '?')} "
+        f"{(latest.get('involvedObject') or {}).get('name', '?')}): {words} -> the pods built from the spec are not "
+        "accepted (fix spec.placement, spec.pod or spec.resources), or a ResourceQuota or admission policy of the "
+        "namespace refuses them; then apply the spec again or run the test again (the rerun annotation)"))
 
 
 def progress(job: KubeDict | None, pods: list[KubeDict]) -> str:

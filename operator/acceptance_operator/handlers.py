@@ -33,7 +33,7 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import diagnosis, evidence_hooks, manifests, ownership, runs, sweep
+from acceptance_operator import diagnosis, evidence_hooks, manifests, observe, ownership, runs, sweep
 from acceptance_operator.api import (
     GROUP,
     KIND,
@@ -159,7 +159,7 @@ def is_finished(body: KubeDict) -> bool:
 
 
 def _rerun(body: KubeDict) -> str | None:
-    return ((body.get("metadata") or {}).get("annotations") or {}).get(RERUN_ANNOTATION)
+    return runs.rerun_value(((body.get("metadata") or {}).get("annotations") or {}).get(RERUN_ANNOTATION))
 
 
 def _more_runs(body: KubeDict) -> bool:
@@ -220,12 +220,16 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     CHILDREN.know_test(namespace, label, name)
     _contexts[key] = (logger, contextvars.copy_context())
     seen, _seen[key] = _seen.get(key), _fingerprint(body)
-    if body.get("metadata", {}).get("resourceVersion") == _own_writes.get(key):
-        return  # the echo of our own status write: nothing new to look at
+    version = body.get("metadata", {}).get("resourceVersion")
+    if version == _own_writes.get(key):
+        log.debug("%s/%s: event %s skipped: the echo of our own status write", namespace, name, version)
+        return  # nothing new to look at
     if seen == _seen[key]:
-        return  # only kopf's finalizer or annotations changed: nothing a run depends on
+        log.debug("%s/%s: event %s skipped: nothing a run depends on changed", namespace, name, version)
+        return  # only kopf's finalizer or annotations changed
     if is_finished(body) and ownership.restoration(body) is None and not body.get("metadata", {}).get(
             "deletionTimestamp") and not _more_runs(body):
+        log.debug("%s/%s: event %s skipped: the run has its verdict", namespace, name, version)
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
         QUEUE.forget(key)
         return
@@ -473,8 +477,9 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         return _sweep_step(k, obj, test, due is not None, now, logger)
     if due is not None or (status.get("job") or {}).get("name") != manifests.job_name(test):
         retry = _start_run(k, obj, test, now, logger)
-        # The status write is a watch event: the run is followed then.
-        return retry if retry is not None else float(test.spec.timeout_seconds)
+        # The status write's echo is our own and wakes nothing: a report already here (it landed between the job's
+        # creation and this write) is looked at now, not at the safety resync; a later one has its own event.
+        return retry if retry is not None else 0.0 if status.get("report") else float(test.spec.timeout_seconds)
     return _follow_run(k, obj, test, now, logger)
 
 
@@ -496,15 +501,18 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
         SWEEPS.prime_nodes(k.list_nodes())
     selector = test.spec.placement.node_selector
     schedulable, cordoned = sweep.matching(SWEEPS.nodes(), selector)
-    plan = sweep.plan(SWEEPS.children(namespace, parent, run.id), schedulable, cordoned, test.spec.max_concurrent)
+    present = {n["metadata"]["name"] for n in SWEEPS.nodes()}
+    plan = sweep.plan(SWEEPS.children(namespace, parent, run.id), schedulable, cordoned, test.spec.max_concurrent,
+                      present)
     for node in plan.start:
-        _create_sweep_child(k, test, parent, [node], node)
+        _create_sweep_child(k, obj, test, parent, [node], node)
     if plan.inter_node:
-        _create_sweep_child(k, test, parent, plan.inter_node, sweep.INTER_NODE)
+        _create_sweep_child(k, obj, test, parent, plan.inter_node, sweep.INTER_NODE,
+                            sweep.hostnames_of(SWEEPS.nodes()))
     if plan.finished:
         _sweeping.discard(key)
         state, summary = sweep.verdict(SWEEPS.children(namespace, parent, run.id), plan.status, run.id, parent,
-                                       selector)
+                                       selector, plan.skipped)
         _conclude(k, obj, test, state, now=now, summary=summary, sweep_status=plan.status, logger=logger)
         return _after_run(obj, test)
     (_sweeping.add if plan.status.stage == "nodes" else _sweeping.discard)(key)
@@ -514,11 +522,21 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
     return SETTINGS.resync_seconds
 
 
-def _create_sweep_child(k: Kube, test: AcceptanceTest, parent: str, nodes: list[str], node: str) -> None:
+def _create_sweep_child(k: Kube, parent_obj: KubeDict, test: AcceptanceTest, parent: str, nodes: list[str],
+                        node: str, hostnames: dict[str, str] | None = None) -> None:
+    """Create a child test; one of that name that is not this sweep's (a user's) is told and its node skipped."""
     run_id = runs.run_of(test).id
-    obj = sweep.child(test, run_id, parent, nodes, node)
-    k.create(obj)
-    SWEEPS.child_event(None, test.metadata.namespace, parent, run_id, sweep.Child(obj["metadata"]["name"], node))
+    obj = sweep.child(test, run_id, parent, nodes, node, hostnames)
+    existing, created = k.create(obj)
+    taken = not created and not sweep.is_child(existing, parent, run_id)
+    child = sweep.Child(obj["metadata"]["name"], node, phase="Failed" if taken and node == sweep.INTER_NODE else None,
+                        name_taken=taken)
+    SWEEPS.child_event(None, test.metadata.namespace, parent, run_id, child)
+    if taken:
+        kopf.warn(parent_obj, reason="SweepNameTaken", message=(
+            f"a test named {child.name} exists that this sweep did not create: "
+            + ("the inter-node stage cannot run" if node == sweep.INTER_NODE else f"node {node} is skipped")
+            + "; rename or delete that test, then run the sweep again"))
 
 
 def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) -> int:
@@ -626,9 +644,12 @@ def _undo_foreign_writes(k: Kube, obj: KubeDict, logger: logging.Logger) -> None
     restore = ownership.restoration(obj)
     if restore is None:
         return
-    meta = obj["metadata"]
+    meta, own = obj["metadata"], ownership.interrupted(obj)
     k.patch_test_status(meta["namespace"], meta["name"], restore)
     obj["status"] = {**(obj.get("status") or {}), **restore}
+    if own:  # our own write, interrupted between its record and its status (a restart): completed, not foreign
+        logger.info("%s/%s: completed the status write a restart interrupted", meta["namespace"], meta["name"])
+        return
     message = f"status fields written by someone other than the operator were put back: {', '.join(sorted(restore))}"
     logger.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
     kopf.warn(obj, reason="ForeignStatusWrite", message=message)
@@ -879,7 +900,7 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
 
 
 def _timing() -> Timing:
-    return Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds)
+    return Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds, SETTINGS.node_lost_grace_seconds)
 
 
 def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
@@ -901,9 +922,10 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
     else:
         pods = CHILDREN.pods(namespace, manifests.test_label_value(test), runs.run_of(test).id)
     logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
-    events = _scheduling_events(k, namespace, logger) if any(
-        not (p.get("spec") or {}).get("nodeName") for p in pods) else []
-    facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods))
+    events = observe.run_events(k, namespace, job, pods, test.spec.nodes, _now(), _timing().unschedulable_grace_seconds,
+                                METRICS, logger)
+    bound = CHILDREN.bound_nodes(namespace, manifests.test_label_value(test), runs.run_of(test).id)
+    facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods) | bound)
     if judged is not None:
         raw_report, judged = None, Rejudged(judged.report, run_problems(judged.report, facts))
     else:
@@ -923,38 +945,11 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
         events=events,
         enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
         run=facts,
-        nodes=_unready_nodes(k, pods, logger),
+        nodes=observe.unready_nodes(k, pods, METRICS, logger),
         run_id=runs.run_of(test).id,
         baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,
         regression_tolerance=test.spec.regression_tolerance,
     )
-
-
-def _unready_nodes(k: Kube, pods: list[KubeDict], logger: logging.Logger) -> dict[str, KubeDict]:
-    """The Nodes of the run's live pods that are not Ready; without permission to read nodes, none (a lost node
-    then shows as the job's failure or its timeout)."""
-    nodes: dict[str, KubeDict] = {}
-    for name in diagnosis.nodes_to_check(pods):
-        try:
-            node = k.get_node(name)
-        except ApiException as e:
-            METRICS.reconcile_error(f"http_{e.status}")
-            logger.warning("cannot read node %s (HTTP %s %s): judging its pods without it", name, e.status, e.reason)
-            return nodes
-        if node is not None:
-            nodes[name] = node
-    return nodes
-
-
-def _scheduling_events(k: Kube, namespace: str, logger: logging.Logger) -> list[KubeDict]:
-    """FailedScheduling events; without them (no permission) the pods' PodScheduled condition still says why."""
-    try:
-        return k.scheduling_events(namespace)
-    except ApiException as e:
-        METRICS.reconcile_error(f"http_{e.status}")
-        logger.warning("cannot list events in %s (HTTP %s %s): judging scheduling from the pods alone",
-                       namespace, e.status, e.reason)
-        return []
 
 
 def _cleanup(k: Kube, obj: KubeDict, kind: str, name: str, logger: logging.Logger) -> None:
@@ -1110,7 +1105,7 @@ def _write_status(
     if ownership.record(obj) == desired and all(status.get(key) == value for key, value in desired.items()):
         return
     # The record first: a crash before the status write leaves a record the next reconcile applies.
-    patched = k.patch_test(meta["namespace"], meta["name"], ownership.record_patch(desired)) or {}
+    patched = k.patch_test(meta["namespace"], meta["name"], ownership.record_patch(desired, status)) or {}
     obj["metadata"] = {**meta, "annotations": (patched.get("metadata") or {}).get("annotations") or {}}
     written = k.patch_test_status(meta["namespace"], meta["name"], desired) or {}
     version = (written.get("metadata") or {}).get("resourceVersion")

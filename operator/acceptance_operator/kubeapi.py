@@ -291,6 +291,11 @@ class Kube:
             namespace, field_selector="reason=FailedScheduling,involvedObject.kind=Pod", _preload_content=False
         )).get("items", [])
 
+    def warning_events(self, namespace: str) -> list[KubeDict]:
+        """The namespace's Warning events (a backend's FailedCreate is on its job, not on a pod)."""
+        return _json(self.core.list_namespaced_event(namespace, field_selector="type=Warning",
+                                                     _preload_content=False)).get("items", [])
+
     def list_nodes(self) -> list[KubeDict]:
         return _json(self.core.list_node(_preload_content=False)).get("items", [])
 

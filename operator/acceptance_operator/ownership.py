@@ -11,7 +11,10 @@ status.phase, and each reconcile first puts back any owned field that differs
 from the record.
 
 The record is written before the status it describes: a crash between the two
-leaves a record the next reconcile re-applies, never a status without one.
+leaves a record the next reconcile re-applies, never a status without one. The
+record also carries a digest of the owned status it replaces (`interrupted`),
+so the next reconcile (after a restart) tells its own unfinished write, a
+status still as it was before, from a foreign one, and does not report it.
 
 Tests created before the operator kept a record (an upgrade) have owned status
 fields and no record. Their status may be the earlier operator's or anyone's
@@ -30,6 +33,7 @@ not judged) and a Succeeded does not stand (the handler records ReportMissing).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import zlib
 from typing import Any
@@ -46,9 +50,21 @@ OWNED_FIELDS: tuple[str, ...] = (
 MAX_CONDITION_MESSAGE = 8192  # characters; Kubernetes allows 32 KiB, and a status read by people needs less
 
 
-def encode(owned: KubeDict) -> str:
+REPLACES = "replaces"  # in the stored record: digest() of the owned status the write replaces
+
+
+def digest(status: KubeDict) -> str:
+    """A short digest of the owned fields of `status`."""
+    text = json.dumps(owned(status), sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def encode(owned: KubeDict, replaces: str | None = None) -> str:
     """The record as it is stored: compressed JSON (failedNodes of 1,000 nodes stay small), base64."""
-    text = json.dumps({k: owned.get(k) for k in OWNED_FIELDS}, sort_keys=True, separators=(",", ":"))
+    fields = {k: owned.get(k) for k in OWNED_FIELDS}
+    if replaces is not None:
+        fields[REPLACES] = replaces
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return base64.b64encode(zlib.compress(text.encode(), 9)).decode()
 
 
@@ -60,10 +76,22 @@ def decode(text: str) -> KubeDict | None:
     return value if isinstance(value, dict) else None
 
 
-def record(obj: KubeDict) -> KubeDict | None:
-    """The owned status fields as the operator last wrote them; None when it never wrote any (or it is unreadable)."""
+def _stored(obj: KubeDict) -> KubeDict | None:
     text = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECORD_ANNOTATION)
     return decode(text) if isinstance(text, str) else None
+
+
+def record(obj: KubeDict) -> KubeDict | None:
+    """The owned status fields as the operator last wrote them; None when it never wrote any (or it is unreadable)."""
+    stored = _stored(obj)
+    return None if stored is None else {k: v for k, v in stored.items() if k != REPLACES}
+
+
+def interrupted(obj: KubeDict) -> bool:
+    """The status is still what the operator's last write replaced: that write's record landed, its status write
+    did not (a restart between the two). Putting the record into status then completes the operator's own write."""
+    stored = _stored(obj)
+    return stored is not None and stored.get(REPLACES) == digest(obj.get("status") or {})
 
 
 def owned(status: KubeDict) -> KubeDict:
@@ -130,9 +158,10 @@ def is_finished(obj: KubeDict) -> bool:
     return rec is not None and rec.get("observedGeneration") == generation and rec.get("phase") in TERMINAL_PHASES
 
 
-def record_patch(owned_status: KubeDict) -> KubeDict:
-    """The metadata merge patch that stores the record."""
-    return {"metadata": {"annotations": {RECORD_ANNOTATION: encode(owned_status)}}}
+def record_patch(owned_status: KubeDict, replacing: KubeDict | None = None) -> KubeDict:
+    """The metadata merge patch that stores the record (`replacing`: the status as read before this write)."""
+    replaces = digest(replacing) if replacing is not None else None
+    return {"metadata": {"annotations": {RECORD_ANNOTATION: encode(owned_status, replaces)}}}
 
 
 def clip_message(text: str, limit: int = MAX_CONDITION_MESSAGE) -> str:

@@ -51,7 +51,7 @@ class RunFacts:
 
     config: WorkloadConfig  # the resolved checks and the run's shape, as the operator configured the workload
     uid: str | None  # metadata.uid of the AcceptanceTest
-    pod_nodes: frozenset[str] | None = None  # nodes the job's pods were scheduled on; None: not observed
+    pod_nodes: frozenset[str] | None = None  # nodes the run's pods are or were bound to; None: not observed
 
 
 @dataclass(frozen=True)
@@ -409,14 +409,15 @@ def run_problems(report: Report, facts: RunFacts) -> list[str]:
     named = {r.node for r in report.results if r.node}
     if named - hostnames:
         problems.append(f"results name node(s) it did not run on: {_few(named - hostnames)}")
+    if "" in hostnames or any(r.node == "" for r in report.results):
+        problems.append("it names a node with an empty name")
     if facts.pod_nodes is not None:
-        # Pods the job controller already removed (cleanPodPolicy, TTL) leave their nodes unknown: that many
-        # nodes may go unconfirmed, no more (one pod a node, so every observed pod confirms one).
-        foreign = hostnames - facts.pod_nodes
-        unobserved = max(c.nodes - len(facts.pod_nodes), 0)
-        if len(foreign) > unobserved:
+        # Every node it names must be one a pod of this run is or was bound to (the operator remembers the nodes
+        # of pods a job controller removed since): a pod that was never scheduled ran nothing.
+        foreign = hostnames - facts.pod_nodes - {""}
+        if foreign:
             problems.append(f"node(s) {_few(foreign)} ran no pod of this run (its pods ran on "
-                            f"{_few(facts.pod_nodes) or 'no node'})")
+                            f"{_few(facts.pod_nodes) or 'no node: none was scheduled'})")
     return problems
 
 

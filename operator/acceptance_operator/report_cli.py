@@ -8,11 +8,15 @@ evidence ConfigMaps (the object `gpu-acceptance local --json` writes);
 also write the report as the operator judged it as a page with plots and as
 JUnit XML (exports.py). `--deliver FILE` delivers a
 saved report for the current run exactly as rank 0 does (evidence first, then
-status.report), stamped with the run's generation and uid: an admin
-re-delivering a report from a pod's log after an outage, or a test.
+status.report), stamped with the run's generation, run id and uid: an admin
+re-delivering a report from a pod's log after an outage, or a test. It then
+waits (`--wait`, default 60 s) for the operator's verdict on that run and says
+it; delivered but not judged (the operator ignored it: the test moved on to
+another run; rejected it: ReportRejected; or gave no verdict in time) is exit 1.
 
-Exit codes: 0 printed or delivered, 1 no usable report yet, 2 could not read
-or write (no such test, refused, a FILE that is not a report).
+Exit codes: 0 printed, or delivered and judged; 1 no usable report yet, or a
+delivery the operator ignored, rejected or did not judge in time; 2 could not
+read or write (no such test, refused, a FILE that is not a report).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -40,6 +46,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--junit", metavar="FILE", help="also write the report as JUnit XML (one testcase per result)")
     p.add_argument("--deliver", metavar="FILE",
                    help="deliver this saved report (as `local --json` writes it) for the test's current run")
+    p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+                   help="with --deliver: wait this long for the operator's verdict on the run (0: do not wait)")
     p.set_defaults(func=run_report)
 
 
@@ -85,7 +93,7 @@ def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
             err.write(f"error: no AcceptanceTest {args.name} in namespace {namespace}\n")
             return 2
         if args.deliver:
-            return deliver(k, obj, Path(args.deliver), out, err)
+            return deliver(k, obj, Path(args.deliver), out, err, wait=args.wait)
         return show(k, obj, args, out, err)
     except ApiException as e:
         err.write(f"error: the API server refused: HTTP {e.status} {e.reason}\n")
@@ -98,8 +106,8 @@ def _test(obj: dict):
     return on_current_run(obj)
 
 
-def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO) -> int:
-    """Deliver the saved report for the test's current run, as rank 0 does."""
+def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60.0) -> int:
+    """Deliver the saved report for the test's current run, as rank 0 does, then wait for the operator's verdict."""
     from acceptance_workload.status import StatusWriteError, patch_report
 
     from acceptance_operator import manifests
@@ -112,16 +120,66 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO) -> int:
         return 2
     test = _test(obj)
     ref = manifests.build_workload_config(test).test
-    assert ref is not None
-    report = report.model_copy(update={"generation": ref.generation, "uid": ref.uid})
+    assert ref is not None and ref.run is not None
+    ended = _verdict_of(obj, ref.run)
+    if ended is not None:
+        err.write(f"error: run {ref.run} of {ref.name} has its verdict already ({ended[0]}): the operator judges no "
+                  "other report for it; give the annotation gpu-acceptance.io/rerun a new value to run it again\n")
+        return 1
+    report = report.model_copy(update={"generation": ref.generation, "run": ref.run, "uid": ref.uid})
     try:
         patch_report(ref, report, api=k.custom, core=k.core, deadline_seconds=60)
     except StatusWriteError as e:
         err.write(f"error: {e}\n")
         return 2
-    out.write(f"delivered {path} to acceptancetests/{ref.name} in {ref.namespace} for generation {ref.generation} "
+    out.write(f"delivered {path} to acceptancetests/{ref.name} in {ref.namespace} for run {ref.run} "
               f"({len(ref.evidence)} evidence ConfigMaps)\n")
-    return 0
+    if wait <= 0:
+        return 0
+    code, text = await_verdict(lambda: k.get_test(ref.namespace, ref.name), ref.run, wait)
+    (out if code == 0 else err).write(("" if code == 0 else "error: ") + text + "\n")
+    return code
+
+
+def _verdict_of(obj: dict, run_id: str) -> tuple[str, str] | None:
+    """("Phase Reason", message) of run `run_id` by the operator's own record, once it has ended; else None."""
+    from acceptance_operator import ownership
+
+    record = ownership.record(obj) or {}
+    if (record.get("run") or {}).get("id") != run_id or record.get("phase") not in ("Succeeded", "Failed"):
+        return None
+    succeeded = next((c for c in record.get("conditions") or [] if c.get("type") == "Succeeded"), {})
+    return f"{record['phase']} {succeeded.get('reason', '')}".rstrip(), str(succeeded.get("message") or "")
+
+
+def await_verdict(read: Callable[[], dict | None], run_id: str, seconds: float,
+                  sleep: Callable[[float], None] = time.sleep) -> tuple[int, str]:
+    """Wait for the operator's verdict on run `run_id` after a delivery: (exit code, what to say)."""
+    from acceptance_operator import ownership
+    from acceptance_operator.conditions import REPORT_REJECTED
+
+    deadline = time.monotonic() + seconds
+    while True:
+        obj = read()
+        if obj is None:
+            return 2, "the test was deleted before the operator judged the delivery"
+        current = ((ownership.record(obj) or {}).get("run") or {}).get("id")
+        if current is not None and current != run_id:
+            return 1, (f"the operator ignored the delivery: the test is on run {current} now, the report was for run "
+                       f"{run_id}; deliver it again for the current run")
+        verdict = _verdict_of(obj, run_id)
+        if verdict is not None:
+            words = f"{verdict[0]}: {verdict[1]}"
+            if verdict[0].endswith(REPORT_REJECTED):
+                return 1, f"the operator rejected the delivery for run {run_id}: {words}"
+            return 0, f"the operator's verdict on run {run_id}: {words}"
+        if time.monotonic() >= deadline:
+            status = obj.get("status") or {}
+            running = next((c.get("message") for c in status.get("conditions") or [] if c.get("type") == "Running"),
+                           "")
+            return 1, (f"no verdict on run {run_id} within {seconds:g}s (phase {status.get('phase') or 'none'}"
+                       f"{': ' + running if running else ''}): is the operator running? (--wait sets how long to wait)")
+        sleep(0.5)
 
 
 def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

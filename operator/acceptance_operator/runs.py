@@ -11,6 +11,7 @@ overlap, and a new spec is the only thing that cuts a run short.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +29,19 @@ from acceptance_operator.api import (
 from acceptance_operator.schedule import last_slot, next_slot
 
 KubeDict = dict[str, Any]
+
+
+# The longest rerun annotation value recorded as it is (the chart's ValidatingAdmissionPolicy refuses longer new
+# values); a longer one is recorded by its digest: the record and history hold it once per run, and annotations
+# have 256 KiB in all.
+MAX_RERUN_CHARS = 253
+
+
+def rerun_value(annotation: str | None) -> str | None:
+    """The rerun annotation's value as runs record and compare it: a value too long to record, by its digest."""
+    if annotation is None or len(annotation) <= MAX_RERUN_CHARS:
+        return annotation
+    return "sha256:" + hashlib.sha256(annotation.encode()).hexdigest()
 
 
 def run_id(generation: int, attempt: int) -> str:

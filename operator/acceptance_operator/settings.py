@@ -8,11 +8,14 @@ under a plain `kopf run -m acceptance_operator.handlers`:
   before the run fails as Unschedulable (or JobFailed); also how long the job
   may go without its controller (no status and no pods, or refused by its
   admission webhook) before BackendNotRunning.
+- GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS (60): how long a node under a live pod
+  of a run must stay not Ready before the run fails as NodeNotReady (an API
+  server outage leaves nodes Unknown for a moment after it: not a verdict).
 - GPU_ACCEPTANCE_NODE_ACTIONS (false): allow spec.onFailure to label, taint or
   cordon nodes (the chart grants nodes get/patch only then).
 - GPU_ACCEPTANCE_DEFAULT_IMAGE: workload image for tests that set no
   spec.image (default: the workload image of the operator's own version).
-- GPU_ACCEPTANCE_RESYNC_SECONDS (300): a safety net, not a poll: a run in
+- GPU_ACCEPTANCE_RESYNC_SECONDS (60): a safety net, not a poll: a run in
   progress is looked at this long after the last look even when no watch event
   and no deadline asked for it.
 - GPU_ACCEPTANCE_WORKERS (16): threads that reconcile tests; the Kubernetes
@@ -82,7 +85,8 @@ def _env_bool(name: str, default: bool) -> bool:
 class OperatorSettings:
     unschedulable_grace_seconds: float = 600.0
     report_grace_seconds: float = 30.0
-    resync_seconds: float = 300.0
+    node_lost_grace_seconds: float = 60.0
+    resync_seconds: float = 60.0
     workers: int = 16
     node_actions: bool = False
     default_image: str | None = None
@@ -97,7 +101,8 @@ class OperatorSettings:
         return cls(
             unschedulable_grace_seconds=_env_float("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", 600.0, 0),
             report_grace_seconds=_env_float("GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", 30.0, 0),
-            resync_seconds=_env_float("GPU_ACCEPTANCE_RESYNC_SECONDS", 300.0, 1),
+            node_lost_grace_seconds=_env_float("GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS", 60.0, 0),
+            resync_seconds=_env_float("GPU_ACCEPTANCE_RESYNC_SECONDS", 60.0, 1),
             workers=int(_env_float("GPU_ACCEPTANCE_WORKERS", 16, 1)),
             node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", False),
             default_image=os.environ.get("GPU_ACCEPTANCE_DEFAULT_IMAGE", "").strip() or None,

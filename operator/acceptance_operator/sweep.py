@@ -10,8 +10,12 @@ own job, report, evidence and verdict), so a node's result is read with
 Which nodes: those matching placement.nodeSelector and not cordoned. A node
 that joins the pool while single-node tests are still being started is tested
 too (the total grows); one that joins later waits for the next run. A node
-cordoned (or deleted) before its test started is skipped and counted as such;
-a test already running on it is left to finish.
+cordoned before its test started, one cordoned or gone from the pool (deleted,
+or relabelled) after its test passed, and one whose child test's name another
+test holds are skipped, each with its reason (skipped_nodes), and kept out of
+the inter-node stage; a test already running on such a node is left to finish,
+and a node whose test failed stays failed (a failure is never dropped because
+the node went away).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceptance_operator.api import API_VERSION, GROUP, KIND, AcceptanceTest, Summary, SweepStatus
+from acceptance_operator.api import API_VERSION, GROUP, KIND, AcceptanceTest, SkippedNode, Summary, SweepStatus
 from acceptance_operator.conditions import CHECKS_FAILED, NO_NODES, PASSED, RunState
 from acceptance_operator.kubetypes import MAX_VALUES
 
@@ -31,6 +35,7 @@ NODE_ANNOTATION = f"{GROUP}/node"  # a single-node child's node ("" for the inte
 INTER_NODE = ""
 # The spec fields that make a test a sweep or a series of runs; its children are single runs.
 PARENT_ONLY = ("sweep", "maxConcurrent", "schedule", "historyLimit", "baseline", "regressionTolerance")
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 MAX_LISTED_NODES = 32  # failed nodes named in status.sweep (all are in the children)
 TERMINAL = ("Succeeded", "Failed")
 
@@ -45,6 +50,7 @@ class Child:
     failed_nodes: tuple[str, ...] = ()
     busbw: float | None = None
     ddp: float | None = None
+    name_taken: bool = False  # its name is another test's: it was never created (the node is skipped)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,7 @@ class Plan:
     status: SweepStatus = field(default_factory=SweepStatus)
     finished: bool = False
     passed: bool = False
+    skipped: dict[str, str] = field(default_factory=dict)  # skipped_nodes
 
 
 def matching(nodes: list[KubeDict], selector: dict[str, str]) -> tuple[list[str], list[str]]:
@@ -69,17 +76,42 @@ def matching(nodes: list[KubeDict], selector: dict[str, str]) -> tuple[list[str]
     return sorted(ok), sorted(cordoned)
 
 
-def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max_concurrent: int) -> Plan:
-    """The next step of a sweep run from its children and the pool as it is now."""
+def skipped_nodes(single: dict[str, Child], schedulable: list[str], cordoned: list[str],
+                  present: set[str] | None) -> dict[str, str]:
+    """The pool's nodes this run leaves out, each with why: the one place a reason to skip a node is decided.
+
+    `present`: the names of every node there is (None: unknown, no node is taken for gone). A node whose test
+    failed is never skipped: it stays failed whatever became of it.
+    """
+    out: dict[str, str] = {}
+    pool = set(schedulable) | set(cordoned)
+    for node in cordoned:
+        if node not in single:
+            out[node] = "cordoned before its test started"
+        elif single[node].phase == "Succeeded":
+            out[node] = "cordoned after its test passed: left out of the inter-node stage"
+    for node, c in single.items():
+        if c.name_taken:
+            out[node] = f"another test is named {c.name}, the name of this node's test in the sweep: rename it"
+        elif node not in pool and c.phase != "Failed":
+            gone = present is not None and node not in present
+            out[node] = ("deleted during the sweep" if gone else "no longer matches placement.nodeSelector") + (
+                ": its test's verdict does not count" if c.phase == "Succeeded" else "")
+    return out
+
+
+def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max_concurrent: int,
+         present: set[str] | None = None) -> Plan:
+    """The next step of a sweep run from its children and the pool as it is now (`present`: every node's name)."""
     single = {c.node: c for c in children if c.node != INTER_NODE}
     stage = next((c for c in children if c.node == INTER_NODE), None)
     stage_started = stage is not None
     waiting = [] if stage_started else [n for n in schedulable if n not in single]
-    running = [c for c in single.values() if c.phase not in TERMINAL]
+    skipped = skipped_nodes(single, schedulable, cordoned, present)
+    running = [c for c in single.values() if c.phase not in TERMINAL and not c.name_taken]
     start = waiting[:max(0, max_concurrent - len(running))]
-    passed = sorted(n for n, c in single.items() if c.phase == "Succeeded")
+    passed = sorted(n for n, c in single.items() if c.phase == "Succeeded" and n not in skipped)
     failed = sorted(n for n, c in single.items() if c.phase == "Failed")
-    skipped = [] if stage_started else [n for n in cordoned if n not in single]
     singles_done = not running and not waiting
     blamed = sorted(set(failed) | (set(stage.failed_nodes) if stage is not None else set()))
     stage_name = "nodes" if not singles_done else "inter-node" if len(passed) >= 2 else "done"
@@ -89,13 +121,14 @@ def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max
     status = SweepStatus(
         stage=stage_name, total=len(single) + len(waiting), passed=len(passed), failed=len(failed),
         running=len(running) + len(start), pending=len(waiting) - len(start), skipped=len(skipped),
+        skipped_nodes=[SkippedNode(name=n, reason=skipped[n]) for n in sorted(skipped)[:MAX_LISTED_NODES]],
         failed_nodes=blamed[:MAX_LISTED_NODES], failed_node_count=len(blamed),
         inter_node=stage.phase if stage is not None else None,
     )
     status = status.model_copy(update={"progress": progress(status)})
     verdict = finished and not blamed and bool(passed) and (stage is None or stage.phase == "Succeeded")
     return Plan(start=start, inter_node=passed if singles_done and len(passed) >= 2 and stage is None else None,
-                status=status, finished=finished, passed=verdict)
+                status=status, finished=finished, passed=verdict, skipped=skipped)
 
 
 def progress(s: SweepStatus) -> str:
@@ -115,11 +148,15 @@ def child_name(parent: str, run_id: str, node: str) -> str:
     return fit_name(f"{parent}-{run_id}-{node or 'inter-node'}", 253)
 
 
-def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[str], node: str) -> KubeDict:
-    """A child AcceptanceTest: the parent's spec as a single run on `nodes` (pinned by node name)."""
+def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[str], node: str,
+          hostnames: dict[str, str] | None = None) -> KubeDict:
+    """A child AcceptanceTest: the parent's spec as a single run on `nodes` (pinned by node name).
+
+    `hostnames`: the nodes' kubernetes.io/hostname labels, by node name (the inter-node stage is pinned by them).
+    """
     spec = {k: v for k, v in parent.spec.to_wire().items() if k not in PARENT_ONLY}
     spec["nodes"] = len(nodes)
-    spec["placement"] = _pinned(spec.get("placement") or {}, nodes)
+    spec["placement"] = _pinned(spec.get("placement") or {}, nodes, hostnames or {})
     meta = parent.metadata
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": meta.name, "uid": meta.uid, "controller": True}
     return {
@@ -134,24 +171,48 @@ def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[st
     }
 
 
-def _pinned(placement: KubeDict, nodes: list[str]) -> KubeDict:
-    """placement with a required node affinity to exactly `nodes`, ANDed into every term the user gave.
+def pinning_terms(nodes: list[str], hostnames: dict[str, str]) -> list[KubeDict]:
+    """nodeSelectorTerms (ORed) that admit exactly `nodes`, in a form the API server accepts in a pod.
 
-    A requirement holds at most MAX_VALUES names, so the nodes are split into chunks, one term each (terms are
-    ORed): MAX_TERMS x MAX_VALUES nodes (2048) without terms of the user's. Past that the child's spec is
-    refused, and it ends InvalidSpec saying so.
+    A node field requirement (matchFields metadata.name) may hold one value only, and a term list holds at most
+    MAX_TERMS: one term per node would cap the stage at MAX_TERMS nodes. So nodes are pinned by their
+    kubernetes.io/hostname label (the label the pods' one-per-node anti-affinity uses), MAX_VALUES values a term:
+    MAX_TERMS x MAX_VALUES nodes (2048). A node without that label gets a term of its own by name.
     """
+    by_label = sorted({hostnames[n] for n in nodes if hostnames.get(n)})
+    unlabelled = sorted(n for n in nodes if not hostnames.get(n))
+    terms: list[KubeDict] = [
+        {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": by_label[i:i + MAX_VALUES]}]}
+        for i in range(0, len(by_label), MAX_VALUES)]
+    terms += [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]} for n in unlabelled]
+    return terms
+
+
+def _pinned(placement: KubeDict, nodes: list[str], hostnames: dict[str, str]) -> KubeDict:
+    """placement with a required node affinity to exactly `nodes` (pinning_terms), ANDed into every term the user
+    gave. Past MAX_TERMS terms the child's spec is refused, and it ends InvalidSpec saying so."""
     placement = copy.deepcopy(placement)
     affinity = placement.setdefault("affinity", {})
     required = affinity.setdefault("nodeAffinity", {}).setdefault("requiredDuringSchedulingIgnoredDuringExecution",
                                                                    {})
-    chunks = [nodes[i:i + MAX_VALUES] for i in range(0, len(nodes), MAX_VALUES)]
     required["nodeSelectorTerms"] = [
-        {**term, "matchFields": [*(term.get("matchFields") or []),
-                                 {"key": "metadata.name", "operator": "In", "values": chunk}]}
-        for term in (required.get("nodeSelectorTerms") or [{}]) for chunk in chunks
+        {key: [*(term.get(key) or []), *(pin.get(key) or [])] for key in ("matchExpressions", "matchFields")
+         if term.get(key) or pin.get(key)}
+        for term in (required.get("nodeSelectorTerms") or [{}]) for pin in pinning_terms(nodes, hostnames)
     ]
     return placement
+
+
+def hostnames_of(nodes: list[KubeDict]) -> dict[str, str]:
+    """Node name -> its kubernetes.io/hostname label, for the nodes that have one."""
+    return {n["metadata"]["name"]: label for n in nodes
+            if (label := ((n.get("metadata") or {}).get("labels") or {}).get(HOSTNAME_LABEL))}
+
+
+def is_child(obj: KubeDict, parent_label: str, run_id: str) -> bool:
+    """Whether a test is this sweep run's child (by its labels), not another test that took the name."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(LABEL_SWEEP) == parent_label and labels.get(LABEL_SWEEP_RUN) == run_id
 
 
 def child_of(obj: KubeDict, recorded: KubeDict | None) -> Child | None:
@@ -166,9 +227,11 @@ def child_of(obj: KubeDict, recorded: KubeDict | None) -> Child | None:
 
 
 def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_label: str,
-            selector: dict[str, str]) -> tuple[RunState, Summary]:
-    """The finished sweep run's state and summary (summary counts nodes, not checks)."""
-    single = [c for c in children if c.node != INTER_NODE]
+            selector: dict[str, str], skipped: dict[str, str] | None = None) -> tuple[RunState, Summary]:
+    """The finished sweep run's state and summary (summary counts nodes, not checks; skipped nodes are neither
+    passed nor failed)."""
+    skipped = skipped or {}
+    single = [c for c in children if c.node != INTER_NODE and not (c.node in skipped and c.phase != "Failed")]
     stage = next((c for c in children if c.node == INTER_NODE), None)
     passed = sorted(c.node for c in single if c.phase == "Succeeded")
     failed = sorted(c.node for c in single if c.phase == "Failed")
@@ -185,12 +248,20 @@ def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_labe
                   else f"inter-node stage over {len(passed)} nodes {stage.phase}")
     if stage is not None and stage.busbw is not None:
         stage_text += f" (all_reduce busbw {stage.busbw:g} GB/s)"
+    left_out = f"; {len(skipped)} skipped ({_skips(skipped)})" if skipped else ""
     if not blamed and (stage is None or stage.phase == "Succeeded"):
-        return RunState("Succeeded", PASSED, f"sweep run {run_id}: all {len(single)} nodes passed; {stage_text}"), \
-            summary.model_copy(update={"result": "Passed"})
+        return RunState("Succeeded", PASSED, f"sweep run {run_id}: all {len(single)} nodes passed{left_out}; "
+                        f"{stage_text}"), summary.model_copy(update={"result": "Passed"})
     listed = ", ".join(blamed[:MAX_LISTED_NODES]) + (f" (and {len(blamed) - MAX_LISTED_NODES} more)"
                                                      if len(blamed) > MAX_LISTED_NODES else "")
-    text = f"sweep run {run_id}: {len(failed)} of {len(single)} nodes failed their single-node test"
+    text = f"sweep run {run_id}: {len(failed)} of {len(single)} nodes failed their single-node test{left_out}"
     if blamed:
         text += f"; nodes to blame: {listed}"
     return RunState("Failed", CHECKS_FAILED, f"{text}; {stage_text}; each node's test: {where}"), summary
+
+
+def _skips(skipped: dict[str, str], limit: int = 5) -> str:
+    """'n1: cordoned before its test started; n4: deleted during the sweep (and 3 more)'."""
+    names = sorted(skipped)
+    more = f" (and {len(names) - limit} more: status.sweep.skippedNodes)" if len(names) > limit else ""
+    return "; ".join(f"{n}: {skipped[n]}" for n in names[:limit]) + more

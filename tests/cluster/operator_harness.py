@@ -228,7 +228,7 @@ class Cluster:
                     node = c["metadata"]["annotations"]["gpu-acceptance.io/node"]
                     values = [v for t in c["spec"]["placement"]["affinity"]["nodeAffinity"][
                         "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-                        for f in t["matchFields"] for v in f["values"]]
+                        for f in t.get("matchFields", []) + t.get("matchExpressions", []) for v in f["values"]]
                     self.write_report(name, report(1, nodes=(node,) if node else tuple(sorted(values))))
                     reported.add(name)
             return (self.status(parent).get("phase") or "Running") in ("Succeeded", "Failed")

@@ -175,6 +175,24 @@ def test_user_policy_refuses_host_path_service_account_and_host_network_at_admis
         assert "userPolicy.allowHostNetwork" in answer["message"], answer
         assert create("plain", {"volumes": [{"name": "d", "emptyDir": {}}]})["_status"] == 201
         assert create("podnet", {"hostNetwork": False})["_status"] == 201
+        # A new rerun value longer than the operator records as it is: refused with its size and the limit.
+        rerun = "gpu-acceptance.io/rerun"
+
+        def annotate(value: str) -> dict:
+            return apiserver.request("PATCH", f"{path}/plain", {"metadata": {"annotations": {rerun: value}}},
+                                     expect=None, content_type="application/merge-patch+json")
+
+        def refused_rerun() -> dict | None:
+            answer = annotate("x" * 147_000)
+            if answer["_status"] == 200:  # the policy is not loaded yet: a short value again, then try again
+                annotate("short")
+                return None
+            return answer
+
+        answer = wait_for(refused_rerun, "the rerun policy to refuse a 147,000-character value", timeout=60)
+        assert answer["_status"] == 422, answer
+        assert "147000 characters, at most 253 are allowed" in answer["message"], answer["message"]
+        assert annotate("2026-11-27")["_status"] == 200
 
         # Allowed by the chart: the same spec is admitted (the policy drops the hostPath rule).
         helm("upgrade", release, str(CHART), "-n", namespace, "--skip-crds",

@@ -134,7 +134,10 @@ def test_a_delivered_cpu_smoke_report_fails_naming_why(cluster: Cluster, tmp_pat
     smoke = passing_report(config, ["laptop"]).model_copy(update={"mode": "cpu-smoke"})
     (tmp_path / "smoke.json").write_text(json.dumps(smoke.to_wire()))
     cluster.place_pods("cpu", 1, ["laptop"])
-    assert cli(cluster, "cpu", "--deliver", str(tmp_path / "smoke.json")).returncode == 0
+    delivered = cli(cluster, "cpu", "--deliver", str(tmp_path / "smoke.json"))
+    # Delivered, and rejected by the operator: the command says so and exits 1.
+    assert delivered.returncode == 1 and "the operator rejected the delivery for run g1" in delivered.stderr, \
+        delivered.stderr
     cluster.wait_phase("cpu", "Failed")
     succeeded = cluster.condition("cpu", "Succeeded")
     assert succeeded["reason"] == "ReportRejected" and "cpu-smoke report" in succeeded["message"]

@@ -6,7 +6,13 @@ workload's config says); the operator is the real `gpu-acceptance operator`.
 
 from __future__ import annotations
 
+import json
+import os
+import secrets
+import subprocess
+import sys
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from tests.cluster.operator_harness import MERGE, Cluster, OperatorProcess, report
@@ -130,3 +136,72 @@ def test_slots_missed_while_the_operator_was_down_start_one_run_when_it_is_back(
     assert (slot - started.replace(second=0)).total_seconds() >= 120
     done = finish(cluster, "missed", "Succeeded")
     assert [h["id"] for h in done["history"]][:2] == ["g1", "g1-r2"]
+
+
+def deliver(cluster: Cluster, name: str, saved: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KUBECONFIG": str(cluster.server.kubeconfig)}
+    return subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "report", name, "--deliver", str(saved),
+                           "--wait", "30", "-n", cluster.ns], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_deliver_is_for_the_current_run_and_says_when_the_operator_does_not_take_it(cluster: Cluster,
+                                                                                   tmp_path: Path):
+    """`report NAME --deliver FILE` after reruns: stamped with the current run, it is judged; a report the operator
+    rejects, or a delivery to a run that has its verdict, exits 1 saying why."""
+    cluster.create_test("late", {"nodes": 1})
+    wait_run(cluster, "late", "g1")
+    finish(cluster, "late", "Succeeded")
+    annotate(cluster, "late", "two")
+    wait_run(cluster, "late", "g1-r2")
+    cluster.place_pods("late", 1, ["node-a"], run="g1-r2")  # the run's pod, where the scheduler put it
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps(report(1, nodes=("node-b",))))
+    rejected = deliver(cluster, "late", elsewhere)
+    assert rejected.returncode == 1, (rejected.stdout, rejected.stderr)
+    assert "delivered" in rejected.stdout and "for run g1-r2" in rejected.stdout
+    assert "the operator rejected the delivery for run g1-r2: Failed ReportRejected" in rejected.stderr
+    again = deliver(cluster, "late", elsewhere)
+    assert again.returncode == 1 and "run g1-r2 of late has its verdict already (Failed ReportRejected)" in \
+        again.stderr, again.stderr
+
+    annotate(cluster, "late", "three")
+    wait_run(cluster, "late", "g1-r3")
+    cluster.place_pods("late", 1, ["node-a"], run="g1-r3")
+    saved = tmp_path / "report.json"
+    saved.write_text(json.dumps(report(1, nodes=("node-a",))))
+    judged = deliver(cluster, "late", saved)
+    assert judged.returncode == 0, (judged.stdout, judged.stderr)
+    assert "the operator's verdict on run g1-r3: Succeeded ChecksPassed" in judged.stdout
+    assert ("g1-r3", "Passed") in [(h["id"], h["result"]) for h in cluster.status("late")["history"]]
+
+
+def test_a_rerun_value_too_long_to_record_as_it_is_starts_one_recorded_run(cluster: Cluster):
+    """A 147 KB rerun value (the API server allows it: annotations have 256 KiB in all) is recorded by its digest:
+    the run starts, is recorded and ends, instead of a job whose run can never be recorded (the value again in the
+    operator's record annotation: HTTP 422, annotations too long)."""
+    cluster.create_test("long", {"nodes": 1})
+    wait_run(cluster, "long", "g1")
+    finish(cluster, "long", "Succeeded")
+    annotate(cluster, "long", secrets.token_urlsafe(110_250)[:147_000])  # random: its record does not compress
+    status = wait_run(cluster, "long", "g1-r2")
+    assert status["run"]["trigger"] == "rerun" and status["run"]["rerun"].startswith("sha256:"), status["run"]
+    assert len(status["run"]["rerun"]) == len("sha256:") + 64
+    finished = finish(cluster, "long", "Succeeded")
+    assert [h["id"] for h in finished["history"]] == ["g1", "g1-r2"]
+    assert sorted(cluster.job_names("PyTorchJob")) == ["long-g1", "long-g1-r2"]  # one job for the value
+
+
+def test_an_oversized_report_is_refused_with_its_size_and_the_limit(cluster: Cluster, tmp_path: Path):
+    """A 1024-node report delivered to a 2-node test: refused at once, saying how large and the limit (it was
+    retried for 60 s until an SSL EOF: the API server drops a request that large)."""
+    cluster.create_test("small", {"nodes": 2})
+    wait_run(cluster, "small", "g1")
+    saved = tmp_path / "huge.json"
+    saved.write_text(json.dumps(report(1, nodes=tuple(f"gpu-node-{i:04d}" for i in range(1024)))))
+    started = datetime.now(timezone.utc)
+    answer = deliver(cluster, "small", saved)
+    assert answer.returncode == 2, (answer.stdout, answer.stderr)
+    assert "the report is too large to deliver to acceptancetests/small" in answer.stderr, answer.stderr
+    assert "bytes, the limit is 1,044,480" in answer.stderr, answer.stderr
+    assert (datetime.now(timezone.utc) - started).total_seconds() < 50
+    assert not (cluster.status("small").get("report"))  # nothing was written

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.operator_harness import Cluster, report
+from tests.cluster.operator_harness import Cluster, OperatorProcess, report
 
 SWEEP = "gpu-acceptance.io/sweep"
 NODE = "gpu-acceptance.io/node"
@@ -76,7 +76,10 @@ def test_a_sweep_tests_every_node_with_at_most_max_concurrent_at_once(cluster: C
                                        and (c.get("status") or {}).get("run")), None), "the inter-node stage")
     assert stage["spec"]["nodes"] == 7
     pinned = stage["spec"]["placement"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    assert sorted(pinned["nodeSelectorTerms"][0]["matchFields"][0]["values"]) == sorted(set(pool) - {bad})
+    # By the nodes' hostname labels (here their names): a pod may not name more than one node in a node field.
+    (term,) = pinned["nodeSelectorTerms"]
+    assert term == {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                          "values": sorted(set(pool) - {bad})}]}
     cluster.write_report(stage["metadata"]["name"], report(1, nodes=tuple(n for n in pool if n != bad)))
 
     status = cluster.wait_phase("pool", "Failed", timeout=60)
@@ -89,3 +92,54 @@ def test_a_sweep_tests_every_node_with_at_most_max_concurrent_at_once(cluster: C
         node = c["metadata"]["annotations"][NODE]
         assert c["status"]["phase"] == ("Failed" if node == bad else "Succeeded"), node
     assert [h["result"] for h in status["history"]] == ["Failed"]
+
+
+def test_nodes_left_out_of_a_sweep_are_skipped_with_why(cluster: Cluster, pool: list[str]):
+    """A user's test holding the name of a node's child test, a node cordoned before the sweep and one deleted
+    after its test passed: each is skipped with its reason, none stops the sweep, and the inter-node stage runs
+    over the others."""
+    taken, cordoned, deleted = pool[0], pool[1], pool[2]
+    cluster.create_test(f"sw-g1-{taken}", {"nodes": 1})
+    cluster.server.request("PATCH", f"/api/v1/nodes/{cordoned}", {"spec": {"unschedulable": True}},
+                           content_type="application/merge-patch+json")
+    cluster.create_test("sw", {"sweep": True, "maxConcurrent": 8, "placement": {"nodeSelector": {"pool": cluster.ns}}})
+
+    def pending_children() -> dict[str, dict] | None:
+        items = {c["metadata"]["annotations"][NODE]: c for c in children(cluster, "sw")
+                 if (c.get("status") or {}).get("run") and c["status"].get("phase") == "Pending"}
+        return items if len(items) == 6 else None
+
+    singles = cluster.wait(pending_children, "the six single-node tests the sweep could create")
+    assert sorted(singles) == sorted(pool[2:])
+    cluster.write_report(singles[deleted]["metadata"]["name"], report(1, nodes=(deleted,)))
+    cluster.wait_phase(singles[deleted]["metadata"]["name"], "Succeeded")
+    cluster.server.request("DELETE", f"/api/v1/nodes/{deleted}")
+    for node in pool[3:]:
+        cluster.write_report(singles[node]["metadata"]["name"], report(1, nodes=(node,)))
+    stage = cluster.wait(lambda: next((c for c in children(cluster, "sw") if not c["metadata"]["annotations"][NODE]
+                                       and (c.get("status") or {}).get("run")), None), "the inter-node stage")
+    assert stage["spec"]["nodes"] == 5  # not the deleted node
+    cluster.write_report(stage["metadata"]["name"], report(1, nodes=tuple(pool[3:])))
+    status = cluster.wait_phase("sw", "Succeeded", timeout=60)
+    reasons = {s["name"]: s["reason"] for s in status["sweep"]["skippedNodes"]}
+    assert status["sweep"]["skipped"] == 3 and sorted(reasons) == sorted(pool[:3]), status["sweep"]
+    assert reasons[taken].startswith(f"another test is named sw-g1-{taken}"), reasons
+    assert reasons[cordoned] == "cordoned before its test started"
+    assert reasons[deleted] == "deleted during the sweep: its test's verdict does not count"
+    assert status["sweep"]["passed"] == 5 and status["summary"]["total"] == 5
+    assert "3 skipped" in cluster.condition("sw", "Succeeded")["message"]
+    assert cluster.wait_event("sw", "SweepNameTaken")
+    assert cluster.get_test(f"sw-g1-{taken}")["metadata"].get("labels", {}).get(SWEEP) is None  # left alone
+
+
+def test_a_restart_mid_sweep_does_not_take_the_operators_own_writes_for_foreign(cluster: Cluster, pool: list[str],
+                                                                               operator: OperatorProcess):
+    cluster.create_test("rs", {"sweep": True, "maxConcurrent": 4, "placement": {"nodeSelector": {"pool": cluster.ns}}})
+    cluster.wait(lambda: len(active(children(cluster, "rs"))) == 4, "four single-node tests")
+    operator.restart()
+    cluster.play_sweep("rs", timeout=180)
+    assert cluster.status("rs")["phase"] == "Succeeded"
+    tests = [cluster.get_test("rs"), *children(cluster, "rs")]
+    foreign = [(t["metadata"]["name"], m) for t in tests for _, r, m in cluster.events(t["metadata"]["name"])
+               if r == "ForeignStatusWrite"]
+    assert not foreign, foreign

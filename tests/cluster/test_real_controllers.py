@@ -23,28 +23,33 @@ from tests.cluster.operator_harness import Cluster, report
 from tests.devcluster import GPUS_PER_NODE, JOBSET, TRAINING_OPERATOR, Controllers, dev_nodes
 
 # Kubernetes' Job controller completes the pods kwok runs at once; the report may come a little later.
-REAL_ENV = {"GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "60", "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "3"}
+REAL_ENV = {"GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "60", "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "3",
+            "GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS": "10"}
 
 
-@pytest.fixture(scope="module")
-def real_cluster() -> Iterator[tuple[ApiServer, list[str], Controllers]]:
+def cluster_of(nodes: int) -> Iterator[tuple[ApiServer, list[str], Controllers]]:
+    """A dev cluster of its own with `nodes` fake GPU nodes (for a module-scoped fixture)."""
     server = ApiServer()
     server.start()
     controllers = Controllers(server)
     try:
         server.install_crds([*backend_crd_paths(), AT_CRD])
         controllers.start()
-        nodes = controllers.add_gpu_nodes(dev_nodes())
-        yield server, nodes, controllers
+        yield server, controllers.add_gpu_nodes(nodes), controllers
     finally:
         controllers.stop()
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def real_cluster() -> Iterator[tuple[ApiServer, list[str], Controllers]]:
+    yield from cluster_of(dev_nodes())
+
+
 def operator_in_new_namespace(real_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator,
-                              env: dict[str, str]) -> Cluster:
+                              env: dict[str, str], labels: dict[str, str] | None = None) -> Cluster:
     server, _, _ = real_cluster
-    namespace = server.create_namespace(f"real-{uuid.uuid4().hex[:6]}")
+    namespace = server.create_namespace(f"real-{uuid.uuid4().hex[:6]}", labels=labels)
     proc = start_operator(server.kubeconfig, [namespace], env)
     return Cluster(server, namespace, proc.log_tail)
 

@@ -241,16 +241,29 @@ def test_report_from_nodes_the_pods_did_not_run_on_is_rejected_and_its_blame_is_
 
 
 def test_pods_the_job_controller_removed_do_not_reject_a_report():
-    """cleanPodPolicy Running deletes workers still running when the job ends; rank 0's pod stays."""
-    a = assess(reported(pods=[pod("t-g2-0", "Succeeded", node="gpu-node-0000")]), T0, TIMING)
+    """cleanPodPolicy Running deletes workers still running when the job ends; rank 0's pod stays. The operator
+    remembers the nodes the removed pods were bound to (RunFacts.pod_nodes, from its pod watch)."""
+    remembered = RunFacts(CONFIG, "uid-1", frozenset({"gpu-node-0001"}))
+    a = assess(reported(pods=[pod("t-g2-0", "Succeeded", node="gpu-node-0000")], run=remembered), T0, TIMING)
     assert (a.state.phase, a.state.reason) == ("Succeeded", "ChecksPassed")
-    two_unknown = passing_report(CONFIG)
-    two_unknown.environment.hostnames = ["gpu-node-0001", "elsewhere"]
-    for r in two_unknown.results:
-        if r.node == "gpu-node-0000":
-            r.node = "elsewhere"
-    a = assess(reported(two_unknown, pods=[pod("t-g2-0", "Succeeded", node="gpu-node-0000")]), T0, TIMING)
-    assert a.state.reason == "ReportRejected" and "ran no pod of this run" in a.state.message
+    # A node no pod of the run was ever seen on is not taken on trust, whatever happened to the pods.
+    a = assess(reported(pods=[pod("t-g2-0", "Succeeded", node="gpu-node-0000")]), T0, TIMING)
+    assert a.state.reason == "ReportRejected" and "gpu-node-0001 ran no pod of this run" in a.state.message
+
+
+def test_pods_never_scheduled_ran_nothing_a_report_can_describe():
+    """A report for pods that never left Pending (no node): not run, whatever nodes it names."""
+    pending = [pod("t-g2-0", "Pending"), pod("t-g2-1", "Pending")]
+    a = assess(reported(pods=pending), T0, TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "ReportRejected")
+    assert "ran no pod of this run (its pods ran on no node: none was scheduled)" in a.state.message
+    empty = passing_report(CONFIG)
+    empty.environment.hostnames = ["gpu-node-0000", ""]
+    for r in empty.results:
+        if r.node == "gpu-node-0001":
+            r.node = ""
+    a = assess(reported(empty), T0, TIMING)
+    assert a.state.reason == "ReportRejected" and "names a node with an empty name" in a.state.message
 
 
 def _failed_at(name: str, node: str, second: int) -> dict:

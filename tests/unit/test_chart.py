@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
+from acceptance_operator.runs import MAX_RERUN_CHARS
 
 from tests.helm import (
     CHART,
@@ -197,7 +198,7 @@ VAP_API = ("admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy",)
 
 def test_user_policy_is_enforced_at_admission_where_the_cluster_serves_the_api() -> None:
     assert "ValidatingAdmissionPolicy" not in by_kind(render()), "skipped where the API is missing (< 1.30)"
-    kinds = by_kind(render(api_versions=VAP_API))
+    kinds = user_policy(by_kind(render(api_versions=VAP_API)))
     (policy,) = kinds["ValidatingAdmissionPolicy"]
     (binding,) = kinds["ValidatingAdmissionPolicyBinding"]
     assert binding["spec"]["policyName"] == policy["metadata"]["name"] == "gpu-acceptance-user-policy"
@@ -209,25 +210,47 @@ def test_user_policy_is_enforced_at_admission_where_the_cluster_serves_the_api()
     fields = [v["message"].split(":")[0] for v in policy["spec"]["validations"]]
     assert fields == ["spec.pod.volumes", "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
 
-    host_allowed = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": False,
-                                                  "allowHostNetwork": False}}, api_versions=VAP_API))
+    host_allowed = user_policy(by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": False,
+                                                  "allowHostNetwork": False}}, api_versions=VAP_API)))
     (policy,) = host_allowed["ValidatingAdmissionPolicy"]
     assert [v["message"].split(":")[0] for v in policy["spec"]["validations"]] == [
         "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
-    network_only = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True,
-                                                  "allowHostNetwork": False}}, api_versions=VAP_API))
+    network_only = user_policy(by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True,
+                                                              "allowHostNetwork": False}}, api_versions=VAP_API)))
     (policy,) = network_only["ValidatingAdmissionPolicy"]
     assert [v["message"].split(":")[0] for v in policy["spec"]["validations"]] == ["spec.pod.hostNetwork"]
-    every = by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True,
-                                           "allowHostNetwork": True}}, api_versions=VAP_API))
+    every = user_policy(by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True,
+                                                       "allowHostNetwork": True}}, api_versions=VAP_API)))
     assert "ValidatingAdmissionPolicy" not in every and "ValidatingAdmissionPolicyBinding" not in every
 
 
+def user_policy(kinds: dict[str, list[dict]], suffix: str = "-user-policy") -> dict[str, list[dict]]:
+    """`kinds` with, of the chart's admission policies and bindings, only those named ...<suffix>."""
+    out = {}
+    for kind, objs in kinds.items():
+        if kind.startswith("ValidatingAdmissionPolicy"):
+            objs = [o for o in objs if o["metadata"]["name"].endswith(suffix)]
+        if objs:
+            out[kind] = objs
+    return out
+
+
 def test_user_policy_binding_follows_watch_namespaces() -> None:
-    (binding,) = by_kind(render({"watchNamespaces": ["gpu-a", "gpu-b"]}, api_versions=VAP_API))[
-        "ValidatingAdmissionPolicyBinding"]
-    assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
-        {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-a", "gpu-b"]}]
+    for suffix in ("-user-policy", "-rerun"):
+        (binding,) = user_policy(by_kind(render({"watchNamespaces": ["gpu-a", "gpu-b"]}, api_versions=VAP_API)),
+                                 suffix)["ValidatingAdmissionPolicyBinding"]
+        assert binding["spec"]["matchResources"]["namespaceSelector"]["matchExpressions"] == [
+            {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["gpu-a", "gpu-b"]}]
+
+
+def test_a_new_rerun_value_longer_than_the_operator_records_is_refused_at_admission() -> None:
+    """CRD schemas cannot see annotations: a policy on create and update, judging only a value that changes."""
+    every = {"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True, "allowHostNetwork": True}}
+    (policy,) = user_policy(by_kind(render(every, api_versions=VAP_API)), "-rerun")["ValidatingAdmissionPolicy"]
+    assert policy["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE"]
+    (rule,) = policy["spec"]["validations"]
+    assert rule["expression"] == f"size(variables.rerun) <= {MAX_RERUN_CHARS} || variables.rerun == variables.before"
+    assert "ValidatingAdmissionPolicy" not in by_kind(render(every)), "skipped where the API is missing (< 1.30)"
 
 
 def test_metrics_service_selects_the_operator_pod() -> None:

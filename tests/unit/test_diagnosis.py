@@ -13,6 +13,7 @@ from acceptance_operator.diagnosis import (
     nodes_to_check,
     parse_time,
     pod_phases,
+    pods_refused,
     progress,
     scheduling_hint,
     stuck_pod,
@@ -179,7 +180,7 @@ def test_only_live_pods_that_are_not_ready_send_the_operator_to_their_node():
 def test_a_lost_node_under_a_live_pod_is_named_with_the_node_controllers_words():
     pods = [pod("t-0", "Running", node="n1", conditions=ready("True")),
             pod("t-1", "Running", node="n2", conditions=ready("False"))]
-    finding, nodes = lost_nodes(pods, {"n1": node("n1"), "n2": LOST})
+    finding, nodes = lost_nodes(pods, {"n1": node("n1"), "n2": LOST}, T0, 0)
     assert nodes == ["n2"]
     assert finding.reason == "NodeNotReady"
     assert finding.message.startswith("node n2 is not Ready (Ready=Unknown, NodeStatusUnknown: Kubelet stopped "
@@ -189,7 +190,41 @@ def test_a_lost_node_under_a_live_pod_is_named_with_the_node_controllers_words()
 
 def test_ready_nodes_unread_nodes_and_ended_pods_blame_nobody():
     live = [pod("t-1", "Running", node="n2", conditions=ready("False"))]
-    assert lost_nodes(live, {"n2": node("n2")}) is None  # flapped back: Ready again
-    assert lost_nodes(live, {}) is None  # not read (no permission, or deleted)
+    assert lost_nodes(live, {"n2": node("n2")}, T0, 0) is None  # flapped back: Ready again
+    assert lost_nodes(live, {}, T0, 0) is None  # not read (no permission, or deleted)
     ended = [pod("t-1", "Failed", node="n2", containers=[terminated(code=143)])]
-    assert lost_nodes(ended, {"n2": LOST}) is None  # the job's own failure tells that story
+    assert lost_nodes(ended, {"n2": LOST}, T0, 0) is None  # the job's own failure tells that story
+
+
+def refusal(involved: str, count: int = 3, reason: str = "FailedCreate") -> dict:
+    return {"type": "Warning", "reason": reason, "count": count, "lastTimestamp": "2025-01-01T12:00:05Z",
+            "involvedObject": {"kind": "Job", "name": involved},
+            "message": 'Error creating: Pod "t-g1-0" is invalid: spec.affinity: must be only one value'}
+
+
+def test_pods_the_api_server_refuses_are_named_with_the_controllers_words():
+    created = {**job("Job", "t-g1"), "metadata": {"name": "t-g1", "creationTimestamp": "2025-01-01T12:00:00Z"},
+               "status": {"startTime": "2025-01-01T12:00:00Z"}}  # the Job controller gave it a status: it runs
+    events = [refusal("t-g1"), refusal("other-g1", 9)]
+    assert pods_refused(created, [], events, 1, T0 + timedelta(seconds=5), 10) is None  # within the grace
+    finding = pods_refused(created, [], events, 1, T0 + timedelta(seconds=10), 10)
+    assert finding is not None and finding.reason == "PodsRefused"
+    assert finding.message.startswith("the API server refused the pods of Job t-g1 (3 attempt(s), the latest by "
+                                      "Job t-g1): Error creating: Pod \"t-g1-0\" is invalid"), finding.message
+    # A JobSet's Jobs carry its name as their prefix; the training-operator says FailedCreatePod.
+    assert pods_refused(created, [], [refusal("t-g1-workers-0", reason="FailedCreatePod")], 1,
+                        T0 + timedelta(seconds=10), 10) is not None
+    # Its pods exist, or nobody refused them: not this finding.
+    assert pods_refused(created, [pod("t-g1-0")], events, 1, T0 + timedelta(seconds=10), 10) is None
+    assert pods_refused(created, [], [refusal("other-g1")], 1, T0 + timedelta(seconds=10), 10) is None
+
+
+def test_a_node_is_lost_only_once_it_stays_not_ready_past_the_grace():
+    """Right after an API server outage every node whose heartbeat could not be posted reads Unknown for a moment:
+    judged only once the Ready condition has been off for the grace (its lastTransitionTime)."""
+    live = [pod("t-1", "Running", node="n2", conditions=ready("False"))]
+    unknown = node("n2", "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status.")
+    unknown["status"]["conditions"][0]["lastTransitionTime"] = "2025-01-01T12:00:00Z"
+    assert lost_nodes(live, {"n2": unknown}, T0 + timedelta(seconds=59), 60) is None
+    finding, nodes = lost_nodes(live, {"n2": unknown}, T0 + timedelta(seconds=60), 60)
+    assert nodes == ["n2"] and finding.reason == "NodeNotReady"

@@ -114,6 +114,24 @@ def test_while_other_new_tests_wait_a_start_creates_the_job_first_and_the_rest_l
     assert events == [("RunStarted", "run g1 (generation 1): PyTorchJob run-g1 created")]  # created once, not adopted
 
 
+def test_a_report_there_when_the_runs_start_is_recorded_is_looked_at_next(events, monkeypatch):
+    """The report lands between the job's creation and the run's status write (in a burst, the second step): the
+    write's echo is the operator's own and wakes nothing, so the reconcile itself asks to look again now (it used
+    to say: at the run's timeout, that is at the safety resync)."""
+    for report, next_look in (({"generation": 1, "run": "g1"}, 0.0), (None, 3600.0)):
+        queue = handlers.WorkQueue()
+        monkeypatch.setattr(handlers, "QUEUE", queue)
+        queue.add(("lab", "another-new-test"), urgent=True)
+        k = FakeKube(stored(1))
+        handlers.reconcile(k, NS, NAME, NOW)  # the first step: the job
+        if report:
+            k.test["status"]["report"] = report  # the workload's report
+        # The second step: the status; then the report is looked at now (without one, the run's events wake it,
+        # its timeout bounds it).
+        assert handlers.reconcile(k, NS, NAME, NOW) == next_look
+        assert k.test["status"]["phase"] == "Pending"
+
+
 def _rerun(k: FakeKube, value: str) -> None:
     k.test["metadata"]["annotations"] = {**k.test["metadata"].get("annotations", {}), handlers.RERUN_ANNOTATION: value}
 

@@ -16,11 +16,13 @@ from kopf._cogs.structs.references import Resource
 def test_defaults(monkeypatch):
     for var in ("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "GPU_ACCEPTANCE_NODE_ACTIONS",
                 "GPU_ACCEPTANCE_DEFAULT_IMAGE", "GPU_ACCEPTANCE_RESYNC_SECONDS", "GPU_ACCEPTANCE_WORKERS",
-                "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", "GPU_ACCEPTANCE_METRICS_PORT"):
+                "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", "GPU_ACCEPTANCE_METRICS_PORT",
+                "GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS"):
         monkeypatch.delenv(var, raising=False)
     s = OperatorSettings.from_env()
     assert (s.unschedulable_grace_seconds, s.node_actions, s.default_image) == (600, False, None)
-    assert (s.resync_seconds, s.workers, s.report_grace_seconds, s.metrics_port) == (300, 16, 30, 8470)
+    assert (s.resync_seconds, s.workers, s.report_grace_seconds, s.metrics_port) == (60, 16, 30, 8470)
+    assert s.node_lost_grace_seconds == 60
 
 
 def test_values(monkeypatch):

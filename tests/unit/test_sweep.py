@@ -89,8 +89,44 @@ def test_children_are_single_runs_pinned_to_their_nodes():
         .node_selector_terms
     assert term.match_expressions[0].key == "gpu" and term.match_fields[0].values == ["n3"]
     many = [f"node-{i}" for i in range(MAX_VALUES * 2 + 1)]
-    stage = AcceptanceTest.model_validate(sweep.child(parent, "g1", "pool", many, INTER_NODE))
+    hostnames = {n: f"host-{n}" for n in many[:-1]}  # the last node has no hostname label
+    stage = AcceptanceTest.model_validate(sweep.child(parent, "g1", "pool", many, INTER_NODE, hostnames))
     terms = stage.spec.placement.affinity.node_affinity.required_during_scheduling_ignored_during_execution \
         .node_selector_terms
     assert stage.metadata.name == "pool-g1-inter-node" and stage.spec.nodes == len(many) and len(terms) == 3
-    assert sorted(v for t in terms for v in t.match_fields[0].values) == sorted(many)
+    # Every term keeps the user's requirement; the nodes go by hostname label, MAX_VALUES a term, the unlabelled one
+    # by name in a term of its own (a node field requirement takes one value only: the API server refuses more).
+    assert all(t.match_expressions[0].key == "gpu" for t in terms)
+    labelled = [v for t in terms[:2] for v in t.match_expressions[1].values]
+    assert {t.match_expressions[1].key for t in terms[:2]} == {"kubernetes.io/hostname"}
+    assert sorted(labelled) == sorted(hostnames.values()) and all(not t.match_fields for t in terms[:2])
+    assert [f.values for f in terms[2].match_fields] == [[many[-1]]]
+    assert all(len(f.values) == 1 for t in terms for f in t.match_fields or [])
+
+
+def test_nodes_cordoned_deleted_or_whose_test_name_is_taken_are_skipped_with_why():
+    done = [Child(f"c{i}", n, "Succeeded") for i, n in enumerate(NODES[:6])]
+    done[5] = Child("c5", "n5", "Failed", failed_nodes=("n5",))
+    taken = Child("pool-g1-n6", "n6", name_taken=True)
+    present = set(NODES) - {"n1", "n5"}  # n1 (passed) and n5 (failed) were deleted
+    schedulable = [n for n in NODES if n in present and n not in ("n2", "n7")]
+    p = sweep.plan([*done, taken], schedulable, ["n2", "n7"], 3, present)
+    assert p.skipped == {
+        "n1": "deleted during the sweep: its test's verdict does not count",
+        "n2": "cordoned after its test passed: left out of the inter-node stage",
+        "n6": "another test is named pool-g1-n6, the name of this node's test in the sweep: rename it",
+        "n7": "cordoned before its test started",
+    }
+    # A failed node stays failed, gone or not; the stage runs over the passed nodes still in the pool.
+    assert p.inter_node == ["n0", "n3", "n4"] and p.status.failed_nodes == ["n5"]
+    assert (p.status.passed, p.status.failed, p.status.skipped) == (3, 1, 4)
+    assert [s.name for s in p.status.skipped_nodes] == ["n1", "n2", "n6", "n7"]
+    stage = Child("s", INTER_NODE, "Succeeded")
+    final = sweep.plan([*done, taken, stage], schedulable, ["n2", "n7"], 3, present)
+    state, summary = sweep.verdict([*done, taken, stage], final.status, "g1", "pool", {}, final.skipped)
+    assert state.phase == "Failed" and "1 of 4 nodes failed their single-node test; 4 skipped (n1: deleted" in \
+        state.message
+    assert (summary.passed, summary.failed, summary.total) == (3, 1, 4)
+    # Relabelled out of the pool (still there): said so.
+    moved = sweep.plan([Child("c0", "n0", "Succeeded")], [], [], 3, {"n0"})
+    assert moved.skipped == {"n0": "no longer matches placement.nodeSelector: its test's verdict does not count"}

@@ -73,6 +73,25 @@ def test_retries_stop_at_the_deadline() -> None:
     assert 1 < len(api.calls) < 10
 
 
+def test_a_report_too_large_to_deliver_is_refused_with_its_size_and_the_limit_before_any_write() -> None:
+    """A report of many more nodes than the test has: its evidence, split for the test's spec.nodes, would exceed
+    what a ConfigMap holds (the API server drops such a request; it used to be retried until the deadline)."""
+    from acceptance_workload.checks import ChecksSpec
+
+    from tests.reports import passing_report
+
+    nodes = [f"gpu-node-{i:04d}" for i in range(256)]
+    config = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=len(nodes), gpus_per_node=8,
+                                  test=TestRef(name="t", namespace="ns", generation=1))
+    big = passing_report(config, nodes)
+    api = FakeApi([])
+    ref = TestRef(name="t", namespace="ns", generation=1, evidence=["t-evidence-job", "t-evidence-0"])
+    with pytest.raises(StatusWriteError, match=r"the report is too large to deliver to acceptancetests/t in namespace "
+                       r"ns: evidence ConfigMap t-evidence-\w+ would hold [\d,]+ bytes, the limit is 1,044,480"):
+        patch_report(ref, big, api=api, core=object(), sleep=lambda s: None)
+    assert api.calls == []  # nothing written
+
+
 def test_merge_patch_clears_what_the_new_report_leaves_empty() -> None:
     body = merge_patch(compact(report(), []))["status"]["report"]
     assert body["error"] is None and body["uid"] is None and body["environment"]["gpuModel"] is None

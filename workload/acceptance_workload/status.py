@@ -15,6 +15,7 @@ here, only when a report is written: the workload runs without it otherwise.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
@@ -32,6 +33,11 @@ VERSION = "v1alpha1"
 PLURAL = "acceptancetests"
 RETRY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 DEFAULT_DEADLINE_SECONDS = 120.0
+# What one write may hold: a ConfigMap's data is at most 1 MiB (the API server refuses more); the status part is
+# kept far under the 1.5 MiB etcd allows an object (the test's spec and record share it). A larger piece is refused
+# here with its size, instead of a request the API server drops (a closed connection, retried until the deadline).
+MAX_EVIDENCE_BYTES = 1024 * 1024 - 4096
+MAX_STATUS_PART_BYTES = 512 * 1024
 TERMINATION_LOG = "/dev/termination-log"
 
 
@@ -95,16 +101,29 @@ def patch_report(test: TestRef, report: Report, *, api: Any = None, core: Any = 
         shared = api_client()
         api = api or client.CustomObjectsApi(shared)
         core = core or client.CoreV1Api(shared)
+    body = merge_patch(status_part)
+    too_large(test, shards, body)
     deadline = time.monotonic() + deadline_seconds
     for name, text in shards.items():
         _retrying(f"evidence ConfigMap {name} of {_describe(test)}", test, deadline, deadline_seconds, sleep, log,
                   lambda name=name, text=text: core.patch_namespaced_config_map(
                       name, test.namespace, {"data": {EVIDENCE_KEY: text}}, _request_timeout=30))
-    body = merge_patch(status_part)
     _retrying(f"the report into {_describe(test)}", test, deadline, deadline_seconds, sleep, log,
               lambda: api.patch_namespaced_custom_object_status(
                   GROUP, VERSION, test.namespace, PLURAL, test.name, body,
                   _content_type="application/merge-patch+json", _request_timeout=30))
+
+
+def too_large(test: TestRef, shards: dict[str, str], body: dict[str, Any]) -> None:
+    """Refuse, before writing anything, a report a piece of which the API server would not take."""
+    pieces = [(f"evidence ConfigMap {name}", len(text.encode()), MAX_EVIDENCE_BYTES) for name, text in shards.items()]
+    pieces.append(("the status part", len(json.dumps(body).encode()), MAX_STATUS_PART_BYTES))
+    over = [f"{what} would hold {size:,} bytes, the limit is {limit:,}" for what, size, limit in pieces if size > limit]
+    if over:
+        raise StatusWriteError(
+            f"the report is too large to deliver to {_describe(test)}: {'; '.join(over)} (its evidence is split "
+            f"into {len(shards)} ConfigMap(s) for this test's spec.nodes: a report of many more nodes than the "
+            "test has does not fit, and does not describe its run)")
 
 
 def _retrying(what: str, test: TestRef, deadline: float, deadline_seconds: float,
