@@ -9,8 +9,10 @@
 
 Each scenario runs `gpu-acceptance local --json` as a user would, on a node named
 `fault-node`, and does its damage from outside: another process saturating the
-last GPU, NCCL_P2P_DISABLE=1 in the environment, SIGSTOP or SIGKILL of the last
-rank's process once the NCCL sweep has started, one GPU fewer visible than the
+last GPU, another process holding most of the last GPU's memory (gpu-in-use),
+NCCL_P2P_DISABLE=1 in the environment, SIGSTOP of the last rank's process once
+the NCCL sweep or DDP has started (default settings: its heartbeat must name
+it within 90 s of the stop), SIGKILL of it, one GPU fewer visible than the
 test expects. The sim* scenarios split the GPUs into 2, 3 or 4 simulated nodes
 (`--simulate-nodes`, NCCL's network path between them) and run only the NCCL
 all_reduce sweep and the inter-node localisation; simN-slowed saturates the
@@ -56,6 +58,15 @@ spec:
       perNode: false
       thresholds: {referenceBytes: 64Mi}
 """
+# Holds most of the GPU's free memory and does nothing else: another job's allocation, not its load.
+HOLD = """
+import time, torch
+free, _ = torch.cuda.mem_get_info()
+held = torch.empty(int(free * 0.9), dtype=torch.uint8, device="cuda")
+print("ready", flush=True)
+while True:
+    time.sleep(60)
+"""
 HOG = """
 import sys, torch
 a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
@@ -93,6 +104,7 @@ class Outcome:
     detected: bool
     seconds: float
     reasons: list[str] = field(default_factory=list)
+    fault_to_end: float | None = None  # seconds from the injected fault to the end of the run (the verdict)
 
 
 @dataclass
@@ -100,6 +112,8 @@ class Run:
     proc: subprocess.Popen
     lines: list[str] = field(default_factory=list)
     sweep_started: threading.Event = field(default_factory=threading.Event)
+    ddp_started: threading.Event = field(default_factory=threading.Event)
+    faulted_at: float | None = None  # time.monotonic() of the injected fault
 
     def ranks(self) -> dict[int, int]:
         """rank -> pid of this run's workload processes: its children whose environment has RANK."""
@@ -135,6 +149,8 @@ class Scenario:
     gpu_only: bool = False
     nodes: int = 1  # simulated nodes (--simulate-nodes); the node to name is then sim-node-<victim>
     victim: Callable[[Ctx], int] = lambda c: 0  # with simulated nodes: the node slowed
+    result: str | None = None  # the failed result that must name the GPU (e.g. gpu_in_use)
+    within: float | None = None  # the run must end (its verdict written) this long after the fault
 
     def node(self, ctx: Ctx) -> str:
         return f"sim-node-{self.victim(ctx)}" if self.nodes > 1 else NODE
@@ -153,16 +169,32 @@ class Scenario:
         return self.name.endswith("healthy")
 
 
-def _signal_rank(sig: signal.Signals, delay: float) -> Callable[[Ctx, Run], None]:
+def _signal_rank(sig: signal.Signals, delay: float, stage: str = "sweep") -> Callable[[Ctx, Run], None]:
+    """`sig` to the last rank `delay` s after rank 0 announced `stage` (sweep or ddp)."""
     def inject(ctx: Ctx, run: Run) -> None:
-        if not run.sweep_started.wait(600):
+        if not (run.ddp_started if stage == "ddp" else run.sweep_started).wait(1200):
             return
         time.sleep(0.5 if ctx.cpu else delay)
         pid = run.rank_pid(ctx.last)
         if pid is not None:
             os.kill(pid, sig)
+            run.faulted_at = time.monotonic()
             run.lines.append(f"[fault-suite] sent {sig.name} to rank {ctx.last} (pid {pid})")
     return inject
+
+
+def _holder(ctx: Ctx) -> Callable[[], None]:
+    """Another process holding 90% of the last GPU's free memory for the whole run."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(ctx.last))
+    hold = subprocess.Popen([sys.executable, "-c", HOLD], env=env, stdout=subprocess.PIPE, text=True)
+    assert hold.stdout is not None
+    if hold.stdout.readline().strip() != "ready":
+        raise RuntimeError("the GPU memory holder did not start")
+
+    def stop() -> None:
+        hold.kill()
+        hold.wait()
+    return stop
 
 
 def _hog(gpus: Callable[[Ctx], list[int]]) -> Callable[[Ctx], Callable[[], None]]:
@@ -216,8 +248,13 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              setup=_hog(lambda c: [c.last]), gpu_only=True),
     Scenario("p2p-off", "NCCL_P2P_DISABLE=1 in the environment", env=lambda c: {"NCCL_P2P_DISABLE": "1"},
              gpu_only=True),
-    Scenario("frozen-rank", "SIGSTOP of the last rank during the NCCL sweep", rank=lambda c: c.last,
-             gpu=lambda c: c.last, args=_timeout_manifest, inject=_signal_rank(signal.SIGSTOP, 3.0)),
+    Scenario("gpu-in-use", "another process holds 90% of the last GPU's memory", gpu=lambda c: c.last,
+             setup=_holder, gpu_only=True, result="gpu_in_use"),
+    Scenario("frozen-rank", "SIGSTOP of the last rank during the NCCL sweep (default timeouts)",
+             rank=lambda c: c.last, gpu=lambda c: c.last, inject=_signal_rank(signal.SIGSTOP, 3.0), within=90),
+    Scenario("frozen-rank-ddp", "SIGSTOP of the last rank during DDP (default timeouts)",
+             rank=lambda c: c.last, gpu=lambda c: c.last, inject=_signal_rank(signal.SIGSTOP, 3.0, "ddp"),
+             within=90),
     Scenario("rank-exits", "SIGKILL of the last rank during the NCCL sweep", rank=lambda c: c.last,
              gpu=lambda c: c.last, args=_timeout_manifest, inject=_signal_rank(signal.SIGKILL, 3.0)),
     Scenario("missing-gpu", "one GPU fewer visible than the test expects",
@@ -247,6 +284,7 @@ def run_scenario(s: Scenario, ctx: Ctx, index: int) -> Outcome:
         if s.inject:
             threading.Thread(target=s.inject, args=(ctx, run), daemon=True).start()
         code = run.proc.wait(timeout=1800)
+        ended = time.monotonic()
     finally:
         if teardown:
             teardown()
@@ -258,7 +296,12 @@ def run_scenario(s: Scenario, ctx: Ctx, index: int) -> Outcome:
         if report_file.exists():
             (ctx.keep / report_file.name).write_text(report_file.read_text())
         (ctx.keep / report_file.with_suffix(".log").name).write_text("\n".join(run.lines) + "\n" if run else "")
-    return judge(s, ctx, index, code, report_file, seconds, run)
+    outcome = judge(s, ctx, index, code, report_file, seconds, run)
+    if run.faulted_at is not None:
+        outcome.fault_to_end = round(ended - run.faulted_at, 1)
+        if s.within is not None and outcome.fault_to_end > s.within:
+            outcome.detected = False
+    return outcome
 
 
 def _read(run: Run) -> None:
@@ -267,6 +310,8 @@ def _read(run: Run) -> None:
         run.lines.append(line.rstrip())
         if "] nccl sweep" in line:
             run.sweep_started.set()
+        if "] ddp " in line:
+            run.ddp_started.set()
 
 
 def _release_children(run: Run) -> None:
@@ -287,31 +332,33 @@ def judge(s: Scenario, ctx: Ctx, index: int, code: int, report_file: Path, secon
     verdict = "PASSED" if report.get("passed") else ("FAILED" if report else f"no report (exit {code})")
     gpu, rank, node = s.gpu(ctx), s.rank(ctx), s.node(ctx)
     named = []
-    if gpu is not None and any(r.get("node") == node and r.get("gpu") == gpu for r in bad):
-        named.append(f"GPU {gpu}")
+    if gpu is not None and any(r.get("node") == node and r.get("gpu") == gpu
+                               and (s.result is None or r.get("name") == s.result) for r in bad):
+        named.append(f"GPU {gpu}" + (f" ({s.result})" if s.result else ""))
     if rank is not None and any(f"rank {rank}" in text for text in reasons):
         named.append(f"rank {rank}")
     if s.healthy:
         detected = verdict == "PASSED" and code == 0
         expected = "PASSED"
     else:
-        want = [f"GPU {gpu}"] if gpu is not None and rank is None else []
+        want = [f"GPU {gpu}" + (f" ({s.result})" if s.result else "")] if gpu is not None and rank is None else []
         want += [f"rank {rank}"] if rank is not None else []
         blamed = failed_nodes == [node] if s.nodes > 1 else node in failed_nodes
         detected = verdict == "FAILED" and blamed and all(w in named for w in want)
         expected = f"FAILED, {'exactly ' if s.nodes > 1 else ''}{node}" + (f", {' and '.join(want)}" if want else "")
+        expected += f", within {s.within:.0f} s of the fault" if s.within else ""
     return Outcome(scenario=s.name, run=index, fault=s.fault, expected=expected, verdict=verdict, exit_code=code,
                    failed_nodes=failed_nodes, named=", ".join(named) or "-", detected=detected,
                    seconds=round(seconds, 1), reasons=[r[:400] for r in reasons[:4]])
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| scenario | run | fault | expected | verdict | failedNodes | named | ok | seconds |",
-             "|---|---:|---|---|---|---|---|---|---:|"]
+    lines = ["| scenario | run | fault | expected | verdict | failedNodes | named | ok | seconds | fault to end |",
+             "|---|---:|---|---|---|---|---|---|---:|---:|"]
     for o in outcomes:
         lines.append(f"| {o.scenario} | {o.run} | {o.fault} | {o.expected} | {o.verdict} | "
                      f"{', '.join(o.failed_nodes) or '-'} | {o.named} | {'yes' if o.detected else 'NO'} | "
-                     f"{o.seconds} |")
+                     f"{o.seconds} | {'-' if o.fault_to_end is None else o.fault_to_end} |")
     ok = sum(o.detected for o in outcomes)
     lines.append(f"\n{ok}/{len(outcomes)} as expected")
     for name in dict.fromkeys(o.scenario for o in outcomes):

@@ -69,6 +69,7 @@ def preflight_results(node: str, gpus: int, multi_node: bool) -> list[CheckResul
             _r("preflight", "gpu_model", 1.0, node=node, gpu=gpu, observed="NVIDIA H100 80GB HBM3"),
             _r("preflight", "temperature", 38.0, node=node, gpu=gpu, unit="C"),
             _r("preflight", "ecc_uncorrected", 0.0, node=node, gpu=gpu),
+            _r("preflight", "gpu_in_use", 4.0, node=node, gpu=gpu, unit="MiB"),
             _r("preflight", "pending_row_remaps", 0.0, node=node, gpu=gpu),
             _r("preflight", "throttle", 1.0, node=node, gpu=gpu, observed="0x0"),
             _r("preflight", "pcie_generation", 5.0, node=node, gpu=gpu),

@@ -37,6 +37,8 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from acceptance_operator.ports import DEFAULT_HEALTH_PORT, DEFAULT_METRICS_PORT
+
     parser = argparse.ArgumentParser(prog="gpu-acceptance", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -50,8 +52,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("operator", help="run the operator against the current kubeconfig or in-cluster config")
     p.add_argument("--namespace", action="append", default=None,
                    help="watch only this namespace (repeatable); default: all namespaces")
-    p.add_argument("--metrics-port", type=int, default=8080, help="port of /metrics (0: off)")
-    p.add_argument("--health-port", type=int, default=8081, help="port of the liveness endpoint /healthz")
+    p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
+                   help=f"port of /metrics (0: off; default {DEFAULT_METRICS_PORT})")
+    p.add_argument("--health-port", type=int, default=DEFAULT_HEALTH_PORT,
+                   help=f"port of the liveness endpoint /healthz (0: off; default {DEFAULT_HEALTH_PORT})")
     p.add_argument("--json-logs", action="store_true", help="log one JSON object per line")
     p.add_argument("--verbose", action="store_true")
     p.set_defaults(func=_cmd_operator)

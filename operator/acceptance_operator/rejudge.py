@@ -26,6 +26,7 @@ from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
 from acceptance_workload.evidence import MAX_FAILURES
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
+from acceptance_workload.gpubench import RATIO_SUFFIX
 from acceptance_workload.gpubench import Metric as GpuMetric
 from acceptance_workload.preflight import version_tuple
 from acceptance_workload.render import threshold_text, value_text
@@ -42,7 +43,6 @@ MAX_MESSAGE = 500  # characters of a result's message kept: the report must not 
 # failure of one GPU measurement on an 8-GPU node (its floor and its ratio to the node's median, per GPU), at
 # 1,000 nodes 16,000 results (~25 MB) where a report failing everywhere has ~160,000.
 FAILED_KEPT_PER_NODE = 16
-RATIO_SUFFIX = "_ratio_to_node_median"
 
 
 @dataclass(frozen=True)
@@ -227,6 +227,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("preflight", "ecc_uncorrected"): _preflight("max_uncorrected_ecc_errors", "le"),
     ("preflight", "pending_row_remaps"): _preflight("max_pending_row_remaps", "le"),
     ("preflight", "row_remap_failure"): lambda _r, _x: _flag(True),
+    ("preflight", "gpu_in_use"): _preflight("max_gpu_memory_in_use_mib", "le"),
     ("preflight", "pcie_generation"): _preflight("min_pcie_generation", "ge"),
     ("preflight", "pcie_width"): _preflight("min_pcie_width", "ge"),
     ("preflight", "nvlink_active_links"): _preflight("min_nvlink_active_links", "ge"),

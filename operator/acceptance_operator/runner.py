@@ -8,6 +8,7 @@ import sys
 import kopf
 
 from acceptance_operator.calm import CalmFilter
+from acceptance_operator.ports import unbindable_ports
 
 
 class _QuietEvents(logging.Filter):
@@ -21,7 +22,12 @@ class _QuietEvents(logging.Filter):
 def run_operator(
     namespace: list[str] | None, metrics_port: int, health_port: int, json_logs: bool, verbose: bool
 ) -> int:
-    """Run until SIGTERM/SIGINT; 0 on a clean stop, 2 when the settings are unusable."""
+    """Run until SIGTERM/SIGINT; 0 on a clean stop, 2 when the settings are unusable or a port is taken."""
+    problems = unbindable_ports({"metrics": metrics_port, "health": health_port})
+    if problems:
+        for line in problems:
+            print(f"gpu-acceptance operator: {line}", file=sys.stderr)
+        return 2
     kopf.configure(verbose=verbose, log_format=kopf.LogFormat.JSON if json_logs else kopf.LogFormat.FULL,
                    log_refkey="object" if json_logs else None)
     calm = CalmFilter()  # an outage: one line per kind of failure and period, not a traceback per call

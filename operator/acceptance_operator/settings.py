@@ -22,7 +22,7 @@ under a plain `kopf run -m acceptance_operator.handlers`:
   client's connection pool is sized to them and to kopf's own workers.
 - GPU_ACCEPTANCE_REPORT_GRACE_SECONDS (30): how long after the job finished a
   report may still arrive before ReportMissing/JobFailed.
-- GPU_ACCEPTANCE_METRICS_PORT (8080, 0 off): under `kopf run` only; the CLI
+- GPU_ACCEPTANCE_METRICS_PORT (8470, 0 off): under `kopf run` only; the CLI
   flag wins under `gpu-acceptance operator`.
 - GPU_ACCEPTANCE_INIT_IMAGE: image of the privileged ulimit init container
   (default: the operator's own image); tests cannot name another.
@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, GROUP
 from acceptance_operator.backends import BACKENDS
+from acceptance_operator.ports import DEFAULT_METRICS_PORT
 
 if TYPE_CHECKING:
     import kopf
@@ -89,7 +90,7 @@ class OperatorSettings:
     workers: int = 16
     node_actions: bool = False
     default_image: str | None = None
-    metrics_port: int = 8080
+    metrics_port: int = DEFAULT_METRICS_PORT
     init_image: str = DEFAULT_OPERATOR_IMAGE
     allow_host_path: bool = False
     allow_service_account_name: bool = False
@@ -105,7 +106,7 @@ class OperatorSettings:
             workers=int(_env_float("GPU_ACCEPTANCE_WORKERS", 16, 1)),
             node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", False),
             default_image=os.environ.get("GPU_ACCEPTANCE_DEFAULT_IMAGE", "").strip() or None,
-            metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", 8080, 0)),
+            metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", DEFAULT_METRICS_PORT, 0)),
             init_image=os.environ.get("GPU_ACCEPTANCE_INIT_IMAGE", "").strip() or DEFAULT_OPERATOR_IMAGE,
             allow_host_path=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_PATH", False),
             allow_service_account_name=_env_bool("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME", False),

@@ -48,5 +48,6 @@ def test_fault_is_detected_and_named(name: str, ctx) -> None:
     outcome = fault_suite.run_scenario(fault_suite.SCENARIOS[name], ctx, 1)
     OUTCOMES.append(outcome)
     assert outcome.detected, fault_suite.table([outcome]) + "\n" + "\n".join(outcome.reasons)
-    if name in ("frozen-rank", "rank-exits"):
+    if name == "rank-exits":
         assert outcome.seconds < fault_suite.TIMEOUT + 60 + 60  # the timeout, a minute, and the run before it
+    # frozen-rank(-ddp): `detected` already holds the run to its scenario's bound from the stop (90 s)

@@ -113,12 +113,12 @@ def test_no_service_links_and_host_network_only_when_asked() -> None:
 def test_operator_command_and_ports() -> None:
     container = operator_container(render())
     assert container["command"] + container["args"] == [
-        "gpu-acceptance", "operator", "--metrics-port=8080", "--health-port=8081", "--json-logs"]
+        "gpu-acceptance", "operator", "--metrics-port=8470", "--health-port=8471", "--json-logs"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
-    assert ports == {"metrics": 8080, "health": 8081}
+    assert ports == {"metrics": 8470, "health": 8471}
     probe = container["livenessProbe"]
     assert probe["httpGet"]["path"] == "/healthz"
-    assert ports[probe["httpGet"]["port"]] == 8081, "the liveness probe must hit the health port"
+    assert ports[probe["httpGet"]["port"]] == 8471, "the liveness probe must hit the health port"
     assert probe["periodSeconds"] > 0 and probe["failureThreshold"] >= 1
 
 
@@ -446,7 +446,7 @@ def test_schema_rejects_bad_values(values: dict, field: str) -> None:
 
 
 def test_metrics_and_health_ports_must_differ() -> None:
-    proc = template({"health": {"port": 8080}}, check=False)
+    proc = template({"health": {"port": 8470}}, check=False)
     assert proc.returncode != 0
     assert "metrics.port and health.port must differ" in proc.stderr
 

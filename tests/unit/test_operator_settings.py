@@ -21,7 +21,7 @@ def test_defaults(monkeypatch):
         monkeypatch.delenv(var, raising=False)
     s = OperatorSettings.from_env()
     assert (s.unschedulable_grace_seconds, s.node_actions, s.default_image) == (600, False, None)
-    assert (s.resync_seconds, s.workers, s.report_grace_seconds, s.metrics_port) == (60, 16, 30, 8080)
+    assert (s.resync_seconds, s.workers, s.report_grace_seconds, s.metrics_port) == (60, 16, 30, 8470)
     assert s.node_lost_grace_seconds == 60
 
 

@@ -71,6 +71,7 @@ def test_a_threshold_set_in_the_spec_wins_over_the_profile():
 @pytest.mark.parametrize(("check", "name", "value", "node_gpu"), [
     ("preflight", "temperature", 95.0, ("gpu-node-0001", 3)),
     ("preflight", "ecc_uncorrected", 2.0, ("gpu-node-0000", 0)),
+    ("preflight", "gpu_in_use", 76_000.0, ("gpu-node-0001", 2)),
     ("preflight", "nvlink_active_links", 12.0, ("gpu-node-0000", 5)),
     ("preflight", "gpu_count", 7.0, ("gpu-node-0001", None)),
     ("preflight", "shm_size", float(1 << 20), ("gpu-node-0000", None)),

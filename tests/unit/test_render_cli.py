@@ -150,3 +150,24 @@ def test_operator_settings_apply_as_in_the_operator(tmp_path: Path):
     assert pod["initContainers"][0]["image"] == "mirror.local/busybox:1.36"
     assert pod["containers"][0]["image"] == "mirror.local/workload:2"  # the test sets no spec.image
     assert {"name": "h", "hostPath": {"path": "/data"}} in pod["volumes"] and pod["serviceAccountName"] == "sa"
+
+
+def test_the_liveness_bounds_are_shown_and_enforced(tmp_path: Path):
+    """checks.heartbeatTimeoutSeconds: its default reaches the workload's config; out of bounds, the field says why."""
+    def config(proc: subprocess.CompletedProcess) -> dict:
+        import json
+
+        job = list(yaml.safe_load_all(proc.stdout))[-1]
+        replica = next(iter(job["spec"]["pytorchReplicaSpecs"].values()))
+        env = replica["template"]["spec"]["containers"][0]["env"]
+        return json.loads(next(e["value"] for e in env if e["name"] == "GPU_ACCEPTANCE_CONFIG"))
+
+    default = render(str(EXAMPLES / "standard.yaml"))
+    assert default.returncode == 0, default.stderr
+    assert config(default)["checks"]["heartbeatTimeoutSeconds"] == 60
+    assert config(default)["checks"]["preflight"]["thresholds"]["maxGpuMemoryInUseMiB"] == 1024
+    chosen = render(write(tmp_path, bad("{checks: {heartbeatTimeoutSeconds: 120}}")))
+    assert chosen.returncode == 0 and config(chosen)["checks"]["heartbeatTimeoutSeconds"] == 120
+    low = render(write(tmp_path, bad("{checks: {heartbeatTimeoutSeconds: 5}}")))
+    assert low.returncode != 0
+    assert "spec.checks.heartbeatTimeoutSeconds: Input should be greater than or equal to 10" in low.stderr

@@ -66,6 +66,11 @@ class PreflightThresholds(WireModel):
     fail_on_throttle: bool | None = Field(
         None, description="Fail when a GPU reports hardware, thermal or power-brake slowdown."
     )
+    max_gpu_memory_in_use_mib: int | None = Field(
+        None, ge=0, le=2**24, alias="maxGpuMemoryInUseMiB",
+        description="GPU memory (MiB) already in use on each GPU before the workload touches it, i.e. held by "
+        "other processes (gpu_in_use). Above it the GPU is busy: its numbers would be another job's too.",
+    )
 
 
 class PreflightCheck(WireModel):
@@ -292,7 +297,16 @@ class DdpCheck(WireModel):
         return max(1, min(self.windows, self.steps))
 
 
+HEARTBEAT_TIMEOUT_SECONDS = 60  # default: a healthy rank beats every second, so 60 silent seconds is a frozen process
+
+
 class ChecksSpec(WireModel):
+    heartbeat_timeout_seconds: int = Field(
+        HEARTBEAT_TIMEOUT_SECONDS, ge=10, le=3600,
+        description="A rank whose heartbeat (beaten every second from a thread of its own) is silent this long is "
+        "frozen or dead: the run ends naming its node, GPU, rank and step, in any stage and whatever "
+        "nccl.collectiveTimeoutSeconds says (that one bounds a collective hung with every rank alive).",
+    )
     preflight: PreflightCheck = Field(default_factory=PreflightCheck)
     gpu: GpuCheck = Field(default_factory=GpuCheck)
     nccl: NcclCheck = Field(default_factory=NcclCheck)

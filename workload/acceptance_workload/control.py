@@ -5,7 +5,10 @@ c10d TCP store rather than through NCCL, so a broken NCCL or fabric (exactly
 what is being tested) cannot hide them. Each rank also counts the steps it has
 entered in the store, and beats a heartbeat key from a thread of its own (a
 collective stuck in the main thread does not stop it; a frozen or dead process
-does). When a step does not finish in time, or a rank fails, the Blamer names
+does). Rank 0's watchdog names a rank whose beat stays unchanged for
+checks.heartbeatTimeoutSeconds, in whatever step, however long that step may
+take; the other ranks name rank 0 when the store it hosts stays silent as long.
+When a step does not finish in time, or a rank fails, the Blamer names
 the culprits in this order: ranks whose heartbeat stopped, ranks that reported
 an error, ranks alive but behind the others. No culprit at all means every rank
 is alive and at the same step: the collective itself hung (fabric, NCCL, GPU).
@@ -192,6 +195,7 @@ class Blamer:
         self.control = control
         self.store = store
         self.watch_seconds = watch_seconds
+        self._seen: dict[int, tuple[float | None, float]] = {}  # rank -> (its last beat, when it changed here)
 
     @classmethod
     def connect(cls, control: Control) -> Blamer:
@@ -241,6 +245,24 @@ class Blamer:
         now = time.time()
         return {r: (None if beat is None else max(0.0, now - beat))
                 for r, beat in after.items() if beat == before.get(r)}
+
+    def silent(self, limit: float) -> list[Culprit]:
+        """Ranks whose heartbeat has not changed for `limit` seconds, as this rank's own clock counts them.
+
+        Called again and again (the watchdog's loop): each call notes which
+        beats changed since the last one, so no two hosts' clocks are compared.
+        """
+        now = time.monotonic()
+        out = []
+        for r, beat in self.heartbeats().items():
+            seen = self._seen.get(r)
+            if seen is None or seen[0] != beat:
+                self._seen[r] = (beat, now)
+            elif now - seen[1] >= limit:
+                out.append(Culprit(r, "stopped", f"no heartbeat for {now - seen[1]:.0f}s"
+                                   + ("" if beat is not None else ", never beat one")
+                                   + f", last at step '{self._step(r)}'"))
+        return out
 
     def blame(self, suspects: list[int] | tuple[int, ...] = ()) -> list[Culprit]:
         """The culprits of a hang or failure: stopped ranks, else failed ranks, else ranks behind, else `suspects`.
@@ -461,9 +483,12 @@ class Watchdog:
 
     def __init__(self, control: Control, blamer: Blamer, on_fatal: Callable[[Blame], None],
                  on_final: Callable[[int], None] | None = None, poll_seconds: float = 0.25,
-                 peer_poll_seconds: float = 2.0):
+                 peer_poll_seconds: float = 2.0, heartbeat_timeout: float | None = None):
         self.control = control
         self.blamer = blamer
+        # Silent this long: a rank is frozen or dead (rank 0 watches the others' beats; the others
+        # watch the store rank 0 hosts). Unset: the collective timeout, as before.
+        self.heartbeat_timeout = control.timeout if heartbeat_timeout is None else heartbeat_timeout
         self.on_fatal = on_fatal
         self.on_final = on_final
         self.poll = poll_seconds
@@ -517,28 +542,45 @@ class Watchdog:
                 continue
             last_peer_poll = now
             try:
-                errors = self.blamer.peer_errors()
-                final = self.blamer.final_code() if self.control.rank != 0 else None
+                blame = self._look()
                 unreachable_since = None
             except Exception as e:
-                # Between steps no deadline bounds the wait: a store silent for a whole timeout ends the run.
+                # The store rank 0 hosts is silent: after the heartbeat timeout, rank 0 is the one to name.
                 unreachable_since = unreachable_since or now  # since the call that failed began
-                if time.monotonic() - unreachable_since >= self.control.timeout:
+                if time.monotonic() - unreachable_since >= self.heartbeat_timeout:
                     self._fire(root_unreachable(self.control, f"{self.control.describe(self.control.rank)} "
-                                                "could not go on", e))
+                                                f"heard nothing for {self.heartbeat_timeout:.0f}s "
+                                                "(checks.heartbeatTimeoutSeconds)", e))
                     return
                 continue
-            if errors:
-                try:
-                    culprits = self.blamer.blame()
-                except Exception:
-                    culprits = [Culprit(r, "failed", m) for r, m in sorted(errors.items())]
-                said = "; ".join(f"{self.control.describe(r)}: {m}" for r, m in sorted(errors.items()))
-                self._fire(Blame(describe_culprits(self.control, culprits) if culprits else said, culprits))
+            if blame is not None:
+                self._fire(blame)
                 return
+            final = self.blamer.final_code() if self.control.rank != 0 else None
             if final is not None and self.on_final is not None:
                 self.on_final(final)
                 return
+
+    def _look(self) -> Blame | None:
+        """One look at the others: a rank that failed, or (rank 0) one silent for the heartbeat timeout."""
+        errors = self.blamer.peer_errors()
+        if errors:
+            try:
+                culprits = self.blamer.blame()
+            except Exception:
+                culprits = [Culprit(r, "failed", m) for r, m in sorted(errors.items())]
+            said = "; ".join(f"{self.control.describe(r)}: {m}" for r, m in sorted(errors.items()))
+            return Blame(describe_culprits(self.control, culprits) if culprits else said, culprits)
+        if self.control.rank != 0:
+            return None
+        silent = self.blamer.silent(self.heartbeat_timeout)
+        if not silent:
+            return None
+        with self._lock:
+            label = self._label
+        return Blame(f"{describe_culprits(self.control, silent)}: silent for longer than "
+                     f"checks.heartbeatTimeoutSeconds ({self.heartbeat_timeout:.0f}s)"
+                     + (f"; rank 0's last step: '{label}'" if label else ""), silent)
 
 
 def hard_exit(code: int) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks import PreflightThresholds
+from acceptance_workload.occupancy import Occupancy, judge_in_use
 from acceptance_workload.render import human_bytes
 from acceptance_workload.report import CheckResult, Skip, judge
 from acceptance_workload.wire import format_bytes, parse_bytes
@@ -469,8 +470,12 @@ class PreflightOutcome:
 
 def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: Any, versions: Versions | None, *,
                     sys_root: str | os.PathLike = "/", shm_path: str | os.PathLike = "/dev/shm",
-                    environ: Mapping[str, str] | None = None) -> PreflightOutcome:
-    """This rank's part: its GPU, plus the node's items when it is local rank 0."""
+                    environ: Mapping[str, str] | None = None, occupancy: Occupancy | None = None,
+                    ) -> PreflightOutcome:
+    """This rank's part: its GPU, plus the node's items when it is local rank 0.
+
+    `occupancy`: the GPU as NVML saw it before this process created its CUDA context (gpu_in_use).
+    """
     th = config.checks.preflight.thresholds
     env = os.environ if environ is None else environ
     out = PreflightOutcome()
@@ -488,6 +493,13 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
             out.results += version_checks(th, node, versions or collect_versions(), config.gpus_per_node)
     if config.mode == "cpu-smoke":
         return out
+    in_use = judge_in_use(occupancy, th, node)
+    if in_use is None:
+        out.skipped.append(Skip(check="preflight", name=f"gpu_in_use gpu {local_rank}",
+                                reason=f"GPU {local_rank} on node {node}: "
+                                + (occupancy.describe() if occupancy else "not read")))
+    else:
+        out.results.append(in_use)
     try:
         nvml = nvml_init()
         if getattr(device, "type", None) == "cuda":
@@ -508,10 +520,11 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
 
 
 def run_preflight(session: Session, config: WorkloadConfig, watchdog: Watchdog,
-                  versions: Versions | None) -> PreflightOutcome | None:
+                  versions: Versions | None, occupancy: Occupancy | None = None) -> PreflightOutcome | None:
     """Every rank's part, gathered on rank 0 (None elsewhere)."""
     with watchdog.step("preflight"):
-        mine = local_preflight(config, session.env.node, session.env.local_rank, session.device, versions)
+        mine = local_preflight(config, session.env.node, session.env.local_rank, session.device, versions,
+                               occupancy=occupancy)
     gathered = session.control.gather("preflight", {
         "results": [r.to_wire() for r in mine.results], "skipped": [s.to_wire() for s in mine.skipped]})
     if gathered is None:

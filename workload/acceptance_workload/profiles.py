@@ -96,6 +96,11 @@ DDP_RELATIVE_ESTIMATED = frozenset({"ddp.minScalingEfficiency", "ddp.maxStraggle
 INTER_NODE_RATIO_TO_MEDIAN = 0.75
 
 
+# A GPU nobody uses shows a few MiB in use to NVML (docs/thresholds.md); another job's CUDA context alone holds
+# ~500 MiB, and anything it allocates comes on top.
+GPU_MEMORY_IN_USE_MIB = 1024
+
+
 def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, net_busbw: float,
                  ib_rate: float, pcie_gen: int, nvlinks: int,
                  gpt_tokens: float | None, resnet_images: float | None,
@@ -115,6 +120,7 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         min_shm_bytes="1Gi",
         require_unlimited_memlock=True,
         fail_on_throttle=True,
+        max_gpu_memory_in_use_mib=GPU_MEMORY_IN_USE_MIB,
     )
     collective_share = 0.9  # all_gather / reduce_scatter reach about what all_reduce does
     single = NcclThresholds(
@@ -317,6 +323,7 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
     nccl = checks.nccl
     max_bytes = min(parse_bytes(nccl.max_bytes), CPU_MAX_BYTES)
     smoke = ChecksSpec.model_validate({
+        "heartbeatTimeoutSeconds": checks.heartbeat_timeout_seconds,
         "preflight": {"enabled": checks.preflight.enabled},
         "gpu": {"enabled": checks.gpu.enabled, "gemmSize": 512, "hbmBytes": "32Mi", "hostBytes": "1Mi", "windows": 5,
                 "iters": 5, "warmupIters": 2, "gemmWarmupSeconds": 0,

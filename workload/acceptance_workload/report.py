@@ -162,6 +162,10 @@ class GpuRow(WireModel):
         None, description="Largest (max - min) / median over the windows of any one measurement: the noise seen."
     )
     error: str | None = Field(None, description="Why a measurement could not be taken on this GPU.")
+    again: dict[str, float | None] | None = Field(
+        None, description="Values measured a second time, by field (gemm_tflops, hbm_gbps, h2d_gbps, d2h_gbps), "
+        "when some GPU of the job fell below the ratio to its node's median: every GPU measures that again, "
+        "and a GPU is named only when slow both times.")
 
 
 class GpuDetail(WireModel):

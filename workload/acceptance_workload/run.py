@@ -23,6 +23,7 @@ import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
+from acceptance_workload import occupancy
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.control import (
     Blame,
@@ -37,6 +38,7 @@ from acceptance_workload.control import (
     root_unreachable,
 )
 from acceptance_workload.launch import DistEnv, LaunchError, Session
+from acceptance_workload.occupancy import Occupancy
 from acceptance_workload.render import full_text
 from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, Report, Skip
 
@@ -76,6 +78,7 @@ class Runner:
         self._lock = threading.Lock()
         self._code: int | None = None
         self._absent: set[int] = set()  # ranks known to be gone: rank 0 does not wait for them at the end
+        self.occupancy: Occupancy | None = None  # this rank's GPU before its CUDA context (gpu_in_use)
 
     @property
     def is_root(self) -> bool:
@@ -168,12 +171,14 @@ class Runner:
         timeout = float(nccl_cfg.collective_timeout_seconds)
         backend = "gloo" if self.config.mode == "cpu-smoke" else "nccl"
         self.progress(f"{self.env.world_size} ranks, backend {backend}, launcher {self.env.launcher}")
+        if backend == "nccl":  # before anything of ours is on the GPU: what is in use is someone else's
+            self.occupancy = occupancy.read_own(self.env.local_rank)
         try:
             self.session = launch.start(
                 self.env, backend, collective_timeout=timeout,
                 rendezvous_timeout=min(float(self.config.timeout_seconds), max(MIN_RENDEZVOUS_SECONDS, timeout)))
         except Exception as e:
-            message = f"could not join the job: {e}"
+            message = f"could not join the job: {e}" + self._gpu_facts()
             if not self.is_root:
                 print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
                 return EXIT_ERROR
@@ -183,7 +188,8 @@ class Runner:
         control = session.control
         Heartbeat.connect(control).start()  # beats until the process ends
         self.blamer = Blamer.connect(control)
-        watchdog = Watchdog(control, self.blamer, on_fatal=self._on_fatal, on_final=self._on_final).start()
+        watchdog = Watchdog(control, self.blamer, on_fatal=self._on_fatal, on_final=self._on_final,
+                            heartbeat_timeout=float(self.config.checks.heartbeat_timeout_seconds)).start()
         code: int | None = None
         try:
             self.checks(session, watchdog)
@@ -205,14 +211,17 @@ class Runner:
         (a dead peer breaks the collective), else this rank itself (e.g. a CUDA OOM).
         """
         waited = isinstance(error, RankTimeout)
+        facts = ""
         if waited:
             message = str(error)
             self._absent.update(error.ranks)
         else:
-            message = f"{self.env.describe()} failed: {type(error).__name__}: {error}"
+            facts = self._gpu_facts()  # an allocation or NCCL error on a busy GPU says whose memory it is
+            message = f"{self.env.describe()} failed: {type(error).__name__}: {error}{facts}"
             print(traceback.format_exc(), file=sys.stderr, flush=True)
         # Others name this rank themselves; they need only what went wrong.
-        session.control.report_error(message if waited else f"{type(error).__name__}: {error}", own=not waited)
+        session.control.report_error(message if waited else f"{type(error).__name__}: {error}{facts}",
+                                     own=not waited)
         if not self.is_root:
             print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
             lost = self.blamer.unreachable() if waited and 0 in error.ranks and self.blamer else None
@@ -225,7 +234,7 @@ class Runner:
             with contextlib.suppress(Exception):
                 culprits = self.blamer.blame(suspects=error.ranks if waited else ())
         if not culprits and not waited:
-            culprits = [Culprit(self.env.rank, "failed", f"{type(error).__name__}: {error}")]
+            culprits = [Culprit(self.env.rank, "failed", f"{type(error).__name__}: {error}{facts}")]
         elif culprits and not waited:  # the error here is a consequence: say so after the culprits
             message = (f"{describe_culprits(session.control, culprits)}; {self.env.describe()} then saw "
                        f"{type(error).__name__}: {error}")
@@ -233,6 +242,17 @@ class Runner:
             message = f"{describe_culprits(session.control, culprits)}; {message}"
         self.blame(culprits, message)
         return EXIT_ERROR
+
+    def enter(self, stage: CheckName, session: Session) -> None:
+        """Every rank starts a check: culprits go under it, and a rank silent before its first step says so."""
+        self.stage = stage
+        session.control.mark(stage)
+
+    def _gpu_facts(self) -> str:
+        """This rank's GPU before the run and now, for the message of an error it raised ('' on CPU)."""
+        with contextlib.suppress(Exception):
+            return occupancy.failure_facts(self.occupancy, self.env.local_rank)
+        return ""
 
     def checks(self, session: Session, watchdog: Watchdog) -> None:
         from acceptance_workload import ddp, gpubench, nccl, preflight, transport
@@ -245,9 +265,9 @@ class Runner:
             self.report.environment = environment(session, [f for f in facts or [] if f])
 
         if cfg.checks.preflight.enabled:
-            self.stage = "preflight"
+            self.enter("preflight", session)
             self.progress("preflight")
-            out = preflight.run_preflight(session, cfg, watchdog, versions)
+            out = preflight.run_preflight(session, cfg, watchdog, versions, self.occupancy)
             failures = None
             if root:
                 assert out is not None
@@ -268,7 +288,7 @@ class Runner:
                 return
 
         if cfg.checks.gpu.enabled:
-            self.stage = "gpu"
+            self.enter("gpu", session)
             self.progress("gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time")
             out = gpubench.run_gpu(session, cfg, watchdog, progress=self.progress)
             if root:
@@ -279,7 +299,7 @@ class Runner:
                 self.report.gpu = detail
 
         if cfg.checks.nccl.enabled:
-            self.stage = "nccl"
+            self.enter("nccl", session)
             self.progress("nccl sweep")
             out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=self.progress,
                                   estimated=cfg.estimated_thresholds)
@@ -315,7 +335,7 @@ class Runner:
                 self.cross_check(session, watchdog)
 
         if cfg.checks.ddp.enabled:
-            self.stage = "ddp"
+            self.enter("ddp", session)
             self.progress(f"ddp {cfg.checks.ddp.model}: one-GPU baseline, then DDP")
             out = ddp.run_ddp(session, cfg, watchdog, progress=self.progress)
             if root:
