@@ -32,10 +32,14 @@ HEARTBEAT_TIMEOUT = HEARTBEAT_TIMEOUT_SECONDS  # the default, not set by these t
 
 
 def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes: int = 2,
-            longer_gpu: bool = False) -> WorkloadConfig:
+            longer: str | None = None) -> WorkloadConfig:
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    if longer_gpu:  # seconds rather than a second: the fault lands inside the check
+    # `longer`: the stage made to last seconds rather than a second, so the fault lands inside it on a loaded
+    # machine too (a smoke sweep of 3 operations a size could end within the 1 s delay: the victim was in DDP).
+    if longer == "gpu":
         checks.gpu.gemm_size, checks.gpu.windows = 1024, 15
+    elif longer == "sweep":
+        checks.nccl.iters = 60
     checks.nccl.collective_timeout_seconds = collective_timeout
     checks.nccl.localize = "always"  # the localisation stage runs too (two nodes)
     checks.ddp.steps = 30  # long enough that the fault lands inside DDP
@@ -45,14 +49,14 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
 
 def _run_with_fault(tmp_path: Path, trigger: str, sig: signal.Signals, victim: int,
                     collective_timeout: int = COLLECTIVE_TIMEOUT, nodes: list[str] = NODES, delay: float = 0.0,
-                    longer_gpu: bool = False) -> tuple[list[int | None], list[str], float]:
+                    longer: str | None = None) -> tuple[list[int | None], list[str], float]:
     """Start a rank per entry of `nodes`; `delay` s after rank 0 prints `trigger`, send `sig` to `victim`;
     wait for the others to end.
 
     Returns every rank's exit code (None: the victim, still stopped), every rank's stderr, and the
     seconds from the fault until the last of the other ranks ended.
     """
-    config = _config(tmp_path, collective_timeout, len(set(nodes)), longer_gpu)
+    config = _config(tmp_path, collective_timeout, len(set(nodes)), longer)
     port = free_port()
     world = len(nodes)
     envs = [rank_env(r, world, port, nodes[r], nodes[: r + 1].count(nodes[r]) - 1, nodes.count(nodes[r]),
@@ -130,7 +134,8 @@ def test_a_rank_frozen_in_any_stage_is_named_by_its_heartbeat(tmp_path: Path, st
     trigger, delay, checks, victim_steps, root_steps = STAGES[stage]
     nodes = [*NODES, "node-c"] if stage == "localisation" else NODES
     codes, stderr, elapsed = _run_with_fault(tmp_path, trigger, signal.SIGSTOP, victim=2, collective_timeout=300,
-                                             nodes=nodes, delay=delay, longer_gpu=stage == "gpu")
+                                             nodes=nodes, delay=delay,
+                                             longer=stage if stage in ("gpu", "sweep") else None)
     live = [c for r, c in enumerate(codes) if r != 2]
     assert live == [2] * len(live), stderr[0][-3000:]
     assert HEARTBEAT_TIMEOUT - 5 < elapsed < HEARTBEAT_TIMEOUT + 30, elapsed
