@@ -110,13 +110,19 @@ def read(nvml: Any, gpu: int, target: int | str, proc: Path = Path("/proc")) -> 
     return occ
 
 
+def nvml_init() -> Any:
+    """pynvml, initialised (imported here, not at module load: the operator image has no NVML bindings)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
 def read_own(local_rank: int, environ: Mapping[str, str] | None = None) -> Occupancy:
     """This rank's GPU, through NVML (which creates no CUDA context)."""
     env = os.environ if environ is None else environ
     target = nvml_target(local_rank, env)
     try:
-        from acceptance_workload.preflight import nvml_init
-
         nvml = nvml_init()
     except Exception as e:
         return Occupancy(gpu=local_rank, nvml_index=target, error=f"NVML: {type(e).__name__}: {e}")

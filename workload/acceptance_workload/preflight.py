@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks import PreflightThresholds
-from acceptance_workload.occupancy import Occupancy, judge_in_use
+from acceptance_workload.occupancy import Occupancy, judge_in_use, nvml_init
 from acceptance_workload.render import human_bytes
 from acceptance_workload.report import CheckResult, Skip, judge
 from acceptance_workload.wire import format_bytes, parse_bytes
@@ -237,13 +237,6 @@ def _nccl_int(code: int) -> str:
     major, rest = divmod(code, 10000) if code >= 10000 else divmod(code, 1000)
     minor, patch = divmod(rest, 100)
     return f"{major}.{minor}.{patch}"
-
-
-def nvml_init() -> Any:
-    import pynvml
-
-    pynvml.nvmlInit()
-    return pynvml
 
 
 def version_checks(th: PreflightThresholds, node: str, v: Versions, expected_gpus: int) -> list[CheckResult]:
