@@ -150,7 +150,8 @@ def _unsharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, wat
     torch.manual_seed(SEED)
     alone = Trainer(wl.make_model().to(device), wl, batch, device)
     times = measure({"baseline": alone}, check, device, watchdog, barrier)  # type: ignore[arg-type]
-    state = mem.allocated()  # parameters, gradients and AdamW's two moments after a step
+    alone.opt.zero_grad(set_to_none=True)
+    state = mem.allocated()  # parameters and AdamW's two moments; gradients come and go with the step's peak
     with watchdog.step("fsdp unsharded memory"):
         peak = mem.peak_of(alone.step)
     del alone
@@ -216,8 +217,9 @@ def run_fsdp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
 def predicted_memory(state: float | None, unsharded_peak: float | None, shards: int) -> float | None:
     """What sharding predicts a GPU holds at its peak: the unsharded model state / shards + the activations.
 
-    Both come from the unsharded run on the same GPU: its state is what was allocated after a step
-    (parameters, gradients, optimizer moments), its activations the rest of its peak.
+    Both come from the unsharded run on the same GPU: its state is what stays allocated between steps
+    (parameters and optimizer moments), its activations the rest of its peak (gradients included: they
+    grow as activations are freed, so counting them unsharded keeps the bound on the safe side).
     """
     if state is None or unsharded_peak is None:
         return None

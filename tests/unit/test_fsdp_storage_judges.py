@@ -1,0 +1,75 @@
+"""The pure parts of checks.fsdp and checks.storage: who is named, spec validation, the operator's rules."""
+
+from __future__ import annotations
+
+import pytest
+from acceptance_operator.api import parse_test
+from acceptance_operator.rejudge import RULES
+from acceptance_workload.checks import StorageCheck
+from acceptance_workload.fsdp import THRESHOLD_KEYS as FSDP_KEYS
+from acceptance_workload.fsdp import consensus, predicted_memory
+from acceptance_workload.report import StorageDetail, StorageNode
+from acceptance_workload.storage import THRESHOLD_KEYS as STORAGE_KEYS
+from acceptance_workload.storage import judge_storage, odd_nodes, sequential
+from pydantic import ValidationError
+
+
+def views(**seen: list[str]) -> dict[str, frozenset[str]]:
+    return {node: frozenset([node, *others]) for node, others in seen.items()}
+
+
+def test_odd_nodes_is_the_minority_and_a_tie_names_everyone() -> None:
+    assert odd_nodes(views(a=["b", "c"], b=["a", "c"], c=["a", "b"])) == set()
+    assert odd_nodes(views(a=["b"], b=["a"], c=[])) == {"c"}
+    assert odd_nodes(views(a=[], b=[])) == {"a", "b"}  # two nodes that see only themselves: no side is right
+
+
+def test_judge_storage_fails_the_node_outside_and_reports_speed_without_a_floor() -> None:
+    detail = StorageDetail(path="/v", nodes=[
+        StorageNode(node="a", sees=["b"], problems=["c's file is missing"], write_gbps=1.0, read_gbps=2.0),
+        StorageNode(node="b", sees=["a"], problems=["c's file is missing"], write_gbps=1.0, read_gbps=2.0),
+        StorageNode(node="c", sees=[], problems=["a's file is missing", "b's file is missing"])])
+    results = judge_storage(StorageCheck(), detail)
+    assert [r.node for r in results if not r.passed] == ["c", "c", "c"]  # consistency, and no write/read measured
+    speed = [r for r in results if r.name == "storage_write_gbps" and r.node == "a"][0]
+    assert speed.comparison == "info" and speed.passed
+    floored = judge_storage(StorageCheck(thresholds={"minWriteGBps": 1.5}), detail)
+    assert [r.node for r in floored if r.name == "storage_write_gbps" and not r.passed] == ["a", "b", "c"]
+
+
+def test_sequential_measures_both_directions(tmp_path) -> None:
+    got = sequential(tmp_path / "f", 4 << 20, 1 << 20, direct=True)
+    assert got["write_gbps"] > 0 and got["read_gbps"] > 0 and isinstance(got["direct"], bool)
+
+
+def test_fsdp_memory_prediction_and_checksum_consensus() -> None:
+    assert predicted_memory(state=8.0, unsharded_peak=20.0, shards=4) == 2.0 + 12.0
+    assert predicted_memory(None, 20.0, 4) is None
+    assert consensus(["x", "x", "y"]) == "x" and consensus(["x", "y"]) is None
+
+
+def test_every_result_has_an_operator_rule() -> None:
+    for name in [*FSDP_KEYS, "loss_decrease", "parameter_checksum", "state_shard_ratio"]:
+        assert ("fsdp", name) in RULES
+    for name in [*STORAGE_KEYS, "storage_consistency", "checkpoint_match"]:
+        assert ("storage", name) in RULES
+
+
+def manifest(spec: dict) -> dict:
+    return {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+            "metadata": {"name": "t", "namespace": "default"}, "spec": spec}
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"checks": {"storage": {"enabled": True}}}, "storage: checks.storage is enabled but no volume is given"),
+    ({"storage": {"volume": {"hostPath": {"path": "/x"}}}}, "hostPath is storage of one node"),
+    ({"storage": {"volume": {}}}, "exactly one volume source"),
+    ({"storage": {"volume": {"nfs": {"server": "s", "path": "/"}}, "mountPath": "/dev/shm"}}, "other than /"),
+    ({"checks": {"fsdp": {"layers": 0}}}, "layers"),
+    ({"checks": {"fsdp": {"thresholds": {"maxMemoryRatio": 0}}}}, "maxMemoryRatio"),
+    ({"checks": {"storage": {"throughputBytes": "1Mi"}}}, "throughputBytes must be at least 16Mi"),
+])
+def test_bad_specs_are_refused_naming_the_field(spec: dict, message: str) -> None:
+    with pytest.raises((ValidationError, ValueError)) as e:
+        parse_test(manifest(spec))
+    assert message in str(e.value)
