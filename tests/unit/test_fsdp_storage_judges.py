@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from acceptance_operator.api import parse_test
 from acceptance_operator.rejudge import RULES
@@ -73,3 +75,29 @@ def test_bad_specs_are_refused_naming_the_field(spec: dict, message: str) -> Non
     with pytest.raises((ValidationError, ValueError)) as e:
         parse_test(manifest(spec))
     assert message in str(e.value)
+
+
+def test_fsdp_and_storage_detail_travel_with_their_nodes_in_the_evidence() -> None:
+    from acceptance_workload.checks import ChecksSpec
+    from acceptance_workload.config import TestRef, WorkloadConfig
+    from acceptance_workload.evidence import assemble, shard_names, split
+    from acceptance_workload.report import FsdpDetail, FsdpRank
+
+    from tests.reports import passing_report
+
+    report = passing_report(WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=20, gpus_per_node=8,
+                                                 test=TestRef(name="t", namespace="ns", uid="u-1", generation=4)))
+    nodes = report.environment.hostnames
+    report.fsdp = FsdpDetail(model="gpt", world_size=160, shards=8, replicas=20, parameters=1, batch_size=8,
+                             seq_len=1024, ranks=[FsdpRank(rank=i, node=nodes[i // 8], gpu=i % 8,
+                                                           baseline_throughput=1.0, fsdp_throughput=1.0)
+                                                  for i in range(160)])
+    report.storage = StorageDetail(path="/v", nodes=[StorageNode(node=n, sees=[]) for n in nodes],
+                                   checkpoint_bytes=10)
+    names = shard_names("t-evidence", 20)
+    status, shards = split(report, names)
+    job = json.loads(shards[names[0]])  # the job-wide part: the detail's header, no node's rows
+    assert job["fsdp"]["ranks"] == [] and job["storage"]["nodes"] == [] and job["fsdp"]["shards"] == 8
+    full = assemble(status, shards)
+    assert sorted(r.rank for r in full.fsdp.ranks) == list(range(160))
+    assert sorted(n.node for n in full.storage.nodes) == sorted(nodes) and full.storage.checkpoint_bytes == 10
