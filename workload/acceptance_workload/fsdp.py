@@ -154,11 +154,12 @@ def _unsharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, wat
     state = mem.allocated()  # parameters and AdamW's two moments; gradients come and go with the step's peak
     with watchdog.step("fsdp unsharded memory"):
         peak = mem.peak_of(alone.step)
+    parameters = sum(p.numel() for p in alone.model.parameters())
     del alone
     if mem.cuda:
         torch.cuda.empty_cache()
     return {"baseline": median_throughputs(times["baseline"], wl.items_per_step), "state": state,
-            "unsharded_peak": peak}
+            "unsharded_peak": peak, "parameters": parameters}
 
 
 def _sharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, watchdog: Watchdog,
@@ -206,7 +207,7 @@ def run_fsdp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     gathered = session.control.gather("fsdp", mine)
     if gathered is None:
         return None
-    detail = fsdp_detail(session, check, gathered, nodes, sum(p.numel() for p in wl.make_model().parameters()))
+    detail = fsdp_detail(session, check, gathered, nodes, gathered[0]["parameters"])
     losses = [statistics.fmean(step) for step in zip(*(g["losses"] for g in gathered), strict=True)]
     results = judge_fsdp(check, detail, losses, [g["shard_ratio"] for g in gathered], config.estimated_thresholds)
     if progress:
