@@ -34,8 +34,8 @@ from acceptance_operator.api import (
     KIND,
     PLURAL,
     RESERVED_VOLUME_PREFIX,
-    STORAGE_VOLUME,
     SHM_PATH,
+    STORAGE_VOLUME,
     AcceptanceTest,
 )
 from acceptance_operator.conditions import is_smoke

@@ -24,8 +24,8 @@ from acceptance_workload import localize, nccltests
 from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
-from acceptance_workload.fsdp import MAX_SHARD_RATIO
 from acceptance_workload.evidence import MAX_FAILURES
+from acceptance_workload.fsdp import MAX_SHARD_RATIO
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
 from acceptance_workload.gpubench import RATIO_SUFFIX
 from acceptance_workload.gpubench import Metric as GpuMetric

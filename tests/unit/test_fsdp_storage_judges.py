@@ -33,7 +33,7 @@ def test_judge_storage_fails_the_node_outside_and_reports_speed_without_a_floor(
         StorageNode(node="c", sees=[], problems=["a's file is missing", "b's file is missing"])])
     results = judge_storage(StorageCheck(), detail)
     assert [r.node for r in results if not r.passed] == ["c", "c", "c"]  # consistency, and no write/read measured
-    speed = [r for r in results if r.name == "storage_write_gbps" and r.node == "a"][0]
+    speed = next(r for r in results if r.name == "storage_write_gbps" and r.node == "a")
     assert speed.comparison == "info" and speed.passed
     floored = judge_storage(StorageCheck(thresholds={"minWriteGBps": 1.5}), detail)
     assert [r.node for r in floored if r.name == "storage_write_gbps" and not r.passed] == ["a", "b", "c"]
@@ -101,3 +101,19 @@ def test_fsdp_and_storage_detail_travel_with_their_nodes_in_the_evidence() -> No
     full = assemble(status, shards)
     assert sorted(r.rank for r in full.fsdp.ranks) == list(range(160))
     assert sorted(n.node for n in full.storage.nodes) == sorted(nodes) and full.storage.checkpoint_bytes == 10
+
+
+def test_hybrid_sharding_needs_nodes_of_equal_contiguous_ranks() -> None:
+    from types import SimpleNamespace
+
+    from acceptance_workload.fsdp import replicas
+
+    def session(nodes: list[str]) -> SimpleNamespace:
+        order = list(dict.fromkeys(nodes))
+        return SimpleNamespace(world_size=len(nodes), nodes=lambda: order,
+                               node_ranks=lambda n: [r for r, m in enumerate(nodes) if m == n])
+
+    assert replicas(session(["a", "a", "b", "b"])) == 2
+    assert replicas(session(["a", "a", "a", "a"])) == 1
+    assert replicas(session(["a", "b", "b"])) == 1  # a node short of GPUs: one fully sharded copy
+    assert replicas(session(["a", "b", "a", "b"])) == 1  # interleaved ranks

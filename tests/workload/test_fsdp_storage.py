@@ -80,3 +80,44 @@ def test_storage_without_a_volume_is_skipped_saying_so(tmp_path: Path) -> None:
     assert report.checks_run == ["fsdp"]
     assert [s.reason for s in report.skipped if s.check == "storage"] == [
         "no shared volume: set spec.storage.volume (gpu-acceptance local: --storage DIR)"]
+
+
+def test_a_rank_frozen_in_fsdp_is_named_by_its_heartbeat(tmp_path: Path) -> None:
+    """SIGSTOP from outside once FSDP starts; 3 ranks on 2 uneven nodes (one copy, fully sharded over all)."""
+    import signal
+    import sys
+    import time
+
+    from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+    from acceptance_workload.local import cpu_smoke_checks
+
+    from tests.workload.multiproc import free_port, rank_env, start
+
+    checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
+    for name in ("preflight", "gpu", "nccl", "ddp"):
+        getattr(checks, name).enabled = False
+    checks.fsdp.enabled, checks.fsdp.steps = True, 200
+    checks.heartbeat_timeout_seconds = 10
+    config = WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=2, gpus_per_node=2, fabric="ethernet",
+                            checks=checks, report_file=str(tmp_path / "report.json"))
+    nodes, port = ["node-a", "node-b", "node-b"], free_port()
+    envs = [rank_env(r, 3, port, nodes[r], nodes[: r + 1].count(nodes[r]) - 1, nodes.count(nodes[r]),
+                     {CONFIG_ENV: config.to_env()}) for r in range(3)]
+    procs = start([[sys.executable, "-m", "acceptance_workload"]] * 3, envs)
+    try:
+        assert procs[0].stderr is not None
+        for line in procs[0].stderr:
+            if "] fsdp: unsharded baseline" in line:
+                break
+        time.sleep(2.0)
+        procs[2].send_signal(signal.SIGSTOP)
+        assert procs[0].wait(timeout=120) == 2
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    report = Report.model_validate(json.loads((tmp_path / "report.json").read_text()))
+    assert report.failed_nodes == ["node-b"]
+    culprits = [r for r in report.results if r.name == "rank_responding"]
+    assert [(r.check, r.node, r.gpu, r.passed) for r in culprits] == [("fsdp", "node-b", 1, False)]

@@ -51,7 +51,6 @@ def round_trip(session: Session, fsdp_check: FsdpCheck, path: Path, watchdog: Wa
     from acceptance_workload.ddp import Trainer
 
     wl = fsdp.workload(fsdp_check)
-    nodes = len(session.nodes())
     device = session.device
     token = torch.zeros(1, device=device)
 
@@ -61,7 +60,7 @@ def round_trip(session: Session, fsdp_check: FsdpCheck, path: Path, watchdog: Wa
             torch.cuda.synchronize(device)
 
     with watchdog.step("checkpoint model"):
-        mesh = fsdp.device_mesh(session, nodes)
+        mesh = fsdp.device_mesh(session, fsdp.replicas(session))
         batch = wl.make_batch(torch.Generator().manual_seed(fsdp.SEED + session.rank), device)
         trained = Trainer(fsdp.sharded_model(wl, mesh, device), wl, batch, device)
         trained.step()  # not the initial weights: a load that reinitialised would still differ
@@ -82,13 +81,14 @@ def round_trip(session: Session, fsdp_check: FsdpCheck, path: Path, watchdog: Wa
             load_s = time.perf_counter() - t0
         fresh.load_state_dict(state["model"])
         error = None
-    except Exception as e:  # noqa: BLE001 (reported as the failed round trip)
+    except Exception as e:
         error = f"{type(e).__name__}: {str(e)[:300]}"
     want, got = trained.model.state_dict(), fresh.state_dict()
     wrong = [error] if error else [k for k in want if k not in got or not _same(want[k], got[k])]
     size = directory_bytes(path) if session.is_root else None
     info = session.ranks[session.rank]
-    mine = {"node": info.node, "gpu": info.gpu, "wrong": wrong[:5], "wrong_count": len(wrong), "tensors": len(want), "save_s": save_s, "load_s": load_s}
+    mine = {"node": info.node, "gpu": info.gpu, "wrong": wrong[:5], "wrong_count": len(wrong), "tensors": len(want),
+            "save_s": save_s, "load_s": load_s}
     gathered = session.control.gather("checkpoint", mine)
     del trained, fresh, state, want, got
     if gathered is None:

@@ -65,14 +65,26 @@ def workload(check: FsdpCheck) -> Workload:
     )
 
 
-def device_mesh(session: Session, nodes: int) -> Any:
-    """All ranks on one dimension (one node), or (replicate over nodes, shard over a node's GPUs)."""
+def replicas(session: Session) -> int:
+    """Copies of the sharded model: one per node when every node has the same GPUs, numbered node by node.
+
+    Anything else (a node short of GPUs, ranks interleaved across nodes) cannot form a nodes x GPUs mesh:
+    the model is then fully sharded over every rank, one copy.
+    """
+    nodes = session.nodes()
+    per = session.world_size // len(nodes)
+    even = all(session.node_ranks(n) == list(range(i * per, (i + 1) * per)) for i, n in enumerate(nodes))
+    return len(nodes) if even and per * len(nodes) == session.world_size else 1
+
+
+def device_mesh(session: Session, copies: int) -> Any:
+    """All ranks on one dimension (one copy), or (replicate over nodes, shard over a node's GPUs)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     kind = session.device.type
-    if nodes == 1:
+    if copies == 1:
         return init_device_mesh(kind, (session.world_size,), mesh_dim_names=("shard",))
-    return init_device_mesh(kind, (nodes, session.world_size // nodes), mesh_dim_names=("replicate", "shard"))
+    return init_device_mesh(kind, (copies, session.world_size // copies), mesh_dim_names=("replicate", "shard"))
 
 
 def sharded_model(wl: Workload, mesh: Any, device: Any, seed: int = SEED) -> Any:
@@ -163,17 +175,17 @@ def _unsharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, wat
 
 
 def _sharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, watchdog: Watchdog,
-             barrier: Callable[[], None], nodes: int) -> dict[str, Any]:
+             barrier: Callable[[], None], copies: int) -> dict[str, Any]:
     """FSDP (hybrid across nodes): peak memory, share of the state, then timed windows; the checksum at the end."""
     device, mem = session.device, Memory(session.device)
     with watchdog.step("fsdp shard model"):
-        mesh = device_mesh(session, nodes)
+        mesh = device_mesh(session, copies)
         fsdp = Trainer(sharded_model(wl, mesh, device), wl, batch, device)
     with watchdog.step("fsdp memory"):
         fsdp.step()  # the optimizer's state exists from here on
         peak = mem.peak_of(fsdp.step)
     trainers = {"fsdp": fsdp}
-    if nodes > 1:  # the baseline of the scaling efficiency: this node's FSDP alone, alternating with the hybrid one
+    if copies > 1:  # the baseline of the scaling efficiency: this node's FSDP alone, alternating with the hybrid one
         with watchdog.step("fsdp shard node model"):
             trainers = {"node": Trainer(sharded_model(wl, mesh["shard"], device), wl, batch, device), "fsdp": fsdp}
     fsdp.losses.clear()
@@ -181,7 +193,7 @@ def _sharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, watch
     with watchdog.step("fsdp checksum"):
         digest = checksum(fsdp.model)
     out = {name: median_throughputs(t, wl.items_per_step) for name, t in times.items()}
-    shards = session.world_size // nodes
+    shards = session.world_size // copies
     return {**out, "peak": peak, "shard_ratio": state_shard_ratio(fsdp.model, shards), "checksum": digest,
             "losses": fsdp.loss_values()}
 
@@ -194,20 +206,20 @@ def run_fsdp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
 
     check = config.checks.fsdp
     wl = workload(check)
-    nodes = len(session.nodes())
+    copies = replicas(session)
     if session.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     batch = wl.make_batch(torch.Generator().manual_seed(SEED + session.rank), session.device)
     token = torch.zeros(1, device=session.device)
     barrier = lambda: dist.all_reduce(token)  # noqa: E731
     mine = _unsharded(wl, batch, session, check, watchdog, barrier)
-    mine.update(_sharded(wl, batch, session, check, watchdog, barrier, nodes))
+    mine.update(_sharded(wl, batch, session, check, watchdog, barrier, copies))
     if session.device.type == "cuda":
         torch.cuda.empty_cache()
     gathered = session.control.gather("fsdp", mine)
     if gathered is None:
         return None
-    detail = fsdp_detail(session, check, gathered, nodes, gathered[0]["parameters"])
+    detail = fsdp_detail(session, check, gathered, copies, gathered[0]["parameters"])
     losses = [statistics.fmean(step) for step in zip(*(g["losses"] for g in gathered), strict=True)]
     results = judge_fsdp(check, detail, losses, [g["shard_ratio"] for g in gathered], config.estimated_thresholds)
     if progress:
@@ -227,9 +239,9 @@ def predicted_memory(state: float | None, unsharded_peak: float | None, shards: 
     return state / shards + (unsharded_peak - state)
 
 
-def fsdp_detail(session: Session, check: FsdpCheck, gathered: list[dict[str, Any]], nodes: int,
+def fsdp_detail(session: Session, check: FsdpCheck, gathered: list[dict[str, Any]], copies: int,
                 parameters: int) -> FsdpDetail:
-    shards = session.world_size // nodes
+    shards = session.world_size // copies
 
     def gib(x: float | None) -> float | None:
         return None if x is None else round(x / GIB, 4)
@@ -242,8 +254,9 @@ def fsdp_detail(session: Session, check: FsdpCheck, gathered: list[dict[str, Any
         peak_memory_gib=gib(g["peak"]), unsharded_peak_memory_gib=gib(g["unsharded_peak"]),
         predicted_memory_gib=gib(predicted_memory(g["state"], g["unsharded_peak"], shards)), checksum=g["checksum"])
         for info, g in zip(session.ranks, gathered, strict=True)]
-    efficiency = window_efficiencies([{"baseline": g["node"], "ddp": g["fsdp"]} for g in gathered]) if nodes > 1 else []
-    return FsdpDetail(model="gpt", world_size=session.world_size, shards=shards, replicas=nodes,
+    efficiency = window_efficiencies([{"baseline": g["node"], "ddp": g["fsdp"]} for g in gathered]) \
+        if copies > 1 else []
+    return FsdpDetail(model="gpt", world_size=session.world_size, shards=shards, replicas=copies,
                       parameters=parameters, batch_size=check.batch_size, seq_len=check.seq_len,
                       window_efficiency=[round(e, 4) for e in efficiency], ranks=ranks)
 

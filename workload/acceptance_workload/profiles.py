@@ -122,7 +122,8 @@ GPU_MEMORY_IN_USE_MIB = 1024
 def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, net_busbw: float,
                  ib_rate: float, pcie_gen: int, nvlinks: int,
                  gpt_tokens: float | None, resnet_images: float | None,
-                 per_gpu: GpuThresholds | None = None, fsdp_tokens: float | None = None, estimated: frozenset[str] = GPU_ESTIMATED,
+                 per_gpu: GpuThresholds | None = None, fsdp_tokens: float | None = None,
+                 estimated: frozenset[str] = GPU_ESTIMATED,
                  estimated_by_model: dict[DdpModel, frozenset[str]] | None = None) -> Profile:
     preflight = PreflightThresholds(
         gpu_model=gpu,
