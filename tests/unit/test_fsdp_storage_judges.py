@@ -117,3 +117,25 @@ def test_hybrid_sharding_needs_nodes_of_equal_contiguous_ranks() -> None:
     assert replicas(session(["a", "a", "a", "a"])) == 1
     assert replicas(session(["a", "b", "b"])) == 1  # a node short of GPUs: one fully sharded copy
     assert replicas(session(["a", "b", "a", "b"])) == 1  # interleaved ranks
+
+
+@pytest.mark.parametrize("backend", ["PyTorchJob", "MPIJob", "Job", "JobSet"])
+def test_every_gpu_pod_mounts_the_storage_volume_and_the_workload_knows_where(backend: str) -> None:
+    from acceptance_operator.backends import build_job
+    from acceptance_operator.manifests import build_workload_config
+
+    from tests.unit.test_manifests import gpu_pod_specs, make, templates
+
+    test = make({"backend": backend, "nodes": 2, "checks": {"storage": {"enabled": True}},
+                 "storage": {"volume": {"persistentVolumeClaim": {"claimName": "shared"}}, "mountPath": "/scratch"}})
+    job = build_job(test)
+    gpu = gpu_pod_specs(job)
+    assert gpu
+    for spec in gpu:
+        assert {"name": "gpu-acceptance-storage", "persistentVolumeClaim": {"claimName": "shared"}} in spec["volumes"]
+        mounts = [m for c in spec["containers"] for m in c["volumeMounts"] if m["name"] == "gpu-acceptance-storage"]
+        assert mounts == [{"name": "gpu-acceptance-storage", "mountPath": "/scratch"}]
+    launchers = [t["spec"] for t in templates(job) if t["spec"] not in gpu]
+    assert all("gpu-acceptance-storage" not in json.dumps(s) for s in launchers)  # the MPI launcher does no I/O
+    assert build_workload_config(test).storage_path == "/scratch"
+    assert build_workload_config(make({})).storage_path is None
