@@ -139,3 +139,35 @@ def test_every_gpu_pod_mounts_the_storage_volume_and_the_workload_knows_where(ba
     assert all("gpu-acceptance-storage" not in json.dumps(s) for s in launchers)  # the MPI launcher does no I/O
     assert build_workload_config(test).storage_path == "/scratch"
     assert build_workload_config(make({})).storage_path is None
+
+
+def test_the_operator_rejudges_fsdp_and_storage_results_and_requires_them() -> None:
+    from acceptance_operator.rejudge import rejudge
+    from acceptance_workload.report import CheckResult
+
+    from tests.unit.test_rejudge import config, facts, find
+    from tests.reports import node_names, passing_report
+
+    cfg = config(checks={"ddp": {"enabled": False}, "fsdp": {"enabled": True},
+                         "storage": {"enabled": True, "thresholds": {"minWriteGBps": 2.0}}})
+    cfg = cfg.model_copy(update={"storage_path": "/scratch"})
+    report = passing_report(cfg)
+    report.checks_run += ["fsdp", "storage"]
+    a, b = node_names(2)
+    ok = {"passed": True}
+    report.results += [
+        CheckResult(check="fsdp", name="throughput_per_gpu", value=1.0, **ok),
+        CheckResult(check="fsdp", name="loss_decrease", value=0.2, **ok),
+        *(CheckResult(check="fsdp", name=n, value=v, node=node, gpu=0, **ok) for node in (a, b)
+          for n, v in (("parameter_checksum", 1.0), ("state_shard_ratio", 1.0), ("peak_memory_ratio", 1.5))),
+        CheckResult(check="storage", name="storage_consistency", value=1.0, node=a, **ok),
+        CheckResult(check="storage", name="storage_write_gbps", value=1.0, node=a, threshold=0.5, **ok),
+    ]
+    out = rejudge(report, facts(cfg))
+    write = find(out.report, "storage", "storage_write_gbps", a)
+    assert (write.passed, write.threshold) == (False, 2.0)  # the spec's floor, not the report's
+    memory = find(out.report, "fsdp", "peak_memory_ratio", a)
+    assert (memory.passed, memory.threshold, memory.comparison) == (False, 1.25, "le")  # the profile's bound
+    missing = {(r.check, r.name, r.node) for r in out.report.results if not r.passed}
+    assert ("storage", "storage_consistency", b) in missing  # node b's view was left out of the report
+    assert not out.report.verdict()
