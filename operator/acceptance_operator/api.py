@@ -31,6 +31,7 @@ from acceptance_operator.kubetypes import (
     Toleration,
     Volume,
     VolumeMount,
+    one_source,
 )
 from acceptance_operator.schedule import MAX_SCHEDULE, schedule_problem
 
@@ -239,13 +240,7 @@ class StorageVolume(WireModel):
 
     @model_validator(mode="after")
     def _one_shared_source(self) -> StorageVolume:
-        sources = dict(self.model_extra or {})
-        if len(sources) != 1:
-            raise ValueError(f"exactly one volume source (persistentVolumeClaim, nfs, csi, ...); found "
-                             f"{len(sources)}: {', '.join(sources) or 'none'}")
-        ((kind, value),) = sources.items()
-        if not isinstance(value, dict):
-            raise ValueError(f"{kind}: a volume source is an object, not {type(value).__name__}")
+        kind = one_source(self.model_extra, "exactly one volume source")
         if kind in ("hostPath", "emptyDir"):
             raise ValueError(f"{kind} is storage of one node, not a shared volume; use a persistentVolumeClaim "
                              "(ReadWriteMany), nfs, csi or another source every node mounts")

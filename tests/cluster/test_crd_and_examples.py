@@ -135,7 +135,8 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
         ({"skipBusyNodes": "yes"}, ["spec.skipBusyNodes", "must be of type boolean"]),
     ],
     ids=["nodes-0", "unknown-backend", "negative-size", "negative-quantity", "not-a-size", "misspelled-field",
-         "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "cel-storage-no-volume", "storage-two-sources", "fsdp-layers", "env-value-300k", "env-key-long",
+         "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "cel-storage-no-volume",
+         "storage-two-sources", "fsdp-layers", "env-value-300k", "env-key-long",
          "env-too-many", "gpu-in-extra", "empty-image", "max-bytes", "iters", "batch-size", "anti-affinity-5",
          "toleration-effect", "volume-two-sources", "cel-kubernetes-taint", "remove-taints-17", "skip-busy-string"],
 )

@@ -146,7 +146,8 @@ def test_a_volume_is_a_name_and_one_source_kept_as_written(schema: dict[str, Any
 def test_every_spec_value_is_bounded(schema: dict[str, Any]):
     """maxLength, maxItems, maxProperties, maximum on everything a user writes, so admission refuses a huge spec.
 
-    A volume's source (pod.volumes, storage.volume) is the one free-form part; the model's MAX_SPEC_BYTES bounds it (tests/unit/test_bounds.py).
+    A volume's source (pod.volumes, storage.volume) is the one free-form part; the model's MAX_SPEC_BYTES bounds
+    it (tests/unit/test_bounds.py).
     """
     def problem(path: str, node: dict[str, Any]) -> bool:
         kind = node.get("type")
@@ -156,7 +157,8 @@ def test_every_spec_value_is_bounded(schema: dict[str, Any]):
             kind == "array" and "maxItems" not in node,
             kind == "object" and "additionalProperties" in node and "maxProperties" not in node,
             kind in ("integer", "number") and "maximum" not in node,
-            bool(node.get("x-kubernetes-preserve-unknown-fields")) and path not in ("spec.pod.volumes[]", "spec.storage.volume"),
+            bool(node.get("x-kubernetes-preserve-unknown-fields"))
+            and path not in ("spec.pod.volumes[]", "spec.storage.volume"),
         ])
 
     unbounded = [path for path, node in schema_nodes(at(schema, "spec"), "spec") if problem(path, node)]

@@ -145,8 +145,8 @@ def test_the_operator_rejudges_fsdp_and_storage_results_and_requires_them() -> N
     from acceptance_operator.rejudge import rejudge
     from acceptance_workload.report import CheckResult
 
-    from tests.unit.test_rejudge import config, facts, find
     from tests.reports import node_names, passing_report
+    from tests.unit.test_rejudge import config, facts, find
 
     cfg = config(checks={"ddp": {"enabled": False}, "fsdp": {"enabled": True},
                          "storage": {"enabled": True, "thresholds": {"minWriteGBps": 2.0}}})

@@ -22,7 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks import FsdpCheck
 from acceptance_workload.ddp import Trainer, Workload, _judge_ddp, measure, median_throughputs, window_efficiencies
-from acceptance_workload.report import CheckResult, DdpDetail, DdpRank, FsdpDetail, FsdpRank, judge, with_estimate
+from acceptance_workload.report import (
+    CheckResult,
+    DdpDetail,
+    DdpRank,
+    FsdpDetail,
+    FsdpRank,
+    Skip,
+    judge,
+    with_estimate,
+)
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
@@ -199,7 +208,8 @@ def _sharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, watch
 
 
 def run_fsdp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
-             progress: Callable[[str], None] | None = None) -> tuple[list[CheckResult], FsdpDetail] | None:
+             progress: Callable[[str], None] | None = None
+             ) -> tuple[list[CheckResult], list[Skip], FsdpDetail] | None:
     """The unsharded baseline, then FSDP on every rank; results and detail on rank 0."""
     import torch
     import torch.distributed as dist
@@ -224,7 +234,10 @@ def run_fsdp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     results = judge_fsdp(check, detail, losses, [g["shard_ratio"] for g in gathered], config.estimated_thresholds)
     if progress:
         progress("fsdp: " + "; ".join(r.message for r in results if r.node is None))
-    return results, detail
+    skipped = [] if session.device.type == "cuda" else [Skip(
+        check="fsdp", name="peak_memory_ratio", reason="CPU: no allocator statistics (state_shard_ratio shows the "
+        "sharding)")]
+    return results, skipped, detail
 
 
 def predicted_memory(state: float | None, unsharded_peak: float | None, shards: int) -> float | None:

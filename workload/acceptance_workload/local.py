@@ -38,6 +38,7 @@ EXIT_ERROR = 2
 CPU_PROCESSES = 2
 QUICK_MAX_BYTES = 1 << 30
 QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10
+QUICK_STORAGE_BYTES = 1 << 30
 KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a stopped or hung rank is not waited for long
 
 
@@ -91,7 +92,8 @@ def read_manifest(path: str) -> dict[str, Any]:
 
 
 def quick_checks(checks: ChecksSpec) -> ChecksSpec:
-    """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps.
+    """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps,
+    FSDP's steps and storage's throughput file (1Gi) cut too.
 
     The per-GPU check keeps its sizes (the profile's floors hold for them) and
     takes fewer, shorter windows.
@@ -108,7 +110,11 @@ def quick_checks(checks: ChecksSpec) -> ChecksSpec:
     gpu = checks.gpu.model_copy(update={"windows": min(checks.gpu.windows, QUICK_GPU_WINDOWS),
                                         "iters": min(checks.gpu.iters, QUICK_GPU_ITERS),
                                         "warmup_iters": min(checks.gpu.warmup_iters, QUICK_GPU_ITERS)})
-    return checks.model_copy(update={"gpu": gpu, "nccl": nccl, "ddp": ddp})
+    fsdp = checks.fsdp.model_copy(update={"steps": min(checks.fsdp.steps, 8), "windows": min(checks.fsdp.windows, 2),
+                                          "warmup_steps": min(checks.fsdp.warmup_steps, 2)})
+    storage = checks.storage.model_copy(update={"throughput_bytes": min(parse_bytes(checks.storage.throughput_bytes),
+                                                                        QUICK_STORAGE_BYTES)})
+    return checks.model_copy(update={"gpu": gpu, "nccl": nccl, "ddp": ddp, "fsdp": fsdp, "storage": storage})
 
 
 def build_config(args: argparse.Namespace, processes: int, expected: int | None = None,

@@ -357,11 +357,8 @@ class Runner:
             if root:
                 assert out is not None
                 self.report.results += out[0]
-                self.report.fsdp = out[1]
-                if session.device.type != "cuda":
-                    self.report.skipped.append(Skip(check="fsdp", name="peak_memory_ratio",
-                                                    reason="CPU: no allocator statistics (state_shard_ratio shows "
-                                                    "the sharding)"))
+                self.report.skipped += out[1]
+                self.report.fsdp = out[2]
         if cfg.checks.storage.enabled:
             self.enter("storage", session)
             self.progress(f"storage: {cfg.storage_path or 'no volume'}")
