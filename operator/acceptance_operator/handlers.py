@@ -33,7 +33,7 @@ from acceptance_workload.report import CHECK_NAMES, Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import diagnosis, evidence_hooks, manifests, node_lifecycle, observe, ownership, runs, sweep
+from acceptance_operator import evidence_hooks, manifests, node_lifecycle, observe, runs, sweep
 from acceptance_operator.api import (
     GROUP,
     KIND,
@@ -49,15 +49,7 @@ from acceptance_operator.api import (
     SweepStatus,
     parse_test,
 )
-from acceptance_operator.assessment import (
-    Assessment,
-    Observation,
-    Timing,
-    adopted_verdict,
-    assess,
-    next_look,
-    pod_nodes,
-)
+from acceptance_operator.assessment import Observation, Timing, assess, next_look, pod_nodes
 from acceptance_operator.backends import BACKENDS, BackendSpec, backend_of, build_children
 from acceptance_operator.calm import RateLimit, describe_error
 from acceptance_operator.children import Children, SweepChildren
@@ -65,11 +57,12 @@ from acceptance_operator.conditions import (
     BACKEND_NOT_INSTALLED,
     BACKEND_NOT_RUNNING,
     INVALID_SPEC,
-    REPORT_MISSING,
     REPORT_REJECTED,
     TIMEOUT,
     RunState,
+    clip_message,
     conditions_for,
+    is_finished,
     is_smoke,
 )
 from acceptance_operator.diagnosis import parse_time
@@ -119,6 +112,7 @@ RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
 # Since when the API server has refused a test's job because the backend's admission webhook did not answer
 # (its controller is down): the operator retries this often until the unschedulable grace has passed.
 _unreachable_since: dict[TestKey, datetime] = {}
+_legacy_told: set[tuple[str, str, str]] = set()  # runs of an earlier version whose status.report was read (logged)
 BACKEND_RETRY_SECONDS = 10.0
 # A job or pod change is looked at this much later, so the burst a controller writes (job Running, pod created,
 # pod Running) is one reconcile and one status write, not three.
@@ -150,20 +144,13 @@ def _timestamp(value: datetime | None) -> str | None:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
 
 
-def is_finished(body: KubeDict) -> bool:
-    """The current run has a verdict by the operator's own record: nothing left to do until the spec changes, a
-    rerun is asked for or a schedule slot comes (status.phase alone proves nothing: the workload's token can
-    write it)."""
-    return ownership.is_finished(body)
-
-
 def _rerun(body: KubeDict) -> str | None:
     return runs.rerun_value(((body.get("metadata") or {}).get("annotations") or {}).get(RERUN_ANNOTATION))
 
 
 def _more_runs(body: KubeDict) -> bool:
     """A finished test may still start runs: a rerun value it has not run for, or a schedule (its next slot)."""
-    current = runs.current_run(ownership.record(body), (body.get("metadata") or {}).get("generation") or 1)
+    current = runs.current_run(body.get("status"), (body.get("metadata") or {}).get("generation") or 1)
     return bool((body.get("spec") or {}).get("schedule")) or current is None or current.rerun != _rerun(body)
 
 
@@ -210,8 +197,9 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
         SWEEPS.forget(namespace, label)
         _sweeping.discard(key)
         QUEUE.forget(key)
-        for memo in (_contexts, _failures, _own_writes, _seen, _begun, _fresh):
+        for memo in (_contexts, _failures, _own_writes, _seen, _begun, _fresh, _unreachable_since):
             memo.pop(key, None)
+        _legacy_told.difference_update({told for told in _legacy_told if told[:2] == key})
         METRICS.forget(namespace, name)
         _gone[key] = copy.deepcopy(dict(body))
         QUEUE.add(key)  # its children: see _delete_children
@@ -226,8 +214,7 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     if seen == _seen[key]:
         log.debug("%s/%s: event %s skipped: nothing a run depends on changed", namespace, name, version)
         return  # only kopf's finalizer or annotations changed
-    if is_finished(body) and ownership.restoration(body) is None and not body.get("metadata", {}).get(
-            "deletionTimestamp") and not _more_runs(body):
+    if is_finished(body) and not body.get("metadata", {}).get("deletionTimestamp") and not _more_runs(body):
         log.debug("%s/%s: event %s skipped: the run has its verdict", namespace, name, version)
         _refresh_metrics(namespace, name, dict(body.get("status") or {}))  # e.g. after a restart
         node_lifecycle.restore_from_test(dict(body), METRICS)
@@ -245,7 +232,7 @@ def _awaits_run(body: kopf.Body) -> bool:
     """A run is due whose job is still to be created (queued first): a new generation, or a rerun asked for
     after the last run ended (a schedule slot comes by the clock, not by an event)."""
     generation = (body.get("metadata") or {}).get("generation") or 1
-    current = runs.current_run(ownership.record(body), generation)
+    current = runs.current_run(body.get("status"), generation)
     return runs.due(current, is_finished(body), generation, _rerun(body), None, None, _now()) is not None
 
 
@@ -273,8 +260,8 @@ async def on_node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
 
 
 def _sweep_child_changed(event_type: str | None, body: kopf.Body) -> None:
-    """A sweep's child test changed: remember its phase (by the operator's record) and wake its parent."""
-    child = sweep.child_of(body, ownership.record(body))
+    """A sweep's child test changed: remember its phase and wake its parent."""
+    child = sweep.child_of(body, body.get("status"))
     if child is None:
         return
     meta = body.get("metadata") or {}
@@ -291,6 +278,13 @@ async def on_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
     _child_changed("Pod", type, body)
 
 
+@kopf.on.event("", "v1", "configmaps",
+               labels={manifests.LABEL_TEST: kopf.PRESENT, manifests.LABEL_ROLE: evidence_hooks.EVIDENCE_ROLE})
+async def on_evidence_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    """Rank 0 delivers the report into the run's evidence ConfigMaps, the status part last: wake its test."""
+    _child_changed("ConfigMap", type, body)
+
+
 def _fingerprint(body: kopf.Body) -> str:
     """What a reconcile depends on: the inputs others change (_inputs) and the status.
 
@@ -304,7 +298,7 @@ def _inputs(obj: KubeDict) -> list[Any]:
     """What others may change under a reconcile: the spec (by generation), deletion, labels, annotations, report."""
     meta = obj.get("metadata") or {}
     annotations = {k: v for k, v in (meta.get("annotations") or {}).items()
-                   if "kopf" not in k and "last-handled" not in k and k != ownership.RECORD_ANNOTATION}
+                   if "kopf" not in k and "last-handled" not in k}
     return json.loads(json.dumps([meta.get("generation"), meta.get("deletionTimestamp"), meta.get("labels"),
                                   annotations, (obj.get("status") or {}).get("report")], default=str))
 
@@ -314,6 +308,8 @@ def _child_changed(kind: str, event_type: str | None, body: kopf.Body) -> None:
     obj = dict(body)
     if kind == "Pod":
         CHILDREN.pod_event(event_type, obj)
+    elif kind == "ConfigMap":
+        CHILDREN.evidence_event(event_type, obj)
     else:
         CHILDREN.job_event(kind, event_type, obj)
     owner = CHILDREN.owner(obj)
@@ -447,9 +443,6 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     obj = _fresh.pop(key, None) or k.get_test(namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return
-    if ownership.needs_adoption(obj):
-        _adopt(k, obj, now, logger)
-    _undo_foreign_writes(k, obj, logger)
     status = obj.get("status") or {}
     generation = obj["metadata"].get("generation") or 1
     test: AcceptanceTest | None = None
@@ -459,7 +452,7 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     except ValidationError as e:
         lines = manifests.validation_messages(e, {"spec": obj.get("spec") or {}})
     schedule = test.spec.schedule if test is not None else None
-    current = runs.current_run(ownership.record(obj), generation)
+    current = runs.current_run(status, generation)
     due = runs.due(current, is_finished(obj), generation, _rerun(obj), schedule,
                    parse_time(status.get("startTime")), now)
     run = due or current
@@ -479,9 +472,9 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         return _sweep_step(k, obj, test, due is not None, now, logger)
     if due is not None or (status.get("job") or {}).get("name") != manifests.job_name(test):
         retry = _start_run(k, obj, test, now, logger)
-        # The status write's echo is our own and wakes nothing: a report already here (it landed between the job's
-        # creation and this write) is looked at now, not at the safety resync; a later one has its own event.
-        return retry if retry is not None else 0.0 if status.get("report") else float(test.spec.timeout_seconds)
+        # The status write's echo is our own and wakes nothing; the delivery of the report has its own event (the
+        # evidence ConfigMap's watch), as has the job's end.
+        return retry if retry is not None else float(test.spec.timeout_seconds)
     return _follow_run(k, obj, test, now, logger)
 
 
@@ -500,7 +493,7 @@ def _sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, no
                                                        else ""))
     if not SWEEPS.primed(namespace, parent, run.id):
         listed = k.list_tests(namespace, f"{sweep.LABEL_SWEEP}={parent},{sweep.LABEL_SWEEP_RUN}={run.id}")
-        SWEEPS.prime(namespace, parent, run.id, [c for o in listed if (c := sweep.child_of(o, ownership.record(o)))])
+        SWEEPS.prime(namespace, parent, run.id, [c for o in listed if (c := sweep.child_of(o, o.get("status")))])
     if not SWEEPS.nodes_primed:
         SWEEPS.prime_nodes(k.list_nodes())
     selector = test.spec.placement.node_selector
@@ -560,111 +553,10 @@ def _stop_other_sweeps(k: Kube, test: AcceptanceTest, parent: str, run_id: str) 
     return deleted
 
 
-def _adopt(k: Kube, obj: KubeDict, now: datetime, logger: logging.Logger) -> None:
-    """A status from before the operator kept its record (an upgrade): record what can stand (ownership.adopted).
-
-    A finished verdict whose job has ended is judged again (assessment.adopted_verdict), and this version's
-    verdict recorded (_rejudged).
-    """
-    meta, status = obj["metadata"], obj.get("status") or {}
-    namespace, name = meta["namespace"], meta["name"]
-    job_ref = status.get("job") or {}
-    claimed = ownership.claims_finished(obj)
-    job = None
-    if claimed and job_ref.get("kind") in BACKENDS and job_ref.get("name"):
-        job = k.get_job(job_ref["kind"], namespace, job_ref["name"])
-    ended = job is None or diagnosis.job_state(job).finished
-    test = _adopted_test(obj) if claimed and ended else None
-    outcome = adopted_verdict(_observe(k, test, status, fresh=True), status.get("phase")) if test else None
-    recorded = ownership.adopted(obj, keep_verdict=claimed and ended and test is not None and outcome is None)
-    observed = recorded.get("observedGeneration")
-    if recorded.get("run") is None and isinstance(observed, int):
-        # Its generation's first run (the job <name>-g<generation>), with the rerun value it carries now: a
-        # rerun annotation set before the upgrade asks for nothing more.
-        recorded["run"] = runs.first_run(observed, _rerun(obj)).to_wire()
-    patched = k.patch_test(namespace, name, ownership.record_patch(recorded)) or {}
-    obj["metadata"] = {**meta, "annotations": (patched.get("metadata") or {}).get("annotations") or {}}
-    restore = ownership.restoration(obj)
-    if restore is not None:  # our own adoption (the note, or the dropped verdict): not a foreign write
-        k.patch_test_status(namespace, name, restore)
-        obj["status"] = {**status, **restore}
-    was = f"verdict {status.get('phase')}"
-    stands = True  # the event is a warning where the adopted status does not stand as it was
-    if not claimed:
-        message = (f"run in progress ({status.get('phase') or 'no phase'}) adopted from an operator version that "
-                   "kept no record of the status; followed from here")
-    elif not ended:
-        stands, message = False, (f"the status said {status.get('phase')}, but {job_ref['kind']} {job_ref['name']} "
-                                  "has not ended: that verdict is dropped and the run followed to its own")
-    elif test is None:
-        stands, message = False, (f"{was}, adopted from an operator version that kept no record of the status, "
-                                  "cannot be judged again: the spec is invalid (the run ends as InvalidSpec)")
-    elif outcome is None:
-        message = (f"{was} ({_reason(status)}) adopted as written by an operator version that kept no record of the "
-                   "status: it has no report to judge again (a failure claims nothing); not re-run: change the spec "
-                   "or give the rerun annotation a new value to run it again")
-    else:
-        stands = outcome.state.phase == status.get("phase")
-        message = _rejudged(k, obj, test, outcome, status, now, logger)
-    logger.info("%s/%s: %s", namespace, name, message)
-    (kopf.info if stands else kopf.warn)(obj, reason="StatusAdopted", message=message)
-
-
-def _adopted_test(obj: KubeDict) -> AcceptanceTest | None:
-    """The adopted verdict's test on its generation's first run; None when its spec cannot be read."""
-    try:
-        test = _effective(parse_test(obj))
-    except ValidationError:
-        return None
-    generation = obj["metadata"].get("generation") or 1
-    return runs.with_run(test, runs.first_run(generation, _rerun(obj)))
-
-
-def _reason(status: KubeDict) -> str:
-    succeeded = next((c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") ==
-                      "Succeeded"), {})
-    return str(succeeded.get("reason") or "no reason")
-
-
-def _rejudged(k: Kube, obj: KubeDict, test: AcceptanceTest, outcome: Assessment, status: KubeDict, now: datetime,
-              logger: logging.Logger) -> str:
-    """Record this version's verdict on an adopted run, ended when its `status` (as adopted) said (the run is not
-    re-run, and the nodes of a run this version did not follow are left alone); what the StatusAdopted event says."""
-    was, state = status.get("phase"), outcome.state
-    unchecked = state.reason == REPORT_MISSING  # no report to judge (a judged report never ends so)
-    if not unchecked:
-        state = RunState(state.phase, state.reason, f"{state.message} {ownership.REJUDGED_NOTE}")
-    ended = parse_time(status.get("completionTime")) or now
-    _conclude(k, obj, test, state, now=now, summary=outcome.summary, report=outcome.report, ended=ended,
-              act_on_nodes=False, logger=logger)
-    if unchecked:
-        return (f"verdict {was} adopted from an operator version that kept no record of the status is not trusted: "
-                f"{state.message}; recorded as {state.phase} ({state.reason})")
-    verdict = "confirmed" if state.phase == was else f"now {state.phase}"
-    return (f"verdict {was} adopted from an operator version that kept no record of the status and judged again "
-            f"from its report: {verdict} ({state.reason}: {ownership.clip_message(state.message, 1000)})")
-
-
 def _after_run(obj: KubeDict, test: AcceptanceTest) -> float | None:
     """After a run ended: look again at once if another may be due (a rerun asked for meanwhile, a schedule)."""
     pending = test.spec.schedule or _rerun(obj) != runs.run_of(test).rerun
     return 0.0 if pending else None
-
-
-def _undo_foreign_writes(k: Kube, obj: KubeDict, logger: logging.Logger) -> None:
-    """Put back phase, conditions and summary as the operator recorded them, if anyone else wrote there."""
-    restore = ownership.restoration(obj)
-    if restore is None:
-        return
-    meta, own = obj["metadata"], ownership.interrupted(obj)
-    k.patch_test_status(meta["namespace"], meta["name"], restore)
-    obj["status"] = {**(obj.get("status") or {}), **restore}
-    if own:  # our own write, interrupted between its record and its status (a restart): completed, not foreign
-        logger.info("%s/%s: completed the status write a restart interrupted", meta["namespace"], meta["name"])
-        return
-    message = f"status fields written by someone other than the operator were put back: {', '.join(sorted(restore))}"
-    logger.warning("%s/%s: %s", meta["namespace"], meta["name"], message)
-    kopf.warn(obj, reason="ForeignStatusWrite", message=message)
 
 
 def _selector(test: AcceptanceTest) -> str:
@@ -874,12 +766,12 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     status = obj.get("status") or {}
     start_time = parse_time(status.get("startTime"))
     try:
-        observation = _observe(k, test, status, fresh=False)
+        observation, delivered = _observe(k, test, status, fresh=False)
         outcome = assess(observation, now, _timing())
         if outcome.state.terminal and (outcome.report is None or outcome.state.reason == REPORT_REJECTED):
             # The job and pods decide, and the watches may lag: confirm with the API server before the run ends.
             # (A report decides with the pods' nodes only: those are read afresh before it is rejected.)
-            observation = _observe(k, test, status, fresh=True, judged=observation.judged)
+            observation, delivered = _observe(k, test, status, fresh=True, judged=observation.judged)
             outcome = assess(observation, now, _timing())
     except ApiException as e:
         # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout.
@@ -893,13 +785,8 @@ def _follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
         return _after_run(obj, test)
     namespace, name = test.metadata.namespace, test.metadata.name
     if outcome.state.terminal:
-        if outcome.report is None:
-            # The report may have landed after our first read: judge it rather than the job.
-            fresh = k.get_test(namespace, name)
-            if fresh and (fresh.get("status") or {}).get("report") != status.get("report"):
-                return 0.0  # judge the new report now
         _conclude(k, obj, test, outcome.state, now=now, summary=outcome.summary, report=outcome.report,
-                  stop_job=outcome.stop_job, logger=logger)
+                  stop_job=outcome.stop_job, logger=logger, report_part=evidence_hooks.status_part(test, delivered))
         return _after_run(obj, test)
     previous = status.get("phase")
     _write_status(k, obj, outcome.state, test, start_time=parse_time(status.get("startTime")),
@@ -916,12 +803,13 @@ def _timing() -> Timing:
 
 
 def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
-             judged: Rejudged | None = None) -> Observation:
-    """The run as the watches last showed it (fresh=False), or as the API server has it now (fresh=True).
+             judged: Rejudged | None = None) -> tuple[Observation, Any]:
+    """The run as the watches last showed it (fresh=False), or as the API server has it now (fresh=True), and
+    the status part rank 0 delivered (None: not yet).
 
     A job the watches have not shown yet (just created, or the operator may not
     watch jobs) is read from the API server either way. `judged`: the report as
-    an earlier look at the same status judged it; only its fit to the run's pods
+    an earlier look at the same delivery judged it; only its fit to the run's pods
     is judged again (a large report's evidence is read once per look at most).
     """
     namespace, backend, job_name = test.metadata.namespace, test.spec.backend, manifests.job_name(test)
@@ -939,10 +827,11 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
                                 METRICS, logger)
     bound = CHILDREN.bound_nodes(namespace, manifests.test_label_value(test), runs.run_of(test).id)
     facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods) | bound)
+    delivered = _delivered(k, test, job, status, fresh)
     if judged is not None:
         raw_report, judged = None, Rejudged(judged.report, run_problems(judged.report, facts))
     else:
-        raw_report, judged = evidence_hooks.judged_report(k, test, status.get("report"), facts)
+        raw_report, judged = evidence_hooks.judged_report(k, test, delivered, facts)
     return Observation(
         generation=manifests.generation_of(test),
         job_kind=backend,
@@ -962,7 +851,30 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
         run_id=runs.run_of(test).id,
         baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,
         regression_tolerance=test.spec.regression_tolerance,
-    )
+    ), delivered
+
+
+def _delivered(k: Kube, test: AcceptanceTest, job: KubeDict | None, status: KubeDict, fresh: bool) -> Any:
+    """The status part rank 0 delivered for this run: from the job-wide evidence ConfigMap (as the watch last
+    showed it, or read now when `fresh`); None while it is not there, i.e. while the evidence is not complete.
+
+    A run whose job an earlier operator version created (without manifests.LABEL_DELIVERY) has a workload that
+    patches status.report: that report is read from there, through this release only (docs/install.md).
+    """
+    namespace, name = test.metadata.namespace, manifests.evidence_names(test)[0]
+    data = None if fresh else CHILDREN.evidence_data(namespace, name)
+    if data is None:  # to be confirmed, or not shown by the watch (yet)
+        data = (k.read("ConfigMap", namespace, name) or {}).get("data")
+    delivered = evidence_hooks.delivered(data)
+    if delivered is None and job is not None and not manifests.delivers_evidence(job):
+        delivered = status.get("report")
+        key = (namespace, test.metadata.name, runs.run_of(test).id)
+        if delivered and key not in _legacy_told:
+            _legacy_told.add(key)
+            log.info("%s/%s: run %s was started by an earlier operator version (its job has no %s label): its "
+                     "report is read from status.report, as that version's workload writes it (supported through "
+                     "this release)", namespace, test.metadata.name, key[2], manifests.LABEL_DELIVERY)
+    return delivered
 
 
 def _cleanup(k: Kube, obj: KubeDict, kind: str, name: str, logger: logging.Logger) -> None:
@@ -991,11 +903,12 @@ def _conclude(
     ended: datetime | None = None,
     act_on_nodes: bool = True,
     logger: logging.Logger = log,
+    report_part: KubeDict | None = None,
 ) -> None:
     """End the run: stop what still runs, drop the workload's write access, record the verdict, tell.
 
-    `ended`: when the run ended, if before now (an adopted run judged again); act_on_nodes=False leaves
-    spec.onFailure to runs this version followed.
+    `ended`: when the run ended, if before now; act_on_nodes=False leaves spec.onFailure alone;
+    `report_part`: the run's status part as delivered, copied into status.report with the verdict.
     """
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -1013,7 +926,7 @@ def _conclude(
     entry = runs.history_entry(run, start or end, end, summary, state.reason)
     history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
     _write_status(k, obj, state, test, start_time=start or end, completion_time=end, summary=summary, now=now,
-                  history=history, sweep_status=sweep_status)
+                  history=history, sweep_status=sweep_status, report=report_part)
     _begun.pop((namespace, name), None)  # a run that ended between the two steps of its start
     _unreachable_since.pop((namespace, name), None)
 
@@ -1049,10 +962,12 @@ def _write_status(
     now: datetime,
     history: list[KubeDict] | None = None,
     sweep_status: SweepStatus | None = None,
+    report: KubeDict | None = None,
 ) -> None:
-    """Patch the operator-owned status fields, only if one of them changes (status.report is the workload's).
+    """Patch the status, in one request, only if a field changes: every field is the operator's.
 
-    `history` replaces status.history (None: kept as it is).
+    `history` replaces status.history (None: kept as it is); `report`, the run's status part as rank 0
+    delivered it into the evidence, replaces status.report (None: kept as it is).
     """
     meta = obj["metadata"]
     status = obj.get("status") or {}
@@ -1064,8 +979,8 @@ def _write_status(
         job_text = f"{test.spec.backend} {job_name}"
     else:
         job, job_text = None, "the sweep's tests" if test.spec.sweep else "the job"
-    state = replace(state, message=ownership.clip_message(state.message))
-    conditions = conditions_for(state, job_text, _conditions(ownership.record(obj) or {}), generation, now)
+    state = replace(state, message=clip_message(state.message))
+    conditions = conditions_for(state, job_text, _conditions(status), generation, now)
     desired: KubeDict = {
         "phase": state.phase,
         "conditions": [c.to_wire() for c in conditions],
@@ -1079,18 +994,16 @@ def _write_status(
         "sweep": sweep_status.to_wire() if sweep_status is not None else
         status.get("sweep") if test.spec.sweep else None,
     }
-    if ownership.record(obj) == desired and all(status.get(key) == value for key, value in desired.items()):
+    if report is not None:
+        desired["report"] = report
+    if all(status.get(key) == value for key, value in desired.items()):
         return
-    # The record first: a crash before the status write leaves a record the next reconcile applies.
-    patched = k.patch_test(meta["namespace"], meta["name"], ownership.record_patch(desired, status)) or {}
-    obj["metadata"] = {**meta, "annotations": (patched.get("metadata") or {}).get("annotations") or {}}
     written = k.patch_test_status(meta["namespace"], meta["name"], desired) or {}
     version = (written.get("metadata") or {}).get("resourceVersion")
-    # Its echo is skipped only if nothing we read changed meanwhile (a report that landed between our read
-    # and this write is in the answer; kopf may fold its event into our echo's).
+    obj["status"] = {**status, **{key: v for key, v in desired.items() if v is not None}}
+    # Its echo is skipped only if nothing we read changed meanwhile (kopf may fold another event into our echo's).
     if version and _inputs(written) == _inputs(obj):
         _own_writes[(meta["namespace"], meta["name"])] = version
-    obj["status"] = {**status, **{key: v for key, v in desired.items() if v is not None}}
 
 
 

@@ -4,8 +4,9 @@ Pure functions from a validated AcceptanceTest to Kubernetes manifests: the
 handlers create what these return, `gpu-acceptance render` prints it, and the
 tests check it without a cluster. Nothing here talks to an API server.
 
-Children of one test: a per-test ServiceAccount, a Role that lets it patch only
-this test's status (rank 0 writes the report with it), a RoleBinding, and one
+Children of one test: a per-test ServiceAccount, a Role that lets it write only
+its run's evidence ConfigMaps (rank 0 delivers the report into them; it may
+not write the AcceptanceTest), a RoleBinding, the evidence ConfigMaps, and one
 job per generation: a Kubeflow PyTorchJob (torchrun on every node), an MPIJob
 (mpirun from a launcher, sshd on the GPU workers), an Indexed Job with a
 headless Service, or a JobSet (both torchrun with a static rendezvous). Which
@@ -32,7 +33,6 @@ from acceptance_operator.api import (
     GPU_RESOURCE,
     GROUP,
     KIND,
-    PLURAL,
     RESERVED_VOLUME_PREFIX,
     SHM_PATH,
     AcceptanceTest,
@@ -47,6 +47,11 @@ LABEL_GENERATION = f"{GROUP}/generation"
 LABEL_RUN = f"{GROUP}/run"  # the run's id (runs.run_id): pods of one run, among the runs of one generation
 # gpu: a pod holding GPUs (one per node); launcher: the MPIJob's mpirun pod.
 LABEL_ROLE = f"{GROUP}/role"
+# On the job: its workload delivers the report into the evidence ConfigMaps only (status part last). A job without it
+# was created by an earlier operator version, whose workload patches status.report (read from there through this
+# release).
+LABEL_DELIVERY = f"{GROUP}/report-delivery"
+DELIVERY_EVIDENCE = "evidence"
 ROLE_GPU, ROLE_LAUNCHER = "gpu", "launcher"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-acceptance"
@@ -133,7 +138,7 @@ def job_name(test: AcceptanceTest) -> str:
 
 
 def service_account_name(test: AcceptanceTest) -> str:
-    """<name>-workload: the identity rank 0 patches the test's status with; also names its Role and binding."""
+    """<name>-workload: the identity rank 0 delivers the report with; also names its Role and binding."""
     return _fit(test.metadata.name, "-workload", MAX_CHILD_NAME)
 
 
@@ -161,6 +166,16 @@ def test_labels(test: AcceptanceTest) -> dict[str, str]:
 
 
 test_labels.__test__ = False  # type: ignore[attr-defined]
+
+
+def job_labels(test: AcceptanceTest) -> dict[str, str]:
+    """Labels of the job itself: the test's, and how its workload delivers the report (LABEL_DELIVERY)."""
+    return {**test_labels(test), LABEL_DELIVERY: DELIVERY_EVIDENCE}
+
+
+def delivers_evidence(job: dict[str, Any]) -> bool:
+    """The job's workload delivers its report into the evidence ConfigMaps (this version's jobs)."""
+    return ((job.get("metadata") or {}).get("labels") or {}).get(LABEL_DELIVERY) == DELIVERY_EVIDENCE
 
 
 def run_of_child(obj: dict[str, Any]) -> str:
@@ -453,7 +468,7 @@ def build_pytorchjob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR
     return {
         "apiVersion": PYTORCHJOB_API_VERSION,
         "kind": "PyTorchJob",
-        "metadata": _metadata(test, job_name(test), test_labels(test)),
+        "metadata": _metadata(test, job_name(test), job_labels(test)),
         "spec": {
             "nprocPerNode": str(spec.gpus_per_node),
             "runPolicy": _run_policy(test),
@@ -527,7 +542,7 @@ def build_mpijob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMA
     return {
         "apiVersion": MPIJOB_API_VERSION,
         "kind": "MPIJob",
-        "metadata": _metadata(test, job_name(test), test_labels(test)),
+        "metadata": _metadata(test, job_name(test), job_labels(test)),
         "spec": {
             "slotsPerWorker": spec.gpus_per_node,
             "launcherCreationPolicy": "WaitForWorkersReady",
@@ -637,7 +652,7 @@ def build_indexed_job(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATO
     job = {
         "apiVersion": BATCH_JOB_API_VERSION,
         "kind": "Job",
-        "metadata": _metadata(test, name, test_labels(test)),
+        "metadata": _metadata(test, name, job_labels(test)),
         "spec": {
             **_indexed_job_spec(test, job_master_addr(test), name, init_image),
             "ttlSecondsAfterFinished": test.spec.ttl_seconds_after_finished,
@@ -663,7 +678,7 @@ def build_jobset(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMA
     return [{
         "apiVersion": JOBSET_API_VERSION,
         "kind": "JobSet",
-        "metadata": _metadata(test, name, test_labels(test)),
+        "metadata": _metadata(test, name, job_labels(test)),
         "spec": {
             "failurePolicy": {"maxRestarts": 0},
             "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
@@ -690,8 +705,8 @@ def build_evidence(test: AcceptanceTest) -> list[dict[str, Any]]:
 def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding; shared by all generations (the Role follows the evidence names).
 
-    The Role allows exactly what rank 0 does: get/patch this test's status, and get/patch/update the
-    run's evidence ConfigMaps by name; nothing else, no list, no create.
+    The Role allows exactly what rank 0 does: get/patch the run's evidence ConfigMaps by name; nothing
+    else: no verb on AcceptanceTests (the operator writes every status field), no list, no create.
     """
     name = service_account_name(test)
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TEST: test_label_value(test)}
@@ -701,10 +716,8 @@ def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": _metadata(test, name, labels),
-            "rules": [{"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"],
-                       "resourceNames": [test.metadata.name], "verbs": ["get", "patch"]},
-                      {"apiGroups": [""], "resources": ["configmaps"],
-                       "resourceNames": evidence_names(test), "verbs": ["get", "patch", "update"]}],
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                       "resourceNames": evidence_names(test), "verbs": ["get", "patch"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
