@@ -71,6 +71,7 @@ from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.policy import policy_problems
 from acceptance_operator.rejudge import Rejudged, RunFacts, run_problems
 from acceptance_operator.settings import KOPF_WORKERS, OperatorSettings, configure_kopf
+from acceptance_operator.teststate import States
 from acceptance_operator.verdict import measured_nodes
 from acceptance_operator.workqueue import WorkQueue, start_workers
 
@@ -92,27 +93,15 @@ _sweeping: set[tuple[str, str]] = set()  # sweeps starting single-node tests: a 
 SWEEP_SETTLE_SECONDS = 1.0
 # While new tests keep arriving (one within 0.25 s), other work waits for them, at most 1 s (workqueue.py).
 QUEUE: WorkQueue[TestKey] = WorkQueue(burst_hold=0.25, burst_hold_max=1.0)
-# Per test: kopf's object logger and the context of its last event (kopf.info/warn post through it).
-_contexts: dict[TestKey, tuple[logging.Logger, contextvars.Context]] = {}
+# What the operator keeps about each test (teststate.TestState), dropped when the test is deleted.
+STATES = States()
 _workers: list[threading.Thread] = []
 _errors = RateLimit()
-_failures: dict[TestKey, int] = {}  # consecutive failed reconciles: the retry backs off
-_own_writes: dict[TestKey, str] = {}  # the resourceVersion our last status write made
-_seen: dict[TestKey, str] = {}  # what of each test a reconcile depends on, as last seen (_fingerprint)
-# Runs whose job exists and whose other children and status are still to come (_start_run's second step):
-# (run id, start time, job adopted, earlier runs stopped). Keyed by the run, not the generation: a rerun or a
-# schedule slot is a new run of the same generation.
-_begun: dict[TestKey, tuple[str, datetime, bool, list[str]]] = {}
-# A new test's body as its watch event brought it: the first reconcile starts its run from it, without a GET
-# (in a burst of creations every request before the jobs counts).
-_fresh: dict[TestKey, KubeDict] = {}
 # Deleted tests whose children are still to delete: their last body (its uid says which children are theirs).
 _gone: dict[TestKey, KubeDict] = {}
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0)
-# Since when the API server has refused a test's job because the backend's admission webhook did not answer
-# (its controller is down): the operator retries this often until the unschedulable grace has passed.
-_unreachable_since: dict[TestKey, datetime] = {}
-_legacy_told: set[tuple[str, str, str]] = set()  # runs of an earlier version whose status.report was read (logged)
+# While the backend's admission webhook refuses a test's job (its controller is down; TestState.unreachable_since),
+# the operator retries this often until the unschedulable grace has passed.
 BACKEND_RETRY_SECONDS = 10.0
 # A job or pod change is looked at this much later, so the burst a controller writes (job Running, pod created,
 # pod Running) is one reconcile and one status write, not three.
@@ -197,21 +186,20 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
         SWEEPS.forget(namespace, label)
         _sweeping.discard(key)
         QUEUE.forget(key)
-        for memo in (_contexts, _failures, _own_writes, _seen, _begun, _fresh, _unreachable_since):
-            memo.pop(key, None)
-        _legacy_told.difference_update({told for told in _legacy_told if told[:2] == key})
+        STATES.drop(key)
         METRICS.forget(namespace, name)
         _gone[key] = copy.deepcopy(dict(body))
         QUEUE.add(key)  # its children: see _delete_children
         return
     CHILDREN.know_test(namespace, label, name)
-    _contexts[key] = (logger, contextvars.copy_context())
-    seen, _seen[key] = _seen.get(key), _fingerprint(body)
+    state = STATES.get(key)
+    state.logger, state.context = logger, contextvars.copy_context()
+    seen, state.seen = state.seen, _fingerprint(body)
     version = body.get("metadata", {}).get("resourceVersion")
-    if version == _own_writes.get(key):
+    if version == state.own_write:
         log.debug("%s/%s: event %s skipped: the echo of our own status write", namespace, name, version)
         return  # nothing new to look at
-    if seen == _seen[key]:
+    if seen == state.seen:
         log.debug("%s/%s: event %s skipped: nothing a run depends on changed", namespace, name, version)
         return  # only kopf's finalizer or annotations changed
     if is_finished(body) and not body.get("metadata", {}).get("deletionTimestamp") and not _more_runs(body):
@@ -221,10 +209,7 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
         QUEUE.forget(key)
         return
     urgent = _awaits_run(body)
-    if urgent:
-        _fresh[key] = copy.deepcopy(dict(body))
-    else:
-        _fresh.pop(key, None)
+    state.fresh = copy.deepcopy(dict(body)) if urgent else None
     QUEUE.add(key, urgent=urgent)
 
 
@@ -319,7 +304,8 @@ def _child_changed(kind: str, event_type: str | None, body: kopf.Body) -> None:
 
 def _work(key: TestKey) -> None:
     """One reconcile of a queued test, in the context of its last kopf event (for kopf's event posting)."""
-    logger, context = _contexts.get(key, (log, None))
+    state = STATES.peek(key)
+    logger, context = (state.logger or log, state.context) if state else (log, None)
     if context is None:
         reconcile_safely(key[0], key[1], logger)
     else:
@@ -374,12 +360,17 @@ def reconcile_safely(namespace: str, name: str, logger: logging.Logger = log) ->
             delay = reconcile(kube(), namespace, name, _now(), logger)
         except Exception as e:  # never a traceback per tick: one line, then a retry
             METRICS.reconcile_error(f"http_{e.status}" if isinstance(e, ApiException) else type(e).__name__)
-            failures = _failures[key] = _failures.get(key, 0) + 1
-            retry = RETRY_SECONDS[min(failures, len(RETRY_SECONDS)) - 1]
+            state = STATES.get(key)
+            state.failures += 1
+            retry = RETRY_SECONDS[min(state.failures, len(RETRY_SECONDS)) - 1]
             _tell_error(logger, namespace, name, e, retry)
             QUEUE.add_after(key, retry)
             return
-    if _failures.pop(key, None) and _errors.allow("recovered") is not None:
+    state = STATES.peek(key)
+    failed = state.failures if state else 0
+    if state is not None:
+        state.failures = 0
+    if failed and _errors.allow("recovered") is not None:
         logger.info(f"reconcile {namespace}/{name} works again")  # once a period, not once per test
     if delay is not None:
         QUEUE.add_after(key, min(delay, SETTINGS.resync_seconds))
@@ -436,11 +427,15 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
     if key in _gone:
         _delete_children(k, _gone[key])
         _gone.pop(key, None)
-        if key not in _contexts:  # no test of that name seen since
+        if STATES.peek(key) is None:  # no test of that name seen since
             with _locks_guard:  # the queue never gives a key to two workers: this lock is not needed any more
                 _locks.pop(key, None)
             return None
-    obj = _fresh.pop(key, None) or k.get_test(namespace, name)
+    state = STATES.peek(key)
+    fresh = state.fresh if state else None
+    if state is not None:
+        state.fresh = None
+    obj = fresh or k.get_test(namespace, name)
     if obj is None or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return
     status = obj.get("status") or {}
@@ -599,7 +594,8 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     """
     namespace, name = test.metadata.namespace, test.metadata.name
     key, generation, run_id = (namespace, name), manifests.generation_of(test), runs.run_of(test).id
-    begun = _begun.get(key)
+    kept = STATES.get(key)
+    begun = kept.begun
     first_step = begun is None or begun[0] != run_id
     if first_step:
         stopped = _stop_other_runs(k, test, generation)
@@ -624,7 +620,7 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
         created = _create_children(k, obj, test, first, now, logger)
         if created is None:
             return _backend_retry(key, now)
-        _begun[key] = (run_id, *created, stopped)
+        kept.begun = (run_id, *created, stopped)
         METRICS.set_phase(namespace, name, "Pending")  # the job exists: the run is pending, status or not yet
         METRICS.set_headline(namespace, name, None)
         QUEUE.add(key)  # the rest after the jobs of the other new tests
@@ -639,7 +635,7 @@ def _start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
         if _create_children(k, obj, test, [c for c in children if c not in first], now, logger,
                             job_created=True) is None:
             return None
-        _begun.pop(key, None)
+        kept.begun = None
     job_name = manifests.job_name(test)
     state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
     _write_status(k, obj, state, test, start_time=start, completion_time=None, summary=None, now=now)
@@ -676,7 +672,7 @@ def _create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: lis
         if not created:
             evidence_hooks.renew_adopted(k, child, created_obj)
         if child["kind"] in BACKENDS:
-            _unreachable_since.pop((test.metadata.namespace, test.metadata.name), None)
+            STATES.get((test.metadata.namespace, test.metadata.name)).unreachable_since = None
         if not created and child["kind"] in BACKENDS:
             # The job exists already (a restart between creating it and recording it): its run started then.
             # (An existing ServiceAccount, Role or RoleBinding is normal: every generation shares them.)
@@ -719,7 +715,8 @@ def _backend_unreachable(k: Kube, obj: KubeDict, test: AcceptanceTest, job: Kube
     """The job was refused because its backend's webhook did not answer: Pending with BackendNotRunning while the
     operator retries (the controller may be restarting), Failed once the unschedulable grace has passed."""
     key = (test.metadata.namespace, test.metadata.name)
-    since = _unreachable_since.setdefault(key, now)
+    kept = STATES.get(key)
+    since = kept.unreachable_since = kept.unreachable_since or now
     grace = SETTINGS.unschedulable_grace_seconds
     text = (f"the API server refused {job['kind']} {job['metadata']['name']}: {words} -> "
             f"{backend_of(job['kind']).controller} serves that admission webhook and is not running or not "
@@ -728,7 +725,7 @@ def _backend_unreachable(k: Kube, obj: KubeDict, test: AcceptanceTest, job: Kube
         state = RunState("Pending", BACKEND_NOT_RUNNING, f"{text}; retrying for up to {grace:g}s", no_job=True)
         _write_status(k, obj, state, test, start_time=None, completion_time=None, summary=None, now=now)
         return
-    _unreachable_since.pop(key, None)
+    kept.unreachable_since = None
     waited = int((now - since).total_seconds())
     message = f"{text}; refused for {waited}s; once it runs, run the test again (the rerun annotation)"
     _conclude(k, obj, test, RunState("Failed", BACKEND_NOT_RUNNING, message, no_job=True), now=now, logger=logger)
@@ -737,7 +734,8 @@ def _backend_unreachable(k: Kube, obj: KubeDict, test: AcceptanceTest, job: Kube
 def _backend_retry(key: TestKey, now: datetime) -> float | None:
     """When to try creating the job again: soon (at the latest when the grace ends) while the backend's webhook
     refuses it; None when there is nothing to retry."""
-    since = _unreachable_since.get(key)
+    state = STATES.peek(key)
+    since = state.unreachable_since if state else None
     if since is None:
         return None
     left = SETTINGS.unschedulable_grace_seconds - (now - since).total_seconds()
@@ -822,7 +820,8 @@ def _observe(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
     else:
         pods = CHILDREN.pods(namespace, label, run_id)
     pods = CHILDREN.with_gone(namespace, label, run_id, pods)  # a failed pod deleted since: where it failed
-    logger = _contexts.get((namespace, test.metadata.name), (log, None))[0]
+    state = STATES.peek((namespace, test.metadata.name))
+    logger = state.logger if state and state.logger else log
     events = observe.run_events(k, namespace, job, pods, test.spec.nodes, _now(), _timing().unschedulable_grace_seconds,
                                 METRICS, logger)
     bound = CHILDREN.bound_nodes(namespace, manifests.test_label_value(test), runs.run_of(test).id)
@@ -868,12 +867,12 @@ def _delivered(k: Kube, test: AcceptanceTest, job: KubeDict | None, status: Kube
     delivered = evidence_hooks.delivered(data)
     if delivered is None and job is not None and not manifests.delivers_evidence(job):
         delivered = status.get("report")
-        key = (namespace, test.metadata.name, runs.run_of(test).id)
-        if delivered and key not in _legacy_told:
-            _legacy_told.add(key)
+        told, run_id = STATES.get((namespace, test.metadata.name)).legacy_told, runs.run_of(test).id
+        if delivered and run_id not in told:
+            told.add(run_id)
             log.info("%s/%s: run %s was started by an earlier operator version (its job has no %s label): its "
                      "report is read from status.report, as that version's workload writes it (supported through "
-                     "this release)", namespace, test.metadata.name, key[2], manifests.LABEL_DELIVERY)
+                     "this release)", namespace, test.metadata.name, run_id, manifests.LABEL_DELIVERY)
     return delivered
 
 
@@ -927,8 +926,9 @@ def _conclude(
     history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
     _write_status(k, obj, state, test, start_time=start or end, completion_time=end, summary=summary, now=now,
                   history=history, sweep_status=sweep_status, report=report_part)
-    _begun.pop((namespace, name), None)  # a run that ended between the two steps of its start
-    _unreachable_since.pop((namespace, name), None)
+    kept = STATES.peek((namespace, name))
+    if kept is not None:
+        kept.begun = kept.unreachable_since = None  # a run that ended between the two steps of its start
 
     if state.phase == "Succeeded":
         kopf.info(obj, reason=state.reason, message=state.message)
@@ -1003,7 +1003,7 @@ def _write_status(
     obj["status"] = {**status, **{key: v for key, v in desired.items() if v is not None}}
     # Its echo is skipped only if nothing we read changed meanwhile (kopf may fold another event into our echo's).
     if version and _inputs(written) == _inputs(obj):
-        _own_writes[(meta["namespace"], meta["name"])] = version
+        STATES.get((meta["namespace"], meta["name"])).own_write = version
 
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -260,9 +260,37 @@ def test_the_echo_of_our_status_write_is_skipped_only_if_nothing_landed_meanwhil
     """A report written between our read and our write comes back in the write's answer: its event must count."""
     from acceptance_operator.conditions import RunState
 
-    handlers._own_writes.clear()
+    handlers.STATES.drop((NS, NAME))
     obj = stored(1)
     test = handlers.parse_test(obj)
     handlers._write_status(Patched(obj, landed), obj, RunState("Running", "JobRunning", "running"), test,
                            start_time=NOW, completion_time=None, summary=None, now=NOW)
-    assert (handlers._own_writes.get((NS, NAME)) == "43") is skipped
+    assert (handlers.STATES.get((NS, NAME)).own_write == "43") is skipped
+
+
+def test_a_test_created_again_under_its_name_does_not_inherit_what_its_namesake_left(events, monkeypatch):
+    """The backend's webhook refuses the job: the run is Pending while the operator retries for the grace, counted
+    from the first refusal. Deleting the test drops everything kept about it: the namesake created after it counts
+    its own grace (it used to inherit the first test's start and fail BackendNotRunning at once)."""
+    import asyncio
+    import logging
+
+    down = ApiException(status=500, reason="Internal Server Error")
+    down.body = json.dumps({"kind": "Status", "message": 'Internal error occurred: failed calling webhook '
+                            '"validate.pytorchjob": connection refused'})
+    grace = handlers.SETTINGS.unschedulable_grace_seconds
+    handlers.STATES.drop((NS, NAME))
+    k = FakeKube(stored(1), reject={"PyTorchJob": down})
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert (k.test["status"]["phase"], k.test["status"]["conditions"][0]["reason"]) == ("Pending", "BackendNotRunning")
+    assert handlers.STATES.get((NS, NAME)).unreachable_since == NOW
+    monkeypatch.setattr(handlers.QUEUE, "add", lambda *a, **kw: None)
+    asyncio.run(handlers.on_test_event(type="DELETED", body=k.test, namespace=NS, name=NAME,
+                                       logger=logging.getLogger("test")))
+    assert handlers.STATES.peek((NS, NAME)) is None
+    handlers._gone.pop((NS, NAME), None)
+    later = NOW + timedelta(seconds=grace + 5)
+    again = FakeKube(stored(1), reject={"PyTorchJob": down})
+    handlers.reconcile(again, NS, NAME, later)
+    assert again.test["status"]["phase"] == "Pending", again.test["status"]
+    assert handlers.STATES.get((NS, NAME)).unreachable_since == later
