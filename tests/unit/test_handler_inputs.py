@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_operator import handlers, manifests
+from acceptance_operator import handlers, manifests, spec_input
 from acceptance_operator.api import DEFAULT_IMAGE
 from pydantic import ValidationError
 
@@ -30,7 +30,7 @@ def test_parse_test_rejects_what_the_schema_let_through():
     bad = {**STORED, "spec": {"pod": {"volumeMounts": [{"name": "v", "mountPath": "/dev/shm/"}]}}}
     with pytest.raises(ValidationError) as e:
         handlers.parse_test(bad)
-    lines = manifests.validation_messages(e.value, {"spec": bad["spec"]})
+    lines = spec_input.validation_messages(e.value, {"spec": bad["spec"]})
     assert lines[0].startswith("spec.pod.volumeMounts[0].mountPath: ")
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from acceptance_operator import handlers, manifests
+from acceptance_operator.reconcile import runtime
 from kubernetes.client.exceptions import ApiException
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -100,7 +101,7 @@ def test_a_new_generation_creates_its_job_even_while_the_shared_rbac_exists(even
 
 def test_while_other_new_tests_wait_a_start_creates_the_job_first_and_the_rest_later(events, monkeypatch):
     queue = handlers.WorkQueue()
-    monkeypatch.setattr(handlers, "QUEUE", queue)
+    monkeypatch.setattr(runtime, "QUEUE", queue)
     queue.add(("lab", "another-new-test"), urgent=True)
     k = FakeKube(stored(1))
     handlers.reconcile(k, NS, NAME, NOW)
@@ -118,7 +119,7 @@ def test_evidence_delivered_between_the_two_steps_of_a_start_is_not_emptied(even
     """The second step of a start creates the evidence ConfigMaps: one already labelled for this run keeps what rank
     0 wrote into it (the operator never empties a delivery); one of an earlier run is emptied for this run."""
     queue = handlers.WorkQueue()
-    monkeypatch.setattr(handlers, "QUEUE", queue)
+    monkeypatch.setattr(runtime, "QUEUE", queue)
     queue.add(("lab", "another-new-test"), urgent=True)
     k = FakeKube(stored(1))
     handlers.reconcile(k, NS, NAME, NOW)  # the first step: the job
@@ -156,7 +157,7 @@ def _rerun(k: FakeKube, value: str) -> None:
 
 def test_a_rerun_during_a_burst_starts_in_two_steps_under_its_own_run_id(events, monkeypatch):
     queue = handlers.WorkQueue()
-    monkeypatch.setattr(handlers, "QUEUE", queue)
+    monkeypatch.setattr(runtime, "QUEUE", queue)
     rejected = ApiException(status=422, reason="Unprocessable Entity")
     rejected.body = json.dumps({"kind": "Status", "message": "roles.rbac.authorization.k8s.io is forbidden"})
     k = FakeKube(stored(1), reject={"Role": rejected})
@@ -284,7 +285,7 @@ def test_a_test_created_again_under_its_name_does_not_inherit_what_its_namesake_
     handlers.reconcile(k, NS, NAME, NOW)
     assert (k.test["status"]["phase"], k.test["status"]["conditions"][0]["reason"]) == ("Pending", "BackendNotRunning")
     assert handlers.STATES.get((NS, NAME)).unreachable_since == NOW
-    monkeypatch.setattr(handlers.QUEUE, "add", lambda *a, **kw: None)
+    monkeypatch.setattr(runtime.QUEUE, "add", lambda *a, **kw: None)
     asyncio.run(handlers.on_test_event(type="DELETED", body=k.test, namespace=NS, name=NAME,
                                        logger=logging.getLogger("test")))
     assert handlers.STATES.peek((NS, NAME)) is None

@@ -13,22 +13,19 @@ import yaml
 from acceptance_operator import api, manifests
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.backends import build_children, build_job
+from acceptance_operator.job_builders import build_indexed_job, build_jobset, build_mpijob, build_pytorchjob
 from acceptance_operator.manifests import (
     build_affinity,
     build_evidence,
-    build_indexed_job,
-    build_jobset,
-    build_mpijob,
     build_network_env,
-    build_pytorchjob,
     build_rbac,
     build_workload_config,
     evidence_names,
     job_name,
-    parse_test,
     service_account_name,
 )
 from acceptance_operator.render import render
+from acceptance_operator.spec_input import parse_test
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from acceptance_operator.manifests import RenderError, parse_test
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import PASSED_RUN_ANNOTATION
 from acceptance_operator.node_lifecycle import hardware_verdict, node_seen, restore_from_test
 from acceptance_operator.render import render
+from acceptance_operator.spec_input import RenderError, parse_test
 
 from tests.unit.test_metrics import value
 
