@@ -49,14 +49,13 @@ def _test(nodes: int) -> Any:
 
 
 def build(nodes: int, directory: Path, slow_gemm: bool = False, all_failing: bool = False) -> None:
-    """What rank 0 of a healthy N-node run writes: the status part and the evidence ConfigMaps, as JSON bytes.
+    """What rank 0 of a healthy N-node run writes: the evidence ConfigMaps (the status part in the job-wide one).
 
     slow_gemm: every GPU's bf16 GEMM below the profile's floor (a failure on every GPU of every node);
     all_failing: no result has a value (a missing measurement fails closed), so every result fails.
     """
     from acceptance_operator import manifests
-    from acceptance_workload.evidence import EVIDENCE_KEY, split
-    from acceptance_workload.status import merge_patch
+    from acceptance_workload.evidence import deliveries
 
     from tests.reports import node_names, passing_report
 
@@ -67,11 +66,9 @@ def build(nodes: int, directory: Path, slow_gemm: bool = False, all_failing: boo
             r.value = 300.0
     for r in report.results if all_failing else []:
         r.value = None
-    status, shards = split(report, manifests.evidence_names(test))
-    (directory / "status.json").write_text(json.dumps(merge_patch(status)["status"]["report"]))
-    for name, text in shards.items():
+    for name, data in deliveries(report, manifests.evidence_names(test)):
         cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": NAMESPACE},
-              "data": {EVIDENCE_KEY: text}}
+              "data": data}
         (directory / f"{name}.json").write_bytes(json.dumps(cm).encode())
     pods = [{"metadata": {"name": f"{NAME}-g1-{i}", "labels": manifests.test_labels(test)}, "spec": {"nodeName": n},
              "status": {"phase": "Succeeded"}}
@@ -108,7 +105,7 @@ def look(k: Files, test: Any, status: dict[str, Any]) -> tuple[str, str]:
     from acceptance_operator.verdict import measured_nodes
 
     test = runs.with_run(test, runs.first_run(1, None))
-    observation = handlers._observe(k, test, status, fresh=True)  # type: ignore[arg-type]
+    observation, _ = handlers._observe(k, test, status, fresh=True)  # type: ignore[arg-type]
     outcome = assess(observation, datetime.now(timezone.utc), Timing())
     if outcome.report is not None:
         measured_nodes(outcome.report)
@@ -129,7 +126,7 @@ def measure(directory: Path, nodes: int, looks: int, use_tracemalloc: bool) -> d
     import gc
 
     test = _test(nodes)
-    status = {"report": json.loads((directory / "status.json").read_text())}
+    status: dict[str, Any] = {}  # the status part is in the job-wide evidence ConfigMap
     k = Files(directory)
     look(Files(directory / "none"), _test(1), {})  # imports and lazy module state, outside the figures
     gc.collect()

@@ -395,31 +395,25 @@ def stop_operator(operator: subprocess.Popen) -> None:
         os.killpg(operator.pid, signal.SIGKILL)
 
 
-def delivery(namespace: str, name: str, uid: str) -> tuple[dict[str, str], dict]:
-    """What rank 0 of a healthy one-node run of `name` on node-<name> writes: evidence shards and the status part."""
+def delivery(namespace: str, name: str, uid: str) -> list[tuple[str, dict[str, str]]]:
+    """What rank 0 of a healthy one-node run of `name` on node-<name> writes: its ConfigMap writes, in order."""
     from acceptance_operator.api import parse_test
     from acceptance_operator.manifests import evidence_names
-    from acceptance_workload.evidence import split
+    from acceptance_workload.evidence import deliveries
     from acceptance_workload.report import Report
-    from acceptance_workload.status import merge_patch
 
     full = Report.model_validate({**report(1, nodes=(f"node-{name}",)), "uid": uid})
     test = parse_test({"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
                        "metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": 1},
                        "spec": {"nodes": 1}})
-    status, shards = split(full, evidence_names(test))
-    return shards, merge_patch(status)
+    return deliveries(full, evidence_names(test))
 
 
-def deliver_report(driver: Driver, namespace: str, name: str, body: tuple[dict[str, str], dict]) -> None:
-    """As rank 0 delivers it (acceptance_workload.status.patch_report): evidence first, then the status part."""
-    from acceptance_workload.evidence import EVIDENCE_KEY
-
-    shards, status = body
-    for cm, text in shards.items():
-        driver.call("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{cm}", {"data": {EVIDENCE_KEY: text}},
-                    MERGE)
-    driver.call("PATCH", f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests/{name}/status", status, MERGE)
+def deliver_report(driver: Driver, namespace: str, name: str, body: list[tuple[str, dict[str, str]]]) -> None:
+    """As rank 0 delivers it (acceptance_workload.status.patch_report): node shards, then the job-wide ConfigMap
+    with the status part."""
+    for cm, data in body:
+        driver.call("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{cm}", {"data": data}, MERGE)
 
 
 def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
@@ -427,10 +421,8 @@ def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
     from acceptance_operator.api import parse_test
     from acceptance_operator.manifests import evidence_names, test_labels
     from acceptance_operator.runs import on_current_run
-    from acceptance_workload.evidence import EVIDENCE_KEY, split
+    from acceptance_workload.evidence import deliveries
     from acceptance_workload.report import Report
-    from acceptance_workload.status import merge_patch
-
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     test = on_current_run(obj)
     labels = test_labels(test)
@@ -439,11 +431,7 @@ def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-{i}"[:253], "labels": labels},
             "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": "workload:bench"}]}})
     written = {**report(1, nodes=tuple(nodes)), "uid": obj["metadata"]["uid"], "run": test.status.run.id}
-    status, shards = split(Report.model_validate(written), evidence_names(parse_test(obj)))
-    for cm, text in shards.items():
-        driver.call("PATCH", f"/api/v1/namespaces/{ns}/configmaps/{cm}", {"data": {EVIDENCE_KEY: text}}, MERGE)
-    driver.call("PATCH", f"{GROUP_PATH}/namespaces/{ns}/acceptancetests/{name}/status",
-                merge_patch(status), MERGE)
+    deliver_report(driver, ns, name, deliveries(Report.model_validate(written), evidence_names(parse_test(obj))))
 
 
 def sweep_run(args: argparse.Namespace) -> dict[str, Any]:

@@ -36,8 +36,8 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [("", "serviceaccounts", v) for v in ("get", "create", "delete")]
     + [("rbac.authorization.k8s.io", r, v) for r in ("roles", "rolebindings") for v in ("get", "create", "delete")]
     + [("rbac.authorization.k8s.io", "roles", "patch")]  # a new run's evidence names
-    # the runs' evidence ConfigMaps; update because the workload's Role grants it
-    + [("", "configmaps", v) for v in ("get", "list", "create", "patch", "update", "delete")]
+    # the runs' evidence ConfigMaps, watched for the status part rank 0 writes last
+    + [("", "configmaps", v) for v in ("get", "list", "watch", "create", "patch", "delete")]
     + [("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")]
     + [("", "namespaces", v) for v in ("list", "watch")]
     + [("", "nodes", "get")]  # the node under a pod that is not Ready: NodeNotReady

@@ -16,7 +16,7 @@ from typing import Any
 from acceptance_workload.report import CheckName, Report
 
 from acceptance_operator import diagnosis
-from acceptance_operator.api import RERUN_ANNOTATION, HistoryEntry, Summary
+from acceptance_operator.api import HistoryEntry, Summary
 from acceptance_operator.conditions import (
     CHECKS_FAILED,
     JOB_FAILED,
@@ -205,30 +205,6 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     if state.state in ("Running", "Restarting") or diagnosis.any_running(obs.pods):
         return Assessment(RunState("Running", "JobRunning", progress))
     return Assessment(RunState("Pending", "Pending", progress))
-
-
-def adopted_verdict(obs: Observation, claimed: str | None) -> Assessment | None:
-    """This version's verdict on a finished run it adopted (ownership.adopted), whose status said `claimed`.
-
-    The status may have been written by anyone who could patch it, the
-    workload's token included, so its verdict is not taken on trust: the run's
-    report is judged as any report is (against the spec and the run). Without a
-    report of the run there is nothing to judge: a Failed stands (None: keep it;
-    a failure claims nothing), a Succeeded does not (fail closed).
-    """
-    if obs.judged is not None:
-        return _judged_verdict(obs.judged, obs)
-    report, problem = report_for_generation(obs.raw_report, obs.generation, obs.enabled_checks, obs.run_id)
-    if report is not None:
-        return _verdict(report, obs)
-    if claimed != "Succeeded":
-        return None
-    why = f" ({problem})" if problem else ""
-    return _failed(REPORT_MISSING, (
-        f"the status said Succeeded, written before the operator kept its own record of the status (an upgrade), "
-        f"and has no report of run {obs.run_id or obs.generation} to judge{why}: that verdict could not be checked "
-        f"and does not stand; to test again, give the annotation {RERUN_ANNOTATION} a new value "
-        "(or change the spec)"))
 
 
 def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | None:

@@ -4,7 +4,7 @@ Everything that differs between backends lives in its record (which API and
 CRD it needs, who installs that, how to build the job, how to read its status,
 which controller moves it along), so the handlers, the API client and the
 assessment ask the table instead of branching on spec.backend. A new backend
-is a new record: a builder in manifests.py and, if its controller speaks a new
+is a new record: a builder in job_builders.py and, if its controller speaks a new
 dialect, a reader in jobstate.py.
 
 Pure: no API calls, no kopf or Kubernetes client imports (`gpu-acceptance render`
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance_operator import manifests
+from acceptance_operator import job_builders, manifests
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest, Backend
 from acceptance_operator.jobstate import JobState, batch_job_state, jobset_state, kubeflow_state
 
@@ -61,17 +61,17 @@ def _one(build: Callable[..., KubeDict]) -> Builder:
 BACKENDS: dict[str, BackendSpec] = {b.kind: b for b in (
     BackendSpec("PyTorchJob", manifests.PYTORCHJOB_API_VERSION, "pytorchjobs", "pytorchjobs.kubeflow.org",
                 "the Kubeflow training-operator (v1.7 or later)", "the Kubeflow training-operator",
-                _one(manifests.build_pytorchjob), kubeflow_state),
+                _one(job_builders.build_pytorchjob), kubeflow_state),
     BackendSpec("MPIJob", manifests.MPIJOB_API_VERSION, "mpijobs", "mpijobs.kubeflow.org",
                 "the Kubeflow mpi-operator (v0.4 or later, which serves kubeflow.org/v2beta1)",
-                "the Kubeflow mpi-operator", _one(manifests.build_mpijob), kubeflow_state),
+                "the Kubeflow mpi-operator", _one(job_builders.build_mpijob), kubeflow_state),
     BackendSpec("Job", manifests.BATCH_JOB_API_VERSION, "jobs", None,
                 "nothing: Job is built into Kubernetes (1.27 or later)",
-                "kube-controller-manager's Job controller", manifests.build_indexed_job, batch_job_state,
+                "kube-controller-manager's Job controller", job_builders.build_indexed_job, batch_job_state,
                 companions=("Service",)),
     BackendSpec("JobSet", manifests.JOBSET_API_VERSION, "jobsets", "jobsets.jobset.x-k8s.io",
                 "the JobSet controller (sigs.k8s.io/jobset v0.5 or later)", "the JobSet controller",
-                manifests.build_jobset, jobset_state),
+                job_builders.build_jobset, jobset_state),
 )}
 
 

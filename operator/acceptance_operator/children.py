@@ -16,6 +16,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from acceptance_workload.evidence import STATUS_KEY
+
 from acceptance_operator.diagnosis import container_failure
 from acceptance_operator.manifests import LABEL_TEST, run_of_child
 from acceptance_operator.sweep import Child
@@ -56,6 +58,9 @@ class Children:
         # its failed pods), so the verdict still says which pod failed on which node; at most MAX_GONE_PODS, oldest
         # dropped first, and a forgotten test's with it.
         self._gone: dict[tuple[str, str, str], dict[str, KubeDict]] = {}
+        # Evidence ConfigMaps as the watch showed them: (namespace, name) -> (test label, the status part rank 0
+        # delivered into it, "" while there is none). Only the status part is kept: the evidence is read when judged.
+        self._evidence: dict[tuple[str, str], tuple[str, str]] = {}
 
     # the tests ------------------------------------------------------------------
     def know_test(self, namespace: str, label: str, name: str) -> None:
@@ -69,6 +74,8 @@ class Children:
             self._bound.pop((namespace, label), None)
             for key in [k for k in self._gone if k[:2] == (namespace, label)]:
                 del self._gone[key]
+            for cm in [k for k, (owner, _) in self._evidence.items() if k[0] == namespace and owner == label]:
+                del self._evidence[cm]
 
     def owner(self, obj: KubeDict) -> TestKey | None:
         """The test a labelled child belongs to, if that test is known."""
@@ -80,6 +87,26 @@ class Children:
         with self._lock:
             name = self._names.get((namespace, label))
         return (namespace, name) if name else None
+
+    # evidence ------------------------------------------------------------------
+    def evidence_event(self, event_type: str | None, cm: KubeDict) -> None:
+        meta = cm.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        with self._lock:
+            if event_type == "DELETED":
+                self._evidence.pop(key, None)
+            else:
+                label = (meta.get("labels") or {}).get(LABEL_TEST, "")
+                self._evidence[key] = (label, str((cm.get("data") or {}).get(STATUS_KEY) or ""))
+
+    def evidence_data(self, namespace: str, name: str) -> dict[str, str] | None:
+        """The ConfigMap's status part as the watch last showed it ({} without one); None if the watch has not
+        shown that ConfigMap (read it)."""
+        with self._lock:
+            seen = self._evidence.get((namespace, name))
+        if seen is None:
+            return None
+        return {STATUS_KEY: seen[1]} if seen[1] else {}
 
     # jobs and pods ---------------------------------------------------------------
     def job_event(self, kind: str, event_type: str | None, job: KubeDict) -> None:

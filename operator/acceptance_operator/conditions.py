@@ -53,6 +53,26 @@ BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)
 TERMINAL_PHASES: tuple[Phase, ...] = ("Succeeded", "Failed")
 
 
+MAX_CONDITION_MESSAGE = 8192  # characters; Kubernetes allows 32 KiB, and a status read by people needs less
+
+
+def is_finished(obj: dict) -> bool:
+    """The operator has concluded the test's current generation: nothing left to do until the spec changes, a
+    rerun is asked for or a schedule slot comes. The status is the operator's alone (no other identity the
+    operator creates may write it), so its phase is the operator's record."""
+    status = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    return status.get("observedGeneration") == generation and status.get("phase") in TERMINAL_PHASES
+
+
+def clip_message(text: str, limit: int = MAX_CONDITION_MESSAGE) -> str:
+    """A condition message within the limit; what is cut says how much."""
+    if len(text) <= limit:
+        return text
+    tail = f"... ({len(text) - limit} more characters; `gpu-acceptance report` has the whole report)"
+    return text[:limit - len(tail)] + tail
+
+
 def is_smoke(profile: str) -> bool:
     """Whether a test of this profile is a smoke run (spec.profile: cpu-smoke): its verdict is never a hardware
     verdict, so it never acts on nodes (labels, taints, uncordons) and never counts as a node's pass or failure."""

@@ -3,18 +3,21 @@
 The builders (manifests.build_evidence, build_rbac) say what the objects are;
 acceptance_workload.evidence says what they hold and how a report is split and
 assembled. Here only the calls: an adopted Role or ConfigMap is renewed for the
-new run, the full report is assembled from status.report and exactly the
-ConfigMaps this run owns (never names the status part itself lists), or, for
-the verdict, judged part by part as those ConfigMaps are read, and all of a
-test's evidence goes with the test.
+new run, the status part rank 0 delivered is found in the job-wide ConfigMap
+(its presence says the evidence is complete: rank 0 writes it last), the full
+report is assembled from that status part and exactly the ConfigMaps this run
+owns (never names the status part itself lists), or, for the verdict, judged
+part by part as those ConfigMaps are read, and all of a test's evidence goes
+with the test.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
-from acceptance_workload.evidence import EVIDENCE_KEY, EvidenceError, StatusReport, assemble, parts
+from acceptance_workload.evidence import EVIDENCE_KEY, STATUS_KEY, EvidenceError, StatusReport, assemble, parts
 from acceptance_workload.report import Report
 from pydantic import ValidationError
 
@@ -29,11 +32,12 @@ EVIDENCE_ROLE = "evidence"
 
 
 def renew_adopted(k: Kube, child: KubeDict, existing: KubeDict) -> None:
-    """A Role from an earlier run gets this run's rules; an evidence ConfigMap is emptied for this run."""
+    """A Role from an earlier run gets this run's rules; an evidence ConfigMap of an earlier run (its labels name
+    that run) is emptied for this run. One labelled for this run already is left as it is: what this run's
+    workload wrote into it stays (a restart, or the second step of a start, must not empty a delivery)."""
     stale = {
         "Role": lambda: existing.get("rules") != child["rules"],
-        "ConfigMap": lambda: bool(existing.get("data")) or (existing.get("metadata") or {}).get("labels")
-        != child["metadata"]["labels"],
+        "ConfigMap": lambda: (existing.get("metadata") or {}).get("labels") != child["metadata"]["labels"],
     }.get(child["kind"])
     if stale is not None and stale():
         k.renew(child)
@@ -57,6 +61,25 @@ def names_of(obj: KubeDict) -> list[str]:
         return manifests.evidence_names(parse_test(obj))
     except ValidationError:
         return []
+
+
+def delivered(data: KubeDict | None) -> Any:
+    """The status part in a job-wide evidence ConfigMap's data, as a wire dict (unreadable JSON: the text, which
+    the verdict rejects); None while rank 0 has not delivered it."""
+    text = (data or {}).get(STATUS_KEY)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def status_part(test: AcceptanceTest, raw: Any) -> KubeDict | None:
+    """What the operator copies into status.report with the verdict: the delivered status part if it is this
+    run's (a stub of another run, or an unreadable one, is not copied)."""
+    part = _of_this_run(test, raw)
+    return raw if isinstance(part, StatusReport) else None
 
 
 def _failed(status: StatusReport, why: str) -> KubeDict:
@@ -91,7 +114,7 @@ def _reader(k: Kube, test: AcceptanceTest) -> Callable[[str], str | None]:
 
 
 def full_report(k: Kube, test: AcceptanceTest, raw: Any) -> Any:
-    """The full report of this run (a wire dict), assembled from status.report and the run's evidence.
+    """The full report of this run (a wire dict), assembled from its status part (`raw`) and the run's evidence.
 
     None without a report; a status part of another generation or run comes back as a
     stub with that generation and run (it is ignored, and the status says why); an

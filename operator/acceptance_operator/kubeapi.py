@@ -14,7 +14,8 @@ import threading
 import time
 from typing import Any
 
-from kubernetes import client, config
+from acceptance_workload import kubeclient
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator.api import GROUP, KIND, PLURAL, VERSION, Backend
@@ -39,7 +40,8 @@ class _TimedApiClient(client.ApiClient):
 
 
 def api_client(pool_size: int = 10) -> client.ApiClient:
-    """One shared client: in-cluster config in a pod, else KUBECONFIG / ~/.kube/config.
+    """One shared client, configured by acceptance_workload.kubeclient's rule (KUBECONFIG when set, else the
+    in-cluster config in a pod, else ~/.kube/config).
 
     `pool_size`: connections kept to the API server, at least one per thread
     that calls it at once; fewer makes urllib3 open and drop a connection per
@@ -48,11 +50,7 @@ def api_client(pool_size: int = 10) -> client.ApiClient:
     global _api_client
     with _lock:
         if _api_client is None:
-            configuration = client.Configuration()
-            try:
-                config.load_incluster_config(client_configuration=configuration)
-            except config.ConfigException:
-                config.load_kube_config(client_configuration=configuration)
+            configuration = kubeclient.configuration()
             configuration.connection_pool_maxsize = pool_size
             # One quick retry of a dropped keep-alive connection; a server that is down fails the call at
             # once (the caller logs one line and tries again later) instead of three logged retries each.

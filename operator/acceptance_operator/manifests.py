@@ -4,8 +4,9 @@ Pure functions from a validated AcceptanceTest to Kubernetes manifests: the
 handlers create what these return, `gpu-acceptance render` prints it, and the
 tests check it without a cluster. Nothing here talks to an API server.
 
-Children of one test: a per-test ServiceAccount, a Role that lets it patch only
-this test's status (rank 0 writes the report with it), a RoleBinding, and one
+Children of one test: a per-test ServiceAccount, a Role that lets it write only
+its run's evidence ConfigMaps (rank 0 delivers the report into them; it may
+not write the AcceptanceTest), a RoleBinding, the evidence ConfigMaps, and one
 job per generation: a Kubeflow PyTorchJob (torchrun on every node), an MPIJob
 (mpirun from a launcher, sshd on the GPU workers), an Indexed Job with a
 headless Service, or a JobSet (both torchrun with a static rendezvous). Which
@@ -19,20 +20,16 @@ import hashlib
 import re
 from typing import Any
 
-import yaml
 from acceptance_workload import evidence
 from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
 from acceptance_workload.profiles import cpu_smoke_checks
-from pydantic import ValidationError
 
 from acceptance_operator.api import (
     API_VERSION,
     DEFAULT_IMAGE,
-    DEFAULT_OPERATOR_IMAGE,
     GPU_RESOURCE,
     GROUP,
     KIND,
-    PLURAL,
     RESERVED_VOLUME_PREFIX,
     SHM_PATH,
     STORAGE_VOLUME,
@@ -48,6 +45,11 @@ LABEL_GENERATION = f"{GROUP}/generation"
 LABEL_RUN = f"{GROUP}/run"  # the run's id (runs.run_id): pods of one run, among the runs of one generation
 # gpu: a pod holding GPUs (one per node); launcher: the MPIJob's mpirun pod.
 LABEL_ROLE = f"{GROUP}/role"
+# On the job: its workload delivers the report into the evidence ConfigMaps only (status part last). A job without it
+# was created by an earlier operator version, whose workload patches status.report (read from there through this
+# release).
+LABEL_DELIVERY = f"{GROUP}/report-delivery"
+DELIVERY_EVIDENCE = "evidence"
 ROLE_GPU, ROLE_LAUNCHER = "gpu", "launcher"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "gpu-acceptance"
@@ -134,7 +136,7 @@ def job_name(test: AcceptanceTest) -> str:
 
 
 def service_account_name(test: AcceptanceTest) -> str:
-    """<name>-workload: the identity rank 0 patches the test's status with; also names its Role and binding."""
+    """<name>-workload: the identity rank 0 delivers the report with; also names its Role and binding."""
     return _fit(test.metadata.name, "-workload", MAX_CHILD_NAME)
 
 
@@ -162,6 +164,16 @@ def test_labels(test: AcceptanceTest) -> dict[str, str]:
 
 
 test_labels.__test__ = False  # type: ignore[attr-defined]
+
+
+def job_labels(test: AcceptanceTest) -> dict[str, str]:
+    """Labels of the job itself: the test's, and how its workload delivers the report (LABEL_DELIVERY)."""
+    return {**test_labels(test), LABEL_DELIVERY: DELIVERY_EVIDENCE}
+
+
+def delivers_evidence(job: dict[str, Any]) -> bool:
+    """The job's workload delivers its report into the evidence ConfigMaps (this version's jobs)."""
+    return ((job.get("metadata") or {}).get("labels") or {}).get(LABEL_DELIVERY) == DELIVERY_EVIDENCE
 
 
 def run_of_child(obj: dict[str, Any]) -> str:
@@ -432,262 +444,6 @@ def _run_policy(test: AcceptanceTest) -> dict[str, Any]:
     }
 
 
-# --------------------------------------------------------------------------- PyTorchJob
-
-
-def torchrun_command(test: AcceptanceTest) -> list[str]:
-    """torchrun takes nnodes, nproc-per-node, node rank and master from the training-operator's PET_* env.
-
-    One node (every sweep run) needs no rendezvous between pods: `--standalone` keeps it inside the pod
-    (localhost), so a single-node run depends on no Service DNS name (a cluster without DNS, hostNetwork pods).
-    """
-    standalone = ["--standalone"] if test.spec.nodes == 1 else []
-    return ["torchrun", *standalone, f"--rdzv-conf=timeout={test.spec.timeout_seconds}", "--max-restarts=0",
-            "-m", "acceptance_workload"]
-
-
-def build_pytorchjob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
-    """kubeflow.org/v1 PyTorchJob: a Master and nodes-1 Workers, each one pod of gpusPerNode processes."""
-    spec = test.spec
-
-    def replica(count: int) -> dict[str, Any]:
-        container = _gpu_container(
-            test, PYTORCH_CONTAINER, torchrun_command(test), [*_env_list(workload_env(test)), *_downward_env()]
-        )
-        container["ports"] = [{"name": PYTORCH_PORT_NAME, "containerPort": PYTORCH_PORT, "protocol": "TCP"}]
-        return {"replicas": count, "restartPolicy": "Never",
-                "template": _template(test, ROLE_GPU, _pod_spec(test, [container], gpu=True, init_image=init_image))}
-
-    replicas = {"Master": replica(1)}
-    if spec.nodes > 1:
-        replicas["Worker"] = replica(spec.nodes - 1)
-    return {
-        "apiVersion": PYTORCHJOB_API_VERSION,
-        "kind": "PyTorchJob",
-        "metadata": _metadata(test, job_name(test), test_labels(test)),
-        "spec": {
-            "nprocPerNode": str(spec.gpus_per_node),
-            "runPolicy": _run_policy(test),
-            "pytorchReplicaSpecs": replicas,
-        },
-    }
-
-
-# --------------------------------------------------------------------------- MPIJob
-
-
-def mpi_master_addr(test: AcceptanceTest) -> str:
-    """worker-0's DNS name under mpi-operator's headless Service (named like the job); rank 0 runs there."""
-    name = job_name(test)
-    return f"{name}-worker-0.{name}.{test.metadata.namespace}.svc"
-
-
-def mpi_exported_env(test: AcceptanceTest) -> list[str]:
-    """Launcher variables mpirun forwards (-x) to every rank: ranks started by sshd inherit nothing else.
-
-    KUBERNETES_SERVICE_* let rank 0 find the API server with its in-cluster
-    config; PATH and LD_LIBRARY_PATH are the image's (the launcher runs the same image).
-    """
-    names = ["PATH", "LD_LIBRARY_PATH", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
-             "MASTER_ADDR", "MASTER_PORT", *workload_env(test)]
-    return list(dict.fromkeys(names))
-
-
-def mpirun_command(test: AcceptanceTest) -> list[str]:
-    """mpirun over nodes x gpusPerNode slots, gpusPerNode ranks per worker, each sourcing its pod's env first."""
-    spec = test.spec
-    cmd = ["mpirun", "--allow-run-as-root", "--tag-output",
-           "-np", str(spec.nodes * spec.gpus_per_node),
-           "--map-by", f"ppr:{spec.gpus_per_node}:node", "--bind-to", "none"]
-    if spec.pod.host_network:
-        cmd += ["--mca", "plm_rsh_args", f"-p {HOST_NETWORK_SSHD_PORT} -o ConnectionAttempts=10"]
-    for name in mpi_exported_env(test):
-        cmd += ["-x", name]
-    cmd += ["sh", "-c", f". {POD_ENV_FILE} && exec python -m acceptance_workload"]
-    return cmd
-
-
-def _mpi_worker_command(test: AcceptanceTest) -> list[str]:
-    """Write the pod's own NODE_NAME/POD_NAME/POD_NAMESPACE for the ranks, then run sshd as mpi-operator expects."""
-    values = " ".join(f'"{n}=${n}"' for n in POD_SPECIFIC_ENV)
-    sshd = "/usr/sbin/sshd -De"
-    if test.spec.pod.host_network:
-        sshd += f" -p {HOST_NETWORK_SSHD_PORT}"
-    return ["sh", "-c", f"printf 'export %s\\n' {values} > {POD_ENV_FILE} && exec {sshd}"]
-
-
-def build_mpijob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
-    """kubeflow.org/v2beta1 MPIJob: a GPU-less launcher running mpirun, one GPU worker per node running sshd."""
-    spec = test.spec
-    run_volume = {"name": RUN_VOLUME, "emptyDir": {}}
-    run_mount = {"name": RUN_VOLUME, "mountPath": RUN_DIR}
-    worker = _gpu_container(
-        test, MPI_WORKER_CONTAINER, _mpi_worker_command(test),
-        [*_env_list(workload_env(test)), *_downward_env()], extra_mounts=[run_mount],
-    )
-    launcher = {
-        "name": MPI_LAUNCHER_CONTAINER,
-        "image": workload_image(test),
-        "command": mpirun_command(test),
-        "env": [*_env_list({"MASTER_ADDR": mpi_master_addr(test), "MASTER_PORT": str(MPI_MASTER_PORT)}),
-                *_env_list(workload_env(test))],
-        "resources": copy.deepcopy(LAUNCHER_RESOURCES),
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    return {
-        "apiVersion": MPIJOB_API_VERSION,
-        "kind": "MPIJob",
-        "metadata": _metadata(test, job_name(test), test_labels(test)),
-        "spec": {
-            "slotsPerWorker": spec.gpus_per_node,
-            "launcherCreationPolicy": "WaitForWorkersReady",
-            "mpiImplementation": "OpenMPI",
-            "sshAuthMountPath": MPI_SSH_AUTH_MOUNT_PATH,
-            "runPolicy": _run_policy(test),
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "restartPolicy": "Never",
-                             "template": _template(test, ROLE_LAUNCHER, _pod_spec(test, [launcher], gpu=False,
-                                                                               init_image=init_image))},
-                "Worker": {"replicas": spec.nodes, "restartPolicy": "Never",
-                           "template": _template(test, ROLE_GPU, _pod_spec(test, [worker], gpu=True,
-                                                                         init_image=init_image,
-                                                                         extra_volumes=[run_volume]))},
-            },
-        },
-    }
-
-
-# --------------------------------------------------------------------------- Job (Indexed) and JobSet
-
-STATIC_MASTER_PORT = 29500
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # the Job controller writes each pod's index here
-# The container's name in the Job and JobSet backends (no controller looks for a particular one).
-WORKLOAD_CONTAINER = "workload"
-JOBSET_REPLICATED_JOB = "node"  # one replicated Job of `nodes` indexed pods: pod hostnames <name>-node-0-<index>
-
-
-def _static_rendezvous_env(test: AcceptanceTest, master_addr: str) -> list[dict[str, Any]]:
-    """torchrun's arguments as its PET_* variables: the node rank is the pod's completion index.
-
-    The same torchrun_command as the PyTorchJob's (where the training-operator
-    sets these); with PET_MASTER_ADDR set, torchrun's default rendezvous is the
-    static one: rank 0's node (index 0) hosts the store, no etcd, no controller.
-    """
-    spec = test.spec
-    index = {"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {
-        "apiVersion": "v1", "fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}}
-    return [*_env_list({"PET_NNODES": str(spec.nodes), "PET_NPROC_PER_NODE": str(spec.gpus_per_node),
-                        "PET_MASTER_ADDR": master_addr, "PET_MASTER_PORT": str(STATIC_MASTER_PORT)}), index]
-
-
-def _pod_failure_policy() -> dict[str, Any]:
-    """Fail the Job at the first failed pod, and say why in its Failed condition.
-
-    With backoffLimit 0 any failure ends the Job anyway; these rules make the
-    condition's message name the pod and the exit code (or the disruption: a
-    node lost, a pod evicted), which is what is left once the pods are gone.
-    """
-    return {"rules": [
-        {"action": "FailJob", "onExitCodes": {"containerName": WORKLOAD_CONTAINER, "operator": "NotIn",
-                                              "values": [0]}},
-        {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-    ]}
-
-
-def _indexed_job_spec(test: AcceptanceTest, master_addr: str, subdomain: str, init_image: str) -> dict[str, Any]:
-    """An Indexed Job of one GPU pod per node (completions = parallelism = nodes), no retries, the run's deadline."""
-    spec = test.spec
-    container = _gpu_container(test, WORKLOAD_CONTAINER, torchrun_command(test), [
-        *_env_list(workload_env(test)), *_downward_env(), *_static_rendezvous_env(test, master_addr)])
-    container["ports"] = [{"name": "rendezvous", "containerPort": STATIC_MASTER_PORT, "protocol": "TCP"}]
-    pod_spec = _pod_spec(test, [container], gpu=True, init_image=init_image)
-    pod_spec["subdomain"] = subdomain
-    pod_spec["restartPolicy"] = "Never"
-    return {
-        "completionMode": "Indexed",
-        "completions": spec.nodes,
-        "parallelism": spec.nodes,
-        "backoffLimit": 0,
-        "activeDeadlineSeconds": spec.timeout_seconds,
-        "podFailurePolicy": _pod_failure_policy(),
-        "template": _template(test, ROLE_GPU, pod_spec),
-    }
-
-
-def job_master_addr(test: AcceptanceTest) -> str:
-    """Index 0's DNS name under the headless Service: the Job controller names it <job>-0, the Service <job>."""
-    name = job_name(test)
-    return f"{name}-0.{name}.{test.metadata.namespace}.svc"
-
-
-def build_headless_service(test: AcceptanceTest) -> dict[str, Any]:
-    """The Service that gives each pod of the Indexed Job a DNS name (<job>-<index>.<job>): MASTER_ADDR's.
-
-    publishNotReadyAddresses: the names must resolve while the pods start, before any is Ready.
-    """
-    labels = test_labels(test)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _metadata(test, job_name(test), labels),
-        "spec": {
-            "clusterIP": "None",
-            "publishNotReadyAddresses": True,
-            "selector": {LABEL_TEST: labels[LABEL_TEST], LABEL_GENERATION: labels[LABEL_GENERATION],
-                         LABEL_ROLE: ROLE_GPU},
-            "ports": [{"name": "rendezvous", "port": STATIC_MASTER_PORT, "targetPort": STATIC_MASTER_PORT,
-                       "protocol": "TCP"}],
-        },
-    }
-
-
-def build_indexed_job(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[dict[str, Any]]:
-    """batch/v1 Indexed Job plus its headless Service: torchrun with a static rendezvous, nothing but Kubernetes."""
-    name = job_name(test)
-    job = {
-        "apiVersion": BATCH_JOB_API_VERSION,
-        "kind": "Job",
-        "metadata": _metadata(test, name, test_labels(test)),
-        "spec": {
-            **_indexed_job_spec(test, job_master_addr(test), name, init_image),
-            "ttlSecondsAfterFinished": test.spec.ttl_seconds_after_finished,
-        },
-    }
-    return [build_headless_service(test), job]
-
-
-def jobset_master_addr(test: AcceptanceTest) -> str:
-    """Pod 0 of the JobSet's one replicated Job: <jobset>-node-0-0 under the Service the JobSet controller makes."""
-    name = job_name(test)
-    return f"{name}-{JOBSET_REPLICATED_JOB}-0-0.{name}.{test.metadata.namespace}.svc"
-
-
-def build_jobset(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[dict[str, Any]]:
-    """jobset.x-k8s.io/v1alpha2 JobSet: one replicated Indexed Job; the JobSet controller makes the headless
-    Service (network.enableDNSHostnames) and ends the set at the first failure (failurePolicy.maxRestarts 0).
-
-    The replicated Job's own metadata carries no test label: only the JobSet and the pods are the run's, so
-    the operator's watch on batch Jobs (the Job backend) never mistakes the JobSet's Job for a run of its own.
-    """
-    name = job_name(test)
-    return [{
-        "apiVersion": JOBSET_API_VERSION,
-        "kind": "JobSet",
-        "metadata": _metadata(test, name, test_labels(test)),
-        "spec": {
-            "failurePolicy": {"maxRestarts": 0},
-            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
-            "ttlSecondsAfterFinished": test.spec.ttl_seconds_after_finished,
-            "replicatedJobs": [{
-                "name": JOBSET_REPLICATED_JOB,
-                "replicas": 1,
-                "template": {"spec": _indexed_job_spec(test, jobset_master_addr(test), name, init_image)},
-            }],
-        },
-    }]
-
-
 # --------------------------------------------------------------------------- RBAC and all children
 
 
@@ -701,8 +457,8 @@ def build_evidence(test: AcceptanceTest) -> list[dict[str, Any]]:
 def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
     """ServiceAccount, Role and RoleBinding; shared by all generations (the Role follows the evidence names).
 
-    The Role allows exactly what rank 0 does: get/patch this test's status, and get/patch/update the
-    run's evidence ConfigMaps by name; nothing else, no list, no create.
+    The Role allows exactly what rank 0 does: get/patch the run's evidence ConfigMaps by name; nothing
+    else: no verb on AcceptanceTests (the operator writes every status field), no list, no create.
     """
     name = service_account_name(test)
     labels = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TEST: test_label_value(test)}
@@ -712,10 +468,8 @@ def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": _metadata(test, name, labels),
-            "rules": [{"apiGroups": [GROUP], "resources": [f"{PLURAL}/status"],
-                       "resourceNames": [test.metadata.name], "verbs": ["get", "patch"]},
-                      {"apiGroups": [""], "resources": ["configmaps"],
-                       "resourceNames": evidence_names(test), "verbs": ["get", "patch", "update"]}],
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                       "resourceNames": evidence_names(test), "verbs": ["get", "patch"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -725,148 +479,3 @@ def build_rbac(test: AcceptanceTest) -> list[dict[str, Any]]:
             "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": test.metadata.namespace}],
         },
     ]
-
-
-# --------------------------------------------------------------------------- gpu-acceptance render
-
-
-class RenderError(Exception):
-    """A manifest that cannot be rendered; `lines` say what is wrong, one field each."""
-
-    def __init__(self, lines: list[str]):
-        super().__init__("\n".join(lines))
-        self.lines = lines
-
-
-def _wire_path(loc: tuple[Any, ...], data: Any, error_type: str) -> str:
-    """The error's location in the manifest, e.g. spec.checks.nccl.minBytes or spec.placement.tolerations[0].
-
-    pydantic adds union-branch tags (int, str, ...) to locations; only steps that
-    exist in the input are kept, plus the last one of a missing-field error.
-    """
-    parts: list[str] = []
-    node = data
-    for i, step in enumerate(loc):
-        if isinstance(step, int) and isinstance(node, list) and 0 <= step < len(node):
-            parts.append(f"[{step}]")
-            node = node[step]
-        elif isinstance(step, str) and isinstance(node, dict) and step in node:
-            parts.append(f".{step}" if parts else step)
-            node = node[step]
-        elif error_type == "missing" and i == len(loc) - 1:
-            parts.append(f".{step}" if parts else str(step))
-    return "".join(parts)
-
-
-# Messages of cross-field rules start with the field they are about: "checks: ...", "[0].mountPath ...".
-_MESSAGE_PATH = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*): (.*)$", re.S)
-_MESSAGE_INDEX = re.compile(r"^(\[\d+\](?:\.[A-Za-z_][A-Za-z0-9_]*|\[\d+\])*) (.*)$", re.S)
-
-
-def validation_messages(error: ValidationError, data: Any) -> list[str]:
-    """One `field: problem` line per error, the field in camelCase wire form as in the YAML."""
-    lines: list[str] = []
-    for e in error.errors():
-        path = _wire_path(tuple(e["loc"]), data, e["type"])
-        if e["type"] == "extra_forbidden":
-            msg = "unknown field"
-        else:
-            msg = e["msg"].removeprefix("Value error, ").removeprefix("Assertion failed, ")
-            # Cross-field rules name their field first ("checks: enable ..."): fold it into the path.
-            m = _MESSAGE_PATH.match(msg) or _MESSAGE_INDEX.match(msg)
-            if m and not path.endswith(m[1]):
-                sep = "" if m[1].startswith("[") or not path else "."
-                path, msg = f"{path}{sep}{m[1]}", m[2]
-        line = f"{path or '(document)'}: {msg}"
-        if line not in lines:
-            lines.append(line)
-    return lines
-
-
-MAX_PROBLEMS_TEXT = 4096
-
-
-def problems_text(lines: list[str], limit: int = MAX_PROBLEMS_TEXT) -> str:
-    """The lines as one message for a condition or event, within `limit` characters (how many more, if cut)."""
-    text = ""
-    for i, line in enumerate(lines):
-        joined = f"{text}; {line}" if text else line
-        if len(joined) > limit:
-            rest = f"; and {len(lines) - i} more"
-            return (text or line[: limit - len(rest)]) + rest
-        text = joined
-    return text
-
-
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-# `render` reads at most this much, and refuses YAML whose aliases expand to more nodes than this:
-# a manifest is a few KiB; a "billion laughs" document is a few hundred bytes that expand without end.
-MAX_MANIFEST_BYTES = 1024 * 1024
-MAX_YAML_NODES = 100_000
-
-
-def _expanded_nodes(root: yaml.Node) -> int:
-    """How many nodes the document has once every alias is expanded; RenderError past MAX_YAML_NODES or a cycle."""
-    sizes: dict[int, int | None] = {}
-
-    def size(node: yaml.Node) -> int:
-        key = id(node)
-        if key in sizes:
-            known = sizes[key]
-            if known is None:
-                raise RenderError(["not valid YAML: an alias refers to a node that contains it"])
-            return known
-        sizes[key] = None
-        n = 1
-        if isinstance(node, yaml.SequenceNode):
-            n += sum(size(child) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            n += sum(size(k) + size(v) for k, v in node.value)
-        if n > MAX_YAML_NODES:
-            raise RenderError([f"the YAML expands to more than {MAX_YAML_NODES} values (aliases repeated many "
-                               "times?); an AcceptanceTest has a few hundred at most"])
-        sizes[key] = n
-        return n
-
-    return size(root)
-
-
-def _load_documents(text: str) -> list[Any]:
-    """yaml.safe_load_all, bounded: input size, alias expansion and nesting depth."""
-    if len(text) > MAX_MANIFEST_BYTES:
-        raise RenderError([f"the manifest is larger than {MAX_MANIFEST_BYTES} bytes; an AcceptanceTest is a few KiB"])
-    loader = yaml.SafeLoader(text)
-    try:
-        docs = []
-        while loader.check_node():
-            node = loader.get_node()
-            _expanded_nodes(node)
-            docs.append(loader.construct_document(node))
-        return docs
-    except yaml.YAMLError as e:
-        raise RenderError([f"not valid YAML: {e}"]) from e
-    except RecursionError as e:
-        raise RenderError(["not valid YAML for a manifest: nested too deeply"]) from e
-    finally:
-        loader.dispose()
-
-
-def parse_test(text: str) -> AcceptanceTest:
-    """The one AcceptanceTest in a YAML text, validated; RenderError says what is wrong, field by field."""
-    docs = [d for d in _load_documents(text) if d is not None]
-    if len(docs) != 1:
-        raise RenderError([f"expected exactly one AcceptanceTest document, found {len(docs)}"])
-    data = docs[0]
-    if not isinstance(data, dict):
-        raise RenderError([f"expected an AcceptanceTest object, found a YAML {type(data).__name__}"])
-    try:
-        test = AcceptanceTest.model_validate(data)
-    except ValidationError as e:
-        raise RenderError(validation_messages(e, data)) from e
-    name = test.metadata.name
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        raise RenderError([f"metadata.name: {name!r} is not a valid name: lowercase letters, digits, "
-                           "'-' and '.', starting and ending with a letter or digit"])
-    return test

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from acceptance_operator.api import Phase, Summary
 
-PHASES: tuple[Phase, ...] = ("Pending", "Running", "Succeeded", "Failed")
+PHASES: tuple[Phase, ...] = get_args(Phase)  # the API's phases, in their order
 DURATION_BUCKETS = (60, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, float("inf"))
 
 

@@ -25,9 +25,9 @@ import kopf
 from acceptance_workload.report import Report
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator import ownership, runs
+from acceptance_operator import runs
 from acceptance_operator.api import GPU_RESOURCE, AcceptanceTest, Summary
-from acceptance_operator.conditions import is_smoke
+from acceptance_operator.conditions import clip_message, is_smoke
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.metrics import OperatorMetrics
@@ -130,12 +130,12 @@ def _apply(k: Kube, obj: KubeDict, what: str, nodes: list[str], change: Change, 
     if done:
         text = "; ".join(f"{words}: {', '.join(names)}" for words, names in done.items())
         text = text if failure_words else f"{what}: {text}"
-        kopf.info(obj, reason="NodeActionApplied", message=ownership.clip_message(text, 1000))
+        kopf.info(obj, reason="NodeActionApplied", message=clip_message(text, 1000))
     if left:
-        kopf.warn(obj, reason="NodeActionLeft", message=ownership.clip_message(f"{what}: {'; '.join(left)}", 1000))
+        kopf.warn(obj, reason="NodeActionLeft", message=clip_message(f"{what}: {'; '.join(left)}", 1000))
     if failed:
         verb = failure_words or what
-        kopf.warn(obj, reason="NodeActionFailed", message=ownership.clip_message(
+        kopf.warn(obj, reason="NodeActionFailed", message=clip_message(
             f"could not {verb}: {', '.join(failed)}", 1000))
 
 
@@ -178,9 +178,9 @@ def node_seen(event_type: str | None, node: KubeDict, metrics: OperatorMetrics) 
 
 
 def restore_from_test(obj: KubeDict, metrics: OperatorMetrics) -> None:
-    """A finished test seen after a restart: if its run passed on hardware (by the operator's record), the nodes
-    its report passed passed then (a sweep's parent has no report: its children are tests of their own)."""
-    recorded = ownership.record(obj) or {}
+    """A finished test seen after a restart: if its run passed on hardware (the status is the operator's alone),
+    the nodes its report passed passed then (a sweep's parent has no report: its children are tests of their own)."""
+    recorded = obj.get("status") or {}
     spec = obj.get("spec") or {}
     if recorded.get("phase") != "Succeeded" or spec.get("sweep") or not hardware_verdict(spec.get("profile")):
         return

@@ -10,7 +10,8 @@ import yaml
 
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
 from acceptance_operator.backends import build_children
-from acceptance_operator.manifests import MAX_MANIFEST_BYTES, RenderError, parse_test, resolve_image
+from acceptance_operator.manifests import resolve_image
+from acceptance_operator.spec_input import MAX_MANIFEST_BYTES, RenderError, parse_test
 
 
 class _PlainDumper(yaml.SafeDumper):

@@ -128,7 +128,7 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60
         return 1
     report = report.model_copy(update={"generation": ref.generation, "run": ref.run, "uid": ref.uid})
     try:
-        patch_report(ref, report, api=k.custom, core=k.core, deadline_seconds=60)
+        patch_report(ref, report, core=k.core, deadline_seconds=60)
     except StatusWriteError as e:
         err.write(f"error: {e}\n")
         return 2
@@ -142,10 +142,8 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60
 
 
 def _verdict_of(obj: dict, run_id: str) -> tuple[str, str] | None:
-    """("Phase Reason", message) of run `run_id` by the operator's own record, once it has ended; else None."""
-    from acceptance_operator import ownership
-
-    record = ownership.record(obj) or {}
+    """("Phase Reason", message) of run `run_id` by the operator's status, once it has ended; else None."""
+    record = obj.get("status") or {}
     if (record.get("run") or {}).get("id") != run_id or record.get("phase") not in ("Succeeded", "Failed"):
         return None
     succeeded = next((c for c in record.get("conditions") or [] if c.get("type") == "Succeeded"), {})
@@ -155,7 +153,6 @@ def _verdict_of(obj: dict, run_id: str) -> tuple[str, str] | None:
 def await_verdict(read: Callable[[], dict | None], run_id: str, seconds: float,
                   sleep: Callable[[float], None] = time.sleep) -> tuple[int, str]:
     """Wait for the operator's verdict on run `run_id` after a delivery: (exit code, what to say)."""
-    from acceptance_operator import ownership
     from acceptance_operator.conditions import REPORT_REJECTED
 
     deadline = time.monotonic() + seconds
@@ -163,7 +160,7 @@ def await_verdict(read: Callable[[], dict | None], run_id: str, seconds: float,
         obj = read()
         if obj is None:
             return 2, "the test was deleted before the operator judged the delivery"
-        current = ((ownership.record(obj) or {}).get("run") or {}).get("id")
+        current = ((obj.get("status") or {}).get("run") or {}).get("id")
         if current is not None and current != run_id:
             return 1, (f"the operator ignored the delivery: the test is on run {current} now, the report was for run "
                        f"{run_id}; deliver it again for the current run")

@@ -39,7 +39,7 @@ from acceptance_operator.api import (
     Summary,
     SweepStatus,
 )
-from acceptance_operator.conditions import CHECKS_FAILED, NO_NODES, PASSED, RunState
+from acceptance_operator.conditions import CHECKS_FAILED, NO_NODES, PASSED, TERMINAL_PHASES, RunState
 from acceptance_operator.kubetypes import MAX_VALUES
 
 KubeDict = dict[str, Any]
@@ -52,7 +52,6 @@ PARENT_ONLY = ("sweep", "maxConcurrent", "skipBusyNodes", "schedule", "historyLi
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 MAX_BUSY_PODS_NAMED = 3  # pods named per busy node (the count is given too)
 MAX_LISTED_NODES = 32  # failed nodes named in status.sweep (all are in the children)
-TERMINAL = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -150,7 +149,7 @@ def busy_nodes(pods: list[KubeDict], leaving: frozenset[str] = frozenset()) -> d
     for pod in pods:
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         node = spec.get("nodeName")
-        if not node or meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in TERMINAL:
+        if not node or meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
             continue
         if (meta.get("labels") or {}).get(LABEL_TEST) in leaving:
             continue
@@ -177,14 +176,14 @@ def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max
     waiting = [] if stage_started else [n for n in schedulable if n not in single and n not in busy]
     # Busy nodes stay skipped once the inter-node stage started: busy is the run's last look.
     skipped = skipped_nodes(single, schedulable, cordoned, present, busy)
-    running = [c for c in single.values() if c.phase not in TERMINAL and not c.name_taken]
+    running = [c for c in single.values() if c.phase not in TERMINAL_PHASES and not c.name_taken]
     start = waiting[:max(0, max_concurrent - len(running))]
     passed = sorted(n for n, c in single.items() if c.phase == "Succeeded" and n not in skipped)
     failed = sorted(n for n, c in single.items() if c.phase == "Failed")
     singles_done = not running and not waiting
     blamed = sorted(set(failed) | (set(stage.failed_nodes) if stage is not None else set()))
     stage_name = "nodes" if not singles_done else "inter-node" if len(passed) >= 2 else "done"
-    finished = singles_done and (len(passed) < 2 or (stage is not None and stage.phase in TERMINAL))
+    finished = singles_done and (len(passed) < 2 or (stage is not None and stage.phase in TERMINAL_PHASES))
     if finished:
         stage_name = "done"
     status = SweepStatus(

@@ -5,7 +5,7 @@ so the tests do their part by hand, through the same API the real ones use:
 they patch the child job's status subresource (conditions, as the
 training-operator / mpi-operator would), create the job's pods with statuses
 and FailedScheduling events (as the scheduler and kubelet would), and patch
-status.report (as the workload's rank 0 would). The operator runs as a real
+the run's evidence ConfigMaps (as the workload's rank 0 would). The operator runs as a real
 `gpu-acceptance operator` subprocess, so a test can kill and restart it.
 """
 
@@ -183,11 +183,12 @@ class Cluster:
         """
         from acceptance_operator.handlers import parse_test
         from acceptance_operator.manifests import evidence_names
-        from acceptance_workload.evidence import EVIDENCE_KEY, split
+        from acceptance_workload.evidence import deliveries
         from acceptance_workload.report import Report
-        from acceptance_workload.status import merge_patch
 
-        obj = self.get_test(name) or {}
+        # Rank 0 runs once its run's children exist: the operator records the run after creating them.
+        obj = self.wait(lambda: (o := self.get_test(name) or {}) and (o.get("status") or {}).get("run") and o,
+                        f"the operator to record the run of {name}")
         run = ((obj.get("status") or {}).get("run") or {}).get("id")
         report = {**report, "uid": report.get("uid") or obj.get("metadata", {}).get("uid")}
         if run and report.get("generation") == ((obj.get("status") or {}).get("run") or {}).get("generation"):
@@ -195,12 +196,26 @@ class Cluster:
         if place_pods:
             self.place_pods(name, int(report.get("generation") or 1),
                             (report.get("environment") or {}).get("hostnames") or [], run=report.get("run"))
-        # As rank 0 delivers it (acceptance_workload.status.patch_report): evidence first, then the status part.
-        status, shards = split(Report.model_validate(report), evidence_names(parse_test(obj)))
+        # As rank 0 delivers it (acceptance_workload.status.patch_report): every node shard, then the job-wide
+        # ConfigMap with its evidence and the status part in one write.
+        for cm, data in deliveries(Report.model_validate(report), evidence_names(parse_test(obj))):
+            self.server.request("PATCH", f"/api/v1/namespaces/{self.ns}/configmaps/{cm}", {"data": data},
+                                content_type=MERGE)
+
+    def write_legacy_report(self, name: str, report: dict[str, Any]) -> None:
+        """What rank 0 of a run an earlier operator version started does: evidence, then status.report."""
+        from acceptance_operator.handlers import parse_test
+        from acceptance_operator.manifests import evidence_names
+        from acceptance_workload.evidence import EVIDENCE_KEY, split
+        from acceptance_workload.report import Report
+
+        obj = self.get_test(name) or {}
+        status, shards = split(Report.model_validate({**report, "uid": obj["metadata"]["uid"]}),
+                               evidence_names(parse_test(obj)))
         for cm, text in shards.items():
             self.server.request("PATCH", f"/api/v1/namespaces/{self.ns}/configmaps/{cm}",
-                                {"data": {EVIDENCE_KEY: text}}, content_type=MERGE, expect=(200, 404))
-        self.patch_status(name, merge_patch(status)["status"])
+                                {"data": {EVIDENCE_KEY: text}}, content_type=MERGE)
+        self.patch_status(name, {"report": status.model_dump(mode="json", by_alias=True, exclude_none=True)})
 
     def place_pods(self, name: str, generation: int, nodes: list[str], run: str | None = None) -> None:
         from acceptance_operator.manifests import run_of_child
@@ -235,21 +250,12 @@ class Cluster:
 
         self.wait(step, f"the sweep {parent} to end", timeout=timeout)
 
-    def patch_record(self, name: str, **fields: Any) -> None:
-        """As an admin: change the operator's own record of the status (and the status to match)."""
-        from acceptance_operator import ownership
-
-        obj = self.get_test(name) or {}
-        recorded = {**(ownership.record(obj) or {}), **fields}
-        self.server.request("PATCH", self.test_path(name), ownership.record_patch(recorded), content_type=MERGE)
-        self.patch_status(name, fields)
-
     def age_run_until_failed(self, name: str, seconds: int = 120) -> None:
         """Move the run's startTime `seconds` into the past until the operator ends it.
 
         timeoutSeconds has a floor of 60 s; rather than wait, a test ages the run.
-        The operator puts back what others write into status, so the test changes its record (as an admin
-        could) and the status; it may rewrite startTime on its way, so the patch is repeated.
+        The test writes the status as an admin could; the operator may rewrite startTime on its way, so the
+        patch is repeated.
         """
         long_ago = (datetime.now(timezone.utc) - timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -258,7 +264,7 @@ class Cluster:
             if status.get("phase") == "Failed":
                 return True
             if status.get("startTime") != long_ago:
-                self.patch_record(name, startTime=long_ago)
+                self.patch_status(name, {"startTime": long_ago})
             return False
 
         self.wait(ended, f"the run of {name} to end")

@@ -14,7 +14,7 @@ import yaml
 from acceptance_operator import api
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.backends import build_children
-from acceptance_operator.manifests import parse_test
+from acceptance_operator.spec_input import parse_test
 
 from tests.apiserver import ApiServer, repo_crd_paths
 

@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from acceptance_operator import manifests
+from acceptance_operator import spec_input
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.policy import policy_problems
 from acceptance_operator.settings import OperatorSettings
@@ -134,7 +134,7 @@ def expected_problems(name: str, namespace: str, spec: dict[str, Any]) -> list[s
     try:
         test = AcceptanceTest.model_validate({"metadata": {"name": name, "namespace": namespace}, "spec": spec})
     except ValidationError as e:
-        return manifests.validation_messages(e, {"spec": spec})
+        return spec_input.validation_messages(e, {"spec": spec})
     return policy_problems(test, OperatorSettings())
 
 

@@ -59,9 +59,10 @@ def test_a_rerun_annotation_starts_a_new_run_after_the_running_one(cluster: Clus
     assert status["phase"] == "Pending" and status["observedGeneration"] == 1
     job = cluster.job("PyTorchJob", "again-g1-r2")
     assert job["metadata"]["labels"]["gpu-acceptance.io/run"] == "g1-r2"
-    # The workload's identity is back for this run, its Role naming this test and its evidence only.
+    # The workload's identity is back for this run, its Role naming this run's evidence only.
     role = cluster.server.request("GET", cluster.role_path("again-workload"))
-    assert role["rules"][0]["resourceNames"] == ["again"]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "patch"],
+                              "resourceNames": ["again-evidence-job", "again-evidence-0"]}]
     # The earlier run's report is still in status.report: it is ignored, not judged as this run's.
     assert cluster.status("again")["phase"] == "Pending"
 

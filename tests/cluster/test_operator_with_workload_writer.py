@@ -11,8 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.status import api_client, patch_report
-from kubernetes import client
+from acceptance_workload.status import core_api, patch_report
 
 from tests.cluster.operator_harness import Cluster
 from tests.reports import passing_report
@@ -36,9 +35,7 @@ def test_workload_report_decides_the_run(cluster: Cluster, tmp_path: Path):
     report = passing_report(config, ["gpu-node-7"], busbw=377.3)  # a healthy run of the config it was given
     assert report.uid == config.test.uid and report.generation == 1
     cluster.place_pods("e2e", 1, ["gpu-node-7"])  # rank 0 writes from a pod on the node it measured
-    shared = api_client(str(kubeconfig))
-    patch_report(config.test, report, api=client.CustomObjectsApi(shared), core=client.CoreV1Api(shared),
-                 deadline_seconds=20)
+    patch_report(config.test, report, core=core_api(str(kubeconfig)), deadline_seconds=20)
 
     status = cluster.wait_phase("e2e", "Succeeded")
     assert status["summary"]["allReduceBusbwGBps"] == 377.3

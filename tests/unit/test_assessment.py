@@ -6,7 +6,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from acceptance_operator.assessment import Observation, Timing, adopted_verdict, assess, next_look
+from acceptance_operator.assessment import Observation, Timing, assess, next_look
 from acceptance_operator.manifests import LABEL_ROLE, ROLE_LAUNCHER
 from acceptance_operator.rejudge import RunFacts
 from acceptance_workload.checks import ChecksSpec
@@ -354,27 +354,3 @@ def test_a_report_of_another_run_of_this_generation_is_stale():
     assert assess(reported(report, run_id="g2-r2"), T0, TIMING).state.reason == "ChecksPassed"
 
 
-def test_an_adopted_verdict_is_judged_again_from_its_report():
-    """A status from before the operator's record may have been written by the workload's token: its verdict is
-    replaced by this version's judgement of the report, whichever way that goes."""
-    report = passing_report(CONFIG)
-    next(r for r in report.results if r.name == "all_reduce_busbw").value = 120
-    gone = replace(reported(report), job=None)  # its job's TTL has passed
-    forged = adopted_verdict(gone, "Succeeded")
-    assert forged is not None and (forged.state.phase, forged.state.reason) == ("Failed", "ChecksFailed")
-    assert "nccl/all_reduce_busbw: 120 < 340 GB/s" in forged.state.message and forged.summary.result == "Failed"
-    healthy = adopted_verdict(replace(reported(), job=None), "Failed")
-    assert healthy is not None and (healthy.state.phase, healthy.state.reason) == ("Succeeded", "ChecksPassed")
-    smoke = adopted_verdict(replace(reported(passing_report(CONFIG).model_copy(update={"mode": "cpu-smoke"})),
-                                    job=None), "Succeeded")
-    assert smoke is not None and (smoke.state.phase, smoke.state.reason) == ("Failed", "ReportRejected")
-
-
-def test_an_adopted_verdict_without_a_report_passes_nothing():
-    unchecked = adopted_verdict(obs(job=None, run_id="g2"), "Succeeded")
-    assert unchecked is not None and (unchecked.state.phase, unchecked.state.reason) == ("Failed", "ReportMissing")
-    assert "could not be checked" in unchecked.state.message and "no report of run g2" in unchecked.state.message
-    assert "gpu-acceptance.io/rerun" in unchecked.state.message and unchecked.summary.result == "Failed"
-    stale = adopted_verdict(obs(job=None, raw_report=good_report(generation=1).to_wire()), "Succeeded")
-    assert stale is not None and stale.state.reason == "ReportMissing" and "generation 1, not 2" in stale.state.message
-    assert adopted_verdict(obs(job=None), "Failed") is None  # a failure claims nothing: it stands as written

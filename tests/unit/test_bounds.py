@@ -6,8 +6,8 @@ import json
 
 import pytest
 import yaml
-from acceptance_operator import api, backends, manifests
-from acceptance_operator.manifests import RenderError, parse_test, problems_text
+from acceptance_operator import api, backends, spec_input
+from acceptance_operator.spec_input import RenderError, parse_test, problems_text
 
 from tests.unit.test_models import errors_of, manifest
 
@@ -105,10 +105,10 @@ def test_bounds_allow_what_real_tests_use():
 def test_problems_text_stays_within_its_limit():
     lines = [f"spec.pod.env.V{i}: String should have at most 8192 characters" for i in range(500)]
     text = problems_text(lines)
-    assert len(text) <= manifests.MAX_PROBLEMS_TEXT
+    assert len(text) <= spec_input.MAX_PROBLEMS_TEXT
     assert text.startswith(lines[0]) and text.endswith(" more")
     assert problems_text(lines[:2]) == "; ".join(lines[:2])
-    assert len(problems_text(["x" * 10_000])) <= manifests.MAX_PROBLEMS_TEXT
+    assert len(problems_text(["x" * 10_000])) <= spec_input.MAX_PROBLEMS_TEXT
 
 
 # --------------------------------------------------------------------------- YAML input of render
@@ -134,4 +134,4 @@ def test_recursive_alias_and_deep_nesting_and_size_are_refused():
     with pytest.raises(RenderError, match="nested too deeply"):
         parse_test("[" * 100_000 + "]" * 100_000)
     with pytest.raises(RenderError, match="larger than 1048576 bytes"):
-        parse_test("# " + "x" * manifests.MAX_MANIFEST_BYTES)
+        parse_test("# " + "x" * spec_input.MAX_MANIFEST_BYTES)

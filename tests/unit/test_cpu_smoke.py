@@ -6,7 +6,8 @@ from __future__ import annotations
 import yaml
 from acceptance_operator.assessment import Observation, Timing, assess
 from acceptance_operator.conditions import PASSED, SMOKE_PASSED, is_smoke
-from acceptance_operator.manifests import build_workload_config, torchrun_command
+from acceptance_operator.job_builders import torchrun_command
+from acceptance_operator.manifests import build_workload_config
 from acceptance_operator.rejudge import RunFacts
 from acceptance_operator.render import render
 from acceptance_workload.profiles import CPU_RATIO_TO_MEDIAN, PROFILES, resolve_checks

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from acceptance_operator import handlers
+from acceptance_operator import handlers, manifests
+from acceptance_operator.reconcile import runtime
 from kubernetes.client.exceptions import ApiException
 
 NOW = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
@@ -100,7 +101,7 @@ def test_a_new_generation_creates_its_job_even_while_the_shared_rbac_exists(even
 
 def test_while_other_new_tests_wait_a_start_creates_the_job_first_and_the_rest_later(events, monkeypatch):
     queue = handlers.WorkQueue()
-    monkeypatch.setattr(handlers, "QUEUE", queue)
+    monkeypatch.setattr(runtime, "QUEUE", queue)
     queue.add(("lab", "another-new-test"), urgent=True)
     k = FakeKube(stored(1))
     handlers.reconcile(k, NS, NAME, NOW)
@@ -114,22 +115,40 @@ def test_while_other_new_tests_wait_a_start_creates_the_job_first_and_the_rest_l
     assert events == [("RunStarted", "run g1 (generation 1): PyTorchJob run-g1 created")]  # created once, not adopted
 
 
-def test_a_report_there_when_the_runs_start_is_recorded_is_looked_at_next(events, monkeypatch):
-    """The report lands between the job's creation and the run's status write (in a burst, the second step): the
-    write's echo is the operator's own and wakes nothing, so the reconcile itself asks to look again now (it used
-    to say: at the run's timeout, that is at the safety resync)."""
-    for report, next_look in (({"generation": 1, "run": "g1"}, 0.0), (None, 3600.0)):
-        queue = handlers.WorkQueue()
-        monkeypatch.setattr(handlers, "QUEUE", queue)
-        queue.add(("lab", "another-new-test"), urgent=True)
-        k = FakeKube(stored(1))
-        handlers.reconcile(k, NS, NAME, NOW)  # the first step: the job
-        if report:
-            k.test["status"]["report"] = report  # the workload's report
-        # The second step: the status; then the report is looked at now (without one, the run's events wake it,
-        # its timeout bounds it).
-        assert handlers.reconcile(k, NS, NAME, NOW) == next_look
-        assert k.test["status"]["phase"] == "Pending"
+def test_evidence_delivered_between_the_two_steps_of_a_start_is_not_emptied(events, monkeypatch):
+    """The second step of a start creates the evidence ConfigMaps: one already labelled for this run keeps what rank
+    0 wrote into it (the operator never empties a delivery); one of an earlier run is emptied for this run."""
+    queue = handlers.WorkQueue()
+    monkeypatch.setattr(runtime, "QUEUE", queue)
+    queue.add(("lab", "another-new-test"), urgent=True)
+    k = FakeKube(stored(1))
+    handlers.reconcile(k, NS, NAME, NOW)  # the first step: the job
+    job_cm, node_cm = manifests.build_evidence(handlers.parse_test(k.test))
+    k.objects[("ConfigMap", job_cm["metadata"]["name"])] = {**job_cm, "data": {"status.json": "{}"}}
+    earlier = {**node_cm["metadata"]["labels"], manifests.LABEL_RUN: "g0"}
+    k.objects[("ConfigMap", node_cm["metadata"]["name"])] = {**node_cm, "metadata": {**node_cm["metadata"],
+                                                                                     "labels": earlier}}
+    assert handlers.reconcile(k, NS, NAME, NOW) == 3600.0  # the delivery's own watch event wakes the test
+    assert [r for r in k.renewed if r[0] == "ConfigMap"] == [("ConfigMap", node_cm["metadata"]["name"])]
+    assert k.objects[("ConfigMap", job_cm["metadata"]["name"])]["data"] == {"status.json": "{}"}
+
+
+def test_a_report_in_status_counts_only_for_a_job_an_earlier_operator_version_created(events):
+    """This version's jobs deliver into the evidence ConfigMaps; a job without the delivery label is an earlier
+    version's, whose workload patches status.report: that report is read from there (through one release)."""
+    k = FakeKube(stored(1))
+    handlers.reconcile(k, NS, NAME, NOW)
+    test = handlers.runs.on_current_run(k.test)
+    job = k.objects[("PyTorchJob", "run-g1")]
+    assert manifests.delivers_evidence(job)
+    written = {"generation": 1, "run": "g1"}
+    assert handlers._delivered(k, test, job, {"report": written}, fresh=True) is None
+    old = {**job, "metadata": {**job["metadata"], "labels": {
+        key: v for key, v in job["metadata"]["labels"].items() if key != manifests.LABEL_DELIVERY}}}
+    assert handlers._delivered(k, test, old, {"report": written}, fresh=True) == written
+    job_cm = manifests.evidence_names(test)[0]
+    k.objects[("ConfigMap", job_cm)] = {"data": {"status.json": '{"generation": 1, "run": "g1", "passed": true}'}}
+    assert handlers._delivered(k, test, old, {"report": written}, fresh=True)["passed"] is True  # delivered first
 
 
 def _rerun(k: FakeKube, value: str) -> None:
@@ -138,7 +157,7 @@ def _rerun(k: FakeKube, value: str) -> None:
 
 def test_a_rerun_during_a_burst_starts_in_two_steps_under_its_own_run_id(events, monkeypatch):
     queue = handlers.WorkQueue()
-    monkeypatch.setattr(handlers, "QUEUE", queue)
+    monkeypatch.setattr(runtime, "QUEUE", queue)
     rejected = ApiException(status=422, reason="Unprocessable Entity")
     rejected.body = json.dumps({"kind": "Status", "message": "roles.rbac.authorization.k8s.io is forbidden"})
     k = FakeKube(stored(1), reject={"Role": rejected})
@@ -242,34 +261,37 @@ def test_the_echo_of_our_status_write_is_skipped_only_if_nothing_landed_meanwhil
     """A report written between our read and our write comes back in the write's answer: its event must count."""
     from acceptance_operator.conditions import RunState
 
-    handlers._own_writes.clear()
+    handlers.STATES.drop((NS, NAME))
     obj = stored(1)
     test = handlers.parse_test(obj)
     handlers._write_status(Patched(obj, landed), obj, RunState("Running", "JobRunning", "running"), test,
                            start_time=NOW, completion_time=None, summary=None, now=NOW)
-    assert (handlers._own_writes.get((NS, NAME)) == "43") is skipped
+    assert (handlers.STATES.get((NS, NAME)).own_write == "43") is skipped
 
 
-def test_an_adopted_verdict_is_recorded_as_its_generations_first_run_and_not_rerun(events):
-    """A status from before the record and before run ids; a rerun value set back then asks for nothing. Without
-    a report the Succeeded it says cannot be checked: it ends as ReportMissing, when the status said it ended."""
-    status = {"phase": "Succeeded", "observedGeneration": 1, "job": {"kind": "PyTorchJob", "name": "run-g1"},
-              "startTime": "2024-12-31T10:00:00Z", "completionTime": "2024-12-31T11:00:00Z",
-              "conditions": [{"type": "Succeeded", "status": "True", "reason": "ChecksPassed", "message": "ok"}],
-              "summary": {"result": "Passed"}}
-    k = FakeKube(stored(1, status=status))
-    _rerun(k, "before-the-upgrade")
+def test_a_test_created_again_under_its_name_does_not_inherit_what_its_namesake_left(events, monkeypatch):
+    """The backend's webhook refuses the job: the run is Pending while the operator retries for the grace, counted
+    from the first refusal. Deleting the test drops everything kept about it: the namesake created after it counts
+    its own grace (it used to inherit the first test's start and fail BackendNotRunning at once)."""
+    import asyncio
+    import logging
+
+    down = ApiException(status=500, reason="Internal Server Error")
+    down.body = json.dumps({"kind": "Status", "message": 'Internal error occurred: failed calling webhook '
+                            '"validate.pytorchjob": connection refused'})
+    grace = handlers.SETTINGS.unschedulable_grace_seconds
+    handlers.STATES.drop((NS, NAME))
+    k = FakeKube(stored(1), reject={"PyTorchJob": down})
     handlers.reconcile(k, NS, NAME, NOW)
-    assert k.test["status"]["run"] == {"id": "g1", "generation": 1, "attempt": 1, "trigger": "spec",
-                                       "rerun": "before-the-upgrade"}
-    assert handlers.is_finished(k.test) and not handlers._awaits_run(k.test)
-    assert k.objects == {}  # the job is gone: nothing started
-    assert k.test["status"]["phase"] == "Failed" and k.test["status"]["summary"]["result"] == "Failed"
-    assert (k.test["status"]["startTime"], k.test["status"]["completionTime"]) == (
-        "2024-12-31T10:00:00Z", "2024-12-31T11:00:00Z")
-    assert [(e["id"], e["reason"]) for e in k.test["status"]["history"]] == [("g1", "ReportMissing")]
-    assert [reason for reason, _ in events] == ["ReportMissing", "StatusAdopted"]
-    assert "could not be checked" in events[1][1] and "gpu-acceptance.io/rerun" in events[1][1]
-    _rerun(k, "after-the-upgrade")
-    handlers.reconcile(k, NS, NAME, NOW)
-    assert k.test["status"]["run"]["id"] == "g1-r2" and ("PyTorchJob", "run-g1-r2") in k.objects
+    assert (k.test["status"]["phase"], k.test["status"]["conditions"][0]["reason"]) == ("Pending", "BackendNotRunning")
+    assert handlers.STATES.get((NS, NAME)).unreachable_since == NOW
+    monkeypatch.setattr(runtime.QUEUE, "add", lambda *a, **kw: None)
+    asyncio.run(handlers.on_test_event(type="DELETED", body=k.test, namespace=NS, name=NAME,
+                                       logger=logging.getLogger("test")))
+    assert handlers.STATES.peek((NS, NAME)) is None
+    handlers._gone.pop((NS, NAME), None)
+    later = NOW + timedelta(seconds=grace + 5)
+    again = FakeKube(stored(1), reject={"PyTorchJob": down})
+    handlers.reconcile(again, NS, NAME, later)
+    assert again.test["status"]["phase"] == "Pending", again.test["status"]
+    assert handlers.STATES.get((NS, NAME)).unreachable_since == later

@@ -17,16 +17,35 @@ def test_every_call_has_a_timeout_unless_the_caller_gives_one(monkeypatch):
 
 
 def test_the_connection_pool_is_sized_to_the_callers(monkeypatch):
-    def no_cluster(**_):
-        raise kubeapi.config.ConfigException("not in a pod")
+    from kubernetes import config
 
-    def kubeconfig(client_configuration):
+    def kubeconfig(config_file, client_configuration):
         client_configuration.host = "https://127.0.0.1:6443"
 
-    monkeypatch.setattr(kubeapi.config, "load_incluster_config", no_cluster)
-    monkeypatch.setattr(kubeapi.config, "load_kube_config", kubeconfig)
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    monkeypatch.setattr(config, "load_kube_config", kubeconfig)
     monkeypatch.setattr(kubeapi, "_api_client", None)
     api = kubeapi.api_client(pool_size=20)
     assert isinstance(api, kubeapi._TimedApiClient)
     assert api.configuration.connection_pool_maxsize == 20
     assert api.rest_client.pool_manager.connection_pool_kw["maxsize"] == 20
+
+
+def test_one_rule_picks_the_configuration_for_operator_and_workload(monkeypatch):
+    """kubectl's order: a named kubeconfig, else KUBECONFIG, else in-cluster in a pod, else ~/.kube/config."""
+    from acceptance_workload import kubeclient
+    from kubernetes import config
+
+    pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
+    assert kubeclient.source("/a", {**pod, "KUBECONFIG": "/b"}) == "/a"
+    assert kubeclient.source(None, {**pod, "KUBECONFIG": "/b"}) == "/b"
+    assert kubeclient.source(None, pod) == "in-cluster"
+    assert kubeclient.source(None, {}) == "default"
+    loaded = []
+    monkeypatch.setattr(config, "load_incluster_config", lambda client_configuration: loaded.append("in-cluster"))
+    monkeypatch.setattr(config, "load_kube_config", lambda config_file, client_configuration: loaded.append(
+        config_file or "KUBECONFIG or ~/.kube/config"))
+    kubeclient.configuration(None, pod)
+    kubeclient.configuration("/a", pod)
+    kubeclient.configuration(None, {**pod, "KUBECONFIG": "/b"})
+    assert loaded == ["in-cluster", "/a", "KUBECONFIG or ~/.kube/config"]

@@ -13,22 +13,19 @@ import yaml
 from acceptance_operator import api, manifests
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.backends import build_children, build_job
+from acceptance_operator.job_builders import build_indexed_job, build_jobset, build_mpijob, build_pytorchjob
 from acceptance_operator.manifests import (
     build_affinity,
     build_evidence,
-    build_indexed_job,
-    build_jobset,
-    build_mpijob,
     build_network_env,
-    build_pytorchjob,
     build_rbac,
     build_workload_config,
     evidence_names,
     job_name,
-    parse_test,
     service_account_name,
 )
 from acceptance_operator.render import render
+from acceptance_operator.spec_input import parse_test
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -123,7 +120,8 @@ def test_long_test_name_fits_a_label_value():
     test = make(name="x" * 70)
     labels = build_job(test)["metadata"]["labels"]
     assert len(labels["gpu-acceptance.io/test"]) <= 63
-    assert build_rbac(test)[1]["rules"][0]["resourceNames"] == ["x" * 70]  # the Role names the real object
+    assert build_rbac(test)[1]["rules"][0]["resourceNames"] == evidence_names(test)  # the Role names the real objects
+    assert all(name.startswith("x" * 32) for name in evidence_names(test))
 
 
 # --------------------------------------------------------------------------- both backends, every GPU pod
@@ -519,16 +517,14 @@ def test_mpi_launcher_follows_tolerations_and_scheduler():
 # --------------------------------------------------------------------------- RBAC, owners, children
 
 
-def test_rbac_allows_only_this_tests_status_and_its_evidence_by_name():
+def test_rbac_allows_only_the_runs_evidence_by_name_and_nothing_on_acceptancetests():
     sa, role, binding = build_rbac(make(name="standard", namespace="lab"))
     assert (sa["kind"], role["kind"], binding["kind"]) == ("ServiceAccount", "Role", "RoleBinding")
     assert sa["metadata"]["name"] == role["metadata"]["name"] == binding["metadata"]["name"] == "standard-workload"
     assert {o["metadata"]["namespace"] for o in (sa, role, binding)} == {"lab"}
-    assert role["rules"] == [{"apiGroups": ["gpu-acceptance.io"], "resources": ["acceptancetests/status"],
-                              "resourceNames": ["standard"], "verbs": ["get", "patch"]},
-                             {"apiGroups": [""], "resources": ["configmaps"],
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
                               "resourceNames": ["standard-evidence-job", "standard-evidence-0"],
-                              "verbs": ["get", "patch", "update"]}]
+                              "verbs": ["get", "patch"]}]
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": "standard-workload"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "standard-workload", "namespace": "lab"}]
@@ -543,7 +539,7 @@ def test_evidence_is_one_configmap_for_the_job_and_one_per_eight_nodes():
     assert cms[0]["metadata"]["labels"]["gpu-acceptance.io/role"] == "evidence"
     assert build_workload_config(test).test.evidence == names
     role = build_rbac(test)[1]
-    assert role["rules"][1]["resourceNames"] == names
+    assert role["rules"][0]["resourceNames"] == names
 
 
 def test_rbac_is_shared_by_generations():

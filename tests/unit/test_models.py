@@ -6,7 +6,7 @@ import pytest
 import yaml
 from acceptance_operator import api
 from acceptance_operator.api import AcceptanceTest, AcceptanceTestSpec
-from acceptance_operator.manifests import RenderError, parse_test
+from acceptance_operator.spec_input import RenderError, parse_test
 from pydantic import ValidationError
 
 FOUR_LINES = """\

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from acceptance_operator import ownership
-from acceptance_operator.manifests import RenderError, parse_test
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import PASSED_RUN_ANNOTATION
 from acceptance_operator.node_lifecycle import hardware_verdict, node_seen, restore_from_test
 from acceptance_operator.render import render
+from acceptance_operator.spec_input import RenderError, parse_test
 
 from tests.unit.test_metrics import value
 
@@ -64,11 +63,10 @@ def test_only_a_hardware_verdict_acts_on_nodes():
 
 
 def passed_test(profile: str = "h100-sxm", phase: str = "Succeeded", sweep: bool = False) -> dict:
-    record = {"phase": phase, "completionTime": "2026-11-20T10:00:00Z", "observedGeneration": 1}
-    return {"metadata": {"name": "t", "namespace": "ns", "generation": 1,
-                         "annotations": {ownership.RECORD_ANNOTATION: ownership.encode(record)}},
+    return {"metadata": {"name": "t", "namespace": "ns", "generation": 1},
             "spec": {"profile": profile, "sweep": sweep},
-            "status": {"phase": phase, "report": {"nodes": [{"node": "gpu-1", "passed": True, "results": 3,
+            "status": {"phase": phase, "completionTime": "2026-11-20T10:00:00Z", "observedGeneration": 1,
+                       "report": {"nodes": [{"node": "gpu-1", "passed": True, "results": 3,
                                                              "failed": 0},
                                                             {"node": "gpu-2", "passed": False, "results": 3,
                                                              "failed": 1}]}}}

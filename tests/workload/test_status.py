@@ -1,4 +1,5 @@
-"""The status writer: retries (unit), and against the real API server with the per-test Role only."""
+"""Rank 0's delivery into the evidence ConfigMaps: retries (unit), and against the real API server with the
+per-test Role only (which grants nothing on AcceptanceTests)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,17 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
-from acceptance_workload.evidence import EVIDENCE_KEY, StatusReport, assemble, compact, split
+from acceptance_workload.evidence import EVIDENCE_KEY, STATUS_KEY, StatusReport, assemble, split
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import CheckResult, DdpDetail, Report
-from acceptance_workload.status import (
-    StatusWriteError,
-    custom_objects_api,
-    merge_patch,
-    patch_report,
-    write_termination_log,
-)
+from acceptance_workload.status import StatusWriteError, core_api, patch_report, write_termination_log
 from kubernetes.client.exceptions import ApiException
 
 from tests.workload.multiproc import REPO
 
 AT_CRD = REPO / "crds" / "acceptancetest.yaml"
 AT_PATH = "/apis/gpu-acceptance.io/v1alpha1/namespaces/{ns}/acceptancetests"
-REF = TestRef(name="t", namespace="ns", generation=2)
+REF = TestRef(name="t", namespace="ns", generation=2, evidence=["t-evidence-job", "t-evidence-0"])
 
 
 def report(**kw) -> Report:
@@ -36,12 +31,12 @@ def report(**kw) -> Report:
     return Report(**base).finalize()
 
 
-class FakeApi:
+class FakeCore:
     def __init__(self, failures: list[Exception]):
         self.failures = failures
         self.calls: list[tuple] = []
 
-    def patch_namespaced_custom_object_status(self, *args, **kwargs):
+    def patch_namespaced_config_map(self, *args, **kwargs):
         self.calls.append((args, kwargs))
         if self.failures:
             raise self.failures.pop(0)
@@ -49,28 +44,36 @@ class FakeApi:
 
 
 def test_conflicts_and_server_errors_are_retried_then_succeed() -> None:
-    api = FakeApi([ApiException(status=409, reason="Conflict"), ApiException(status=503, reason="Unavailable"),
-                   ConnectionResetError("reset")])
+    core = FakeCore([ApiException(status=409, reason="Conflict"), ApiException(status=503, reason="Unavailable"),
+                     ConnectionResetError("reset")])
     slept: list[float] = []
-    patch_report(REF, report(), api=api, sleep=slept.append)
-    assert len(api.calls) == 4 and len(slept) == 3
-    args, kwargs = api.calls[-1]
-    assert args[:5] == ("gpu-acceptance.io", "v1alpha1", "ns", "acceptancetests", "t")
-    assert kwargs["_content_type"] == "application/merge-patch+json"
+    patch_report(REF, report(), core=core, sleep=slept.append)
+    assert len(core.calls) == 5 and len(slept) == 3
+    # The node shard first, then the job-wide ConfigMap with its evidence and the status part in one write, last.
+    assert [args[:2] for args, _ in core.calls[-2:]] == [("t-evidence-0", "ns"), ("t-evidence-job", "ns")]
+    assert set(core.calls[-1][0][2]["data"]) == {EVIDENCE_KEY, STATUS_KEY}
+    assert set(core.calls[-2][0][2]["data"]) == {EVIDENCE_KEY}
 
 
 def test_a_refusal_is_final_and_says_why() -> None:
-    api = FakeApi([ApiException(status=403, reason="Forbidden")])
+    core = FakeCore([ApiException(status=403, reason="Forbidden")])
     with pytest.raises(StatusWriteError, match="HTTP 403 Forbidden: the pod's ServiceAccount may not write it"):
-        patch_report(REF, report(), api=api, sleep=lambda s: None)
-    assert len(api.calls) == 1
+        patch_report(REF, report(), core=core, sleep=lambda s: None)
+    assert len(core.calls) == 1
 
 
 def test_retries_stop_at_the_deadline() -> None:
-    api = FakeApi([ApiException(status=500, reason="Internal")] * 1000)
+    core = FakeCore([ApiException(status=500, reason="Internal")] * 1000)
     with pytest.raises(StatusWriteError, match=r"within 0s \(\d+ attempts\); last error: HTTP 500"):
-        patch_report(REF, report(), api=api, deadline_seconds=0.2)
-    assert 1 < len(api.calls) < 10
+        patch_report(REF, report(), core=core, deadline_seconds=0.2)
+    assert 1 < len(core.calls) < 10
+
+
+def test_without_evidence_names_nothing_is_written_and_the_error_says_why() -> None:
+    core = FakeCore([])
+    with pytest.raises(StatusWriteError, match="no evidence ConfigMaps to deliver the report"):
+        patch_report(TestRef(name="t", namespace="ns"), report(), core=core)
+    assert core.calls == []
 
 
 def test_a_report_too_large_to_deliver_is_refused_with_its_size_and_the_limit_before_any_write() -> None:
@@ -84,19 +87,12 @@ def test_a_report_too_large_to_deliver_is_refused_with_its_size_and_the_limit_be
     config = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=len(nodes), gpus_per_node=8,
                                   test=TestRef(name="t", namespace="ns", generation=1))
     big = passing_report(config, nodes)
-    api = FakeApi([])
+    core = FakeCore([])
     ref = TestRef(name="t", namespace="ns", generation=1, evidence=["t-evidence-job", "t-evidence-0"])
     with pytest.raises(StatusWriteError, match=r"the report is too large to deliver to acceptancetests/t in namespace "
                        r"ns: evidence ConfigMap t-evidence-\w+ would hold [\d,]+ bytes, the limit is 1,044,480"):
-        patch_report(ref, big, api=api, core=object(), sleep=lambda s: None)
-    assert api.calls == []  # nothing written
-
-
-def test_merge_patch_clears_what_the_new_report_leaves_empty() -> None:
-    body = merge_patch(compact(report(), []))["status"]["report"]
-    assert body["error"] is None and body["uid"] is None and body["environment"]["gpuModel"] is None
-    assert body["headline"]["allReduceBusbwGBps"] is None
-    assert body["tally"] == {"passed": 1, "failed": 0, "total": 1} and body["failures"] == []
+        patch_report(ref, big, core=core, sleep=lambda s: None)
+    assert core.calls == []  # nothing written
 
 
 def test_termination_log_only_when_writable(tmp_path: Path) -> None:
@@ -149,6 +145,11 @@ def _stored_report(apiserver, namespace: str, name: str) -> dict | None:
     return apiserver.request("GET", f"{AT_PATH.format(ns=namespace)}/{name}").get("status", {}).get("report")
 
 
+def _delivered(apiserver, namespace: str, name: str) -> StatusReport | None:
+    data = apiserver.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}").get("data") or {}
+    return StatusReport.model_validate_json(data[STATUS_KEY]) if STATUS_KEY in data else None
+
+
 EVIDENCE = ["mine-evidence-job", "mine-evidence-0"]
 
 
@@ -157,35 +158,37 @@ def _evidence(apiserver, namespace: str, name: str) -> str | None:
         EVIDENCE_KEY)
 
 
-def test_the_per_test_account_writes_its_own_report_and_nothing_else(apiserver, namespace, own_test) -> None:
+def test_the_per_test_account_writes_its_own_evidence_and_nothing_else(apiserver, namespace, own_test) -> None:
     obj, kubeconfig = own_test
-    api = custom_objects_api(str(kubeconfig))
     core = _core_api(kubeconfig)
     ref = TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1, evidence=EVIDENCE)
     first = report(error="rank 1 (node a, GPU 1) failed", ddp=DdpDetail(model="gpt", unit="tokens/s",
                                                                          world_size=2, batch_size=8))
-    patch_report(ref, first, api=api, core=core)
-    stored = _stored_report(apiserver, namespace, "mine")
+    patch_report(ref, first, core=core)
     status, shards = split(first, EVIDENCE)
-    assert StatusReport.model_validate(stored) == status
+    assert _delivered(apiserver, namespace, EVIDENCE[0]) == status
     assert {name: _evidence(apiserver, namespace, name) for name in EVIDENCE} == shards
+    assert _stored_report(apiserver, namespace, "mine") is None  # the test's status is the operator's
     # a later report without error/ddp leaves no trace of the earlier ones
     second = report(generation=1)
-    patch_report(ref, second, api=api, core=core)
-    stored = _stored_report(apiserver, namespace, "mine")
-    assert "error" not in stored
-    assert StatusReport.model_validate(stored) == split(second, EVIDENCE)[0]
+    patch_report(ref, second, core=core)
+    assert _delivered(apiserver, namespace, EVIDENCE[0]) == split(second, EVIDENCE)[0]
+    assert _delivered(apiserver, namespace, EVIDENCE[0]).error is None
     assert Report.model_validate_json(_evidence(apiserver, namespace, EVIDENCE[0])).ddp is None
 
-    _create_test(apiserver, namespace, "other")
-    with pytest.raises(StatusWriteError, match="HTTP 403"):
-        patch_report(TestRef(name="other", namespace=namespace), second, api=api, core=core)
-    assert _stored_report(apiserver, namespace, "other") is None
+    # No verb on any AcceptanceTest, its own included (tests/cluster/test_operator_verdict_ownership.py tries all).
+    from kubernetes import client
+
+    custom = client.CustomObjectsApi(core.api_client)
+    for write in (custom.patch_namespaced_custom_object_status, custom.patch_namespaced_custom_object):
+        with pytest.raises(ApiException) as refused:
+            write("gpu-acceptance.io", "v1alpha1", namespace, "acceptancetests", "mine", {"status": {"phase": "x"}})
+        assert refused.value.status == 403
     # Only its own evidence, only by name: no other ConfigMap, no creating one, no listing.
     apiserver.request("POST", f"/api/v1/namespaces/{namespace}/configmaps",
                       {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "someone-elses"}})
     with pytest.raises(StatusWriteError, match="HTTP 403"):
-        patch_report(ref.model_copy(update={"evidence": ["someone-elses", EVIDENCE[1]]}), second, api=api, core=core)
+        patch_report(ref.model_copy(update={"evidence": ["someone-elses", EVIDENCE[1]]}), second, core=core)
     for forbidden in (lambda: core.list_namespaced_config_map(namespace),
                       lambda: core.create_namespaced_config_map(namespace, {"metadata": {"name": "mine-evidence-9"}}),
                       lambda: core.delete_namespaced_config_map(EVIDENCE[0], namespace)):
@@ -195,10 +198,7 @@ def test_the_per_test_account_writes_its_own_report_and_nothing_else(apiserver, 
 
 
 def _core_api(kubeconfig):
-    from acceptance_workload.status import api_client
-    from kubernetes import client
-
-    return client.CoreV1Api(api_client(str(kubeconfig)))
+    return core_api(str(kubeconfig))
 
 
 def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespace, own_test, tmp_path) -> None:
@@ -217,7 +217,8 @@ def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespa
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "VERDICT: PASSED (CPU smoke run)" in proc.stdout
-    status = StatusReport.model_validate(_stored_report(apiserver, namespace, "mine"))
+    status = _delivered(apiserver, namespace, EVIDENCE[0])
+    assert status is not None and _stored_report(apiserver, namespace, "mine") is None
     assert status.mode == "cpu-smoke" and status.passed and status.generation == 1
     assert [row.node for row in status.nodes] == ["cpu-node"]
     full = assemble(status, {name: _evidence(apiserver, namespace, name) for name in EVIDENCE})

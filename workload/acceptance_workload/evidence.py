@@ -37,6 +37,9 @@ from acceptance_workload.wire import WireModel
 NODES_PER_SHARD = 8  # ~45 KB of evidence a node (8 GPUs): 8 nodes stay far under the 1 MiB object limit
 SHARD_BUDGET_BYTES = 900 * 1024  # a shard larger than this drops its sweep rows (and says so)
 EVIDENCE_KEY = "evidence.json"
+# The status part, in the run's job-wide ConfigMap beside its evidence: rank 0 writes it last, in the same write as
+# the job-wide evidence and after every node's shard, so its presence says the run's evidence is complete.
+STATUS_KEY = "status.json"
 MAX_FAILURES = 40  # failures listed in the status; the rest are counted and are in the evidence
 MAX_FAILURE_MESSAGE = 300
 MAX_ROW_FAILURE = 120
@@ -188,10 +191,10 @@ def _partial(report: Report, nodes: set[str] | None) -> Report:
     }, deep=True)
 
 
-def _fit(part: Report) -> str:
+def _fit(part: Report, budget: int = SHARD_BUDGET_BYTES) -> str:
     """The shard's JSON; over budget, its sweep rows go first (the results keep the judged numbers)."""
     text = json.dumps(part.to_wire(), separators=(",", ":"))
-    if len(text) > SHARD_BUDGET_BYTES:
+    if len(text) > budget:
         part.nccl = [s.model_copy(update={"rows": [], "timing": "rows dropped: the shard was too large"})
                      for s in part.nccl]
         for r in part.results:
@@ -209,10 +212,26 @@ def split(report: Report, names: list[str]) -> tuple[StatusReport, dict[str, str
     if len(names) < 2:
         raise ValueError("a report needs a job-wide evidence ConfigMap and at least one for its nodes")
     groups = _node_groups(report, len(names) - 1)
-    shards = {names[0]: _fit(_partial(report, None))}
+    status = compact(report, names)
+    # The job-wide ConfigMap holds the status part too (STATUS_KEY): its evidence gets the rest of the budget.
+    shards = {names[0]: _fit(_partial(report, None), SHARD_BUDGET_BYTES - len(status_text(status)))}
     for name, group in zip(names[1:], groups, strict=True):
         shards[name] = _fit(_partial(report, set(group)))
-    return compact(report, names), shards
+    return status, shards
+
+
+def status_text(status: StatusReport) -> str:
+    """The status part as the job-wide ConfigMap holds it (STATUS_KEY)."""
+    return json.dumps(status.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":"))
+
+
+def deliveries(report: Report, names: list[str]) -> list[tuple[str, dict[str, str]]]:
+    """The ConfigMap writes that deliver `report`, in order: (name, data) for every node shard, then the job-wide
+    ConfigMap with its evidence and the status part in one write, last (the mark that the evidence is complete)."""
+    status, shards = split(report, names)
+    job, *nodes = names
+    return [*((name, {EVIDENCE_KEY: shards[name]}) for name in nodes),
+            (job, {EVIDENCE_KEY: shards[job], STATUS_KEY: status_text(status)})]
 
 
 class EvidenceError(ValueError):

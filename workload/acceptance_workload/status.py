@@ -1,21 +1,21 @@
-"""Rank 0 delivers the report: evidence into the run's ConfigMaps, the status part into the test's status.
+"""Rank 0 delivers the report: into the run's evidence ConfigMaps, and nowhere else.
 
-First each evidence ConfigMap the operator created for the run (TestRef.evidence)
-gets its shard of the full report (evidence.split), then the compact status
-part goes into status.report as a JSON merge patch on the status subresource:
-the status part lands last, so when the operator sees it, the evidence is
-there. Both are sent with the per-test ServiceAccount (in-cluster config, or
-KUBECONFIG when set), whose Role names exactly those objects. Fields the new
-report leaves empty are sent as null, so nothing of an earlier report survives
-the merge. Conflicts, throttling and
-server errors are retried with backoff for a bounded time; a refusal (403,
-404, 422) is final and said plainly. The Kubernetes client is imported only
-here, only when a report is written: the workload runs without it otherwise.
+Each evidence ConfigMap the operator created for the run (TestRef.evidence)
+gets its shard of the full report (evidence.split): every node shard first,
+then the job-wide ConfigMap with its evidence and the compact status part
+(evidence.STATUS_KEY) in one write. That write is last, so when the operator
+finds the status part, the run's evidence is complete; the operator judges it
+and writes every field of the AcceptanceTest's status itself. The writes use
+the per-test ServiceAccount (kubeclient.api_client: KUBECONFIG when set, else
+the pod's in-cluster config), whose Role names exactly those ConfigMaps and
+grants nothing on AcceptanceTests. Conflicts, throttling and server errors are
+retried with backoff for a bounded time; a refusal (403, 404, 422) is final
+and said plainly. The Kubernetes client is imported only here, only when a
+report is written: the workload runs without it otherwise.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import time
@@ -24,18 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from acceptance_workload.config import TestRef
-from acceptance_workload.evidence import EVIDENCE_KEY, StatusReport, compact, split
+from acceptance_workload.evidence import STATUS_KEY, deliveries
+from acceptance_workload.kubeclient import api_client
 from acceptance_workload.render import summary
 from acceptance_workload.report import Report
 
-GROUP = "gpu-acceptance.io"
-VERSION = "v1alpha1"
-PLURAL = "acceptancetests"
 RETRY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 DEFAULT_DEADLINE_SECONDS = 120.0
-# What one write may hold: a ConfigMap's data is at most 1 MiB (the API server refuses more); the status part is
-# kept far under the 1.5 MiB etcd allows an object (the test's spec and record share it). A larger piece is refused
-# here with its size, instead of a request the API server drops (a closed connection, retried until the deadline).
+# What one write may hold: a ConfigMap's data is at most 1 MiB (the API server refuses more). A larger piece is
+# refused here with its size, instead of a request the API server drops (a closed connection, retried until the
+# deadline). The status part is kept far under that: the operator copies it into the test's status, which shares
+# etcd's 1.5 MiB per object with the spec.
 MAX_EVIDENCE_BYTES = 1024 * 1024 - 4096
 MAX_STATUS_PART_BYTES = 512 * 1024
 TERMINATION_LOG = "/dev/termination-log"
@@ -45,84 +44,47 @@ class StatusWriteError(RuntimeError):
     """The report could not be written into the AcceptanceTest's status."""
 
 
-def _nulls_outside_lists(value: Any) -> Any:
-    """Keep explicit nulls in objects (merge patch: delete the key) but drop them inside list items."""
-    if isinstance(value, dict):
-        return {k: _nulls_outside_lists(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_strip_nulls(v) for v in value]
-    return value
-
-
-def _strip_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _strip_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_strip_nulls(v) for v in value]
-    return value
-
-
-def merge_patch(report: StatusReport) -> dict[str, Any]:
-    """The status body rank 0 sends: the status part, with null for every field it leaves empty."""
-    full = report.model_dump(mode="json", by_alias=True, exclude_none=False)
-    return {"status": {"report": _nulls_outside_lists(full)}}
-
-
-def api_client(kubeconfig: str | None = None) -> Any:
-    """An ApiClient from KUBECONFIG (or `kubeconfig`) when given, else the pod's in-cluster config."""
-    from kubernetes import client, config
-
-    path = kubeconfig or os.environ.get("KUBECONFIG")
-    if path:
-        return config.new_client_from_config(config_file=path)
-    cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
-    return client.ApiClient(cfg)
-
-
-def custom_objects_api(kubeconfig: str | None = None) -> Any:
+def core_api(kubeconfig: str | None = None) -> Any:
     from kubernetes import client
 
-    return client.CustomObjectsApi(api_client(kubeconfig))
+    return client.CoreV1Api(api_client(kubeconfig))
 
 
 def _describe(test: TestRef) -> str:
     return f"acceptancetests/{test.name} in namespace {test.namespace}"
 
 
-def patch_report(test: TestRef, report: Report, *, api: Any = None, core: Any = None,
+def patch_report(test: TestRef, report: Report, *, core: Any = None,
                  deadline_seconds: float = DEFAULT_DEADLINE_SECONDS, sleep: Callable[[float], None] = time.sleep,
                  log: Callable[[str], None] | None = None) -> None:
-    """Deliver `report` for `test`: every evidence shard, then status.report; each retried until the deadline."""
-    status_part, shards = split(report, test.evidence) if test.evidence else (compact(report, []), {})
-    if api is None or (shards and core is None):
-        from kubernetes import client
-
-        shared = api_client()
-        api = api or client.CustomObjectsApi(shared)
-        core = core or client.CoreV1Api(shared)
-    body = merge_patch(status_part)
-    too_large(test, shards, body)
+    """Deliver `report` for `test` into its evidence ConfigMaps (evidence.deliveries, in order), each write
+    retried until the deadline."""
+    if len(test.evidence) < 2:
+        raise StatusWriteError(
+            f"no evidence ConfigMaps to deliver the report of {_describe(test)} into (the workload config names "
+            f"{test.evidence or 'none'}): the operator that started this run is older than this workload image; "
+            "run the workload image of the operator's own version (leave spec.image unset)")
+    writes = deliveries(report, test.evidence)
+    too_large(test, writes)
+    core = core or core_api()
     deadline = time.monotonic() + deadline_seconds
-    for name, text in shards.items():
+    for name, data in writes:
         _retrying(f"evidence ConfigMap {name} of {_describe(test)}", test, deadline, deadline_seconds, sleep, log,
-                  lambda name=name, text=text: core.patch_namespaced_config_map(
-                      name, test.namespace, {"data": {EVIDENCE_KEY: text}}, _request_timeout=30))
-    _retrying(f"the report into {_describe(test)}", test, deadline, deadline_seconds, sleep, log,
-              lambda: api.patch_namespaced_custom_object_status(
-                  GROUP, VERSION, test.namespace, PLURAL, test.name, body,
-                  _content_type="application/merge-patch+json", _request_timeout=30))
+                  lambda name=name, data=data: core.patch_namespaced_config_map(
+                      name, test.namespace, {"data": data}, _request_timeout=30))
 
 
-def too_large(test: TestRef, shards: dict[str, str], body: dict[str, Any]) -> None:
+def too_large(test: TestRef, writes: list[tuple[str, dict[str, str]]]) -> None:
     """Refuse, before writing anything, a report a piece of which the API server would not take."""
-    pieces = [(f"evidence ConfigMap {name}", len(text.encode()), MAX_EVIDENCE_BYTES) for name, text in shards.items()]
-    pieces.append(("the status part", len(json.dumps(body).encode()), MAX_STATUS_PART_BYTES))
+    pieces = [(f"evidence ConfigMap {name}", sum(len(text.encode()) for text in data.values()), MAX_EVIDENCE_BYTES)
+              for name, data in writes]
+    status = next((text for _, data in writes for key, text in data.items() if key == STATUS_KEY), "")
+    pieces.append(("the status part", len(status.encode()), MAX_STATUS_PART_BYTES))
     over = [f"{what} would hold {size:,} bytes, the limit is {limit:,}" for what, size, limit in pieces if size > limit]
     if over:
         raise StatusWriteError(
             f"the report is too large to deliver to {_describe(test)}: {'; '.join(over)} (its evidence is split "
-            f"into {len(shards)} ConfigMap(s) for this test's spec.nodes: a report of many more nodes than the "
+            f"into {len(writes)} ConfigMap(s) for this test's spec.nodes: a report of many more nodes than the "
             "test has does not fit, and does not describe its run)")
 
 
@@ -157,11 +119,10 @@ def _refusal(what: str, test: TestRef, status: int, reason: str, body: Any) -> s
     text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
     hint = {
         401: "the ServiceAccount token was not accepted",
-        403: "the pod's ServiceAccount may not write it (the per-test Role allows get/patch on "
-             "acceptancetests/status of this test and on this run's evidence ConfigMaps only; was "
-             "spec.pod.serviceAccountName changed?)",
-        404: "the AcceptanceTest, its CRD or the evidence ConfigMap does not exist any more",
-        422: "the API server rejected the report (schema mismatch between workload image and CRD version?)",
+        403: "the pod's ServiceAccount may not write it (the per-test Role allows get/patch on this run's "
+             "evidence ConfigMaps only; was spec.pod.serviceAccountName changed?)",
+        404: "the evidence ConfigMap does not exist (any more): the test was deleted, or a new run replaced this one",
+        422: "the API server rejected the write",
     }.get(status, "the API server refused the patch")
     return f"writing {what} failed: HTTP {status} {reason}: {hint}. {text[:500]}"
 

@@ -1,0 +1,148 @@
+"""Following a run: observe its job, pods, events and the report rank 0 delivered, and let assessment.assess
+judge; a verdict is only ever drawn from a fresh read.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import kopf
+from acceptance_workload.report import CHECK_NAMES
+from kubernetes.client.exceptions import ApiException
+
+from acceptance_operator import evidence_hooks, manifests, observe, runs
+from acceptance_operator.api import (
+    AcceptanceTest,
+)
+from acceptance_operator.assessment import Observation, assess, next_look, pod_nodes
+from acceptance_operator.conditions import (
+    REPORT_REJECTED,
+    TIMEOUT,
+    RunState,
+)
+from acceptance_operator.diagnosis import parse_time
+from acceptance_operator.kubeapi import Kube
+from acceptance_operator.reconcile import runtime as rt
+from acceptance_operator.reconcile.runtime import after_run, run_selector, timing, utc_now
+from acceptance_operator.reconcile.status import conclude, write_status
+from acceptance_operator.rejudge import Rejudged, RunFacts, run_problems
+
+KubeDict = dict[str, Any]
+log = logging.getLogger("gpu_acceptance.operator")
+
+
+def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
+                logger: logging.Logger) -> float | None:
+    """Judge the run from the watched job and pods; a verdict is only ever drawn from a fresh read."""
+    status = obj.get("status") or {}
+    start_time = parse_time(status.get("startTime"))
+    try:
+        observation, delivered = observe_run(k, test, status, fresh=False)
+        outcome = assess(observation, now, timing())
+        if outcome.state.terminal and (outcome.report is None or outcome.state.reason == REPORT_REJECTED):
+            # The job and pods decide, and the watches may lag: confirm with the API server before the run ends.
+            # (A report decides with the pods' nodes only: those are read afresh before it is rejected.)
+            observation, delivered = observe_run(k, test, status, fresh=True, judged=observation.judged)
+            outcome = assess(observation, now, timing())
+    except ApiException as e:
+        # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout.
+        if start_time is None or (now - start_time).total_seconds() < test.spec.timeout_seconds:
+            raise
+        job_text = f"{test.spec.backend} {manifests.job_name(test)}"
+        conclude(k, obj, test, RunState("Failed", TIMEOUT, (
+            f"no verdict within spec.timeoutSeconds={test.spec.timeout_seconds}, and the operator cannot read "
+            f"{job_text} or its pods (HTTP {e.status} {e.reason}): check the operator's RBAC")),
+            now=now, stop_job=True, logger=logger)
+        return after_run(obj, test)
+    namespace, name = test.metadata.namespace, test.metadata.name
+    if outcome.state.terminal:
+        conclude(k, obj, test, outcome.state, now=now, summary=outcome.summary, report=outcome.report,
+                  stop_job=outcome.stop_job, logger=logger, report_part=evidence_hooks.status_part(test, delivered))
+        return after_run(obj, test)
+    previous = status.get("phase")
+    write_status(k, obj, outcome.state, test, start_time=parse_time(status.get("startTime")),
+                  completion_time=None, summary=None, now=now)
+    if previous != outcome.state.phase:
+        kopf.info(obj, reason=outcome.state.phase, message=outcome.state.message)
+    rt.METRICS.set_phase(namespace, name, outcome.state.phase)
+    deadline = next_look(observation, now, timing())
+    return (deadline + rt.DEADLINE_MARGIN - now).total_seconds() if deadline else rt.SETTINGS.resync_seconds
+
+
+def observe_run(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
+             judged: Rejudged | None = None) -> tuple[Observation, Any]:
+    """The run as the watches last showed it (fresh=False), or as the API server has it now (fresh=True), and
+    the status part rank 0 delivered (None: not yet).
+
+    A job the watches have not shown yet (just created, or the operator may not
+    watch jobs) is read from the API server either way. `judged`: the report as
+    an earlier look at the same delivery judged it; only its fit to the run's pods
+    is judged again (a large report's evidence is read once per look at most).
+    """
+    namespace, backend, job_name = test.metadata.namespace, test.spec.backend, manifests.job_name(test)
+    job = None if fresh else rt.CHILDREN.job(namespace, backend, job_name)
+    if job is None:
+        job = k.get_job(backend, namespace, job_name)
+    run_id, label = runs.run_of(test).id, manifests.test_label_value(test)
+    if fresh:
+        pods = [p for p in k.list_pods(namespace, run_selector(test)) if manifests.run_of_child(p) == run_id]
+    else:
+        pods = rt.CHILDREN.pods(namespace, label, run_id)
+    pods = rt.CHILDREN.with_gone(namespace, label, run_id, pods)  # a failed pod deleted since: where it failed
+    state = rt.STATES.peek((namespace, test.metadata.name))
+    logger = state.logger if state and state.logger else log
+    events = observe.run_events(k, namespace, job, pods, test.spec.nodes, utc_now(),
+                                timing().unschedulable_grace_seconds, rt.METRICS, logger)
+    bound = rt.CHILDREN.bound_nodes(namespace, manifests.test_label_value(test), runs.run_of(test).id)
+    facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods) | bound)
+    delivered = delivered_part(k, test, job, status, fresh)
+    if judged is not None:
+        raw_report, judged = None, Rejudged(judged.report, run_problems(judged.report, facts))
+    else:
+        raw_report, judged = evidence_hooks.judged_report(k, test, delivered, facts)
+    return Observation(
+        generation=manifests.generation_of(test),
+        job_kind=backend,
+        job_name=job_name,
+        timeout_seconds=test.spec.timeout_seconds,
+        gpus_per_node=test.spec.gpus_per_node,
+        gpu_pods=test.spec.nodes,
+        start_time=parse_time(status.get("startTime")),
+        raw_report=raw_report,
+        judged=judged,
+        job=job,
+        pods=pods,
+        events=events,
+        enabled_checks=tuple(c for c in CHECK_NAMES if getattr(test.spec.checks, c).enabled),
+        run=facts,
+        nodes=observe.unready_nodes(k, pods, rt.METRICS, logger),
+        run_id=runs.run_of(test).id,
+        baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,
+        regression_tolerance=test.spec.regression_tolerance,
+    ), delivered
+
+
+def delivered_part(k: Kube, test: AcceptanceTest, job: KubeDict | None, status: KubeDict, fresh: bool) -> Any:
+    """The status part rank 0 delivered for this run: from the job-wide evidence ConfigMap (as the watch last
+    showed it, or read now when `fresh`); None while it is not there, i.e. while the evidence is not complete.
+
+    A run whose job an earlier operator version created (without manifests.LABEL_DELIVERY) has a workload that
+    patches status.report: that report is read from there, through this release only (docs/install.md).
+    """
+    namespace, name = test.metadata.namespace, manifests.evidence_names(test)[0]
+    data = None if fresh else rt.CHILDREN.evidence_data(namespace, name)
+    if data is None:  # to be confirmed, or not shown by the watch (yet)
+        data = (k.read("ConfigMap", namespace, name) or {}).get("data")
+    delivered = evidence_hooks.delivered(data)
+    if delivered is None and job is not None and not manifests.delivers_evidence(job):
+        delivered = status.get("report")
+        told, run_id = rt.STATES.get((namespace, test.metadata.name)).legacy_told, runs.run_of(test).id
+        if delivered and run_id not in told:
+            told.add(run_id)
+            log.info("%s/%s: run %s was started by an earlier operator version (its job has no %s label): its "
+                     "report is read from status.report, as that version's workload writes it (supported through "
+                     "this release)", namespace, test.metadata.name, run_id, manifests.LABEL_DELIVERY)
+    return delivered
+

@@ -1,0 +1,179 @@
+"""The status write (one PATCH per change, every field the operator's) and the end of a run: verdict, history,
+events, metrics and the node actions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+import kopf
+from acceptance_workload.report import Report
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from acceptance_operator import manifests, node_lifecycle, runs
+from acceptance_operator.api import (
+    AcceptanceTest,
+    JobRef,
+    Summary,
+    SweepStatus,
+)
+from acceptance_operator.backends import backend_of
+from acceptance_operator.conditions import (
+    RunState,
+    clip_message,
+    conditions_for,
+    is_smoke,
+)
+from acceptance_operator.diagnosis import parse_time
+from acceptance_operator.kubeapi import Kube
+from acceptance_operator.reconcile import runtime as rt
+from acceptance_operator.reconcile.runtime import conditions_of, inputs, timestamp
+from acceptance_operator.verdict import measured_nodes
+
+KubeDict = dict[str, Any]
+log = logging.getLogger("gpu_acceptance.operator")
+
+
+def write_status(
+    k: Kube,
+    obj: KubeDict,
+    state: RunState,
+    test: AcceptanceTest,
+    *,
+    start_time: datetime | None,
+    completion_time: datetime | None,
+    summary: Summary | None,
+    now: datetime,
+    history: list[KubeDict] | None = None,
+    sweep_status: SweepStatus | None = None,
+    report: KubeDict | None = None,
+) -> None:
+    """Patch the status, in one request, only if a field changes: every field is the operator's.
+
+    `history` replaces status.history (None: kept as it is); `report`, the run's status part as rank 0
+    delivered it into the evidence, replaces status.report (None: kept as it is).
+    """
+    meta = obj["metadata"]
+    status = obj.get("status") or {}
+    generation = meta.get("generation") or 1
+    if not state.before_job and not test.spec.sweep:
+        job_name = manifests.job_name(test)
+        job: KubeDict | None = JobRef(api_version=backend_of(test.spec.backend).api_version, kind=test.spec.backend,
+                                      name=job_name).to_wire()
+        job_text = f"{test.spec.backend} {job_name}"
+    else:
+        job, job_text = None, "the sweep's tests" if test.spec.sweep else "the job"
+    state = replace(state, message=clip_message(state.message))
+    conditions = conditions_for(state, job_text, conditions_of(status), generation, now)
+    desired: KubeDict = {
+        "phase": state.phase,
+        "conditions": [c.to_wire() for c in conditions],
+        "observedGeneration": generation,
+        "startTime": timestamp(start_time),
+        "completionTime": timestamp(completion_time),
+        "job": job,
+        "run": runs.run_of(test).to_wire(),
+        "summary": summary.to_wire() if summary is not None else None,
+        "history": history if history is not None else status.get("history"),
+        "sweep": sweep_status.to_wire() if sweep_status is not None else
+        status.get("sweep") if test.spec.sweep else None,
+    }
+    if report is not None:
+        desired["report"] = report
+    if all(status.get(key) == value for key, value in desired.items()):
+        return
+    written = k.patch_test_status(meta["namespace"], meta["name"], desired) or {}
+    version = (written.get("metadata") or {}).get("resourceVersion")
+    obj["status"] = {**status, **{key: v for key, v in desired.items() if v is not None}}
+    # Its echo is skipped only if nothing we read changed meanwhile (kopf may fold another event into our echo's).
+    if version and inputs(written) == inputs(obj):
+        rt.STATES.get((meta["namespace"], meta["name"])).own_write = version
+
+
+def conclude(
+    k: Kube,
+    obj: KubeDict,
+    test: AcceptanceTest,
+    state: RunState,
+    *,
+    now: datetime,
+    summary: Summary | None = None,
+    report: Report | None = None,
+    stop_job: bool = False,
+    sweep_status: SweepStatus | None = None,
+    ended: datetime | None = None,
+    act_on_nodes: bool = True,
+    logger: logging.Logger = log,
+    report_part: KubeDict | None = None,
+) -> None:
+    """End the run: stop what still runs, drop the workload's write access, record the verdict, tell.
+
+    `ended`: when the run ended, if before now; act_on_nodes=False leaves spec.onFailure alone;
+    `report_part`: the run's status part as delivered, copied into status.report with the verdict.
+    """
+    meta = obj["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    status = obj.get("status") or {}
+    if stop_job:
+        cleanup_child(k, obj, test.spec.backend, manifests.job_name(test), logger)
+    # The workload's identity was only for writing this run's report.
+    for child in manifests.build_rbac(test):
+        cleanup_child(k, obj, child["kind"], child["metadata"]["name"], logger)
+    run = runs.run_of(test)
+    recorded = runs.current_run(status, run.generation)
+    start = parse_time(status.get("startTime")) if recorded is not None and recorded.id == run.id else None
+    summary = summary or Summary(result="Failed" if state.phase == "Failed" else "Passed")
+    end = ended or now
+    entry = runs.history_entry(run, start or end, end, summary, state.reason)
+    history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
+    write_status(k, obj, state, test, start_time=start or end, completion_time=end, summary=summary, now=now,
+                  history=history, sweep_status=sweep_status, report=report_part)
+    kept = rt.STATES.peek((namespace, name))
+    if kept is not None:
+        kept.begun = kept.unreachable_since = None  # a run that ended between the two steps of its start
+
+    if state.phase == "Succeeded":
+        kopf.info(obj, reason=state.reason, message=state.message)
+    else:
+        kopf.warn(obj, reason=state.reason, message=state.message)
+    logger.info("%s/%s: %s %s: %s", namespace, name, state.phase, state.reason, state.message)
+
+    rt.METRICS.set_phase(namespace, name, state.phase)
+    rt.METRICS.set_headline(namespace, name, summary)
+    rt.METRICS.record_run(state.phase == "Succeeded", (end - start).total_seconds() if start else None)
+    if is_smoke(test.spec.profile):
+        # A smoke run's verdict is not the hardware's: no node gauge, no node action (spec.onFailure and spec.onPass
+        # are ignored; node_lifecycle.after_verdict says the same for itself).
+        return
+    if report is not None:
+        rt.METRICS.set_nodes(measured_nodes(report))
+    if act_on_nodes:  # spec.onFailure / spec.onPass and the last-pass gauge (node_lifecycle.py)
+        node_lifecycle.after_verdict(k, obj, test, passed=state.phase == "Succeeded", summary=summary, report=report,
+                                     now=now, allowed=rt.SETTINGS.node_actions, metrics=rt.METRICS)
+
+
+def cleanup_child(k: Kube, obj: KubeDict, kind: str, name: str, logger: logging.Logger) -> None:
+    """Delete a child; a refusal is told (event, log) but does not keep the verdict from being written."""
+    namespace = obj["metadata"]["namespace"]
+    try:
+        k.delete(kind, namespace, name)
+    except ApiException as e:
+        rt.METRICS.reconcile_error(f"http_{e.status}")
+        message = f"could not delete {kind} {name}: HTTP {e.status} {e.reason}"
+        logger.warning("%s/%s: %s", namespace, obj["metadata"]["name"], message)
+        kopf.warn(obj, reason="CleanupFailed", message=message)
+
+
+def refresh_metrics(namespace: str, name: str, status: KubeDict) -> None:
+    """After a restart, finished tests still show their phase and numbers."""
+    rt.METRICS.set_phase(namespace, name, status["phase"])
+    try:
+        summary = Summary.model_validate(status["summary"]) if status.get("summary") else None
+    except ValidationError:
+        summary = None
+    rt.METRICS.set_headline(namespace, name, summary)
+
