@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 from acceptance_workload import evidence
-from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
+from acceptance_workload.config import CONFIG_ENV, PodLimits, TestRef, WorkloadConfig
 from acceptance_workload.profiles import cpu_smoke_checks
 from pydantic import ValidationError
 
@@ -36,6 +36,7 @@ from acceptance_operator.api import (
     RESERVED_VOLUME_PREFIX,
     SHM_PATH,
     AcceptanceTest,
+    Resources,
 )
 from acceptance_operator.conditions import is_smoke
 from acceptance_operator.kubetypes import wire_list
@@ -237,7 +238,14 @@ def build_workload_config(test: AcceptanceTest) -> WorkloadConfig:
         fabric=spec.network.fabric,
         gpu_direct_rdma=spec.network.gpu_direct_rdma,
         timeout_seconds=spec.timeout_seconds,
+        limits=pod_limits(spec.resources),
     )
+
+
+def pod_limits(resources: Resources) -> PodLimits:
+    """spec.resources' CPU and memory as the workload judges its cgroup against them (cpu_limit, memory_limit)."""
+    return PodLimits(cpu=None if resources.cpu is None else str(resources.cpu),
+                     memory=None if resources.memory is None else str(resources.memory))
 
 
 def workload_env(test: AcceptanceTest) -> dict[str, str]:
