@@ -41,10 +41,13 @@ def window(rows: list[NcclRow]) -> list[NcclRow]:
 
 
 def latency_result(name: str, sweep: NcclSweep | None, threshold: float | None, node: str | None,
-                   why_missing: str = "not measured") -> CheckResult:
+                   why_missing: str = "not measured") -> CheckResult | None:
+    """The worst time in the window; None where nothing was measured and nothing is judged."""
     comparison = "le" if threshold is not None else "info"
     where = f"node {node}" if node else "the job"
     rows = window(sweep.rows) if sweep is not None else []
+    if not rows and threshold is None:
+        return None
     if not rows:
         why = why_missing if sweep is None else (
             f"the sweep has no size from {MIN_BYTES} B to {format_bytes(MAX_BYTES)}: lower checks.nccl.minBytes")
@@ -73,13 +76,12 @@ def latency_results(check: NcclCheck, sweeps: list[NcclSweep], nodes: list[str],
     by_node = {s.node if s.scope == "node" else None: s for s in sweeps if s.collective == "all_reduce"}
     out = [latency_result(RESULT, by_node.get(None), latency_threshold(th, RESULT), None,
                           skipped.get(("all_reduce", None), "not measured"))]
-    if len(nodes) > 1 and not check.per_node:
-        return out  # no node's sweep was asked for (said once by the busbw results)
-    for node in nodes:
-        sweep = by_node.get(node) or (by_node.get(None) if len(nodes) == 1 else None)
-        out.append(latency_result(NODE_RESULT, sweep, latency_threshold(th, NODE_RESULT), node,
-                                  skipped.get(("all_reduce", node), "not measured")))
-    return out
+    if len(nodes) == 1 or check.per_node:  # perNode off: no node's sweep was asked for (the busbw results say so)
+        for node in nodes:
+            sweep = by_node.get(node) or (by_node.get(None) if len(nodes) == 1 else None)
+            out.append(latency_result(NODE_RESULT, sweep, latency_threshold(th, NODE_RESULT), node,
+                                      skipped.get(("all_reduce", node), "not measured")))
+    return [r for r in out if r is not None]
 
 
 def required(check: NcclCheck, nodes: Collection[str]) -> list[tuple[str, str | None]]:
