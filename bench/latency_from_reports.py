@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workload"))
-from acceptance_workload import latency  # noqa: E402
-from acceptance_workload.report import Report  # noqa: E402
+from acceptance_workload import latency
+from acceptance_workload.report import Report
 
 
 def group_of(path: Path, report: Report) -> str:

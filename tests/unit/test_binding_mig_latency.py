@@ -46,7 +46,7 @@ class Nvml:
 def test_mig_mode_is_judged_and_an_unreadable_mode_fails_closed(answer, want, value, passed, said) -> None:
     r = mig.judge_mig(Nvml(answer), object(), PreflightThresholds(mig_mode=want), "n1", 3)
     assert (r.name, r.node, r.gpu, r.value, r.passed) == ("mig_mode", "n1", 3, value, passed)
-    assert said is None and "cannot read the MIG mode" in r.message or said in (r.observed or "")
+    assert (said is None and "cannot read the MIG mode" in r.message) or said in (r.observed or "")
     if value == 1.0 and not passed:
         assert "GPU 3 on node n1: MIG enabled; the test needs MIG disabled" in r.message
 
