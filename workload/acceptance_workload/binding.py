@@ -309,10 +309,13 @@ def preflight_binding(config: WorkloadConfig, node: str, local_rank: int, enviro
                       sys_root: str | os.PathLike = "/") -> tuple[list[CheckResult], list[Skip]]:
     """This rank's `cpu_affinity`, and on local rank 0 the pod's `cpu_limit` and `memory_limit`.
 
-    The local world is gpusPerNode: one rank per GPU, or per gloo process on a CPU run.
+    The local world is the launcher's (LOCAL_WORLD_SIZE, which launch.start sets for every launcher), as pin()
+    used it; else gpusPerNode.
     """
     th = config.checks.preflight.thresholds
-    where = placement(config.mode != "cpu-smoke", local_rank, config.gpus_per_node, environ, sys_root)
+    env = os.environ if environ is None else environ
+    local_world = int(env.get("LOCAL_WORLD_SIZE") or config.gpus_per_node)
+    where = placement(config.mode != "cpu-smoke", local_rank, local_world, env, sys_root)
     results = [affinity_result(th, where, node, local_rank, running_on(), sys_root)]
     skipped: list[Skip] = []
     if local_rank == 0:
