@@ -43,6 +43,7 @@ from acceptance_workload.occupancy import nvml_init
 n = nvml_init(); local = binding.mask_cpus(n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(2), 64))
 import os; print(binding.cpulist(set(os.sched_getaffinity(0)) - local))')
 echo "fault: rank 2 re-pinned to CPUs $remote"
+if [ "$remote" = none ]; then echo "fault: GPU 2 is local to every CPU here (one NUMA node): nothing remote to pin to"; exit 0; fi
 python3 bench/repin.py --rank 2 --cpus "$remote" -- python3 -c 'import sys; from acceptance_operator.cli import main; sys.exit(main())' \
   local --json "$OUT/fault.json" > "$OUT/fault.log" 2>&1; echo "fault rc=$?"
 grep -E "repin|cpu_affinity|VERDICT" "$OUT/fault.log" | cut -c1-400

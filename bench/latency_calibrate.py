@@ -37,6 +37,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=10)
     ap.add_argument("--simulate-nodes", type=int, default=1)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--backend", choices=["nccl", "gloo"], default="nccl", help="gloo: try the script on CPU")
     args = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     if args.simulate_nodes > 1:
@@ -45,7 +46,7 @@ def main() -> int:
     from acceptance_workload import launch, nccl
     from acceptance_workload.checks import NcclCheck
 
-    session = launch.start(launch.DistEnv.from_environ(), "nccl", rendezvous_timeout=120, collective_timeout=120)
+    session = launch.start(launch.DistEnv.from_environ(), args.backend, rendezvous_timeout=120, collective_timeout=120)
     check = NcclCheck(collectives=["all_reduce"], min_bytes=8, max_bytes="64Ki")
     runs = []
     for _ in range(args.repeats):
