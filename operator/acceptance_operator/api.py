@@ -17,9 +17,9 @@ from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import Fabric
 from acceptance_workload.evidence import StatusReport
 from acceptance_workload.profiles import ProfileName
-from acceptance_workload.report import CHECK_NAMES
+from acceptance_workload.report import CHECK_NAMES, OPT_IN_CHECKS
 from acceptance_workload.wire import WireModel, byte_size, text
-from pydantic import Field, WithJsonSchema, field_validator, model_validator
+from pydantic import ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from acceptance_operator.kubetypes import (
     MAX_VALUES,
@@ -27,9 +27,11 @@ from acceptance_operator.kubetypes import (
     LabelKey,
     LabelValue,
     Name,
+    Path,
     Toleration,
     Volume,
     VolumeMount,
+    one_source,
 )
 from acceptance_operator.schedule import MAX_SCHEDULE, schedule_problem
 
@@ -227,6 +229,38 @@ class Pod(WireModel):
         return mounts
 
 
+STORAGE_VOLUME = RESERVED_VOLUME_PREFIX + "storage"  # the pod volume spec.storage.volume becomes
+DEFAULT_STORAGE_PATH = "/mnt/gpu-acceptance-storage"
+
+
+class StorageVolume(WireModel):
+    """A pod volume source, exactly one (persistentVolumeClaim, nfs, csi, ...), as written in a pod's volumes."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra={"maxProperties": 1, "minProperties": 1})
+
+    @model_validator(mode="after")
+    def _one_shared_source(self) -> StorageVolume:
+        kind = one_source(self.model_extra, "exactly one volume source")
+        if kind in ("hostPath", "emptyDir"):
+            raise ValueError(f"{kind} is storage of one node, not a shared volume; use a persistentVolumeClaim "
+                             "(ReadWriteMany), nfs, csi or another source every node mounts")
+        return self
+
+
+class Storage(WireModel):
+    """The shared volume checks.storage tests: mounted at one path in every GPU pod."""
+
+    volume: StorageVolume = Field(description="Its source, e.g. {persistentVolumeClaim: {claimName: shared}}.")
+    mount_path: Path = Field(DEFAULT_STORAGE_PATH, description="Where every pod mounts it.")
+
+    @field_validator("mount_path")
+    @classmethod
+    def _not_over_shm(cls, path: str) -> str:
+        if not path.startswith("/") or path.rstrip("/") in ("", SHM_PATH) or path.startswith(SHM_PATH + "/"):
+            raise ValueError(f"{path!r}: an absolute path other than / and {SHM_PATH}")
+        return path
+
+
 RESERVED_TAINT_RULE = {
     "rule": r"self.all(k, !k.matches('^([^/]*[.])?(kubernetes[.]io|k8s[.]io)/'))",
     "message": "removeTaints: keys under kubernetes.io or k8s.io are Kubernetes' taints (its controllers own them); "
@@ -291,6 +325,8 @@ class AcceptanceTestSpec(WireModel):
     network: Network = Field(default_factory=Network)
     pod: Pod = Field(default_factory=Pod)
     checks: ChecksSpec = Field(default_factory=ChecksSpec)
+    storage: Storage | None = Field(None, description="The shared volume checks.storage tests (cross-node "
+                                    "consistency, throughput, a distributed checkpoint).")
     timeout_seconds: int = Field(3600, ge=60, le=MAX_TIMEOUT_SECONDS,
                                  description="The whole run, scheduling included.")
     ttl_seconds_after_finished: int = Field(86400, ge=0, le=MAX_TTL_SECONDS,
@@ -356,6 +392,9 @@ class AcceptanceTestSpec(WireModel):
     def _one_check_at_least(self) -> AcceptanceTestSpec:
         if not any(getattr(self.checks, name).enabled for name in CHECK_NAMES):
             raise ValueError(ONE_CHECK_AT_LEAST)
+        if self.checks.storage.enabled and self.storage is None:
+            raise ValueError("storage: checks.storage is enabled but no volume is given; set storage.volume "
+                             "(e.g. {persistentVolumeClaim: {claimName: NAME}}) or disable checks.storage")
         if self.network.fabric == "ethernet" and self.checks.nccl.require_transport in ("IB", "IB_GDR"):
             raise ValueError("checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet")
         return self
@@ -365,10 +404,19 @@ class AcceptanceTestSpec(WireModel):
 SPEC_CEL_RULES: list[dict[str, str]] = [
     {
         "rule": "!has(self.checks) || " + " || ".join(
+            f"(has(self.checks.{c}) && has(self.checks.{c}.enabled) && self.checks.{c}.enabled)"
+            if c in OPT_IN_CHECKS else
             f"(!has(self.checks.{c}) || !has(self.checks.{c}.enabled) || self.checks.{c}.enabled)"
             for c in CHECK_NAMES),
         "message": ONE_CHECK_AT_LEAST,
         "fieldPath": ".checks",
+    },
+    {
+        "rule": "has(self.storage) || !has(self.checks) || !has(self.checks.storage) || "
+        "!has(self.checks.storage.enabled) || !self.checks.storage.enabled",
+        "message": "storage: checks.storage is enabled but no volume is given; set storage.volume or disable "
+        "checks.storage",
+        "fieldPath": ".storage",
     },
     {
         "rule": "!has(self.network) || !has(self.network.fabric) || self.network.fabric != 'ethernet' || "

@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nccl-tests", metavar="DIR",
                    help="turn on checks.nccl.crossCheck with NVIDIA nccl-tests' binaries from DIR "
                    "(all_reduce_perf, ...; sets GPU_ACCEPTANCE_NCCL_TESTS_DIR for the run)")
+    p.add_argument("--storage", metavar="DIR",
+                   help="turn on checks.storage on DIR as the shared volume (consistency, throughput, a checkpoint); "
+                   "with --simulate-nodes each node sees it through DIR/.views/<node> (a link to DIR made when "
+                   "missing; point one elsewhere to see that node fail)")
+    p.add_argument("--fsdp", action="store_true", help="turn on checks.fsdp (FSDP2 training)")
     p.set_defaults(func=_cmd_local)
     return parser
 

@@ -110,6 +110,18 @@ class VolumeMount(WireModel):
     recursive_read_only: Literal["Disabled", "IfPossible", "Enabled"] | None = None
 
 
+def one_source(extra: dict[str, Any] | None, what: str) -> str:
+    """The kind of the one volume source in a model's extra fields (ValueError naming what is wrong)."""
+    sources = dict(extra or {})
+    if len(sources) != 1:
+        raise ValueError(f"{what} (emptyDir, persistentVolumeClaim, configMap, ...); found {len(sources)}: "
+                         f"{', '.join(sources) or 'none'}")
+    ((kind, value),) = sources.items()
+    if not isinstance(value, dict):
+        raise ValueError(f"{kind}: a volume source is an object, not {type(value).__name__}")
+    return kind
+
+
 class Volume(WireModel):
     """A pod volume: its name and exactly one source (emptyDir, persistentVolumeClaim, configMap, ...) as written."""
 
@@ -118,13 +130,7 @@ class Volume(WireModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> Volume:
-        sources = dict(self.model_extra or {})
-        if len(sources) != 1:
-            raise ValueError(f"a volume has its name and exactly one source (emptyDir, persistentVolumeClaim, "
-                             f"configMap, ...); found {len(sources)}: {', '.join(sources) or 'none'}")
-        ((kind, value),) = sources.items()
-        if not isinstance(value, dict):
-            raise ValueError(f"{kind}: a volume source is an object, not {type(value).__name__}")
+        one_source(self.model_extra, "a volume has its name and exactly one source")
         return self
 
     @property

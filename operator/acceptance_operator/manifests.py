@@ -35,6 +35,7 @@ from acceptance_operator.api import (
     PLURAL,
     RESERVED_VOLUME_PREFIX,
     SHM_PATH,
+    STORAGE_VOLUME,
     AcceptanceTest,
     Resources,
 )
@@ -239,6 +240,7 @@ def build_workload_config(test: AcceptanceTest) -> WorkloadConfig:
         gpu_direct_rdma=spec.network.gpu_direct_rdma,
         timeout_seconds=spec.timeout_seconds,
         limits=pod_limits(spec.resources),
+        storage_path=spec.storage.mount_path if spec.storage else None,
     )
 
 
@@ -385,10 +387,19 @@ def _pod_spec(test: AcceptanceTest, containers: list[dict[str, Any]], *, gpu: bo
     if gpu:
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": spec.pod.shm_size}})
         volumes.extend(extra_volumes)
+        volumes.extend(storage_mount(test)[0])
         volumes.extend(wire_list(pod.volumes))
     if volumes:
         out["volumes"] = volumes
     return out
+
+
+def storage_mount(test: AcceptanceTest) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """spec.storage: the shared volume, and its mount at spec.storage.mountPath (none without spec.storage)."""
+    if test.spec.storage is None:
+        return [], []
+    return ([{"name": STORAGE_VOLUME, **test.spec.storage.volume.to_wire()}],
+            [{"name": STORAGE_VOLUME, "mountPath": test.spec.storage.mount_path}])
 
 
 def _gpu_container(test: AcceptanceTest, name: str, command: list[str], env: list[dict[str, Any]],
@@ -400,7 +411,7 @@ def _gpu_container(test: AcceptanceTest, name: str, command: list[str], env: lis
         "command": command,
         "env": env,
         "resources": _gpu_resources(test),
-        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}, *extra_mounts,
+        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}, *extra_mounts, *storage_mount(test)[1],
                          *wire_list(pod.volume_mounts)],
         "terminationMessagePath": "/dev/termination-log",
         "terminationMessagePolicy": "FallbackToLogsOnError",

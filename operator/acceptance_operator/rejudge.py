@@ -25,6 +25,7 @@ from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
 from acceptance_workload.evidence import MAX_FAILURES
+from acceptance_workload.fsdp import MAX_SHARD_RATIO
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
 from acceptance_workload.gpubench import RATIO_SUFFIX
 from acceptance_workload.gpubench import Metric as GpuMetric
@@ -211,6 +212,14 @@ def _inter_node(r: CheckResult, x: Context) -> Judgement:
     return Judgement(j.threshold, "ge" if j.threshold is not None else "info", note=note, value=j.value)
 
 
+def _fsdp(attr: str, comparison: Comparison) -> Rule:
+    return lambda _r, x: numeric(getattr(x.config.checks.fsdp.thresholds, attr), comparison)
+
+
+def _storage(attr: str, comparison: Comparison) -> Rule:
+    return lambda _r, x: numeric(getattr(x.config.checks.storage.thresholds, attr), comparison)
+
+
 def _culprit(_r: CheckResult, _x: Context) -> Judgement:
     """A rank the workload blamed (stopped, failed, fell behind): always a failure."""
     return Judgement(1.0, "ge", False)
@@ -272,8 +281,26 @@ RULES: dict[tuple[str, str], Rule] = {
     # localisation between nodes: each node's best pair against the others' median; a bisection's slow block
     ("nccl", localize.RESULT): _inter_node,
     ("nccl", localize.BLOCK_RESULT): lambda _r, _x: Judgement(1.0, "ge", False),
+    # fsdp: DDP's training results, then per rank: the same parameters, its share of them, its peak memory
+    ("fsdp", "throughput_per_gpu"): _fsdp("min_throughput_per_gpu", "ge"),
+    ("fsdp", "gpu_throughput"): _fsdp("min_throughput_per_gpu", "ge"),
+    ("fsdp", "scaling_efficiency"): _fsdp("min_scaling_efficiency", "ge"),
+    ("fsdp", "straggler_ratio"): _fsdp("max_straggler_ratio", "le"),
+    ("fsdp", "loss_decrease"): lambda _r, _x: numeric(MIN_LOSS_DECREASE, "ge"),
+    ("fsdp", "parameter_checksum"): lambda _r, _x: numeric(1.0, "eq"),
+    ("fsdp", "state_shard_ratio"): lambda _r, _x: numeric(MAX_SHARD_RATIO, "le"),
+    ("fsdp", "peak_memory_ratio"): _fsdp("max_memory_ratio", "le"),
+    # storage: the shared volume per node (floors only from the spec), the checkpoint per rank and job-wide
+    ("storage", "storage_consistency"): lambda _r, _x: numeric(1.0, "eq"),
+    ("storage", "storage_write_gbps"): _storage("min_write_gbps", "ge"),
+    ("storage", "storage_read_gbps"): _storage("min_read_gbps", "ge"),
+    ("storage", "checkpoint_match"): lambda _r, _x: numeric(1.0, "eq"),
+    ("storage", "checkpoint_save_gbps"): _storage("min_checkpoint_save_gbps", "ge"),
+    ("storage", "checkpoint_load_gbps"): _storage("min_checkpoint_load_gbps", "ge"),
+    ("storage", "checkpoint_save_seconds"): _storage("max_checkpoint_seconds", "le"),
+    ("storage", "checkpoint_load_seconds"): _storage("max_checkpoint_seconds", "le"),
     # liveness: a rank the workload blamed, in whichever check it happened
-    **{(check, name): _culprit for check in ("preflight", "gpu", "nccl", "ddp")
+    **{(check, name): _culprit for check in ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage")
        for name in ("rank_responding", "rank_error", "rank_progress")},
 }
 
@@ -371,6 +398,18 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
         out += [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
         if checks.ddp.thresholds.min_scaling_efficiency is not None:
             out.append(Required("ddp", "scaling_efficiency"))
+    return out + required_fsdp_storage(config, nodes)
+
+
+def required_fsdp_storage(config: WorkloadConfig, nodes: list[str]) -> list[Required]:
+    """checks.fsdp and checks.storage: the results every run of them must have (storage only with its volume)."""
+    out: list[Required] = []
+    if config.checks.fsdp.enabled:
+        out += [Required("fsdp", "throughput_per_gpu"), Required("fsdp", "loss_decrease")]
+        out += [Required("fsdp", name, n, "every rank's parameters and share of them") for n in nodes
+                for name in ("parameter_checksum", "state_shard_ratio")]
+    if config.checks.storage.enabled and config.storage_path:
+        out += [Required("storage", "storage_consistency", n, "every node's view of the volume") for n in nodes]
     return out
 
 

@@ -108,6 +108,10 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
          ["spec.checks", "enable at least one of preflight, gpu, nccl, ddp"]),
         ({"network": {"fabric": "ethernet"}, "checks": {"nccl": {"requireTransport": "IB"}}},
          ["spec.checks.nccl.requireTransport", "IB cannot be required on network.fabric ethernet"]),
+        ({"checks": {"storage": {"enabled": True}}}, ["spec.storage", "checks.storage is enabled but no volume"]),
+        ({"storage": {"volume": {"nfs": {"server": "s", "path": "/"}, "csi": {"driver": "d"}}}},
+         ["spec.storage.volume", "must have at most 1 items"]),
+        ({"checks": {"fsdp": {"layers": 10**6}}}, ["spec.checks.fsdp.layers", "less than or equal to 512"]),
         # Bounds: nothing a user writes is unbounded (issue 8: a 300,000-character env value used to be stored).
         ({"pod": {"env": {"BIG": "x" * 300_000}}}, ["spec.pod.env.BIG", "may not be more than 8192"]),
         ({"network": {"env": {"k" * 300: "v"}}}, ["spec.network.env", "keys must be at most 256 characters"]),
@@ -131,7 +135,8 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
         ({"skipBusyNodes": "yes"}, ["spec.skipBusyNodes", "must be of type boolean"]),
     ],
     ids=["nodes-0", "unknown-backend", "negative-size", "negative-quantity", "not-a-size", "misspelled-field",
-         "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "env-value-300k", "env-key-long",
+         "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "cel-storage-no-volume",
+         "storage-two-sources", "fsdp-layers", "env-value-300k", "env-key-long",
          "env-too-many", "gpu-in-extra", "empty-image", "max-bytes", "iters", "batch-size", "anti-affinity-5",
          "toleration-effect", "volume-two-sources", "cel-kubernetes-taint", "remove-taints-17", "skip-busy-string"],
 )
@@ -152,6 +157,8 @@ def test_cel_rules_allow_what_they_should(server: ApiServer, namespace: str):
                                        "checks": {"nccl": {"requireTransport": "IB_GDR"}}}, "ib"))
     apply(server, namespace, manifest({"network": {"fabric": "ethernet"},
                                        "checks": {"nccl": {"requireTransport": "SOCKET"}}}, "eth"))
+    apply(server, namespace, manifest({"storage": {"volume": {"persistentVolumeClaim": {"claimName": "shared"}}},
+                                       "checks": {"fsdp": {"enabled": True}, "storage": {"enabled": True}}}, "fsdp"))
     # Taint keys of one's own, even with kubernetes-like words in them, may be removed.
     apply(server, namespace, manifest({"onPass": {"removeTaints": ["gpu-acceptance.io/untested",
                                                                     "mykubernetes.io/gate", "gate"]}}, "taints"))

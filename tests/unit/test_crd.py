@@ -146,7 +146,8 @@ def test_a_volume_is_a_name_and_one_source_kept_as_written(schema: dict[str, Any
 def test_every_spec_value_is_bounded(schema: dict[str, Any]):
     """maxLength, maxItems, maxProperties, maximum on everything a user writes, so admission refuses a huge spec.
 
-    A volume's source is the one free-form part; the model's MAX_SPEC_BYTES bounds it (tests/unit/test_bounds.py).
+    A volume's source (pod.volumes, storage.volume) is the one free-form part; the model's MAX_SPEC_BYTES bounds
+    it (tests/unit/test_bounds.py).
     """
     def problem(path: str, node: dict[str, Any]) -> bool:
         kind = node.get("type")
@@ -156,7 +157,8 @@ def test_every_spec_value_is_bounded(schema: dict[str, Any]):
             kind == "array" and "maxItems" not in node,
             kind == "object" and "additionalProperties" in node and "maxProperties" not in node,
             kind in ("integer", "number") and "maximum" not in node,
-            bool(node.get("x-kubernetes-preserve-unknown-fields")) and path != "spec.pod.volumes[]",
+            bool(node.get("x-kubernetes-preserve-unknown-fields"))
+            and path not in ("spec.pod.volumes[]", "spec.storage.volume"),
         ])
 
     unbounded = [path for path, node in schema_nodes(at(schema, "spec"), "spec") if problem(path, node)]
@@ -175,7 +177,8 @@ def test_cel_rules_carry_the_cross_field_constraints(schema: dict[str, Any]):
     rules = at(schema, "spec")["x-kubernetes-validations"]
     assert rules == api.SPEC_CEL_RULES
     messages = [r["message"] for r in rules]
-    assert "checks: enable at least one of preflight, gpu, nccl, ddp" in messages
+    assert "checks: enable at least one of preflight, gpu, nccl, ddp, fsdp, storage" in messages
+    assert any(m.startswith("storage: checks.storage is enabled but no volume") for m in messages)
     assert "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet" in messages
     for rule in rules:
         assert rule["fieldPath"].startswith(".")

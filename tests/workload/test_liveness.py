@@ -3,9 +3,11 @@
 The real `python -m acceptance_workload` on every rank (gloo on CPU, one OS
 process per rank, three ranks on two nodes); the fault comes from this test
 with os.kill once rank 0 announces the stage, with no hook in the workload.
-The live ranks must end within the collective timeout plus a minute; with the
-default heartbeatTimeoutSeconds (60) and a collective timeout far longer (300),
-a rank stopped in any stage is named by its silent heartbeat within 60 + 30 s.
+The live ranks must end within the collective timeout plus a minute; with
+heartbeatTimeoutSeconds far shorter than the collective timeout (300), a rank
+stopped in any stage is named by its silent heartbeat within the heartbeat
+timeout + 30 s. One stage runs with the default (60 s); the others with 20 s,
+which names the same rank by the same path 40 s sooner each (the suite's time).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from tests.workload.multiproc import free_port, rank_env, start
 
 NODES = ["node-a", "node-b", "node-b"]  # rank 2 is node-b's GPU 1
 COLLECTIVE_TIMEOUT = 10
-HEARTBEAT_TIMEOUT = HEARTBEAT_TIMEOUT_SECONDS  # the default, not set by these tests
+HEARTBEAT_TIMEOUT = HEARTBEAT_TIMEOUT_SECONDS  # the default, which DEFAULT_STAGE runs with
 
 
 def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes: int = 2,
-            longer: str | None = None) -> WorkloadConfig:
+            longer: str | None = None, heartbeat: int | None = None) -> WorkloadConfig:
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
+    if heartbeat is not None:
+        checks.heartbeat_timeout_seconds = heartbeat
     # `longer`: the stage made to last seconds rather than a second, so the fault lands inside it on a loaded
     # machine too (a smoke sweep of 3 operations a size could end within the 1 s delay: the victim was in DDP).
     if longer == "gpu":
@@ -49,14 +53,15 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
 
 def _run_with_fault(tmp_path: Path, trigger: str, sig: signal.Signals, victim: int,
                     collective_timeout: int = COLLECTIVE_TIMEOUT, nodes: list[str] = NODES, delay: float = 0.0,
-                    longer: str | None = None) -> tuple[list[int | None], list[str], float]:
+                    longer: str | None = None, heartbeat: int | None = None
+                    ) -> tuple[list[int | None], list[str], float]:
     """Start a rank per entry of `nodes`; `delay` s after rank 0 prints `trigger`, send `sig` to `victim`;
     wait for the others to end.
 
     Returns every rank's exit code (None: the victim, still stopped), every rank's stderr, and the
     seconds from the fault until the last of the other ranks ended.
     """
-    config = _config(tmp_path, collective_timeout, len(set(nodes)), longer)
+    config = _config(tmp_path, collective_timeout, len(set(nodes)), longer, heartbeat)
     port = free_port()
     world = len(nodes)
     envs = [rank_env(r, world, port, nodes[r], nodes[: r + 1].count(nodes[r]) - 1, nodes.count(nodes[r]),
@@ -82,7 +87,7 @@ def _run_with_fault(tmp_path: Path, trigger: str, sig: signal.Signals, victim: i
     try:
         for r in range(world):
             if r != victim:
-                codes[r] = procs[r].wait(timeout=min(collective_timeout, HEARTBEAT_TIMEOUT) + 120)
+                codes[r] = procs[r].wait(timeout=min(collective_timeout, heartbeat or HEARTBEAT_TIMEOUT) + 120)
         ended = time.monotonic()
     finally:
         for p in procs:
@@ -125,24 +130,30 @@ STAGES = {
 }
 
 
+SHORT_HEARTBEAT = 20  # checks.heartbeatTimeoutSeconds of every stage but DEFAULT_STAGE
+DEFAULT_STAGE = "sweep"  # the stage run with the default heartbeat timeout, not set by the test
+
+
 @pytest.mark.parametrize("stage", list(STAGES))
 def test_a_rank_frozen_in_any_stage_is_named_by_its_heartbeat(tmp_path: Path, stage: str) -> None:
-    """Defaults: heartbeat 60 s; the collective timeout (300 s) would come far too late to be what names it.
+    """The heartbeat (60 s by default, 20 s set) names it; the collective timeout (300 s) would come far too late.
 
     Localisation runs on 3 nodes or more: a fourth rank on node-c there.
     """
     trigger, delay, checks, victim_steps, root_steps = STAGES[stage]
+    heartbeat = None if stage == DEFAULT_STAGE else SHORT_HEARTBEAT
+    limit = heartbeat or HEARTBEAT_TIMEOUT
     nodes = [*NODES, "node-c"] if stage == "localisation" else NODES
     codes, stderr, elapsed = _run_with_fault(tmp_path, trigger, signal.SIGSTOP, victim=2, collective_timeout=300,
-                                             nodes=nodes, delay=delay,
+                                             nodes=nodes, delay=delay, heartbeat=heartbeat,
                                              longer=stage if stage in ("gpu", "sweep") else None)
     live = [c for r, c in enumerate(codes) if r != 2]
     assert live == [2] * len(live), stderr[0][-3000:]
-    assert HEARTBEAT_TIMEOUT - 5 < elapsed < HEARTBEAT_TIMEOUT + 30, elapsed
+    assert limit - 5 < elapsed < limit + 30, elapsed
     report = _report(tmp_path, stderr)
     _assert_names_rank_2(report, checks, how="no heartbeat for ")
     error = report.error or ""
     assert any(f"last at step '{s}" in error for s in victim_steps), error  # the stage the victim was in
     assert any(f"rank 0's last step: '{s}" in error for s in root_steps), error
-    assert "checks.heartbeatTimeoutSeconds (60s)" in error
+    assert f"checks.heartbeatTimeoutSeconds ({limit}s)" in error
     assert "did not complete within" not in error

@@ -2,7 +2,7 @@
 
 Four simulated nodes, one gloo process each. The test finds sim-node-2's
 process from outside (/proc: a child of the CLI whose environment says
-NODE_NAME=sim-node-2) and either stops it three quarters of the time with a
+NODE_NAME=sim-node-2) and either stops it seven eighths of the time with a
 SIGSTOP/SIGCONT loop from the job-wide sweep to the end of the localisation
 stage, or freezes it
 (SIGSTOP, never continued) just before the stage. Nothing inside the workload
@@ -27,7 +27,9 @@ import pytest
 from acceptance_workload.report import Report
 
 VICTIM = "sim-node-2"
-STOPPED, RUNNING = 0.06, 0.02  # seconds of each SIGSTOP/SIGCONT period: stopped 3/4 of the time
+STOPPED, RUNNING = 0.07, 0.01  # seconds of each SIGSTOP/SIGCONT period: stopped 7/8 of the time
+# (3/4 left the victim's pair at ~0.36 of the other pair on a loaded 2-core machine, where the
+# threshold is 0.35 of the median: the other pair also loses CPU while the victim runs)
 FROZEN_TIMEOUT = 10  # collectiveTimeoutSeconds of the frozen run
 # The fault runs keep what leads up to the stage short (the healthy run is the full command).
 QUICK_MANIFEST = ("kind: AcceptanceTest\nspec:\n  checks:\n    gpu: {enabled: false}\n    ddp: {enabled: false}\n"
@@ -83,12 +85,25 @@ class StopLoop:
         self.thread = threading.Thread(target=self._loop, daemon=True)
 
     def _loop(self) -> None:
+        """Keeps the stopped share of the time measured, not slept: a loaded machine lengthens every sleep.
+
+        On a busy 2-core CI machine this thread wakes late from its short sleeps, so
+        the process ran longer than `running` each period and the fault was milder
+        than meant (once too mild to name). Each stop therefore lasts until the
+        stopped time so far is stopped/running times the measured running time.
+        """
+        share = self.stopped / self.running
+        stopped_total = running_total = 0.0
         try:
             while not self.done.is_set():
+                t0 = time.monotonic()
                 os.kill(self.pid, signal.SIGSTOP)
-                time.sleep(self.stopped)
+                time.sleep(max(self.stopped, share * running_total - stopped_total))
+                t1 = time.monotonic()
                 os.kill(self.pid, signal.SIGCONT)
+                stopped_total += t1 - t0
                 time.sleep(self.running)
+                running_total += time.monotonic() - t1
         except ProcessLookupError:
             pass
 
@@ -113,7 +128,7 @@ def test_healthy_four_simulated_nodes_pass_with_every_node_in_a_pair(tmp_path: P
     assert "localize: 1 round(s)" in stderr
 
 
-def test_a_node_stopped_three_quarters_of_the_time_is_the_one_named(tmp_path: Path) -> None:
+def test_a_node_stopped_most_of_the_time_is_the_one_named(tmp_path: Path) -> None:
     loops: list[StopLoop] = []
 
     def on_line(line: str, proc: subprocess.Popen) -> None:

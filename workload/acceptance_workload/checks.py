@@ -320,6 +320,91 @@ class DdpCheck(WireModel):
         return max(1, min(self.windows, self.steps))
 
 
+FsdpModel = Literal["gpt"]
+MAX_STORAGE_BYTES = 2**40  # 1 TiB: one node's throughput file
+
+
+class FsdpThresholds(WireModel):
+    """FSDP2 training: throughput, scaling, a straggler, and that sharding shrank the memory (fsdp.py)."""
+
+    min_throughput_per_gpu: float | None = Field(None, ge=0, le=1e9, description="FSDP tokens/s per GPU.")
+    min_scaling_efficiency: float | None = Field(
+        None, ge=0, le=1, description="FSDP tokens/s per GPU over the baseline's: one node's FSDP alone in a "
+        "multi-node run (hybrid sharding against full sharding inside the node), each GPU alone with the whole "
+        "model in a one-node run.")
+    max_straggler_ratio: float | None = Field(
+        None, ge=1, le=100, description="Median GPU's one-GPU throughput over the slowest's; above it names the GPU.")
+    max_memory_ratio: float | None = Field(
+        None, ge=0.1, le=100, description="Each GPU's peak memory under FSDP over the sharding prediction "
+        "(model state / GPUs sharding it + activations, both taken from the unsharded run on the same GPU); "
+        "above it names the GPU: its state was not sharded as the mesh says.")
+
+
+class FsdpCheck(WireModel):
+    """torch FSDP2 (fully_shard) training of a GPT larger than DDP's: full sharding in a node, hybrid across nodes."""
+
+    enabled: bool = Field(False, description="Off unless asked for: the model is larger than DDP's and takes "
+                                             "about 40 s more on 8 GPUs.")
+    model: FsdpModel = "gpt"
+    layers: int = Field(24, ge=1, le=512, description="Transformer blocks of the gpt model.")
+    d_model: int = Field(1024, ge=32, le=32_768, description="Width of the gpt model (heads of 64).")
+    batch_size: int = Field(8, ge=1, le=4096, description="Per-GPU batch.")
+    seq_len: int = Field(1024, ge=16, le=131_072, description="Sequence length.")
+    steps: int = Field(20, ge=2, le=100_000, description="Timed steps of each phase.")
+    windows: int = Field(4, ge=1, le=1000, description="Timed windows the steps are split into (medians).")
+    warmup_steps: int = Field(3, ge=0, le=10_000)
+    thresholds: FsdpThresholds = Field(default_factory=FsdpThresholds)
+
+    def steps_per_window(self) -> int:
+        return max(1, self.steps // self.windows)
+
+    def window_count(self) -> int:
+        return max(1, min(self.windows, self.steps))
+
+
+class StorageThresholds(WireModel):
+    """Floors of the shared volume; none by default (a filesystem's speed is the cluster's choice): reported."""
+
+    min_write_gbps: float | None = Field(None, ge=0, le=MAX_BUSBW_GBPS, alias="minWriteGBps",
+                                         description="Sequential write of each node, GB/s.")
+    min_read_gbps: float | None = Field(None, ge=0, le=MAX_BUSBW_GBPS, alias="minReadGBps",
+                                        description="Sequential read of each node, GB/s.")
+    min_checkpoint_save_gbps: float | None = Field(
+        None, ge=0, le=MAX_BUSBW_GBPS, alias="minCheckpointSaveGBps",
+        description="Distributed checkpoint save, GB/s of checkpoint over the whole job.")
+    min_checkpoint_load_gbps: float | None = Field(
+        None, ge=0, le=MAX_BUSBW_GBPS, alias="minCheckpointLoadGBps",
+        description="Distributed checkpoint load, GB/s of checkpoint over the whole job.")
+    max_checkpoint_seconds: float | None = Field(
+        None, ge=0, le=86_400, description="Longest the save or the load of the checkpoint may take, seconds.")
+
+
+class StorageCheck(WireModel):
+    """The shared volume (spec.storage): cross-node consistency, throughput per node, a distributed checkpoint."""
+
+    enabled: bool = Field(False, description="Needs spec.storage (the volume); gpu-acceptance local: --storage DIR.")
+    consistency_bytes: byte_size(MAX_STORAGE_BYTES) = Field(
+        "16Mi", description="Random bytes each node writes under its name for the others to read and compare.")
+    throughput_bytes: byte_size(MAX_STORAGE_BYTES) = Field(
+        "4Gi", description="File each node writes, then reads, sequentially (at least 16Mi).")
+    block_bytes: byte_size(1 << 30) = Field("16Mi", description="Size of each write and read (at least 1Mi).")
+    direct_io: bool = Field(True, description="O_DIRECT where the filesystem allows it (else buffered, with "
+                                              "fsync and the page cache dropped, as the result says).")
+    checkpoint: bool = Field(True, description="Save the FSDP model (checks.fsdp's shape) with "
+                                               "torch.distributed.checkpoint and load it into a fresh one.")
+    thresholds: StorageThresholds = Field(default_factory=StorageThresholds)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> StorageCheck:
+        if parse_bytes(self.block_bytes) < 1 << 20:
+            raise ValueError("blockBytes must be at least 1Mi")
+        if parse_bytes(self.throughput_bytes) < 16 << 20:
+            raise ValueError("throughputBytes must be at least 16Mi (less measures latency, not throughput)")
+        if parse_bytes(self.consistency_bytes) < 1:
+            raise ValueError("consistencyBytes must be at least 1")
+        return self
+
+
 HEARTBEAT_TIMEOUT_SECONDS = 60  # default: a healthy rank beats every second, so 60 silent seconds is a frozen process
 
 
@@ -334,3 +419,5 @@ class ChecksSpec(WireModel):
     gpu: GpuCheck = Field(default_factory=GpuCheck)
     nccl: NcclCheck = Field(default_factory=NcclCheck)
     ddp: DdpCheck = Field(default_factory=DdpCheck)
+    fsdp: FsdpCheck = Field(default_factory=FsdpCheck)
+    storage: StorageCheck = Field(default_factory=StorageCheck)

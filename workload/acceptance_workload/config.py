@@ -57,6 +57,9 @@ class WorkloadConfig(WireModel):
     timeout_seconds: int = 3600
     limits: PodLimits = Field(default_factory=PodLimits, description="spec.resources' CPU and memory per pod.")
     mode: Mode = Field("gpu", description="cpu-smoke: gloo on CPU, tiny sizes, judged without GPU thresholds.")
+    storage_path: str | None = Field(
+        None, description="Where this node sees the shared volume (spec.storage.mountPath; with `local "
+        "--simulate-nodes`, the node's own view); None: checks.storage is skipped, saying so.")
     report_file: str | None = Field(None, description="Rank 0 also writes the report object (JSON) to this path.")
 
     @classmethod

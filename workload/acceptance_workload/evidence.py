@@ -173,13 +173,18 @@ def _partial(report: Report, nodes: set[str] | None) -> Report:
                                                   and r.node in nodes]}) if report.ddp else None
     gpu = report.gpu.model_copy(update={"rows": [r for r in report.gpu.rows if nodes is not None
                                                  and r.node in nodes]}) if report.gpu else None
+    fsdp = report.fsdp.model_copy(update={"ranks": [r for r in report.fsdp.ranks if nodes is not None
+                                                    and r.node in nodes]}) if report.fsdp else None
+    storage = report.storage.model_copy(update={"nodes": [n for n in report.storage.nodes if nodes is not None
+                                                          and n.node in nodes]}) if report.storage else None
     base = report if nodes is None else Report(mode=report.mode, generation=report.generation, uid=report.uid,
                                                run=report.run)
     return base.model_copy(update={
         "results": [r for r in report.results if mine(r.node)],
         "skipped": report.skipped if nodes is None else [],
         "nccl": [s for s in report.nccl if mine(s.node if s.scope == "node" else None)],
-        "ddp": ddp, "gpu": gpu, "failed_nodes": report.failed_nodes if nodes is None else [],
+        "ddp": ddp, "gpu": gpu, "fsdp": fsdp, "storage": storage,
+        "failed_nodes": report.failed_nodes if nodes is None else [],
     }, deep=True)
 
 
@@ -255,5 +260,9 @@ def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
             full.ddp.ranks += part.ddp.ranks
         if full.gpu and part.gpu:
             full.gpu.rows += part.gpu.rows
+        if full.fsdp and part.fsdp:
+            full.fsdp.ranks += part.fsdp.ranks
+        if full.storage and part.storage:
+            full.storage.nodes += part.storage.nodes
     full.checks_run = [c for c in CHECK_NAMES if c in full.checks_run]
     return full

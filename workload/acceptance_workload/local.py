@@ -38,6 +38,7 @@ EXIT_ERROR = 2
 CPU_PROCESSES = 2
 QUICK_MAX_BYTES = 1 << 30
 QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10
+QUICK_STORAGE_BYTES = 1 << 30
 KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a stopped or hung rank is not waited for long
 
 
@@ -91,7 +92,8 @@ def read_manifest(path: str) -> dict[str, Any]:
 
 
 def quick_checks(checks: ChecksSpec) -> ChecksSpec:
-    """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps.
+    """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps,
+    FSDP's steps and storage's throughput file (1Gi) cut too.
 
     The per-GPU check keeps its sizes (the profile's floors hold for them) and
     takes fewer, shorter windows.
@@ -108,7 +110,11 @@ def quick_checks(checks: ChecksSpec) -> ChecksSpec:
     gpu = checks.gpu.model_copy(update={"windows": min(checks.gpu.windows, QUICK_GPU_WINDOWS),
                                         "iters": min(checks.gpu.iters, QUICK_GPU_ITERS),
                                         "warmup_iters": min(checks.gpu.warmup_iters, QUICK_GPU_ITERS)})
-    return checks.model_copy(update={"gpu": gpu, "nccl": nccl, "ddp": ddp})
+    fsdp = checks.fsdp.model_copy(update={"steps": min(checks.fsdp.steps, 8), "windows": min(checks.fsdp.windows, 2),
+                                          "warmup_steps": min(checks.fsdp.warmup_steps, 2)})
+    storage = checks.storage.model_copy(update={"throughput_bytes": min(parse_bytes(checks.storage.throughput_bytes),
+                                                                        QUICK_STORAGE_BYTES)})
+    return checks.model_copy(update={"gpu": gpu, "nccl": nccl, "ddp": ddp, "fsdp": fsdp, "storage": storage})
 
 
 def build_config(args: argparse.Namespace, processes: int, expected: int | None = None,
@@ -130,6 +136,7 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
     checks: ChecksSpec = manifest.get("checks") or ChecksSpec()
     if getattr(args, "nccl_tests", None):
         checks = checks.model_copy(update={"nccl": checks.nccl.model_copy(update={"cross_check": True})})
+    checks = with_opt_in_checks(args, checks)
     profile: ProfileName = args.profile or manifest.get("profile") or detected_profile(args.cpu)
     if profile not in PROFILE_NAMES:
         raise ManifestError(f"--profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
@@ -140,15 +147,55 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
     report_file = report_path(args)
     if profile == CPU_SMOKE and not args.cpu:
         raise ManifestError("profile cpu-smoke is a CPU smoke run: pass --cpu (it has no GPU thresholds)")
+    storage = storage_dir(args)
     if args.cpu:
         return WorkloadConfig(checks=cpu_smoke_checks(checks), profile="custom", nodes=nodes, gpus_per_node=per_node,
-                              fabric="ethernet", mode="cpu-smoke", report_file=report_file, timeout_seconds=900)
+                              fabric="ethernet", mode="cpu-smoke", report_file=report_file, timeout_seconds=900,
+                              storage_path=storage)
     if args.quick:
         checks = quick_checks(checks)
     fabric = manifest.get("fabric") or ("ethernet" if nodes > 1 else "infiniband")
     return WorkloadConfig.build(checks=checks, profile=profile, nodes=nodes,
                                 gpus_per_node=(expected // nodes if expected else per_node), fabric=fabric,
-                                gpu_direct_rdma=manifest.get("gpu_direct_rdma", True), report_file=report_file)
+                                gpu_direct_rdma=manifest.get("gpu_direct_rdma", True), report_file=report_file,
+                                storage_path=storage)
+
+
+def with_opt_in_checks(args: argparse.Namespace, checks: ChecksSpec) -> ChecksSpec:
+    """--fsdp and --storage turn their checks on (a manifest may also enable them)."""
+    update = {}
+    if getattr(args, "fsdp", False):
+        update["fsdp"] = checks.fsdp.model_copy(update={"enabled": True})
+    if getattr(args, "storage", None):
+        update["storage"] = checks.storage.model_copy(update={"enabled": True})
+    return checks.model_copy(update=update) if update else checks
+
+
+def storage_dir(args: argparse.Namespace) -> str | None:
+    """--storage DIR as an absolute path; it must exist (it stands for a mounted volume)."""
+    given = getattr(args, "storage", None)
+    if not given:
+        return None
+    if not Path(given).is_dir():
+        raise ManifestError(f"--storage {given}: no such directory (give the directory that stands for the shared "
+                            "volume)")
+    return os.path.abspath(given)
+
+
+VIEWS = ".views"
+
+
+def node_view(storage: str, node: str) -> str:
+    """Where simulated node `node` sees the volume: DIR/.views/<node>, made a link to DIR when missing.
+
+    An existing view is kept, so a view pointed elsewhere (another directory, a copy) makes that node see
+    a different volume, as a node-local mount would in a cluster.
+    """
+    view = Path(storage) / VIEWS / node
+    if not view.exists() and not view.is_symlink():
+        view.parent.mkdir(exist_ok=True)
+        view.symlink_to(Path("..") / "..", target_is_directory=True)
+    return str(view)
 
 
 def report_path(args: argparse.Namespace) -> str | None:
@@ -226,6 +273,9 @@ def child_env(config: WorkloadConfig, rank: int, world: int, port: int) -> dict[
     env = dict(os.environ)
     per_node = world // config.nodes
     local = rank % per_node
+    if config.nodes > 1 and config.storage_path:
+        view = node_view(config.storage_path, f"{SIM_NODE_PREFIX}{rank // per_node}")
+        config = config.model_copy(update={"storage_path": view})
     env.update({
         CONFIG_ENV: config.to_env(),
         "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(per_node),

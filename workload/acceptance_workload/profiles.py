@@ -19,6 +19,8 @@ from acceptance_workload.checks import (
     DdpCheck,
     DdpModel,
     DdpThresholds,
+    FsdpCheck,
+    FsdpThresholds,
     GpuCheck,
     GpuThresholds,
     NcclThresholds,
@@ -53,6 +55,7 @@ class Profile:
     nccl_single_node: NcclThresholds = field(default_factory=NcclThresholds)
     nccl_multi_node: NcclThresholds = field(default_factory=NcclThresholds)
     ddp: dict[DdpModel, DdpThresholds] = field(default_factory=dict)
+    fsdp: FsdpThresholds = field(default_factory=FsdpThresholds)
     estimated: frozenset[str] = frozenset()
     estimated_by_model: dict[DdpModel, frozenset[str]] = field(default_factory=dict)
 
@@ -98,9 +101,10 @@ INTER_NODE_RATIO_TO_MEDIAN = 0.75
 
 
 # Small-message all_reduce ceilings (microseconds per operation, the worst swept size from 8 B to 64 KiB;
-# latency.py, docs/thresholds.md). NVLink: 4x H100 measured LAT_NVLINK_MEASURED (10 runs); the ceiling leaves
-# room for 8 GPUs (more ring steps) and a loaded host. Between nodes over IB/RoCE: an estimate (no real fabric
-# measured here); over ethernet (NCCL's sockets) reported, not judged. CPU smoke (gloo on shared cores): loose.
+# latency.py, docs/thresholds.md). NVLink: 17.0 us over 4x H100 and 10.1 over 2 in this project's saved sweeps
+# (one run each; bench/latency_from_reports.py); the ceiling leaves room for 8 GPUs (more ring steps) and a loaded
+# host. Between nodes over IB/RoCE: an estimate (no real fabric measured here); over ethernet (NCCL's sockets)
+# reported, not judged. CPU smoke (gloo on shared cores): loose.
 NVLINK_LATENCY_US = 100.0
 NETWORK_LATENCY_US: dict[str, float | None] = {"infiniband": 250.0, "roce": 250.0, "ethernet": None}
 CPU_LATENCY_US = 200_000.0
@@ -115,6 +119,21 @@ def latency_for(table: NcclThresholds, nodes: int, gpus_per_node: int, fabric: s
     return table.model_copy(update={"node_all_reduce_latency_us": node, "all_reduce_latency_us": job})
 
 
+# FSDP (checks.fsdp, default shape: gpt 24 x 1024, batch 8 x 1024 tokens): docs/thresholds.md. Peak memory per GPU
+# over the sharding prediction and the efficiency were measured on 4x H100 (1, 2 and 4 GPUs, one node and 2
+# simulated nodes); the throughput floor and the relative floors elsewhere are estimates until measured there.
+FSDP_MAX_MEMORY_RATIO = 1.25
+FSDP_EFFICIENCY = 0.80
+FSDP_STRAGGLER = 1.10
+FSDP_ESTIMATED = frozenset({"fsdp.minThroughputPerGpu", "fsdp.minScalingEfficiency", "fsdp.maxStragglerRatio",
+                            "fsdp.maxMemoryRatio"})
+
+
+def fsdp_thresholds(tokens: float | None) -> FsdpThresholds:
+    return FsdpThresholds(min_throughput_per_gpu=tokens, min_scaling_efficiency=FSDP_EFFICIENCY,
+                          max_straggler_ratio=FSDP_STRAGGLER, max_memory_ratio=FSDP_MAX_MEMORY_RATIO)
+
+
 # A GPU nobody uses shows a few MiB in use to NVML (docs/thresholds.md); another job's CUDA context alone holds
 # ~500 MiB, and anything it allocates comes on top.
 GPU_MEMORY_IN_USE_MIB = 1024
@@ -123,7 +142,8 @@ GPU_MEMORY_IN_USE_MIB = 1024
 def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, net_busbw: float,
                  ib_rate: float, pcie_gen: int, nvlinks: int,
                  gpt_tokens: float | None, resnet_images: float | None,
-                 per_gpu: GpuThresholds | None = None, estimated: frozenset[str] = GPU_ESTIMATED,
+                 per_gpu: GpuThresholds | None = None, fsdp_tokens: float | None = None,
+                 estimated: frozenset[str] = GPU_ESTIMATED,
                  estimated_by_model: dict[DdpModel, frozenset[str]] | None = None) -> Profile:
     preflight = PreflightThresholds(
         gpu_model=gpu,
@@ -175,7 +195,8 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
     }
     per_gpu = per_gpu or _gpu_floors()
     return Profile(name=name, preflight=preflight, gpu=per_gpu, nccl_single_node=single, nccl_multi_node=multi,
-                   ddp=ddp, estimated=NCCL_ESTIMATED | estimated, estimated_by_model=estimated_by_model or {})
+                   ddp=ddp, fsdp=fsdp_thresholds(fsdp_tokens), estimated=NCCL_ESTIMATED | estimated | FSDP_ESTIMATED,
+                   estimated_by_model=estimated_by_model or {})
 
 
 def _gpu_floors(gemm: float | None = None, hbm: float | None = None, host: float | None = None) -> GpuThresholds:
@@ -343,8 +364,18 @@ def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
                 update={"thresholds": _overlay(nccl_defaults, checks.nccl.thresholds)}
             ),
             "ddp": checks.ddp.model_copy(update={"thresholds": _overlay(ddp_defaults, checks.ddp.thresholds)}),
+            "fsdp": checks.fsdp.model_copy(update={"thresholds": _overlay(_fsdp_defaults(p.fsdp, checks.fsdp),
+                                                                          checks.fsdp.thresholds)}),
         }
     )
+
+
+def _fsdp_defaults(profile: FsdpThresholds, fsdp: FsdpCheck) -> FsdpThresholds:
+    """The profile's FSDP floors; the throughput floor holds for the default model shape only."""
+    default = FsdpCheck()
+    same = (fsdp.layers, fsdp.d_model, fsdp.batch_size, fsdp.seq_len) == (
+        default.layers, default.d_model, default.batch_size, default.seq_len)
+    return profile if same else profile.model_copy(update={"min_throughput_per_gpu": None})
 
 
 def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
@@ -372,6 +403,11 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
                  "collectiveTimeoutSeconds": min(nccl.collective_timeout_seconds, 60)},
         "ddp": {"enabled": checks.ddp.enabled, "model": checks.ddp.model, "batchSize": 4, "seqLen": 64,
                 "steps": 6, "windows": 3, "warmupSteps": 1},
+        "fsdp": {"enabled": checks.fsdp.enabled, "layers": 2, "dModel": 64, "batchSize": 4, "seqLen": 64,
+                 "steps": 6, "windows": 3, "warmupSteps": 1,
+                 "thresholds": {"maxMemoryRatio": checks.fsdp.thresholds.max_memory_ratio}},
+        "storage": {**checks.storage.model_dump(by_alias=True, exclude_none=True),
+                    "consistencyBytes": "64Ki", "throughputBytes": "16Mi", "blockBytes": "1Mi"},
     })
     if smoke.nccl.cross_check:
         # No CPU sweep reaches the cross-check's 64 MiB: nccl-tests' stand-in is compared at the sweep's top size.

@@ -138,6 +138,45 @@ def ddp_table(report: Report) -> str:
     return head + "\n" + _table(rows)
 
 
+def fsdp_table(report: Report) -> str:
+    """checks.fsdp per rank: throughput alone and sharded, and peak memory against what sharding predicts."""
+    d = report.fsdp
+    if d is None:
+        return ""
+
+    def gib(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    rows = [["RANK", "NODE", "GPU", "UNSHARDED (tok/s)", "FSDP (tok/s)", "NODE FSDP (tok/s)", "UNSHARDED PEAK (GiB)",
+             "FSDP PEAK (GiB)", "PREDICTED (GiB)", "CHECKSUM"]]
+    for r in d.ranks:
+        rows.append([str(r.rank), r.node, str(r.gpu), f"{r.baseline_throughput:,.1f}", f"{r.fsdp_throughput:,.1f}",
+                     "-" if r.node_throughput is None else f"{r.node_throughput:,.1f}",
+                     gib(r.unsharded_peak_memory_gib), gib(r.peak_memory_gib), gib(r.predicted_memory_gib),
+                     r.checksum or "-"])
+    head = (f"# fsdp {d.model}: {d.parameters:,} parameters sharded over {d.shards} GPUs x {d.replicas} "
+            f"replica(s), batch {d.batch_size} x {d.seq_len} per GPU, loss {d.first_loss} -> {d.last_loss}")
+    return head + "\n" + _table(rows)
+
+
+def storage_table(report: Report) -> str:
+    """checks.storage per node: what it sees of the others' files and its sequential GB/s; the checkpoint."""
+    d = report.storage
+    if d is None:
+        return ""
+    rows = [["NODE", "SEES", "WRITE (GB/s)", "READ (GB/s)", "I/O", "PROBLEMS"]]
+    for n in d.nodes:
+        rows.append([n.node, str(len(n.sees)), "-" if n.write_gbps is None else f"{n.write_gbps:.3g}",
+                     "-" if n.read_gbps is None else f"{n.read_gbps:.3g}",
+                     "-" if n.direct_io is None else ("direct" if n.direct_io else "buffered"),
+                     "; ".join(n.problems[:2])])
+    head = f"# storage {d.path}"
+    if d.checkpoint_bytes:
+        head += (f": checkpoint {human_bytes(d.checkpoint_bytes)} saved in {d.checkpoint_save_seconds} s, "
+                 f"loaded in {d.checkpoint_load_seconds} s")
+    return head + "\n" + _table(rows)
+
+
 def gpu_table(report: Report) -> str:
     """Every GPU's per-GPU measurements, one row each (the medians of the windows)."""
     d = report.gpu
@@ -183,13 +222,14 @@ def localization_table(report: Report) -> str:
 
 
 def full_text(report: Report) -> str:
-    """The per-GPU table, sweep tables, localisation, the DDP table, then the verdict table (rank 0, at the end)."""
+    """The per-GPU table, sweep tables, localisation, DDP, FSDP and storage, then the verdict table (at the end)."""
     parts = [gpu_table(report)] if report.gpu else []
     parts += [nccl_table(s) for s in report.nccl]
     if report.localization:
         parts.append(localization_table(report))
     if report.ddp:
         parts.append(ddp_table(report))
+    parts += [t for t in (fsdp_table(report), storage_table(report)) if t]
     parts.append(verdict_table(report))
     return "\n\n".join(parts) + "\n"
 

@@ -22,8 +22,9 @@ from pydantic import Field
 from acceptance_workload.checks import Collective, Transport
 from acceptance_workload.wire import WireModel
 
-CheckName = Literal["preflight", "gpu", "nccl", "ddp"]
-CHECK_NAMES: tuple[CheckName, ...] = ("preflight", "gpu", "nccl", "ddp")  # the order they run in
+CheckName = Literal["preflight", "gpu", "nccl", "ddp", "fsdp", "storage"]
+CHECK_NAMES: tuple[CheckName, ...] = ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage")  # the order they run in
+OPT_IN_CHECKS: tuple[CheckName, ...] = ("fsdp", "storage")  # off unless the spec enables them
 Comparison = Literal["ge", "le", "eq", "info"]
 REPORT_VERSION = "v1"
 # Names of the headline results, as the checks write them (job-wide: no node).
@@ -148,6 +149,53 @@ class DdpDetail(WireModel):
     ranks: list[DdpRank] = Field(default_factory=list)
 
 
+class FsdpRank(WireModel):
+    """One rank's FSDP numbers: throughput alone and sharded, and its memory against the sharding prediction."""
+
+    rank: int
+    node: str
+    gpu: int
+    baseline_throughput: float = Field(description="This GPU alone with the whole model, unsharded.")
+    fsdp_throughput: float = Field(description="This rank inside FSDP.")
+    node_throughput: float | None = Field(None, description="Multi-node: this rank in its node's FSDP alone.")
+    peak_memory_gib: float | None = Field(None, alias="peakMemoryGiB", description="Peak allocated under FSDP.")
+    unsharded_peak_memory_gib: float | None = Field(None, alias="unshardedPeakMemoryGiB")
+    predicted_memory_gib: float | None = Field(
+        None, alias="predictedMemoryGiB", description="Unsharded model state / shards + unsharded activations.")
+    checksum: str | None = Field(None, description="Checksum of every parameter after the last step.")
+
+
+class FsdpDetail(WireModel):
+    model: str
+    world_size: int
+    shards: int = Field(description="GPUs each parameter is sharded over (one node's in a multi-node run).")
+    replicas: int = Field(description="Copies of the sharded model (nodes, with hybrid sharding).")
+    parameters: int
+    batch_size: int
+    seq_len: int
+    window_efficiency: list[float] = Field(default_factory=list)
+    first_loss: float | None = None
+    last_loss: float | None = None
+    ranks: list[FsdpRank] = Field(default_factory=list)
+
+
+class StorageNode(WireModel):
+    node: str
+    sees: list[str] = Field(default_factory=list, description="Nodes whose file this node read back intact.")
+    problems: list[str] = Field(default_factory=list, description="What this node could not read or found changed.")
+    write_gbps: float | None = Field(None, alias="writeGBps")
+    read_gbps: float | None = Field(None, alias="readGBps")
+    direct_io: bool | None = Field(None, alias="directIO", description="O_DIRECT was used (else buffered).")
+
+
+class StorageDetail(WireModel):
+    path: str
+    nodes: list[StorageNode] = Field(default_factory=list)
+    checkpoint_bytes: int | None = None
+    checkpoint_save_seconds: float | None = None
+    checkpoint_load_seconds: float | None = None
+
+
 class GpuRow(WireModel):
     """One GPU's measurements (each the median of the check's windows); null where not measured."""
 
@@ -246,6 +294,8 @@ class Report(WireModel):
     nccl: list[NcclSweep] = Field(default_factory=list)
     localization: LocalizationDetail | None = None
     ddp: DdpDetail | None = None
+    fsdp: FsdpDetail | None = None
+    storage: StorageDetail | None = None
 
     def missing_checks(self) -> list[CheckName]:
         """Enabled checks that produced no result at all."""

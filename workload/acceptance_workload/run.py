@@ -282,7 +282,7 @@ class Runner:
             if failures:
                 if root:
                     reason = "preflight failed (" + ", ".join(failures[:5]) + "): later checks not run"
-                    for check in ("gpu", "nccl", "ddp"):
+                    for check in ("gpu", "nccl", "ddp", "fsdp", "storage"):
                         if getattr(cfg.checks, check).enabled:
                             self.report.skipped.append(Skip(check=check, name=check, reason=reason))
                 return
@@ -343,6 +343,34 @@ class Runner:
                 results, detail = out
                 self.report.results += results
                 self.report.ddp = detail
+        self.fsdp_and_storage(session, watchdog)
+
+    def fsdp_and_storage(self, session: Session, watchdog: Watchdog) -> None:
+        """checks.fsdp (sharded training) and checks.storage (the shared volume and a checkpoint on it)."""
+        from acceptance_workload import fsdp, storage
+
+        cfg, root = self.config, self.is_root
+        if cfg.checks.fsdp.enabled:
+            self.enter("fsdp", session)
+            self.progress(f"fsdp: unsharded baseline, then FSDP2 over {len(session.nodes())} node(s)")
+            out = fsdp.run_fsdp(session, cfg, watchdog, progress=self.progress)
+            if root:
+                assert out is not None
+                self.report.results += out[0]
+                self.report.skipped += out[1]
+                self.report.fsdp = out[2]
+        if cfg.checks.storage.enabled:
+            self.enter("storage", session)
+            self.progress(f"storage: {cfg.storage_path or 'no volume'}")
+            got = storage.run_storage(session, cfg, watchdog, progress=self.progress)
+            if root:
+                assert got is not None
+                results, skipped, detail = got
+                self.report.results += results
+                self.report.skipped += skipped
+                self.report.storage = detail
+                if not results:  # skipped as a whole (no volume): not a missing check
+                    self.report.checks_run = [c for c in self.report.checks_run if c != "storage"]
 
 
     def localize(self, session: Session, watchdog: Watchdog) -> None:

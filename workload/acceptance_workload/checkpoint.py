@@ -1,0 +1,135 @@
+"""A distributed checkpoint of the FSDP model on the shared volume: saved, loaded into a fresh model, compared.
+
+torch.distributed.checkpoint writes each rank's shards (one replica's, with
+hybrid sharding) as files under one directory and reads them back resharded to
+whatever the loading model's mesh is; here the same mesh, into a model
+initialised from another seed, so a load that read nothing (or the wrong bytes)
+cannot pass. Every rank compares each of its shards with the trained model's,
+exactly. Times are wall seconds from a barrier before to a barrier after, so
+the slowest rank's I/O decides, as in a real job's checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Collection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from acceptance_workload.checks import FsdpCheck, StorageCheck
+from acceptance_workload.report import CheckResult, StorageDetail, with_estimate
+from acceptance_workload.report import judge as judge_value
+
+if TYPE_CHECKING:
+    from acceptance_workload.control import Watchdog
+    from acceptance_workload.launch import Session
+
+GB = 1e9
+FRESH_SEED = 999
+
+
+def directory_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    a = a.to_local() if hasattr(a, "to_local") else a
+    b = b.to_local() if hasattr(b, "to_local") else b
+    return a.shape == b.shape and bool(torch.equal(a.detach(), b.detach()))
+
+
+def round_trip(session: Session, fsdp_check: FsdpCheck, path: Path, watchdog: Watchdog) -> dict[str, Any] | None:
+    """Save a trained FSDP model to `path`, load it into a fresh one; per-rank matches and timings on rank 0."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    from acceptance_workload import fsdp
+    from acceptance_workload.ddp import Trainer
+
+    wl = fsdp.workload(fsdp_check)
+    device = session.device
+    token = torch.zeros(1, device=device)
+
+    def barrier() -> None:
+        dist.all_reduce(token)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    with watchdog.step("checkpoint model"):
+        mesh = fsdp.device_mesh(session, fsdp.replicas(session))
+        batch = wl.make_batch(torch.Generator().manual_seed(fsdp.SEED + session.rank), device)
+        trained = Trainer(fsdp.sharded_model(wl, mesh, device), wl, batch, device)
+        trained.step()  # not the initial weights: a load that reinitialised would still differ
+        barrier()
+    fresh = fsdp.sharded_model(wl, mesh, device, seed=FRESH_SEED)
+    state = {"model": fresh.state_dict()}
+    save_s = load_s = 0.0
+    try:  # dcp raises on every rank when one rank's I/O fails
+        with watchdog.step("checkpoint save"):
+            t0 = time.perf_counter()
+            dcp.save({"model": trained.model.state_dict()}, checkpoint_id=os.fspath(path))
+            barrier()
+            save_s = time.perf_counter() - t0
+        with watchdog.step("checkpoint load"):
+            t0 = time.perf_counter()
+            dcp.load(state, checkpoint_id=os.fspath(path))
+            barrier()
+            load_s = time.perf_counter() - t0
+        fresh.load_state_dict(state["model"])
+        error = None
+    except Exception as e:
+        error = f"{type(e).__name__}: {str(e)[:300]}"
+    want, got = trained.model.state_dict(), fresh.state_dict()
+    wrong = [error] if error else [k for k in want if k not in got or not _same(want[k], got[k])]
+    size = directory_bytes(path) if session.is_root else None
+    info = session.ranks[session.rank]
+    mine = {"node": info.node, "gpu": info.gpu, "wrong": wrong[:5], "wrong_count": len(wrong), "tensors": len(want),
+            "save_s": save_s, "load_s": load_s}
+    gathered = session.control.gather("checkpoint", mine)
+    del trained, fresh, state, want, got
+    if gathered is None:
+        return None
+    return {"ranks": gathered, "bytes": size}
+
+
+def judge(check: StorageCheck, saved: dict[str, Any], detail: StorageDetail,
+          estimated: Collection[str] = ()) -> list[CheckResult]:
+    """checkpoint_match per rank (exact), the save and load GB/s and seconds of the job (floors from the spec)."""
+    from acceptance_workload.storage import THRESHOLD_KEYS
+
+    th = check.thresholds
+    ranks, size = saved["ranks"], saved["bytes"] or 0
+    save_s = max(r["save_s"] for r in ranks)
+    load_s = max(r["load_s"] for r in ranks)
+    detail.checkpoint_bytes, detail.checkpoint_save_seconds = size, round(save_s, 3)
+    detail.checkpoint_load_seconds = round(load_s, 3)
+    out = []
+    for rank, r in enumerate(ranks):
+        ok = r["wrong_count"] == 0
+        out.append(CheckResult(
+            check="storage", name="checkpoint_match", value=1.0 if ok else 0.0, threshold=1.0, comparison="eq",
+            passed=ok, node=r["node"], gpu=r["gpu"],
+            message=f"rank {rank}: {r['tensors']} tensors loaded back exactly" if ok else
+            f"rank {rank}: {r['wrong_count']} of {r['tensors']} tensors differ after the load or it failed "
+            f"({', '.join(r['wrong'])})"))
+    for name, value, unit, floor, comp in (
+            ("checkpoint_save_gbps", size / save_s / GB if save_s > 0 else None, "GB/s",
+             th.min_checkpoint_save_gbps, "ge"),
+            ("checkpoint_load_gbps", size / load_s / GB if load_s > 0 else None, "GB/s",
+             th.min_checkpoint_load_gbps, "ge"),
+            ("checkpoint_save_seconds", save_s, "s", th.max_checkpoint_seconds, "le"),
+            ("checkpoint_load_seconds", load_s, "s", th.max_checkpoint_seconds, "le")):
+        comp = comp if floor is not None else "info"
+        value = None if value is None or not size else round(value, 4)
+        out.append(with_estimate(CheckResult(
+            check="storage", name=name, value=value, unit=unit, threshold=floor, comparison=comp,
+            passed=judge_value(value, floor, comp),
+            message=f"distributed checkpoint of {size / GB:.3f} GB: saved in {save_s:.2f} s, loaded in "
+            f"{load_s:.2f} s" if size else "the checkpoint directory is empty: nothing was saved"),
+            THRESHOLD_KEYS[name], estimated))
+    return out
+
