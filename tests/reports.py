@@ -75,6 +75,8 @@ def preflight_results(node: str, gpus: int, multi_node: bool) -> list[CheckResul
             _r("preflight", "pcie_generation", 5.0, node=node, gpu=gpu),
             _r("preflight", "pcie_width", 16.0, node=node, gpu=gpu, unit="lanes"),
             _r("preflight", "nvlink_active_links", 18.0, node=node, gpu=gpu, unit="links"),
+            _r("preflight", "cpu_affinity", 1.0, node=node, gpu=gpu, observed=f"CPUs {gpu * 8}-{gpu * 8 + 7}"),
+            _r("preflight", "mig_mode", 0.0, node=node, gpu=gpu, observed="disabled"),
         ]
     return out
 
@@ -110,7 +112,10 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
         for node in nodes:
             sweeps.append(_sweep("all_reduce", gpus, 365.0, node))
             results += [_r("nccl", "all_reduce_correctness", 0.0, node=node, unit="elements"),
-                        _r("nccl", "node_all_reduce_busbw", 365.0, node=node, unit="GB/s")]
+                        _r("nccl", "node_all_reduce_busbw", 365.0, node=node, unit="GB/s"),
+                        _r("nccl", "node_all_reduce_latency", 14.0, node=node, unit="us", observed="64Ki")]
+        results.append(_r("nccl", "all_reduce_latency", 14.0 if len(nodes) == 1 else 40.0, unit="us",
+                          observed="64Ki"))
         required = config.required_transport()
         for node in nodes:
             if required is not None:

@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from acceptance_workload import evidence
-from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
+from acceptance_workload.config import CONFIG_ENV, PodLimits, TestRef, WorkloadConfig
 from acceptance_workload.profiles import cpu_smoke_checks
 
 from acceptance_operator.api import (
@@ -34,6 +34,7 @@ from acceptance_operator.api import (
     SHM_PATH,
     STORAGE_VOLUME,
     AcceptanceTest,
+    Resources,
 )
 from acceptance_operator.conditions import is_smoke
 from acceptance_operator.kubetypes import wire_list
@@ -250,8 +251,15 @@ def build_workload_config(test: AcceptanceTest) -> WorkloadConfig:
         fabric=spec.network.fabric,
         gpu_direct_rdma=spec.network.gpu_direct_rdma,
         timeout_seconds=spec.timeout_seconds,
+        limits=pod_limits(spec.resources),
         storage_path=spec.storage.mount_path if spec.storage else None,
     )
+
+
+def pod_limits(resources: Resources) -> PodLimits:
+    """spec.resources' CPU and memory as the workload judges its cgroup against them (cpu_limit, memory_limit)."""
+    return PodLimits(cpu=None if resources.cpu is None else str(resources.cpu),
+                     memory=None if resources.memory is None else str(resources.memory))
 
 
 def workload_env(test: AcceptanceTest) -> dict[str, str]:

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from acceptance_workload import localize, nccltests
+from acceptance_workload import binding, latency, localize, mig, nccltests
 from acceptance_workload.checks import COLLECTIVES
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.ddp import MIN_LOSS_DECREASE
@@ -249,12 +249,22 @@ RULES: dict[tuple[str, str], Rule] = {
     ("preflight", "ib_port_rate"): lambda _r, x: numeric(
         x.config.checks.preflight.thresholds.min_ib_rate_gbps if x.config.nodes > 1 else None, "ge"),
     ("preflight", "gpu_health"): lambda _r, _x: numeric(1.0, "ge"),
+    # CPU/GPU binding, the pod's limits, MIG (binding.py, mig.py: each threshold derived in one function there)
+    ("preflight", "cpu_affinity"): lambda _r, x: numeric(
+        binding.affinity_threshold(x.config.checks.preflight.thresholds), "ge"),
+    ("preflight", "cpu_limit"): lambda _r, x: numeric(binding.cpu_limit_threshold(x.config.limits), "eq"),
+    ("preflight", "memory_limit"): lambda _r, x: numeric(binding.memory_limit_threshold(x.config.limits), "eq"),
+    ("preflight", "mig_mode"): lambda _r, x: numeric(mig.mig_threshold(x.config.checks.preflight.thresholds), "eq"),
     # nccl: busbw per collective over the job, per node, correctness, transports
     **{("nccl", f"{c}_busbw"): _nccl_busbw(c) for c in COLLECTIVES},
     **{("nccl", f"{c}_correctness"): (lambda _r, _x: numeric(0.0, "le")) for c in COLLECTIVES},
     ("nccl", "node_all_reduce_busbw"): lambda _r, x: numeric(
         x.config.checks.nccl.thresholds.node_all_reduce_busbw_gbps, "ge"),
     ("nccl", "transport"): _transport,
+    # small-message all_reduce latency (latency.py): the worst time per operation from 8 B to 64 KiB
+    **{("nccl", name): (lambda _r, x, name=name: numeric(
+        latency.latency_threshold(x.config.checks.nccl.thresholds, name), "le"))
+       for name in (latency.RESULT, latency.NODE_RESULT)},
     ("nccl", "intra_node_transport"): _intra_transport,
     # crossCheck: each node's best busbw against nccl-tests' on the same GPUs, |ours / theirs - 1|
     **{("nccl", f"{c}{nccltests.RESULT_SUFFIX}"): (
@@ -356,6 +366,8 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
     out: list[Required] = []
     if checks.preflight.enabled and not cpu:
         out += [Required("preflight", "gpu_count", n, "GPUs of every node") for n in nodes]
+    if checks.preflight.enabled:
+        out += _binding_required(config, nodes)
     if checks.gpu.enabled:
         out += [Required("gpu", name, n, "every GPU's measurements", g) for n in nodes
                 for g in range(config.gpus_per_node)
@@ -375,6 +387,8 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
         if checks.nccl.cross_check:
             out += [Required("nccl", f"{c}{nccltests.RESULT_SUFFIX}", n, "crossCheck: nccl-tests beside ours")
                     for n in nodes for c in checks.nccl.collectives]
+        out += [Required("nccl", name, n, "its all_reduce latency ceiling")
+                for name, n in latency.required(checks.nccl, nodes)]
         why = f"localize {checks.nccl.localize}: the stage's pairs"
         if localized and pairs:
             out += [Required("nccl", localize.RESULT, n, why) for n in nodes]
@@ -396,6 +410,22 @@ def required_fsdp_storage(config: WorkloadConfig, nodes: list[str]) -> list[Requ
                 for name in ("parameter_checksum", "state_shard_ratio")]
     if config.checks.storage.enabled and config.storage_path:
         out += [Required("storage", "storage_consistency", n, "every node's view of the volume") for n in nodes]
+    return out
+
+
+def _binding_required(config: WorkloadConfig, nodes: list[str]) -> list[Required]:
+    """cpu_affinity of every rank, the pod's limits spec.resources set, each GPU's MIG mode (not on CPU runs)."""
+    th = config.checks.preflight.thresholds
+    gpus = range(config.gpus_per_node)
+    out: list[Required] = []
+    if binding.affinity_threshold(th) is not None:
+        out += [Required("preflight", "cpu_affinity", n, "each rank's CPU binding", g) for n in nodes for g in gpus]
+    for name, threshold in (("cpu_limit", binding.cpu_limit_threshold(config.limits)),
+                            ("memory_limit", binding.memory_limit_threshold(config.limits))):
+        if threshold is not None:
+            out += [Required("preflight", name, n, "spec.resources") for n in nodes]
+    if config.mode != "cpu-smoke" and mig.mig_threshold(th) is not None:
+        out += [Required("preflight", "mig_mode", n, "each GPU's MIG mode", g) for n in nodes for g in gpus]
     return out
 
 

@@ -21,6 +21,7 @@ COLLECTIVES: tuple[Collective, ...] = (
 # memory, InfiniBand/RoCE verbs with or without GPUDirect RDMA, or TCP sockets.
 Transport = Literal["P2P", "SHM", "IB", "IB_GDR", "SOCKET"]
 DType = Literal["float32", "bfloat16", "float16"]
+MigMode = Literal["disabled", "enabled"]
 CudaGraphs = Literal["auto", "always", "never"]
 # When the inter-node localisation stage runs (localize.py): after a job-wide failure (or when no absolute
 # inter-node floor judges the job), on every multi-node run, or never.
@@ -41,6 +42,7 @@ MAX_MESSAGE = 2**35  # 32 GiB: one message of the sweep
 MAX_SHM = 2**42  # 4 TiB
 MAX_BUSBW_GBPS = 100_000.0
 MAX_TFLOPS = 1_000_000.0
+MAX_LATENCY_US = 10_000_000.0  # 10 s for one small all_reduce: far beyond any fabric
 MAX_GPU_COPY = 2**36  # 64 GiB: one buffer of the per-GPU copies
 VersionText = text(64)
 
@@ -70,6 +72,16 @@ class PreflightThresholds(WireModel):
         None, ge=0, le=2**24, alias="maxGpuMemoryInUseMiB",
         description="GPU memory (MiB) already in use on each GPU before the workload touches it, i.e. held by "
         "other processes (gpu_in_use). Above it the GPU is busy: its numbers would be another job's too.",
+    )
+    # CPU/GPU binding and MIG (binding.py, mig.py)
+    require_numa_local_cpus: bool | None = Field(
+        None, alias="requireNumaLocalCpus",
+        description="Each rank's CPU affinity must lie within its GPU's NUMA-local CPUs (NVML); on CPU runs within "
+        "its even share of the pod's CPUs (cpu_affinity). A rank on a remote NUMA node fails, naming it.",
+    )
+    mig_mode: MigMode | None = Field(
+        None, description="MIG mode every GPU must be in (mig_mode): disabled or enabled. A GPU without MIG "
+        "support counts as disabled; one whose mode cannot be read fails.",
     )
 
 
@@ -173,6 +185,17 @@ class NcclThresholds(WireModel):
     cross_check_tolerance: float | None = Field(
         None, ge=0, le=10, description="crossCheck: the largest |ours / nccl-tests' - 1| of a collective's best "
         "busbw on a node, as a fraction; default 0.10 (10%) for every profile.",
+    )
+    all_reduce_latency_us: float | None = Field(
+        None, gt=0, le=MAX_LATENCY_US, alias="allReduceLatencyUs",
+        description="Ceiling of the job-wide all_reduce time per operation (microseconds, out-of-place, as "
+        "nccl-tests prints it) at every swept size from 8 B to 64 KiB: NVLink in one node, the network between "
+        "nodes (all_reduce_latency).",
+    )
+    node_all_reduce_latency_us: float | None = Field(
+        None, gt=0, le=MAX_LATENCY_US, alias="nodeAllReduceLatencyUs",
+        description="The same ceiling for each node's GPUs alone (NVLink); names the slow node "
+        "(node_all_reduce_latency).",
     )
     intra_node_transport: Literal["P2P", "SHM"] | None = Field(
         None, description="Transport NCCL must use between GPUs of one node: P2P (NVLink/PCIe peer-to-peer; "

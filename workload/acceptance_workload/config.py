@@ -33,6 +33,14 @@ class TestRef(WireModel):
         default_factory=list, description="ConfigMaps rank 0 writes the full report into (evidence.shard_names).")
 
 
+class PodLimits(WireModel):
+    """The CPU and memory limits spec.resources asked for each pod (Kubernetes quantities); the workload reads
+    its container's cgroup and judges cpu_limit / memory_limit against them (binding.py)."""
+
+    cpu: str | None = Field(None, max_length=64, description="e.g. 32 or 90000m; None: not asked, not judged.")
+    memory: str | None = Field(None, max_length=64, description="e.g. 512Gi; None: not asked, not judged.")
+
+
 class WorkloadConfig(WireModel):
     test: TestRef | None = Field(None, description="Absent for `gpu-acceptance local`: nothing is patched.")
     nodes: int = Field(1, ge=1)
@@ -47,6 +55,7 @@ class WorkloadConfig(WireModel):
         "results judged by them are marked estimated.",
     )
     timeout_seconds: int = 3600
+    limits: PodLimits = Field(default_factory=PodLimits, description="spec.resources' CPU and memory per pod.")
     mode: Mode = Field("gpu", description="cpu-smoke: gloo on CPU, tiny sizes, judged without GPU thresholds.")
     storage_path: str | None = Field(
         None, description="Where this node sees the shared volume (spec.storage.mountPath; with `local "
@@ -57,7 +66,8 @@ class WorkloadConfig(WireModel):
     def build(cls, *, checks: ChecksSpec, profile: ProfileName, nodes: int, **facts: object) -> WorkloadConfig:
         """A config whose thresholds are the profile's, overridden by what the spec set."""
         gpus = int(facts.get("gpus_per_node", cls.model_fields["gpus_per_node"].default))
-        return cls(checks=resolve_checks(checks, profile, nodes, gpus), profile=profile, nodes=nodes,
+        fabric = str(facts.get("fabric", cls.model_fields["fabric"].default))
+        return cls(checks=resolve_checks(checks, profile, nodes, gpus, fabric), profile=profile, nodes=nodes,
                    estimated_thresholds=estimated_thresholds(checks, profile, nodes), **facts)
 
     def required_transport(self) -> Transport | None:

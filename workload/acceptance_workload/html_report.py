@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance_workload import localize
+from acceptance_workload import latency, localize
 from acceptance_workload.checks import Collective
 from acceptance_workload.render import CPU_BANNER, human_bytes, verdict_line
 from acceptance_workload.report import CheckResult, NcclSweep, Report
@@ -33,6 +33,7 @@ INSTALL_HINT = "pip install 'gpu-acceptance[report]' (or: pip install matplotlib
 NCCL_PLOT_ID = "plot-nccl-{collective}"  # one figure per collective; the Chromium test counts them by this id
 HEATMAP_ID = "plot-node-heatmap"
 DDP_PLOT_ID = "plot-ddp-ranks"
+LATENCY_PLOT_ID = "plot-latency"
 NODE_LINES_MAX = 8  # more nodes' sweeps than this in one plot: a band (min to max, median), failed nodes drawn each
 HEATMAP_MAX_NODES = 64  # more nodes than this: the heatmap shows the failed ones, then the lowest against the median
 DDP_BARS_MAX = 64  # more ranks than this: points instead of bars
@@ -201,6 +202,34 @@ def nccl_figure(plt: Any, report: Report, collective: str, sweeps: list[NcclSwee
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, loc="best")
     return _svg(plt, fig, f"nccl-{collective}")
+
+
+def latency_figure(plt: Any, report: Report) -> str | None:
+    """all_reduce time per operation from 8 B to 64 KiB (latency.py), job and nodes, with the ceilings judged."""
+    sweeps = [s for s in report.nccl if s.collective == "all_reduce" and latency.window(s.rows)]
+    if not sweeps:
+        return None
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    for sweep in sweeps[:NODE_LINES_MAX + 1]:
+        failed = sweep.scope == "node" and sweep.node in report.failed_nodes
+        rows = latency.window(sweep.rows)
+        ax.plot([r.size for r in rows], [r.time_us for r in rows], marker="o", markersize=3,
+                label=("job" if sweep.scope == "job" else f"node {sweep.node}") + f" ({sweep.ranks} ranks)",
+                linewidth=2 if sweep.scope == "job" else 1, **({"color": "tab:red"} if failed else {}))
+    ceilings = {(r.threshold, r.name): r for r in report.results if r.name in latency.THRESHOLD_KEYS and r.threshold}
+    for (threshold, name), r in ceilings.items():
+        ax.axhline(threshold, color="tab:red", linestyle="--" if r.node is None else ":", linewidth=1,
+                   label=f"{'job' if name == latency.RESULT else 'node'} ceiling {threshold:g} us"
+                   + (" (est.)" if r.estimated else ""))
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("time per all_reduce (us)")
+    ax.set_title("all_reduce latency")
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: human_bytes(v) + "B" if v >= 1 else ""))
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return _svg(plt, fig, "nccl-latency")
 
 
 def _median(values: list[float]) -> float | None:
@@ -426,6 +455,9 @@ def _nccl_section(plt: Any, report: Report) -> str:
     for collective, sweeps in by_collective.items():
         fig_id = NCCL_PLOT_ID.format(collective=collective)
         figures.append(f'<figure id="{fig_id}" class="plot">{nccl_figure(plt, report, collective, sweeps)}</figure>')
+    lat = latency_figure(plt, report)
+    if lat is not None:
+        figures.append(f'<figure id="{LATENCY_PLOT_ID}" class="plot">{lat}</figure>')
     return "\n".join(parts) + f'<div class="plots">{"".join(figures)}</div>'
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import latency
 from acceptance_workload.checks import COLLECTIVES, Collective, NcclCheck, NcclThresholds
 from acceptance_workload.report import CheckResult, NcclRow, NcclSweep, Skip, with_estimate
 from acceptance_workload.wire import format_bytes, parse_bytes
@@ -413,7 +414,9 @@ class NcclOutcome:
 
 
 def threshold_key(result_name: str) -> str:
-    """The wire name of the threshold a busbw result is judged by ("nccl.allReduceBusbwGBps")."""
+    """The wire name of the threshold a busbw or latency result is judged by ("nccl.allReduceBusbwGBps")."""
+    if result_name in latency.THRESHOLD_KEYS:
+        return latency.THRESHOLD_KEYS[result_name]
     attr = "node_all_reduce_busbw_gbps" if result_name == "node_all_reduce_busbw" else f"{result_name}_gbps"
     field = NcclThresholds.model_fields.get(attr)
     return f"nccl.{field.alias or attr}" if field else f"nccl.{result_name}"
@@ -423,6 +426,7 @@ def judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple[
                  nodes: list[str], backend: str, estimated: Collection[str] = ()) -> NcclOutcome:
     """Every result, each marked where the threshold it was judged by is the profile's estimate."""
     out = _judge_sweeps(check, sweeps, skipped, nodes, backend)
+    out.results += latency.latency_results(check, sweeps, nodes, skipped)
     out.results = [with_estimate(r, threshold_key(r.name), estimated) for r in out.results]
     return out
 

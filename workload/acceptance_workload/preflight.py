@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import binding, mig
 from acceptance_workload.checks import PreflightThresholds
 from acceptance_workload.occupancy import Occupancy, judge_in_use, nvml_init
 from acceptance_workload.render import human_bytes
@@ -484,6 +485,9 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
             out.results += results
             out.skipped += skipped
             out.results += version_checks(th, node, versions or collect_versions(), config.gpus_per_node)
+    results, skipped = binding.preflight_binding(config, node, local_rank, env, sys_root)
+    out.results += results
+    out.skipped += skipped
     if config.mode == "cpu-smoke":
         return out
     in_use = judge_in_use(occupancy, th, node)
@@ -500,7 +504,8 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
             with gpu_under_load(device):
                 snap = snapshot_gpu(nvml, handle, local_rank)
         else:
-            snap = snapshot_gpu(nvml, nvml.nvmlDeviceGetHandleByIndex(local_rank), local_rank)
+            handle = nvml.nvmlDeviceGetHandleByIndex(local_rank)
+            snap = snapshot_gpu(nvml, handle, local_rank)
     except Exception as e:
         out.results.append(_result("gpu_health", None, 1.0, "ge", node=node, gpu=local_rank,
                                    message=f"GPU {local_rank} on node {node} could not be inspected through NVML: "
@@ -508,6 +513,7 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
         return out
     results, skipped = judge_gpu(snap, th, node, local_rank)
     out.results += results
+    out.results.append(mig.judge_mig(nvml, handle, th, node, local_rank))
     out.skipped += skipped
     return out
 

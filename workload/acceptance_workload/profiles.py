@@ -86,10 +86,11 @@ GPU_ESTIMATED = GPU_HOST_ESTIMATED | {"gpu.minGemmTflops", "gpu.minHbmGBps", "gp
 # The busbw floors describe 8 GPUs a node and one NIC per GPU; the GPU machine here had 2 and 4 GPUs of one
 # host (2x H200 325-348 GB/s all_reduce at >= 1 GiB, 4x H100 362-364, against the 2-7 GPU floor of 299), so
 # every busbw floor stays an estimate until 8-GPU nodes and a real fabric are measured.
+LATENCY_KEYS = frozenset({"nccl.allReduceLatencyUs", "nccl.nodeAllReduceLatencyUs"})  # 4 GPUs measured, not 8
 NCCL_ESTIMATED = frozenset(
     f"nccl.{name}" for name in ("allReduceBusbwGBps", "allGatherBusbwGBps", "reduceScatterBusbwGBps",
                                 "nodeAllReduceBusbwGBps", "interNodeRatioToMedian")
-)
+) | LATENCY_KEYS
 # DDP efficiency and straggler floors measured on one NVLink node (H100, H200); across nodes the gradients
 # cross the network, which this project has not measured, and other GPU models are not measured at all.
 DDP_RELATIVE_ESTIMATED = frozenset({"ddp.minScalingEfficiency", "ddp.maxStragglerRatio"})
@@ -97,6 +98,25 @@ DDP_RELATIVE_ESTIMATED = frozenset({"ddp.minScalingEfficiency", "ddp.maxStraggle
 # Relative, so it holds for any fabric and GPU count; an estimate until pairs of real nodes are measured
 # (a node slowed by a GPU hog, or fallen back to sockets from IB, is several times slower, not 25%).
 INTER_NODE_RATIO_TO_MEDIAN = 0.75
+
+
+# Small-message all_reduce ceilings (microseconds per operation, the worst swept size from 8 B to 64 KiB;
+# latency.py, docs/thresholds.md). NVLink: 17.0 us over 4x H100 and 10.1 over 2 in this project's saved sweeps
+# (one run each; bench/latency_from_reports.py); the ceiling leaves room for 8 GPUs (more ring steps) and a loaded
+# host. Between nodes over IB/RoCE: an estimate (no real fabric measured here); over ethernet (NCCL's sockets)
+# reported, not judged. CPU smoke (gloo on shared cores): loose.
+NVLINK_LATENCY_US = 100.0
+NETWORK_LATENCY_US: dict[str, float | None] = {"infiniband": 250.0, "roce": 250.0, "ethernet": None}
+CPU_LATENCY_US = 200_000.0
+
+
+def latency_for(table: NcclThresholds, nodes: int, gpus_per_node: int, fabric: str) -> NcclThresholds:
+    """The latency ceilings of a run: NVLink inside a node (2+ GPUs), the fabric's between nodes."""
+    if table.node_all_reduce_latency_us is None:  # a profile without ceilings (custom, cpu-smoke)
+        return table
+    node = table.node_all_reduce_latency_us if gpus_per_node >= 2 else None
+    job = NETWORK_LATENCY_US.get(fabric) if nodes > 1 else node
+    return table.model_copy(update={"node_all_reduce_latency_us": node, "all_reduce_latency_us": job})
 
 
 # FSDP (checks.fsdp, default shape: gpt 24 x 1024, batch 8 x 1024 tokens): docs/thresholds.md. Peak memory per GPU
@@ -140,6 +160,8 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         require_unlimited_memlock=True,
         fail_on_throttle=True,
         max_gpu_memory_in_use_mib=GPU_MEMORY_IN_USE_MIB,
+        require_numa_local_cpus=True,
+        mig_mode="disabled",
     )
     collective_share = 0.9  # all_gather / reduce_scatter reach about what all_reduce does
     single = NcclThresholds(
@@ -150,6 +172,8 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         node_all_reduce_busbw_gbps=node_busbw,
         intra_node_transport="P2P",
         cross_check_tolerance=CROSS_CHECK_TOLERANCE,
+        all_reduce_latency_us=NVLINK_LATENCY_US,
+        node_all_reduce_latency_us=NVLINK_LATENCY_US,
     )
     multi = NcclThresholds(
         reference_bytes="1Gi",
@@ -160,6 +184,8 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
         inter_node_ratio_to_median=INTER_NODE_RATIO_TO_MEDIAN,
         intra_node_transport="P2P",
         cross_check_tolerance=CROSS_CHECK_TOLERANCE,
+        all_reduce_latency_us=NETWORK_LATENCY_US["infiniband"],
+        node_all_reduce_latency_us=NVLINK_LATENCY_US,
     )
     ddp = {
         "gpt": DdpThresholds(min_throughput_per_gpu=gpt_tokens, min_scaling_efficiency=0.90,
@@ -201,8 +227,13 @@ PROFILES: dict[ProfileName, Profile] = {
     # Relative floors only (CPU cores are shared, so loose ones): each process's matmul and copy rate against the
     # median process's, and localisation's pairs against the others' median.
     CPU_SMOKE: Profile(name=CPU_SMOKE, gpu=GpuThresholds(min_ratio_to_node_median=CPU_RATIO_TO_MEDIAN),
-                       nccl_single_node=NcclThresholds(inter_node_ratio_to_median=CPU_INTER_NODE_RATIO),
-                       nccl_multi_node=NcclThresholds(inter_node_ratio_to_median=CPU_INTER_NODE_RATIO)),
+                       preflight=PreflightThresholds(require_numa_local_cpus=True),
+                       nccl_single_node=NcclThresholds(inter_node_ratio_to_median=CPU_INTER_NODE_RATIO,
+                                                       all_reduce_latency_us=CPU_LATENCY_US,
+                                                       node_all_reduce_latency_us=CPU_LATENCY_US),
+                       nccl_multi_node=NcclThresholds(inter_node_ratio_to_median=CPU_INTER_NODE_RATIO,
+                                                      all_reduce_latency_us=CPU_LATENCY_US,
+                                                      node_all_reduce_latency_us=CPU_LATENCY_US)),
 }
 
 M = TypeVar("M", bound=WireModel)
@@ -293,24 +324,28 @@ def nccl_for_gpu_count(table: NcclThresholds, nodes: int, gpus_per_node: int) ->
     if gpus_per_node == PROFILE_GPUS_PER_NODE:
         return table
     ratio = table.inter_node_ratio_to_median  # relative: holds for any GPU count
+    latency = {"all_reduce_latency_us": table.all_reduce_latency_us,  # latency.py: per fabric, any count
+               "node_all_reduce_latency_us": table.node_all_reduce_latency_us}
     if gpus_per_node < 2:
-        return NcclThresholds(reference_bytes=table.reference_bytes, inter_node_ratio_to_median=ratio)
+        return NcclThresholds(reference_bytes=table.reference_bytes, inter_node_ratio_to_median=ratio, **latency)
     node = table.node_all_reduce_busbw_gbps
     node = None if node is None else round(node * FEWER_GPUS_NODE_SHARE)
     return NcclThresholds(reference_bytes=table.reference_bytes, node_all_reduce_busbw_gbps=node,
                           all_reduce_busbw_gbps=node if nodes == 1 else None, inter_node_ratio_to_median=ratio,
                           intra_node_transport=table.intra_node_transport,
-                          cross_check_tolerance=table.cross_check_tolerance)  # ours against nccl-tests: any count
+                          cross_check_tolerance=table.cross_check_tolerance,  # ours against nccl-tests: any count
+                          **latency)
 
 
 def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
-                   gpus_per_node: int = PROFILE_GPUS_PER_NODE) -> ChecksSpec:
+                   gpus_per_node: int = PROFILE_GPUS_PER_NODE, fabric: str = "infiniband") -> ChecksSpec:
     """The checks with every threshold the spec left unset taken from the profile.
 
     The per-GPU floors hold for the default matmul and copy sizes or larger.
     """
     p = PROFILES[profile]
     nccl_defaults = nccl_for_gpu_count(p.nccl_multi_node if nodes > 1 else p.nccl_single_node, nodes, gpus_per_node)
+    nccl_defaults = latency_for(nccl_defaults, nodes, gpus_per_node, fabric)
     ddp_defaults = p.ddp.get(checks.ddp.model, DdpThresholds())
     gpu_defaults = _gpu_defaults(p.gpu, checks.gpu)
     if not _default_ddp_workload(checks.ddp):
@@ -354,7 +389,7 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
     max_bytes = min(parse_bytes(nccl.max_bytes), CPU_MAX_BYTES)
     smoke = ChecksSpec.model_validate({
         "heartbeatTimeoutSeconds": checks.heartbeat_timeout_seconds,
-        "preflight": {"enabled": checks.preflight.enabled},
+        "preflight": {"enabled": checks.preflight.enabled, "thresholds": {"requireNumaLocalCpus": True}},
         "gpu": {"enabled": checks.gpu.enabled, "gemmSize": 512, "hbmBytes": "32Mi", "hostBytes": "1Mi", "windows": 5,
                 "iters": 5, "warmupIters": 2, "gemmWarmupSeconds": 0,
                 "thresholds": {"minRatioToNodeMedian": CPU_RATIO_TO_MEDIAN}},
@@ -362,6 +397,7 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
                  "maxBytes": max_bytes, "stepFactor": 4, "warmupIters": 1, "iters": 3, "dtype": nccl.dtype,
                  "perNode": False, "windows": 1, "localize": nccl.localize, "crossCheck": nccl.cross_check,
                  "thresholds": {"interNodeRatioToMedian": CPU_INTER_NODE_RATIO,
+                                "allReduceLatencyUs": CPU_LATENCY_US, "nodeAllReduceLatencyUs": CPU_LATENCY_US,
                                 "crossCheckTolerance": nccl.thresholds.cross_check_tolerance if nccl.cross_check
                                 else None},
                  "collectiveTimeoutSeconds": min(nccl.collective_timeout_seconds, 60)},
