@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from acceptance_workload import rules
 from acceptance_workload.checks import GpuCheck
-from acceptance_workload.report import ESTIMATED_SUFFIX, CheckResult, GpuDetail, GpuRow, Skip, judge
+from acceptance_workload.report import ESTIMATED_SUFFIX, CheckResult, GpuDetail, GpuRow, Skip
 from acceptance_workload.rules import RATIO_SUFFIX
 from acceptance_workload.wire import parse_bytes
 
@@ -159,11 +159,10 @@ def _missing(label: str, r: GpuRow) -> str:
 
 def _result(r: GpuRow, name: str, value: float | None, unit: str, threshold: float | None,
             message: str, estimated: bool) -> CheckResult:
-    comparison = "ge" if threshold is not None else "info"
-    return CheckResult(check="gpu", name=name, value=value, unit=unit, threshold=threshold, comparison=comparison,
-                       passed=judge(value, threshold, comparison),
-                       message=message + (ESTIMATED_SUFFIX if estimated else ""),
-                       node=r.node, gpu=r.gpu, estimated=True if estimated else None)
+    out = rules.judged("gpu", name, value, threshold, unit=unit,
+                       message=message + (ESTIMATED_SUFFIX if estimated else ""), node=r.node, gpu=r.gpu)
+    out.estimated = True if estimated else None
+    return out
 
 
 def _absolute(m: Metric, label: str, r: GpuRow, value: float | None, floor: float | None,

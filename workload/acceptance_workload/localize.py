@@ -323,12 +323,11 @@ def results(detail: LocalizationDetail, nodes: Sequence[str], estimated: Collect
     out = []
     for node in nodes:
         j = judged[node]
-        result = CheckResult(check="nccl", name=RESULT, value=_round(j.value), unit="GB/s",
-                             threshold=_round(j.threshold), comparison="ge" if j.threshold is not None else "info",
-                             passed=j.passed, node=node, message=describe(j, rows, detail))
+        result = rules.judged("nccl", RESULT, _round(j.value), _round(j.threshold), passed=j.passed, node=node,
+                              message=describe(j, rows, detail))
         out.append(rules.mark_estimate(result, estimated))
     for block in slow_blocks(rows, detail.ratio, detail.floor_gbps):
-        out += [CheckResult(check="nccl", name=BLOCK_RESULT, value=None, unit="GB/s", passed=False, node=n,
+        out += [rules.result("nccl", BLOCK_RESULT, None, None, passed=False, node=n,
                             message=f"the job-wide fault shows in the block {_few(block)} of the bisection but "
                                     "in none of its pairs") for n in block]
     return out

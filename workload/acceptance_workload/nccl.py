@@ -468,20 +468,16 @@ def busbw_result(name: str, sweep: NcclSweep, threshold: float | None, reference
     """Best busbw at or above the reference size, judged against the threshold (missing fails)."""
     best = best_busbw(sweep.rows, reference_bytes)
     node = sweep.node if sweep.scope == "node" else None
-    comparison = "info" if threshold is None else "ge"
     if best is None:
         msg = (f"no message size >= {format_bytes(reference_bytes)} in the sweep (maxBytes "
                f"{format_bytes(max_bytes)}): raise maxBytes or lower thresholds.referenceBytes")
-        return CheckResult(check="nccl", name=name, value=None, unit="GB/s", threshold=threshold,
-                           comparison=comparison, passed=False, message=msg, node=node)
-    passed = threshold is None or best.busbw_gbps >= threshold
+        return rules.judged("nccl", name, None, threshold, message=msg, node=node)
+    out = rules.judged("nccl", name, best.busbw_gbps, threshold, node=node, observed=f"{format_bytes(best.size)}")
     where = f"node {sweep.node}" if node else f"{sweep.ranks} ranks"
-    msg = f"{best.busbw_gbps:.1f} GB/s busbw at {format_bytes(best.size)} ({where})"
+    out.message = f"{best.busbw_gbps:.1f} GB/s busbw at {format_bytes(best.size)} ({where})"
     if threshold is not None:
-        msg += f"; needs >= {threshold:g}" if not passed else f" >= {threshold:g}"
-    return CheckResult(check="nccl", name=name, value=best.busbw_gbps, unit="GB/s", threshold=threshold,
-                       comparison=comparison, passed=passed, message=msg, node=node,
-                       observed=f"{format_bytes(best.size)}")
+        out.message += f"; needs >= {threshold:g}" if not out.passed else f" >= {threshold:g}"
+    return out
 
 
 @dataclass
@@ -518,9 +514,9 @@ def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple
         if sweep is None:
             if threshold is not None:
                 why = skipped.get((collective, None), "not measured")
-                out.results.append(CheckResult(
-                    check="nccl", name=f"{collective}_busbw", value=None, unit="GB/s", threshold=threshold,
-                    passed=False, message=f"{collective} was not measured ({why}); its threshold cannot pass"))
+                out.results.append(rules.judged(
+                    "nccl", f"{collective}_busbw", None, threshold,
+                    message=f"{collective} was not measured ({why}); its threshold cannot pass"))
             continue
         out.results.append(busbw_result(f"{collective}_busbw", sweep, threshold, reference, max_bytes))
     if "all_reduce" in check.collectives and not check.per_node and len(nodes) > 1:
@@ -537,9 +533,8 @@ def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple
             if sweep is None:
                 if node_threshold is not None:
                     why = skipped.get(("all_reduce", node), "not measured")
-                    out.results.append(CheckResult(
-                        check="nccl", name="node_all_reduce_busbw", value=None, unit="GB/s",
-                        threshold=node_threshold, passed=False, node=node,
+                    out.results.append(rules.judged(
+                        "nccl", "node_all_reduce_busbw", None, node_threshold, node=node,
                         message=f"all_reduce inside node {node} was not measured ({why})"))
                 continue
             out.results.append(busbw_result("node_all_reduce_busbw", sweep, node_threshold, reference, max_bytes))

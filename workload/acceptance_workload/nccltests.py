@@ -311,9 +311,8 @@ def judge_one(collective: Collective, node: str, ours: NcclSweep | None, run: Ru
     name = f"{collective}{RESULT_SUFFIX}"
 
     def failed(message: str, observed: str | None = None) -> CheckResult:
-        return CheckResult(check="nccl", name=name, value=None, unit="", threshold=tolerance, comparison="le",
-                           passed=False, message=f"{collective} on node {node}: {message}", node=node,
-                           observed=observed, expected=f"within {tolerance:.0%} of nccl-tests")
+        return rules.judged("nccl", name, None, tolerance, message=f"{collective} on node {node}: {message}",
+                            node=node, observed=observed, expected=f"within {tolerance:.0%} of nccl-tests")
 
     if run is None:
         return failed("nccl-tests was not run (no result from the node's first rank)")
@@ -342,9 +341,8 @@ def judge_one(collective: Collective, node: str, ours: NcclSweep | None, run: Ru
     message = (f"{collective} on node {node}: best busbw at >= {format_bytes(floor)} {deviation:.1%} apart from "
                "nccl-tests' on the same GPUs, " + (f"within {tolerance:.0%}" if passed else
                                                    f"more than {tolerance:.0%}: the two do not measure the same"))
-    return CheckResult(check="nccl", name=name, value=round(deviation, 4), unit="", threshold=tolerance,
-                       comparison="le", passed=passed, message=message, node=node, observed=observed,
-                       expected=f"within {tolerance:.0%} of nccl-tests")
+    return rules.judged("nccl", name, round(deviation, 4), tolerance, passed=passed, message=message, node=node,
+                        observed=observed, expected=f"within {tolerance:.0%} of nccl-tests")
 
 
 def judge(check: NcclCheck, sweeps: list[NcclSweep], runs: Mapping[str, Mapping[str, Mapping[str, Any]]],

@@ -6,7 +6,7 @@ ddp.py, control.py's culprits) build each CheckResult with `result()` or ask
 `threshold()` / `expected()`, and the operator's re-judging (rejudge.py) asks
 the same functions with the thresholds it resolved from the spec. A result name
 that is not a row here cannot be emitted (`rule()` raises UnknownResult) and is
-failed by the operator (fails closed); tests/unit/test_result_rules.py checks
+failed by the operator (fails closed); tests/workload/test_result_rules.py checks
 that every result a run writes has a row and that no other module reads a
 threshold field.
 
@@ -318,12 +318,19 @@ def result(check: CheckName, name: str, value: float | None, thresholds: Any, *,
     `passed` overrides the numeric judgement where the judge knows more (a version compare); a missing value
     never passes.
     """
+    t = rule(check, name).threshold.derive(thresholds, run or Run())
+    return judged(check, name, value, t, unit=unit, passed=passed, estimated=estimated, **fields)
+
+
+def judged(check: CheckName, name: str, value: float | None, threshold: float | None, *, unit: str | None = None,
+           passed: bool | None = None, estimated: Collection[str] = (), **fields: Any) -> CheckResult:
+    """A CheckResult against a threshold the judge has from its row (threshold(), or, for an "inter_node" row,
+    computed from the measurements as the row says); comparison and unit from the row."""
     r = rule(check, name)
-    t = r.threshold.derive(thresholds, run or Run())
-    comparison: Comparison = r.comparison if t is not None else "info"
-    ok = judge(value, t, comparison) if passed is None else (passed and value is not None)
-    out = CheckResult(check=check, name=name, value=value, unit=r.unit if unit is None else unit, threshold=t,
-                      comparison=comparison, passed=ok, **fields)
+    comparison: Comparison = r.comparison if threshold is not None else "info"
+    ok = judge(value, threshold, comparison) if passed is None else (passed and value is not None)
+    out = CheckResult(check=check, name=name, value=value, unit=r.unit if unit is None else unit,
+                      threshold=threshold, comparison=comparison, passed=ok, **fields)
     return mark_estimate(out, estimated) if estimated else out
 
 
