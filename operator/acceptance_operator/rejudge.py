@@ -111,25 +111,26 @@ def _measured(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
     return numeric(_threshold(row, x), row.comparison)
 
 
-def _version(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
-    need = _expected(row, x)
-    if need is None:
-        return numeric(None, row.comparison)
-    try:
-        ok = r.observed is not None and version_tuple(r.observed) >= version_tuple(need)
-    except ValueError:
-        ok = False
-    note = "" if ok else f"version {r.observed or 'unknown'} below {need}"
-    return Judgement(_threshold(row, x), row.comparison, ok, note)
+KindJudge = Callable[[rules.Rule, CheckResult, Context], Judgement]
 
 
-def _gpu_model(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
-    want = _expected(row, x)
-    if want is None:
-        return numeric(None, row.comparison)
-    ok = r.observed is not None and want.lower() in r.observed.lower()
-    note = "" if ok else f"GPU {r.observed or 'unknown'} is not a {want}"
-    return Judgement(_threshold(row, x), row.comparison, ok, note)
+def _meets_text(meets: Callable[[str, str], bool], failure: str) -> KindJudge:
+    """A row whose observation (`observed`) must meet the text the row requires: a version, a GPU model."""
+    def judge_text(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
+        need = _expected(row, x)
+        if need is None:
+            return numeric(None, row.comparison)
+        try:
+            ok = r.observed is not None and meets(r.observed, need)
+        except ValueError:
+            ok = False
+        note = "" if ok else failure.format(observed=r.observed or "unknown", need=need)
+        return Judgement(_threshold(row, x), row.comparison, ok, note)
+    return judge_text
+
+
+_version = _meets_text(lambda seen, need: version_tuple(seen) >= version_tuple(need), "version {observed} below {need}")
+_gpu_model = _meets_text(lambda seen, want: want.lower() in seen.lower(), "GPU {observed} is not a {need}")
 
 
 def _transport(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
@@ -184,7 +185,7 @@ def _culprit(row: rules.Rule, _r: CheckResult, x: Context) -> Judgement:
 
 # How the operator judges each kind of row of the result-rule table (acceptance_workload.rules); the table, not
 # this module, says which result is of which kind and which threshold judges it.
-KIND_JUDGES: dict[str, Callable[[rules.Rule, CheckResult, Context], Judgement]] = {
+KIND_JUDGES: dict[str, KindJudge] = {
     "measured": _measured, "version": _version, "model": _gpu_model, "transport": _transport,
     "ratio": _gpu_ratio, "inter_node": _inter_node, "culprit": _culprit,
 }
