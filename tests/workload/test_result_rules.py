@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from acceptance_operator import rejudge
 from acceptance_operator.rejudge import Context, judge_result
-from acceptance_workload import control, gpubench, localize, nccl, nccltests, preflight, rules
+from acceptance_workload import collectives, control, gpubench, localize, nccltests, preflight, rules
 from acceptance_workload.checks import COLLECTIVES, ChecksSpec, PreflightThresholds
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.report import Report
@@ -93,8 +93,8 @@ def declared_names() -> set[tuple[str, str]]:
     """Every (check, name) the workload's code declares it can emit."""
     names = {("preflight", item[0]) for item in preflight.GPU_ITEMS}
     names |= {("gpu", m.name) for m in gpubench.METRICS} | {("gpu", m.ratio_name) for m in gpubench.METRICS}
-    names |= {("nccl", f"{c}{suffix}") for c in nccl.COLLS for suffix in ("_busbw", "_correctness")}
-    names |= {("nccl", f"{c}{nccltests.RESULT_SUFFIX}") for c in nccl.COLLS}
+    names |= {("nccl", f"{c}{suffix}") for c in collectives.COLLS for suffix in ("_busbw", "_correctness")}
+    names |= {("nccl", f"{c}{nccltests.RESULT_SUFFIX}") for c in collectives.COLLS}
     names |= {("nccl", localize.RESULT), ("nccl", localize.BLOCK_RESULT), ("nccl", "node_all_reduce_busbw")}
     names |= {(check, kind[0]) for kind in control.CULPRIT_KINDS.values()
               for check in ("preflight", "gpu", "nccl", "ddp")}
@@ -128,7 +128,7 @@ def literal_names() -> set[str]:
 def test_every_declared_result_has_a_row() -> None:
     missing = declared_names() - set(rules.RULES)
     assert not missing, missing
-    assert set(nccl.COLLS) == set(COLLECTIVES)  # one record per collective the spec can ask for
+    assert set(collectives.COLLS) == set(COLLECTIVES)  # one record per collective the spec can ask for
 
 
 def test_every_literal_result_name_has_a_row() -> None:

@@ -41,6 +41,19 @@ Adding a result is adding ONE row to RULES below:
 
 New thresholds go into checks.py (the spec field, its wire alias) and
 profiles.py (the defaults); only this module reads them to judge a result.
+Examples of what a new result or check adds here:
+
+    # a small-message latency result of nccl (checks.NcclThresholds.max_all_reduce_latency_us):
+    row("nccl", "all_reduce_latency", "le", "us", field("max_all_reduce_latency_us")),
+    # a preflight item judged only when a yes/no threshold asks for it:
+    row("preflight", "mig_mode", "eq", "", when_flag("require_mig_disabled")),
+    # a new check "fsdp": its name in report.CheckName and CHECK_NAMES, its thresholds model in
+    # THRESHOLD_MODELS below ("fsdp": FsdpThresholds), then its rows:
+    row("fsdp", "throughput_per_gpu", "ge", "", field("min_throughput_per_gpu")),
+
+The judge then builds the result with `result("fsdp", "throughput_per_gpu",
+value, check.thresholds, ...)` (or `judged()` with a threshold it computed as
+its row says), and the operator judges it with no change of its own.
 """
 
 from __future__ import annotations
