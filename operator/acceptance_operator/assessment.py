@@ -151,23 +151,51 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
         return _failed(JOB_FAILED, f"{job_text} was deleted before the run finished (no report was written)")
 
     if state.finished:
-        waited = (now - state.since).total_seconds() if state.since else timing.report_grace_seconds
-        if waited < timing.report_grace_seconds:
-            return Assessment(RunState("Running", "AwaitingReport",
-                                       f"{job_text} is {state.state}; waiting for the workload's report"))
-        if state.state == "Succeeded":
-            why = f" ({report_problem})" if report_problem else ""
-            return _failed(
-                REPORT_MISSING,
-                f"{job_text} succeeded but no report for generation {obs.generation} was written{why}: "
-                "read the rank-0 pod's log, and check that its ServiceAccount may patch acceptancetests/status",
-            )
-        if state.deadline_exceeded or _ended_at_deadline(state, obs):
-            return _failed(TIMEOUT, f"{job_text} was stopped at spec.timeoutSeconds={obs.timeout_seconds}: "
-                                    f"{state.message or state.reason}")
-        return _failed(JOB_FAILED, diagnosis.job_failure(job, obs.pods).message,
-                       failed_nodes=diagnosis.culprit_nodes(obs.pods, obs.gpu_pods))
+        return _finished(obs, state, now, timing, report_problem)
+    stalled = _stalled(obs, now, timing)
+    if stalled is not None:
+        return stalled
 
+    if obs.start_time is not None and (now - obs.start_time).total_seconds() >= obs.timeout_seconds:
+        return _failed(
+            TIMEOUT,
+            f"no verdict within spec.timeoutSeconds={obs.timeout_seconds}: {diagnosis.progress(job, obs.pods)}",
+            stop_job=True,
+        )
+
+    progress = diagnosis.progress(job, obs.pods)
+    if report_problem:
+        progress += f"; {report_problem}"
+    if state.state in ("Running", "Restarting") or diagnosis.any_running(obs.pods):
+        return Assessment(RunState("Running", "JobRunning", progress))
+    return Assessment(RunState("Pending", "Pending", progress))
+
+
+def _finished(obs: Observation, state: JobState, now: datetime, timing: Timing,
+              report_problem: str | None) -> Assessment:
+    """The job ended without a report: wait a grace for it, then say why (timeout, failure, missing report)."""
+    job_text = f"{obs.job_kind} {obs.job_name}"
+    waited = (now - state.since).total_seconds() if state.since else timing.report_grace_seconds
+    if waited < timing.report_grace_seconds:
+        return Assessment(RunState("Running", "AwaitingReport",
+                                   f"{job_text} is {state.state}; waiting for the workload's report"))
+    if state.state == "Succeeded":
+        why = f" ({report_problem})" if report_problem else ""
+        return _failed(
+            REPORT_MISSING,
+            f"{job_text} succeeded but no report for generation {obs.generation} was written{why}: "
+            "read the rank-0 pod's log, and check that its ServiceAccount may patch acceptancetests/status",
+        )
+    if state.deadline_exceeded or _ended_at_deadline(state, obs):
+        return _failed(TIMEOUT, f"{job_text} was stopped at spec.timeoutSeconds={obs.timeout_seconds}: "
+                                f"{state.message or state.reason}")
+    return _failed(JOB_FAILED, diagnosis.job_failure(obs.job, obs.pods).message,
+                   failed_nodes=diagnosis.culprit_nodes(obs.pods, obs.gpu_pods))
+
+
+def _stalled(obs: Observation, now: datetime, timing: Timing) -> Assessment | None:
+    """A running job that cannot finish: a lost node, a stuck or unschedulable pod, refused pods, an idle backend."""
+    job = obs.job
     lost = diagnosis.lost_nodes(obs.pods, obs.nodes, now, timing.node_lost_grace_seconds)
     if lost is not None:
         finding, nodes = lost
@@ -191,20 +219,7 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     idle = diagnosis.backend_not_running(job, obs.pods, now, timing.unschedulable_grace_seconds)
     if idle is not None:
         return _failed(idle.reason, idle.message, stop_job=True)
-
-    if obs.start_time is not None and (now - obs.start_time).total_seconds() >= obs.timeout_seconds:
-        return _failed(
-            TIMEOUT,
-            f"no verdict within spec.timeoutSeconds={obs.timeout_seconds}: {diagnosis.progress(job, obs.pods)}",
-            stop_job=True,
-        )
-
-    progress = diagnosis.progress(job, obs.pods)
-    if report_problem:
-        progress += f"; {report_problem}"
-    if state.state in ("Running", "Restarting") or diagnosis.any_running(obs.pods):
-        return Assessment(RunState("Running", "JobRunning", progress))
-    return Assessment(RunState("Pending", "Pending", progress))
+    return None
 
 
 def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | None:

@@ -2,19 +2,27 @@
 
 Each subcommand imports what it needs when it runs, so `crd`, `render` and
 `local` work without kopf or the Kubernetes client installed.
+
+Exit codes, for every command (acceptance_workload.exits has the rule): 0 yes
+(passed, printed, rendered, judged), 1 no (a check failed, an invalid
+manifest, no usable report yet, a delivery not judged), 2 could not answer
+(bad arguments, unreadable input, API errors, any unexpected error).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
+
+from acceptance_workload import exits
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
     from acceptance_operator.crd import crd_yaml
 
     sys.stdout.write(crd_yaml())
-    return 0
+    return exits.YES
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
@@ -93,8 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return args.func(args)
+    """Run one command; an error it did not expect is exit 2 (could not answer), never Python's 1 (a failed check)."""
+    args = build_parser().parse_args(argv)  # bad arguments: argparse exits 2
+    try:
+        return args.func(args)
+    except Exception as e:
+        traceback.print_exc()
+        sys.stderr.write(f"gpu-acceptance {args.command}: error: {type(e).__name__}: {e}\n")
+        return exits.CANNOT
 
 
 if __name__ == "__main__":

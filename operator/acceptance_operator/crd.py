@@ -60,37 +60,49 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
 
     kind = node.get("type")
     if kind == "object" or "properties" in node:
-        out["type"] = "object"
-        props = node.get("properties")
-        if props:
-            out["properties"] = {k: _structural(v, defs) for k, v in props.items()}
-            for key, child in out["properties"].items():
-                # Nested objects default to {} so the API server applies their field defaults (a required one
-                # stays required: {} would not pass its own required fields).
-                if child.get("type") == "object" and "properties" in child and "default" not in child \
-                        and not child.get("nullable") and key not in node.get("required", ()):
-                    child["default"] = {}
-            if node.get("required"):
-                out["required"] = list(node["required"])
-        elif isinstance(node.get("additionalProperties"), dict) and node["additionalProperties"]:
-            value = _structural(node["additionalProperties"], defs)
-            out["additionalProperties"] = value
-        elif len(node.get("patternProperties") or {}) == 1:
-            # A map whose keys have a pattern: the values' schema, and the pattern as a CEL rule below.
-            (value,) = node["patternProperties"].values()
-            out["additionalProperties"] = _structural(value, defs)
-        else:
-            out["x-kubernetes-preserve-unknown-fields"] = True
-        if props and node.get("additionalProperties") is True:
-            # A model that keeps extra fields (a volume's source): its own fields typed, the rest kept as written.
-            out["x-kubernetes-preserve-unknown-fields"] = True
-        out.update(_key_rules(node))
+        out.update(_object(node, defs))
     elif kind == "array":
         out["type"] = "array"
         out["items"] = _structural(node.get("items", {}), defs)
     elif kind is not None:
         out["type"] = kind
 
+    _copy_keywords(node, out)
+    return out
+
+
+def _object(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """An object node: typed properties (nested objects defaulting to {}), a map's values, or kept as written."""
+    out: dict[str, Any] = {"type": "object"}
+    props = node.get("properties")
+    if props:
+        out["properties"] = {k: _structural(v, defs) for k, v in props.items()}
+        for key, child in out["properties"].items():
+            # Nested objects default to {} so the API server applies their field defaults (a required one
+            # stays required: {} would not pass its own required fields).
+            if child.get("type") == "object" and "properties" in child and "default" not in child \
+                    and not child.get("nullable") and key not in node.get("required", ()):
+                child["default"] = {}
+        if node.get("required"):
+            out["required"] = list(node["required"])
+    elif isinstance(node.get("additionalProperties"), dict) and node["additionalProperties"]:
+        value = _structural(node["additionalProperties"], defs)
+        out["additionalProperties"] = value
+    elif len(node.get("patternProperties") or {}) == 1:
+        # A map whose keys have a pattern: the values' schema, and the pattern as a CEL rule below.
+        (value,) = node["patternProperties"].values()
+        out["additionalProperties"] = _structural(value, defs)
+    else:
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    if props and node.get("additionalProperties") is True:
+        # A model that keeps extra fields (a volume's source): its own fields typed, the rest kept as written.
+        out["x-kubernetes-preserve-unknown-fields"] = True
+    out.update(_key_rules(node))
+    return out
+
+
+def _copy_keywords(node: dict[str, Any], out: dict[str, Any]) -> None:
+    """The node's other keywords a structural schema keeps (descriptions, bounds, enums, CEL rules)."""
     for key, value in node.items():
         if key in _DROP_KEYS or key in ("type", "properties", "items", "required", "anyOf", "propertyNames",
                                         "patternProperties"):
@@ -103,7 +115,6 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         if key == "format" and value not in ("date-time", "int32", "int64", "byte"):
             continue
         out[key] = value
-    return out
 
 
 def _key_rules(node: dict[str, Any]) -> dict[str, Any]:

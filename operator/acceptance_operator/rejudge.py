@@ -20,19 +20,14 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from acceptance_workload import binding, latency, localize, mig, nccltests
-from acceptance_workload.checks import COLLECTIVES
+from acceptance_workload import latency, localize, nccltests, rules
 from acceptance_workload.config import WorkloadConfig
-from acceptance_workload.ddp import MIN_LOSS_DECREASE
 from acceptance_workload.evidence import MAX_FAILURES
-from acceptance_workload.fsdp import MAX_SHARD_RATIO
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
-from acceptance_workload.gpubench import RATIO_SUFFIX
-from acceptance_workload.gpubench import Metric as GpuMetric
 from acceptance_workload.preflight import version_tuple
 from acceptance_workload.render import threshold_text, value_text
 from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, DdpRank, Report, judge
-from acceptance_workload.wire import parse_bytes
+from acceptance_workload.rules import RATIO_SUFFIX
 
 from acceptance_operator.runs import report_run
 
@@ -102,108 +97,79 @@ def numeric(threshold: float | None, comparison: Comparison) -> Judgement:
     return Judgement(threshold, comparison if threshold is not None else "info")
 
 
-def _flag(required: bool) -> Judgement:
-    """A yes/no item (value 1 good, 0 bad), judged only when the spec requires it."""
-    return numeric(1.0 if required else None, "eq")
+def _threshold(row: rules.Rule, x: Context) -> float | None:
+    return row.threshold.derive(rules.thresholds_of(x.config, row.check), rules.Run.of(x.config))
 
 
-def _version(need: str | None) -> Rule:
-    def rule(r: CheckResult, _x: Context) -> Judgement:
+def _expected(row: rules.Rule, x: Context) -> str | None:
+    return rules.expected(row.check, row.name, rules.thresholds_of(x.config, row.check), rules.Run.of(x.config))
+
+
+def _measured(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
+    if row.job_wide and r.node is not None:
+        return Judgement(None, row.comparison, False, f"a job-wide {row.name} result names a node")
+    return numeric(_threshold(row, x), row.comparison)
+
+
+KindJudge = Callable[[rules.Rule, CheckResult, Context], Judgement]
+
+
+def _meets_text(meets: Callable[[str, str], bool], failure: str) -> KindJudge:
+    """A row whose observation (`observed`) must meet the text the row requires: a version, a GPU model."""
+    def judge_text(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
+        need = _expected(row, x)
         if need is None:
-            return numeric(None, "eq")
+            return numeric(None, row.comparison)
         try:
-            ok = r.observed is not None and version_tuple(r.observed) >= version_tuple(need)
+            ok = r.observed is not None and meets(r.observed, need)
         except ValueError:
             ok = False
-        return Judgement(1.0, "eq", ok, "" if ok else f"version {r.observed or 'unknown'} below {need}")
-    return rule
+        note = "" if ok else failure.format(observed=r.observed or "unknown", need=need)
+        return Judgement(_threshold(row, x), row.comparison, ok, note)
+    return judge_text
 
 
-def _preflight(attr: str, comparison: Comparison, *, scale: Callable[[object], float] = float) -> Rule:
-    def rule(_r: CheckResult, x: Context) -> Judgement:
-        value = getattr(x.config.checks.preflight.thresholds, attr)
-        return numeric(None if value is None else scale(value), comparison)
-    return rule
+_version = _meets_text(lambda seen, need: version_tuple(seen) >= version_tuple(need), "version {observed} below {need}")
+_gpu_model = _meets_text(lambda seen, want: want.lower() in seen.lower(), "GPU {observed} is not a {need}")
 
 
-def _gpu_model(r: CheckResult, x: Context) -> Judgement:
-    want = x.config.checks.preflight.thresholds.gpu_model
-    if want is None:
-        return numeric(None, "eq")
-    ok = r.observed is not None and want.lower() in r.observed.lower()
-    return Judgement(1.0, "eq", ok, "" if ok else f"GPU {r.observed or 'unknown'} is not a {want}")
-
-
-def _version_rule(attr: str) -> Rule:
-    return lambda r, x: _version(getattr(x.config.checks.preflight.thresholds, attr))(r, x)
-
-
-def _rdma(c: WorkloadConfig) -> bool:
-    return c.nodes > 1 and c.fabric != "ethernet"
-
-
-def _transport(r: CheckResult, x: Context) -> Judgement:
-    return _required_transport(r, x.config.required_transport())
-
-
-def _intra_transport(r: CheckResult, x: Context) -> Judgement:
-    return _required_transport(r, x.config.checks.nccl.thresholds.intra_node_transport)
-
-
-def _required_transport(r: CheckResult, required: str | None) -> Judgement:
+def _transport(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
     """The share of connections that used the required transport must be 1, and it must be the one required."""
+    required = _expected(row, x)
     if required is None:
-        return numeric(None, "ge")
+        return numeric(None, row.comparison)
     if r.expected != required:
-        return Judgement(1.0, "ge", False, f"the report judged transport {r.expected}, the run requires {required}")
-    return numeric(1.0, "ge")
+        return Judgement(_threshold(row, x), row.comparison, False,
+                         f"the report judged transport {r.expected}, the run requires {required}")
+    return numeric(_threshold(row, x), row.comparison)
 
 
-def _nccl_busbw(collective: str) -> Rule:
-    def rule(r: CheckResult, x: Context) -> Judgement:
-        if r.node is not None:
-            return Judgement(None, "ge", False, "a job-wide busbw result names a node")
-        return numeric(x.config.checks.nccl.thresholds.busbw_threshold(collective), "ge")  # type: ignore[arg-type]
-    return rule
-
-
-def _ddp(attr: str, comparison: Comparison) -> Rule:
-    return lambda _r, x: numeric(getattr(x.config.checks.ddp.thresholds, attr), comparison)
-
-
-def _gpu_floor(attr: str) -> Rule:
-    return lambda _r, x: numeric(getattr(x.config.checks.gpu.thresholds, attr), "ge")
-
-
-def _gpu_ratio(m: GpuMetric) -> Rule:
+def _gpu_ratio(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
     """The GPU's value over its node's median GPU, recomputed from the report's own per-GPU measurements."""
-    metric = m.name
-
-    def rule(r: CheckResult, x: Context) -> Judgement:
-        floor = getattr(x.config.checks.gpu.thresholds, m.ratio_threshold)
-        comparison: Comparison = "ge" if floor is not None else "info"
-        siblings = x.on_node("gpu", metric, r.node)
-        own = next((s.value for s in siblings if s.gpu == r.gpu), None)
-        present = [s.value for s in siblings if s.value is not None and s.value > 0]
-        if own is None or not present:
-            return Judgement(floor, comparison, False, f"no {metric} of GPU {r.gpu} and its node {r.node} to compare")
-        ratio = round(own / statistics.median(present), 4)
-        note = "" if r.value is not None and abs(r.value - ratio) <= 1e-3 else (
-            f"the report said {r.value}, its measurements give {ratio}")
-        return Judgement(floor, comparison, note=note, value=ratio)
-    return rule
+    metric = row.of or ""
+    floor = _threshold(row, x)
+    comparison: Comparison = row.comparison if floor is not None else "info"
+    siblings = x.on_node(row.check, metric, r.node)
+    own = next((s.value for s in siblings if s.gpu == r.gpu), None)
+    present = [s.value for s in siblings if s.value is not None and s.value > 0]
+    if own is None or not present:
+        return Judgement(floor, comparison, False, f"no {metric} of GPU {r.gpu} and its node {r.node} to compare")
+    ratio = round(own / statistics.median(present), 4)
+    note = "" if r.value is not None and abs(r.value - ratio) <= 1e-3 else (
+        f"the report said {r.value}, its measurements give {ratio}")
+    return Judgement(floor, comparison, note=note, value=ratio)
 
 
-def _inter_node(r: CheckResult, x: Context) -> Judgement:
+def _inter_node(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
     """The node's best pair against the median of the other nodes' and the floor, from the report's own pair rows."""
-    check = x.config.checks.nccl
-    floor = localize.inter_node_floor(check, x.config.nodes)
+    th = x.config.checks.nccl.thresholds
+    floor = _threshold(row, x)
     detail = x.report.localization
     if detail is None or r.node is None:
         return Judgement(floor, "ge", False, "no localisation pair rows in the report to judge a node by")
     nodes = x.report.environment.hostnames or sorted({o.node for o in x.report.results if o.node})
     judged = x.once(localize.RESULT, lambda: localize.judge_values(
-        localize.node_values(detail.pairs, nodes), check.thresholds.inter_node_ratio_to_median, floor))
+        localize.node_values(detail.pairs, nodes), rules.inter_node_ratio(th), floor))
     j = judged.get(r.node) if isinstance(judged, dict) else None
     if j is None:
         return Judgement(floor, "ge", False, f"node {r.node} is not one the run measured")
@@ -212,101 +178,26 @@ def _inter_node(r: CheckResult, x: Context) -> Judgement:
     return Judgement(j.threshold, "ge" if j.threshold is not None else "info", note=note, value=j.value)
 
 
-def _fsdp(attr: str, comparison: Comparison) -> Rule:
-    return lambda _r, x: numeric(getattr(x.config.checks.fsdp.thresholds, attr), comparison)
+def _culprit(row: rules.Rule, _r: CheckResult, x: Context) -> Judgement:
+    """A rank the workload blamed (stopped, failed, fell behind), a slow block: always a failure."""
+    return Judgement(_threshold(row, x), row.comparison, False)
 
 
-def _storage(attr: str, comparison: Comparison) -> Rule:
-    return lambda _r, x: numeric(getattr(x.config.checks.storage.thresholds, attr), comparison)
-
-
-def _culprit(_r: CheckResult, _x: Context) -> Judgement:
-    """A rank the workload blamed (stopped, failed, fell behind): always a failure."""
-    return Judgement(1.0, "ge", False)
-
-
-RULES: dict[tuple[str, str], Rule] = {
-    # preflight: per node and per GPU health, against spec.checks.preflight.thresholds
-    ("preflight", "gpu_count"): lambda _r, x: numeric(float(x.config.gpus_per_node), "ge"),
-    ("preflight", "gpu_model"): _gpu_model,
-    ("preflight", "driver_version"): _version_rule("min_driver_version"),
-    ("preflight", "cuda_version"): _version_rule("min_cuda_version"),
-    ("preflight", "nccl_version"): _version_rule("min_nccl_version"),
-    ("preflight", "temperature"): _preflight("max_gpu_temperature_c", "le"),
-    ("preflight", "ecc_uncorrected"): _preflight("max_uncorrected_ecc_errors", "le"),
-    ("preflight", "pending_row_remaps"): _preflight("max_pending_row_remaps", "le"),
-    ("preflight", "row_remap_failure"): lambda _r, _x: _flag(True),
-    ("preflight", "gpu_in_use"): _preflight("max_gpu_memory_in_use_mib", "le"),
-    ("preflight", "pcie_generation"): _preflight("min_pcie_generation", "ge"),
-    ("preflight", "pcie_width"): _preflight("min_pcie_width", "ge"),
-    ("preflight", "nvlink_active_links"): _preflight("min_nvlink_active_links", "ge"),
-    ("preflight", "throttle"): lambda _r, x: _flag(bool(x.config.checks.preflight.thresholds.fail_on_throttle)),
-    ("preflight", "shm_size"): _preflight("min_shm_bytes", "ge", scale=lambda v: float(parse_bytes(v))),
-    ("preflight", "memlock_unlimited"): lambda _r, x: _flag(
-        bool(x.config.checks.preflight.thresholds.require_unlimited_memlock) and _rdma(x.config)),
-    ("preflight", "ib_ports"): lambda _r, _x: numeric(1.0, "ge"),
-    ("preflight", "ib_port_state"): lambda _r, x: _flag(x.config.nodes > 1),
-    ("preflight", "ib_port_rate"): lambda _r, x: numeric(
-        x.config.checks.preflight.thresholds.min_ib_rate_gbps if x.config.nodes > 1 else None, "ge"),
-    ("preflight", "gpu_health"): lambda _r, _x: numeric(1.0, "ge"),
-    # CPU/GPU binding, the pod's limits, MIG (binding.py, mig.py: each threshold derived in one function there)
-    ("preflight", "cpu_affinity"): lambda _r, x: numeric(
-        binding.affinity_threshold(x.config.checks.preflight.thresholds), "ge"),
-    ("preflight", "cpu_limit"): lambda _r, x: numeric(binding.cpu_limit_threshold(x.config.limits), "eq"),
-    ("preflight", "memory_limit"): lambda _r, x: numeric(binding.memory_limit_threshold(x.config.limits), "eq"),
-    ("preflight", "mig_mode"): lambda _r, x: numeric(mig.mig_threshold(x.config.checks.preflight.thresholds), "eq"),
-    # nccl: busbw per collective over the job, per node, correctness, transports
-    **{("nccl", f"{c}_busbw"): _nccl_busbw(c) for c in COLLECTIVES},
-    **{("nccl", f"{c}_correctness"): (lambda _r, _x: numeric(0.0, "le")) for c in COLLECTIVES},
-    ("nccl", "node_all_reduce_busbw"): lambda _r, x: numeric(
-        x.config.checks.nccl.thresholds.node_all_reduce_busbw_gbps, "ge"),
-    ("nccl", "transport"): _transport,
-    # small-message all_reduce latency (latency.py): the worst time per operation from 8 B to 64 KiB
-    **{("nccl", name): (lambda _r, x, name=name: numeric(
-        latency.latency_threshold(x.config.checks.nccl.thresholds, name), "le"))
-       for name in (latency.RESULT, latency.NODE_RESULT)},
-    ("nccl", "intra_node_transport"): _intra_transport,
-    # crossCheck: each node's best busbw against nccl-tests' on the same GPUs, |ours / theirs - 1|
-    **{("nccl", f"{c}{nccltests.RESULT_SUFFIX}"): (
-        lambda _r, x: numeric(x.config.checks.nccl.thresholds.cross_check_limit(), "le")) for c in COLLECTIVES},
-    # ddp
-    ("ddp", "throughput_per_gpu"): _ddp("min_throughput_per_gpu", "ge"),
-    ("ddp", "gpu_throughput"): _ddp("min_throughput_per_gpu", "ge"),
-    ("ddp", "scaling_efficiency"): _ddp("min_scaling_efficiency", "ge"),
-    ("ddp", "straggler_ratio"): _ddp("max_straggler_ratio", "le"),
-    ("ddp", "loss_decrease"): lambda _r, _x: numeric(MIN_LOSS_DECREASE, "ge"),
-    # gpu: each GPU against the profile's floor, and against the median GPU of its node
-    **{("gpu", m.name): _gpu_floor(m.threshold) for m in GPU_METRICS},
-    **{("gpu", m.name + RATIO_SUFFIX): _gpu_ratio(m) for m in GPU_METRICS},
-    # localisation between nodes: each node's best pair against the others' median; a bisection's slow block
-    ("nccl", localize.RESULT): _inter_node,
-    ("nccl", localize.BLOCK_RESULT): lambda _r, _x: Judgement(1.0, "ge", False),
-    # fsdp: DDP's training results, then per rank: the same parameters, its share of them, its peak memory
-    ("fsdp", "throughput_per_gpu"): _fsdp("min_throughput_per_gpu", "ge"),
-    ("fsdp", "gpu_throughput"): _fsdp("min_throughput_per_gpu", "ge"),
-    ("fsdp", "scaling_efficiency"): _fsdp("min_scaling_efficiency", "ge"),
-    ("fsdp", "straggler_ratio"): _fsdp("max_straggler_ratio", "le"),
-    ("fsdp", "loss_decrease"): lambda _r, _x: numeric(MIN_LOSS_DECREASE, "ge"),
-    ("fsdp", "parameter_checksum"): lambda _r, _x: numeric(1.0, "eq"),
-    ("fsdp", "state_shard_ratio"): lambda _r, _x: numeric(MAX_SHARD_RATIO, "le"),
-    ("fsdp", "peak_memory_ratio"): _fsdp("max_memory_ratio", "le"),
-    # storage: the shared volume per node (floors only from the spec), the checkpoint per rank and job-wide
-    ("storage", "storage_consistency"): lambda _r, _x: numeric(1.0, "eq"),
-    ("storage", "storage_write_gbps"): _storage("min_write_gbps", "ge"),
-    ("storage", "storage_read_gbps"): _storage("min_read_gbps", "ge"),
-    ("storage", "checkpoint_match"): lambda _r, _x: numeric(1.0, "eq"),
-    ("storage", "checkpoint_save_gbps"): _storage("min_checkpoint_save_gbps", "ge"),
-    ("storage", "checkpoint_load_gbps"): _storage("min_checkpoint_load_gbps", "ge"),
-    ("storage", "checkpoint_save_seconds"): _storage("max_checkpoint_seconds", "le"),
-    ("storage", "checkpoint_load_seconds"): _storage("max_checkpoint_seconds", "le"),
-    # liveness: a rank the workload blamed, in whichever check it happened
-    **{(check, name): _culprit for check in ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage")
-       for name in ("rank_responding", "rank_error", "rank_progress")},
+# How the operator judges each kind of row of the result-rule table (acceptance_workload.rules); the table, not
+# this module, says which result is of which kind and which threshold judges it.
+KIND_JUDGES: dict[str, KindJudge] = {
+    "measured": _measured, "version": _version, "model": _gpu_model, "transport": _transport,
+    "ratio": _gpu_ratio, "inter_node": _inter_node, "culprit": _culprit,
 }
+RULES = rules.RULES  # every (check, name) the operator can judge: the workload's table, nothing else
 
 
 def rule_for(result: CheckResult) -> Rule | None:
-    return RULES.get((result.check, result.name))
+    row = rules.find(result.check, result.name)
+    if row is None:
+        return None
+    judge_kind = KIND_JUDGES[row.kind]
+    return lambda r, x: judge_kind(row, r, x)
 
 
 def _clip(text: str) -> str:
@@ -367,23 +258,24 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
     if checks.preflight.enabled and not cpu:
         out += [Required("preflight", "gpu_count", n, "GPUs of every node") for n in nodes]
     if checks.preflight.enabled:
-        out += _binding_required(config, nodes)
+        out += required_binding(config, nodes)
     if checks.gpu.enabled:
         out += [Required("gpu", name, n, "every GPU's measurements", g) for n in nodes
                 for g in range(config.gpus_per_node)
                 for m in GPU_METRICS if not (cpu and m.host) for name in (m.name, m.name + RATIO_SUFFIX)]
     if checks.nccl.enabled:
-        th = checks.nccl.thresholds
+        th, run = checks.nccl.thresholds, rules.Run.of(config)
         for collective in checks.nccl.collectives:
-            if th.busbw_threshold(collective) is not None:
+            if rules.threshold("nccl", f"{collective}_busbw", th) is not None:
                 out.append(Required("nccl", f"{collective}_busbw", None, "its busbw threshold"))
         inside_nodes = checks.nccl.per_node or len(nodes) == 1  # perNode off: no node's sweep is asked for
-        if "all_reduce" in checks.nccl.collectives and th.node_all_reduce_busbw_gbps is not None and inside_nodes:
+        if "all_reduce" in checks.nccl.collectives and inside_nodes and \
+                rules.threshold("nccl", "node_all_reduce_busbw", th) is not None:
             out += [Required("nccl", "node_all_reduce_busbw", n, "its all_reduce busbw") for n in nodes]
-        if config.required_transport() is not None:
-            out += [Required("nccl", "transport", n, f"transport {config.required_transport()}") for n in nodes]
-        if th.intra_node_transport is not None and config.gpus_per_node >= 2:
-            out += [Required("nccl", "intra_node_transport", n, "its intra-node transport") for n in nodes]
+        for name, why in (("transport", "transport {}"), ("intra_node_transport", "its intra-node transport")):
+            need = rules.expected("nccl", name, th, run)
+            if need is not None:
+                out += [Required("nccl", name, n, why.format(need)) for n in nodes]
         if checks.nccl.cross_check:
             out += [Required("nccl", f"{c}{nccltests.RESULT_SUFFIX}", n, "crossCheck: nccl-tests beside ours")
                     for n in nodes for c in checks.nccl.collectives]
@@ -396,7 +288,7 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
             out.append(Required("nccl", localize.RESULT, None, why))
     if checks.ddp.enabled:
         out += [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
-        if checks.ddp.thresholds.min_scaling_efficiency is not None:
+        if rules.threshold("ddp", "scaling_efficiency", checks.ddp.thresholds) is not None:
             out.append(Required("ddp", "scaling_efficiency"))
     return out + required_fsdp_storage(config, nodes)
 
@@ -413,18 +305,17 @@ def required_fsdp_storage(config: WorkloadConfig, nodes: list[str]) -> list[Requ
     return out
 
 
-def _binding_required(config: WorkloadConfig, nodes: list[str]) -> list[Required]:
+def required_binding(config: WorkloadConfig, nodes: list[str]) -> list[Required]:
     """cpu_affinity of every rank, the pod's limits spec.resources set, each GPU's MIG mode (not on CPU runs)."""
-    th = config.checks.preflight.thresholds
+    th, run = config.checks.preflight.thresholds, rules.Run.of(config)
     gpus = range(config.gpus_per_node)
     out: list[Required] = []
-    if binding.affinity_threshold(th) is not None:
+    if rules.threshold("preflight", "cpu_affinity", th, run) is not None:
         out += [Required("preflight", "cpu_affinity", n, "each rank's CPU binding", g) for n in nodes for g in gpus]
-    for name, threshold in (("cpu_limit", binding.cpu_limit_threshold(config.limits)),
-                            ("memory_limit", binding.memory_limit_threshold(config.limits))):
-        if threshold is not None:
+    for name in ("cpu_limit", "memory_limit"):
+        if rules.threshold("preflight", name, th, run) is not None:
             out += [Required("preflight", name, n, "spec.resources") for n in nodes]
-    if config.mode != "cpu-smoke" and mig.mig_threshold(th) is not None:
+    if config.mode != "cpu-smoke" and rules.threshold("preflight", "mig_mode", th, run) is not None:
         out += [Required("preflight", "mig_mode", n, "each GPU's MIG mode", g) for n in nodes for g in gpus]
     return out
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
+from acceptance_workload import exits
 
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
 from acceptance_operator.backends import build_children
@@ -72,7 +73,7 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
         text = _read(path)
     except (OSError, UnicodeDecodeError) as e:
         err.write(f"error: cannot read {path}: {e}\n")
-        return 2
+        return exits.CANNOT
     try:
         settings = OperatorSettings.from_env()
         test = parse_test(text)
@@ -83,10 +84,10 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
     except RenderError as e:
         err.write(f"error: {source} is not a valid AcceptanceTest:\n")
         err.writelines(f"  {line}\n" for line in e.lines)
-        return 1
+        return exits.NO
     except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as e:
         # The models should catch every malformed input; this keeps a miss from ending in a traceback.
         err.write(f"error: cannot render {source}: {type(e).__name__}: {e}\n")
-        return 1
+        return exits.NO
     out.write(rendered)
-    return 0
+    return exits.YES

@@ -14,9 +14,10 @@ waits (`--wait`, default 60 s) for the operator's verdict on that run and says
 it; delivered but not judged (the operator ignored it: the test moved on to
 another run; rejected it: ReportRejected; or gave no verdict in time) is exit 1.
 
-Exit codes: 0 printed, or delivered and judged; 1 no usable report yet, or a
-delivery the operator ignored, rejected or did not judge in time; 2 could not
-read or write (no such test, refused, a FILE that is not a report).
+Exit codes follow the one rule of every command (acceptance_workload.exits): 0
+printed, or delivered and judged; 1 no usable report yet, or a delivery the
+operator ignored, rejected or did not judge in time; 2 could not read or write
+(no such test, no cluster configuration, refused, a FILE that is not a report).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from acceptance_workload import exits
 from acceptance_workload.exports import ExportError, write_exports
 from acceptance_workload.exports import require as require_exports
 from acceptance_workload.report import Report
@@ -77,6 +79,7 @@ def for_node(report: Report, node: str) -> Report:
 
 def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
 
     from acceptance_operator.kubeapi import Kube
 
@@ -85,19 +88,22 @@ def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
         require_exports(getattr(args, "html", None))
     except ExportError as e:
         err.write(f"error: {e}\n")
-        return 2
+        return exits.CANNOT
     try:
         k = Kube()
         obj = k.get_test(namespace, args.name)
         if obj is None:
             err.write(f"error: no AcceptanceTest {args.name} in namespace {namespace}\n")
-            return 2
+            return exits.CANNOT
         if args.deliver:
             return deliver(k, obj, Path(args.deliver), out, err, wait=args.wait)
         return show(k, obj, args, out, err)
     except ApiException as e:
         err.write(f"error: the API server refused: HTTP {e.status} {e.reason}\n")
-        return 2
+        return exits.CANNOT
+    except ConfigException as e:
+        err.write(f"error: no cluster to read {args.name} from: {e} (set KUBECONFIG or run in a pod)\n")
+        return exits.CANNOT
 
 
 def _test(obj: dict):
@@ -117,7 +123,7 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60
     except (OSError, ValidationError) as e:
         err.write(f"error: {path} is not a saved report (`gpu-acceptance local --json FILE` writes one): "
                   f"{str(e)[:500]}\n")
-        return 2
+        return exits.CANNOT
     test = _test(obj)
     ref = manifests.build_workload_config(test).test
     assert ref is not None and ref.run is not None
@@ -125,17 +131,17 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60
     if ended is not None:
         err.write(f"error: run {ref.run} of {ref.name} has its verdict already ({ended[0]}): the operator judges no "
                   "other report for it; give the annotation gpu-acceptance.io/rerun a new value to run it again\n")
-        return 1
+        return exits.NO
     report = report.model_copy(update={"generation": ref.generation, "run": ref.run, "uid": ref.uid})
     try:
         patch_report(ref, report, core=k.core, deadline_seconds=60)
     except StatusWriteError as e:
         err.write(f"error: {e}\n")
-        return 2
+        return exits.CANNOT
     out.write(f"delivered {path} to acceptancetests/{ref.name} in {ref.namespace} for run {ref.run} "
               f"({len(ref.evidence)} evidence ConfigMaps)\n")
     if wait <= 0:
-        return 0
+        return exits.YES
     code, text = await_verdict(lambda: k.get_test(ref.namespace, ref.name), ref.run, wait)
     (out if code == 0 else err).write(("" if code == 0 else "error: ") + text + "\n")
     return code
@@ -159,22 +165,22 @@ def await_verdict(read: Callable[[], dict | None], run_id: str, seconds: float,
     while True:
         obj = read()
         if obj is None:
-            return 2, "the test was deleted before the operator judged the delivery"
+            return exits.CANNOT, "the test was deleted before the operator judged the delivery"
         current = ((obj.get("status") or {}).get("run") or {}).get("id")
         if current is not None and current != run_id:
-            return 1, (f"the operator ignored the delivery: the test is on run {current} now, the report was for run "
-                       f"{run_id}; deliver it again for the current run")
+            return exits.NO, (f"the operator ignored the delivery: the test is on run {current} now, the report was "
+                              f"for run {run_id}; deliver it again for the current run")
         verdict = _verdict_of(obj, run_id)
         if verdict is not None:
             words = f"{verdict[0]}: {verdict[1]}"
             if verdict[0].endswith(REPORT_REJECTED):
-                return 1, f"the operator rejected the delivery for run {run_id}: {words}"
-            return 0, f"the operator's verdict on run {run_id}: {words}"
+                return exits.NO, f"the operator rejected the delivery for run {run_id}: {words}"
+            return exits.YES, f"the operator's verdict on run {run_id}: {words}"
         if time.monotonic() >= deadline:
             status = obj.get("status") or {}
             running = next((c.get("message") for c in status.get("conditions") or [] if c.get("type") == "Running"),
                            "")
-            return 1, (f"no verdict on run {run_id} within {seconds:g}s (phase {status.get('phase') or 'none'}"
+            return exits.NO, (f"no verdict on run {run_id} within {seconds:g}s (phase {status.get('phase') or 'none'}"
                        f"{': ' + running if running else ''}): is the operator running? (--wait sets how long to wait)")
         sleep(0.5)
 
@@ -190,19 +196,19 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     raw = evidence_hooks.full_report(k, test, status.get("report"))
     if not raw:
         err.write(f"no report for {args.name} yet (phase {status.get('phase') or 'none'})\n")
-        return 1
+        return exits.NO
     try:
         report = Report.model_validate(raw)
     except ValidationError:
         err.write("status.report could not be read as a report\n")
-        return 1
+        return exits.NO
     from acceptance_operator.runs import report_run, run_of
 
     current = run_of(test).id
     if report.generation != manifests.generation_of(test) or report_run(report.run, report.generation) != current:
         err.write(f"status.report is for run {report_run(report.run, report.generation)}, the test is on run "
                   f"{current}: no report for the current run yet\n")
-        return 1
+        return exits.NO
     judged = rejudge(report, RunFacts(manifests.build_workload_config(test), test.metadata.uid)).report
     if args.node:
         report, judged = for_node(report, args.node), for_node(judged, args.node)
@@ -222,5 +228,5 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
             err.write(line + "\n")
     except ExportError as e:
         err.write(f"error: {e}\n")
-        return 2
-    return 0
+        return exits.CANNOT
+    return exits.YES

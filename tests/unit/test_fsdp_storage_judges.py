@@ -8,10 +8,8 @@ import pytest
 from acceptance_operator.api import parse_test
 from acceptance_operator.rejudge import RULES
 from acceptance_workload.checks import StorageCheck
-from acceptance_workload.fsdp import THRESHOLD_KEYS as FSDP_KEYS
 from acceptance_workload.fsdp import consensus, predicted_memory
 from acceptance_workload.report import StorageDetail, StorageNode
-from acceptance_workload.storage import THRESHOLD_KEYS as STORAGE_KEYS
 from acceptance_workload.storage import judge_storage, odd_nodes, sequential
 from pydantic import ValidationError
 
@@ -51,10 +49,11 @@ def test_fsdp_memory_prediction_and_checksum_consensus() -> None:
 
 
 def test_every_result_has_an_operator_rule() -> None:
-    for name in [*FSDP_KEYS, "loss_decrease", "parameter_checksum", "state_shard_ratio"]:
-        assert ("fsdp", name) in RULES
-    for name in [*STORAGE_KEYS, "storage_consistency", "checkpoint_match"]:
-        assert ("storage", name) in RULES
+    fsdp = ("throughput_per_gpu", "gpu_throughput", "scaling_efficiency", "straggler_ratio", "peak_memory_ratio",
+            "loss_decrease", "parameter_checksum", "state_shard_ratio")
+    storage = ("storage_write_gbps", "storage_read_gbps", "checkpoint_save_gbps", "checkpoint_load_gbps",
+               "checkpoint_save_seconds", "checkpoint_load_seconds", "storage_consistency", "checkpoint_match")
+    assert {("fsdp", n) for n in fsdp} | {("storage", n) for n in storage} <= set(RULES)
 
 
 def manifest(spec: dict) -> dict:

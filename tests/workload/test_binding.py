@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from acceptance_workload import binding
 from acceptance_workload.checks import PreflightThresholds
-from acceptance_workload.config import PodLimits
+from acceptance_workload.config import PodLimits, WorkloadConfig
 from acceptance_workload.report import CheckResult, Report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -97,13 +98,14 @@ def _cgroup(root: Path, files: dict[str, str]) -> Path:
 
 
 def _limits(limits: PodLimits, root: Path) -> dict[str, object]:
+    config = WorkloadConfig(mode="cpu-smoke", limits=limits)
     return {r.name: (r.value, r.threshold, r.passed) if isinstance(r, CheckResult) else "skipped"
-            for r in binding.limit_results(limits, "n1", root)}
+            for r in binding.limit_results(config, "n1", root)}
 
 
 @pytest.mark.parametrize("version", ["v1", "v2"])
 def test_pod_limits_are_read_from_the_cgroup_and_compared_with_the_spec(tmp_path: Path, version: str) -> None:
-    page = binding.resource.getpagesize()
+    page = resource.getpagesize()
     files = ({"cpu.max": "9000000 100000", "memory.max": str(10**9 // page * page)} if version == "v2" else
              {"cpu/cpu.cfs_quota_us": "9000000", "cpu/cpu.cfs_period_us": "100000",
               "memory/memory.limit_in_bytes": str(10**9 // page * page)})

@@ -20,18 +20,18 @@ memory.max, v1 cfs quota and limit_in_bytes) and compare with spec.resources.
 from __future__ import annotations
 
 import os
-import resource
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.report import CheckResult, Skip, judge
-from acceptance_workload.wire import format_bytes, parse_bytes
+from acceptance_workload import rules
+from acceptance_workload.report import CheckResult, Skip
+from acceptance_workload.wire import format_bytes
 
 if TYPE_CHECKING:
     from acceptance_workload.checks import PreflightThresholds
-    from acceptance_workload.config import PodLimits, WorkloadConfig
+    from acceptance_workload.config import WorkloadConfig
 
 CPU_SET_WORDS = 64  # 64-bit words of NVML's affinity mask: up to 4096 CPUs
 UNLIMITED_V1 = 1 << 62  # cgroup v1 reports "no memory limit" as a page-rounded LONG_MAX
@@ -185,22 +185,14 @@ def pin(gpu: bool, local_rank: int, local_world: int, environ: Mapping[str, str]
 # ----------------------------------------------------------------------------- judging
 
 
-def affinity_threshold(th: PreflightThresholds) -> float | None:
-    """cpu_affinity: the share of the rank's CPUs that are local must be 1 when requireNumaLocalCpus."""
-    return 1.0 if th.require_numa_local_cpus else None
-
-
 def affinity_result(th: PreflightThresholds, where: Placement, node: str, gpu: int,
                     current: frozenset[int], sys_root: str | os.PathLike = "/") -> CheckResult:
     """`cpu_affinity`: the share of the CPUs this rank may run on that lie where it belongs (1.0: all)."""
-    threshold = affinity_threshold(th)
-    comparison = "ge" if threshold is not None else "info"
     label = f"GPU {gpu} on node {node}"
     observed = f"CPUs {cpulist(current)}"
     if where.cpus is None:
-        return CheckResult(check="preflight", name="cpu_affinity", value=None, threshold=threshold,
-                           comparison=comparison, passed=judge(None, threshold, comparison), node=node, gpu=gpu,
-                           observed=observed, message=f"{label}: ran on {observed}; {where.error}")
+        return rules.result("preflight", "cpu_affinity", None, th, node=node, gpu=gpu, observed=observed,
+                            message=f"{label}: ran on {observed}; {where.error}")
     outside = current - where.cpus
     share = round(1 - len(outside) / len(current), 4) if current else 0.0
     expected = f"CPUs {cpulist(where.cpus)}"
@@ -214,33 +206,8 @@ def affinity_result(th: PreflightThresholds, where: Placement, node: str, gpu: i
                   else ": it is not where the launcher pinned it") + ", and look for what re-pinned this rank")
     else:
         msg = f"{label}: the rank runs on {observed}, within {where.where}"
-    return CheckResult(check="preflight", name="cpu_affinity", value=share, threshold=threshold,
-                       comparison=comparison, passed=judge(share, threshold, comparison), node=node, gpu=gpu,
-                       observed=observed, expected=expected, message=msg)
-
-
-def parse_cpu(quantity: str | int) -> float:
-    """A Kubernetes CPU quantity ('32', '90000m', '1.5') in cores."""
-    text = str(quantity).strip()
-    if text.endswith("m"):
-        return float(text[:-1]) / 1000
-    try:
-        return float(text)
-    except ValueError:
-        return float(parse_bytes(text))
-
-
-def cpu_limit_threshold(limits: PodLimits) -> float | None:
-    """cpu_limit: the cores spec.resources.cpu asked for (the cgroup's quota / period must equal it)."""
-    return None if limits.cpu is None else round(parse_cpu(limits.cpu), 3)
-
-
-def memory_limit_threshold(limits: PodLimits) -> float | None:
-    """memory_limit: spec.resources.memory in bytes, rounded down to whole pages as the kernel stores it."""
-    if limits.memory is None:
-        return None
-    page = resource.getpagesize()
-    return float(parse_bytes(limits.memory) // page * page)
+    return rules.result("preflight", "cpu_affinity", share, th, node=node, gpu=gpu, observed=observed,
+                        expected=expected, message=msg)
 
 
 def cgroup_cpu_cores(sys_root: str | os.PathLike = "/") -> tuple[float | None, str]:
@@ -270,38 +237,35 @@ def cgroup_memory_bytes(sys_root: str | os.PathLike = "/") -> tuple[int | None, 
     raise OSError(f"no memory.max (cgroup v2) or memory.limit_in_bytes (v1) under {root}")
 
 
-def _limit_result(name: str, read: Any, threshold: float | None, unit: str, node: str,
-                  shown: Any) -> CheckResult | Skip:
-    comparison = "eq" if threshold is not None else "info"
+def _limit_result(name: str, read: Any, threshold: float | None, node: str, shown: Any) -> CheckResult | Skip:
     asked = "not asked (spec.resources)" if threshold is None else shown(threshold)
     try:
         value, source = read()
     except (OSError, ValueError) as e:
         if threshold is None:
             return Skip(check="preflight", name=name, reason=f"node {node}: {e}")
-        return CheckResult(check="preflight", name=name, value=None, unit=unit, threshold=threshold,
-                           comparison=comparison, passed=False, node=node, message=f"node {node}: {e}")
+        return rules.judged("preflight", name, None, threshold, passed=False, node=node, message=f"node {node}: {e}")
     have = "unlimited" if value is None else shown(value)
     if value is None and threshold is None:
         return Skip(check="preflight", name=name, reason=f"node {node}: no {name.replace('_', ' ')} in the "
                     f"container's cgroup ({source}) and none asked (spec.resources)")
     msg = f"node {node}: the workload container's cgroup limit is {have} ({source}); spec asked {asked}"
-    passed = judge(None if value is None else float(value), threshold, comparison)
-    if not passed:
-        msg += ": the pod does not run with the limits the spec set (a LimitRange, a mutating webhook, or the " \
-               "runtime changed them)"
-    return CheckResult(check="preflight", name=name, value=None if value is None else float(value), unit=unit,
-                       threshold=threshold, comparison=comparison, passed=passed, node=node, observed=have,
-                       expected=None if threshold is None else asked, message=msg)
+    out = rules.judged("preflight", name, None if value is None else float(value), threshold, node=node,
+                       observed=have, expected=None if threshold is None else asked, message=msg)
+    if not out.passed:
+        out.message += (": the pod does not run with the limits the spec set (a LimitRange, a mutating webhook, "
+                        "or the runtime changed them)")
+    return out
 
 
-def limit_results(limits: PodLimits, node: str, sys_root: str | os.PathLike = "/") -> list[CheckResult | Skip]:
+def limit_results(config: WorkloadConfig, node: str, sys_root: str | os.PathLike = "/") -> list[CheckResult | Skip]:
     """`cpu_limit` and `memory_limit` of this node's pod (judged where spec.resources set them)."""
+    th, run = config.checks.preflight.thresholds, rules.Run.of(config)
     return [
-        _limit_result("cpu_limit", lambda: cgroup_cpu_cores(sys_root), cpu_limit_threshold(limits), "cores", node,
-                      lambda v: f"{v:g} cores"),
-        _limit_result("memory_limit", lambda: cgroup_memory_bytes(sys_root), memory_limit_threshold(limits),
-                      "bytes", node, lambda v: format_bytes(int(v))),
+        _limit_result("cpu_limit", lambda: cgroup_cpu_cores(sys_root),
+                      rules.threshold("preflight", "cpu_limit", th, run), node, lambda v: f"{v:g} cores"),
+        _limit_result("memory_limit", lambda: cgroup_memory_bytes(sys_root),
+                      rules.threshold("preflight", "memory_limit", th, run), node, lambda v: format_bytes(int(v))),
     ]
 
 
@@ -319,6 +283,6 @@ def preflight_binding(config: WorkloadConfig, node: str, local_rank: int, enviro
     results = [affinity_result(th, where, node, local_rank, running_on(), sys_root)]
     skipped: list[Skip] = []
     if local_rank == 0:
-        for item in limit_results(config.limits, node, sys_root):
+        for item in limit_results(config, node, sys_root):
             (results if isinstance(item, CheckResult) else skipped).append(item)  # type: ignore[arg-type]
     return results, skipped

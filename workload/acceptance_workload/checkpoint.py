@@ -17,9 +17,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import rules
 from acceptance_workload.checks import FsdpCheck, StorageCheck
-from acceptance_workload.report import CheckResult, StorageDetail, with_estimate
-from acceptance_workload.report import judge as judge_value
+from acceptance_workload.report import CheckResult, StorageDetail
 
 if TYPE_CHECKING:
     from acceptance_workload.control import Watchdog
@@ -99,9 +99,6 @@ def round_trip(session: Session, fsdp_check: FsdpCheck, path: Path, watchdog: Wa
 def judge(check: StorageCheck, saved: dict[str, Any], detail: StorageDetail,
           estimated: Collection[str] = ()) -> list[CheckResult]:
     """checkpoint_match per rank (exact), the save and load GB/s and seconds of the job (floors from the spec)."""
-    from acceptance_workload.storage import THRESHOLD_KEYS
-
-    th = check.thresholds
     ranks, size = saved["ranks"], saved["bytes"] or 0
     save_s = max(r["save_s"] for r in ranks)
     load_s = max(r["load_s"] for r in ranks)
@@ -110,26 +107,18 @@ def judge(check: StorageCheck, saved: dict[str, Any], detail: StorageDetail,
     out = []
     for rank, r in enumerate(ranks):
         ok = r["wrong_count"] == 0
-        out.append(CheckResult(
-            check="storage", name="checkpoint_match", value=1.0 if ok else 0.0, threshold=1.0, comparison="eq",
-            passed=ok, node=r["node"], gpu=r["gpu"],
+        out.append(rules.result(
+            "storage", "checkpoint_match", 1.0 if ok else 0.0, check.thresholds, node=r["node"], gpu=r["gpu"],
             message=f"rank {rank}: {r['tensors']} tensors loaded back exactly" if ok else
             f"rank {rank}: {r['wrong_count']} of {r['tensors']} tensors differ after the load or it failed "
             f"({', '.join(r['wrong'])})"))
-    for name, value, unit, floor, comp in (
-            ("checkpoint_save_gbps", size / save_s / GB if save_s > 0 else None, "GB/s",
-             th.min_checkpoint_save_gbps, "ge"),
-            ("checkpoint_load_gbps", size / load_s / GB if load_s > 0 else None, "GB/s",
-             th.min_checkpoint_load_gbps, "ge"),
-            ("checkpoint_save_seconds", save_s, "s", th.max_checkpoint_seconds, "le"),
-            ("checkpoint_load_seconds", load_s, "s", th.max_checkpoint_seconds, "le")):
-        comp = comp if floor is not None else "info"
+    for name, value in (("checkpoint_save_gbps", size / save_s / GB if save_s > 0 else None),
+                        ("checkpoint_load_gbps", size / load_s / GB if load_s > 0 else None),
+                        ("checkpoint_save_seconds", save_s), ("checkpoint_load_seconds", load_s)):
         value = None if value is None or not size else round(value, 4)
-        out.append(with_estimate(CheckResult(
-            check="storage", name=name, value=value, unit=unit, threshold=floor, comparison=comp,
-            passed=judge_value(value, floor, comp),
+        out.append(rules.result(
+            "storage", name, value, check.thresholds, estimated=estimated,
             message=f"distributed checkpoint of {size / GB:.3f} GB: saved in {save_s:.2f} s, loaded in "
-            f"{load_s:.2f} s" if size else "the checkpoint directory is empty: nothing was saved"),
-            THRESHOLD_KEYS[name], estimated))
+            f"{load_s:.2f} s" if size else "the checkpoint directory is empty: nothing was saved"))
     return out
 

@@ -202,9 +202,6 @@ class NcclThresholds(WireModel):
         "the SXM profiles require it) or SHM. SHM or network connections inside a node then fail, naming it."
     )
 
-    def busbw_threshold(self, collective: Collective) -> float | None:
-        return getattr(self, f"{collective}_busbw_gbps")
-
     def cross_check_limit(self) -> float:
         """The cross-check's tolerance: the spec's, else the one default every profile shares."""
         return CROSS_CHECK_TOLERANCE if self.cross_check_tolerance is None else self.cross_check_tolerance

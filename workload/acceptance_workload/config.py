@@ -7,13 +7,14 @@ of every workload container; `gpu-acceptance local` builds one itself.
 from __future__ import annotations
 
 import os
+import resource
 from typing import Literal
 
 from pydantic import Field
 
 from acceptance_workload.checks import ChecksSpec, Transport
 from acceptance_workload.profiles import ProfileName, estimated_thresholds, resolve_checks
-from acceptance_workload.wire import WireModel
+from acceptance_workload.wire import WireModel, parse_bytes
 
 CONFIG_ENV = "GPU_ACCEPTANCE_CONFIG"
 Fabric = Literal["infiniband", "roce", "ethernet"]
@@ -39,6 +40,25 @@ class PodLimits(WireModel):
 
     cpu: str | None = Field(None, max_length=64, description="e.g. 32 or 90000m; None: not asked, not judged.")
     memory: str | None = Field(None, max_length=64, description="e.g. 512Gi; None: not asked, not judged.")
+
+    def cores(self) -> float | None:
+        """The CPU limit in cores ('32', '90000m', '1.5'); None: not asked."""
+        if self.cpu is None:
+            return None
+        text = self.cpu.strip()
+        if text.endswith("m"):
+            return round(float(text[:-1]) / 1000, 3)
+        try:
+            return round(float(text), 3)
+        except ValueError:
+            return float(parse_bytes(text))  # a quantity with a suffix ('1k'), as Kubernetes allows
+
+    def page_bytes(self) -> float | None:
+        """The memory limit in bytes, rounded down to whole pages as the kernel stores it; None: not asked."""
+        if self.memory is None:
+            return None
+        page = resource.getpagesize()
+        return float(parse_bytes(self.memory) // page * page)
 
 
 class WorkloadConfig(WireModel):

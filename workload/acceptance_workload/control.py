@@ -359,15 +359,14 @@ def culprit_results(control: Control, check: CheckName, culprits: list[Culprit])
     They have the usual one-measurement shape, so the report's failed nodes
     (and the operator's summary.failedNodes) include the culprits' nodes.
     """
-    from acceptance_workload.report import CheckResult
+    from acceptance_workload import rules
 
     out = []
     for c in culprits:
         info = control.ranks[c.rank] if c.rank < len(control.ranks) else None
-        out.append(CheckResult(
-            check=check, name=CULPRIT_KINDS[c.kind][0], value=0.0, threshold=1.0, comparison="ge",
-            observed=c.kind, expected="alive and in step", passed=False,
-            message=describe_culprit(control, c)[:1000], node=info.node if info else None,
+        out.append(rules.result(
+            check, CULPRIT_KINDS[c.kind][0], 0.0, None, observed=c.kind, expected="alive and in step",
+            passed=False, message=describe_culprit(control, c)[:1000], node=info.node if info else None,
             gpu=info.gpu if info else None))
     return out
 

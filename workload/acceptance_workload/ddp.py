@@ -20,15 +20,16 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import rules
 from acceptance_workload.checks import DdpCheck
-from acceptance_workload.report import CheckResult, DdpDetail, DdpRank, judge, with_estimate
+from acceptance_workload.report import CheckName, CheckResult, DdpDetail, DdpRank
+from acceptance_workload.rules import MIN_LOSS_DECREASE  # noqa: F401  (the loss rule's threshold, for readers)
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
     from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Session
 
-MIN_LOSS_DECREASE = 0.01  # the loss must fall by at least 1% from the first steps to the last
 LOSS_WINDOW = 3  # steps averaged at each end
 SEED = 1234
 
@@ -205,40 +206,35 @@ def window_efficiencies(gathered: list[dict[str, list[float]]]) -> list[float]:
     return out
 
 
-DDP_THRESHOLD_KEYS = {  # result name -> the threshold it is judged by (wire name)
-    "throughput_per_gpu": "ddp.minThroughputPerGpu",
-    "gpu_throughput": "ddp.minThroughputPerGpu",
-    "scaling_efficiency": "ddp.minScalingEfficiency",
-    "straggler_ratio": "ddp.maxStragglerRatio",
-}
-
-
 def judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float],
               estimated: Collection[str] = ()) -> list[CheckResult]:
     """The results, each marked where its threshold is the profile's estimate."""
-    return [with_estimate(r, DDP_THRESHOLD_KEYS.get(r.name, ""), estimated) for r in _judge_ddp(check, detail, losses)]
+    return [rules.mark_estimate(r, estimated) for r in _judge_ddp(check, detail, losses)]
 
 
-def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float]) -> list[CheckResult]:
-    """Throughput, scaling efficiency, straggler and loss results from the gathered numbers."""
+def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float],
+               name: CheckName = "ddp") -> list[CheckResult]:
+    """Throughput, scaling efficiency, straggler and loss results from the gathered numbers.
+
+    `name`: the check the results are of ("fsdp" judges its training by the same rules, its own rows)."""
     th = check.thresholds
     unit = detail.unit
     n = detail.world_size
     out: list[CheckResult] = []
 
-    def add(name: str, value: float | None, threshold: float | None, comparison: str, message: str,
-            node: str | None = None, gpu: int | None = None, u: str = "") -> None:
-        comp = comparison if threshold is not None else "info"
-        out.append(CheckResult(check="ddp", name=name, value=value, unit=u, threshold=threshold, comparison=comp,
-                               passed=judge(value, threshold, comp), message=message, node=node, gpu=gpu))
+    check_name = name
+
+    def add(result: str, value: float | None, message: str, node: str | None = None, gpu: int | None = None,
+            u: str | None = None) -> None:
+        out.append(rules.result(check_name, result, value, th, unit=u, message=message, node=node, gpu=gpu))
 
     per_gpu = sum(r.ddp_throughput for r in detail.ranks) / n
     base = [r.baseline_throughput for r in detail.ranks]
     mean_base = statistics.fmean(base)
-    add("throughput_per_gpu", round(per_gpu, 2), th.min_throughput_per_gpu, "ge",
+    add("throughput_per_gpu", round(per_gpu, 2),
         f"DDP {per_gpu:,.0f} {unit} per GPU over {n} GPUs", u=unit)
     for r in detail.ranks:
-        add("gpu_throughput", r.baseline_throughput, th.min_throughput_per_gpu, "ge",
+        add("gpu_throughput", r.baseline_throughput,
             f"GPU {r.gpu} on node {r.node} alone: {r.baseline_throughput:,.0f} {unit}", node=r.node, gpu=r.gpu,
             u=unit)
     if detail.window_efficiency:
@@ -247,12 +243,12 @@ def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float]) -> list[
                   f"{min(detail.window_efficiency):.3f}-{max(detail.window_efficiency):.3f}")
     else:
         efficiency, spread = (per_gpu / mean_base if mean_base > 0 else None), ""
-    add("scaling_efficiency", None if efficiency is None else round(efficiency, 4), th.min_scaling_efficiency,
-        "ge", f"scaling efficiency {efficiency:.3f} (DDP {per_gpu:,.0f} vs one GPU {mean_base:,.0f} {unit}{spread})"
+    add("scaling_efficiency", None if efficiency is None else round(efficiency, 4),
+        f"scaling efficiency {efficiency:.3f} (DDP {per_gpu:,.0f} vs one GPU {mean_base:,.0f} {unit}{spread})"
         if efficiency is not None else "no one-GPU throughput measured")
     slowest = min(detail.ranks, key=lambda r: r.baseline_throughput)
     ratio = statistics.median(base) / slowest.baseline_throughput if slowest.baseline_throughput > 0 else None
-    add("straggler_ratio", None if ratio is None else round(ratio, 4), th.max_straggler_ratio, "le",
+    add("straggler_ratio", None if ratio is None else round(ratio, 4),
         f"median GPU / slowest (GPU {slowest.gpu} on node {slowest.node}) = {ratio:.3f}"
         if ratio is not None else "slowest GPU measured no throughput", node=slowest.node, gpu=slowest.gpu)
     k = max(1, min(LOSS_WINDOW, len(losses) // 2))
@@ -261,7 +257,7 @@ def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float]) -> list[
     detail.last_loss = None if last is None else round(last, 5)
     finite = first is not None and last is not None and math.isfinite(first) and math.isfinite(last)
     decrease = (first - last) / abs(first) if finite and first else None
-    add("loss_decrease", None if decrease is None else round(decrease, 4), MIN_LOSS_DECREASE, "ge",
+    add("loss_decrease", None if decrease is None else round(decrease, 4),
         f"loss {first:.4f} -> {last:.4f} (mean of the first and last {k} steps)" if finite
         else f"loss is not finite or missing ({first} -> {last})", u="fraction")
     return out

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import rules
 from acceptance_workload.checks import FsdpCheck
 from acceptance_workload.ddp import Trainer, Workload, _judge_ddp, measure, median_throughputs, window_efficiencies
 from acceptance_workload.report import (
@@ -29,8 +30,6 @@ from acceptance_workload.report import (
     FsdpDetail,
     FsdpRank,
     Skip,
-    judge,
-    with_estimate,
 )
 
 if TYPE_CHECKING:
@@ -40,16 +39,6 @@ if TYPE_CHECKING:
 
 SEED = 4321
 GIB = 1 << 30
-# A rank's parameter elements x shards / all elements: 1.0 when sharded evenly. FSDP2 pads dim 0 to a multiple of
-# the shard count, so the first ranks hold up to one row more of each tensor; unsharded it is `shards`.
-MAX_SHARD_RATIO = 1.10
-THRESHOLD_KEYS = {  # result name -> the threshold it is judged by (wire name)
-    "throughput_per_gpu": "fsdp.minThroughputPerGpu",
-    "gpu_throughput": "fsdp.minThroughputPerGpu",
-    "scaling_efficiency": "fsdp.minScalingEfficiency",
-    "straggler_ratio": "fsdp.maxStragglerRatio",
-    "peak_memory_ratio": "fsdp.maxMemoryRatio",
-}
 
 
 def gpt_config(check: FsdpCheck) -> Any:
@@ -277,7 +266,7 @@ def fsdp_detail(session: Session, check: FsdpCheck, gathered: list[dict[str, Any
 def judge_fsdp(check: FsdpCheck, detail: FsdpDetail, losses: list[float], shard_ratios: list[float],
                estimated: Collection[str] = ()) -> list[CheckResult]:
     """The results, each marked where its threshold is the profile's estimate."""
-    return [with_estimate(r, THRESHOLD_KEYS.get(r.name, ""), estimated)
+    return [rules.mark_estimate(r, estimated)
             for r in _training(check, detail, losses) + _sharding(check, detail, shard_ratios)]
 
 
@@ -288,13 +277,13 @@ def _training(check: FsdpCheck, detail: FsdpDetail, losses: list[float]) -> list
                        ranks=[DdpRank(rank=r.rank, node=r.node, gpu=r.gpu, baseline_throughput=r.baseline_throughput,
                                       ddp_throughput=r.fsdp_throughput) for r in detail.ranks])
     out = []
-    for r in _judge_ddp(check, as_ddp, losses):  # type: ignore[arg-type]  (the same threshold names)
+    for r in _judge_ddp(check, as_ddp, losses, "fsdp"):  # type: ignore[arg-type]  (the same threshold names)
         message = r.message.replace("DDP", "FSDP")
         if r.name == "scaling_efficiency" and detail.replicas > 1:
             message = message.replace("one GPU", "one node's FSDP")
         elif r.name == "scaling_efficiency":
             message = message.replace("one GPU", "one GPU unsharded")
-        out.append(r.model_copy(update={"check": "fsdp", "message": message}))
+        out.append(r.model_copy(update={"message": message}))
     detail.first_loss, detail.last_loss = as_ddp.first_loss, as_ddp.last_loss
     return out
 
@@ -303,25 +292,21 @@ def _sharding(check: FsdpCheck, detail: FsdpDetail, shard_ratios: list[float]) -
     """Per rank: the same parameters as the others after the last step, its share of them, its peak memory."""
     out: list[CheckResult] = []
 
-    def add(name: str, value: float | None, threshold: float | None, comparison: str, message: str,
-            r: FsdpRank, unit: str = "") -> None:
-        comp = comparison if threshold is not None else "info"
-        out.append(CheckResult(check="fsdp", name=name, value=value, unit=unit, threshold=threshold,
-                               comparison=comp, passed=judge(value, threshold, comp), message=message,
-                               node=r.node, gpu=r.gpu))
+    def add(name: str, value: float | None, message: str, r: FsdpRank) -> None:
+        out.append(rules.result("fsdp", name, value, check.thresholds, message=message, node=r.node, gpu=r.gpu))
 
     agreed = consensus([r.checksum for r in detail.ranks])
     for r, ratio in zip(detail.ranks, shard_ratios, strict=True):
         same = r.checksum is not None and r.checksum == agreed
-        add("parameter_checksum", 1.0 if same else 0.0, 1.0, "eq",
+        add("parameter_checksum", 1.0 if same else 0.0,
             f"rank {r.rank} parameters {r.checksum}" + ("" if same else f", the others' {agreed or 'disagree'}"), r)
-        add("state_shard_ratio", round(ratio, 4), MAX_SHARD_RATIO, "le",
+        add("state_shard_ratio", round(ratio, 4),
             f"rank {r.rank} holds {ratio / detail.shards:.3f} of the parameters ({detail.shards} shards)", r)
         if r.peak_memory_gib is None or r.predicted_memory_gib is None:
             continue  # CPU: no allocator statistics (run_fsdp's caller records the skip)
         memory = r.peak_memory_gib / r.predicted_memory_gib if r.predicted_memory_gib > 0 else None
-        add("peak_memory_ratio", None if memory is None else round(memory, 4), check.thresholds.max_memory_ratio,
-            "le", f"peak {r.peak_memory_gib:.2f} GiB under FSDP vs {r.predicted_memory_gib:.2f} GiB predicted "
+        add("peak_memory_ratio", None if memory is None else round(memory, 4),
+            f"peak {r.peak_memory_gib:.2f} GiB under FSDP vs {r.predicted_memory_gib:.2f} GiB predicted "
             f"(unsharded {r.unsharded_peak_memory_gib:.2f} GiB, state over {detail.shards} GPUs)", r)
     return out
 

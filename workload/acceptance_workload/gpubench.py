@@ -29,8 +29,10 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import rules
 from acceptance_workload.checks import GpuCheck
-from acceptance_workload.report import ESTIMATED_SUFFIX, CheckResult, GpuDetail, GpuRow, Skip, judge
+from acceptance_workload.report import ESTIMATED_SUFFIX, CheckResult, GpuDetail, GpuRow, Skip
+from acceptance_workload.rules import RATIO_SUFFIX
 from acceptance_workload.wire import parse_bytes
 
 if TYPE_CHECKING:
@@ -43,39 +45,42 @@ SEED = 4321
 
 @dataclass(frozen=True)
 class Metric:
-    """One per-GPU measurement: where it lives in GpuRow, how it is named, which threshold judges it."""
+    """One per-GPU measurement: where it lives in GpuRow and how it is named; its two results (absolute and
+    relative to the node's median GPU) are judged by their rows in rules.RULES."""
 
     field: str  # GpuRow attribute
     name: str  # CheckResult name of the absolute result; the relative one adds "_ratio_to_node_median"
     label: str  # for people
     cpu_label: str  # the same on a CPU smoke run
-    unit: str
-    threshold: str  # GpuThresholds attribute of the absolute floor
-    ratio_threshold: str  # GpuThresholds attribute of the floor relative to the node's median GPU
     host: bool  # a copy between host and device: one GPU of a node at a time, none on CPU
 
     def describe(self, cpu: bool) -> str:
         return self.cpu_label if cpu else self.label
 
+    @property
+    def unit(self) -> str:
+        return rules.rule("gpu", self.name).unit
+
+    @property
+    def ratio_name(self) -> str:
+        return self.name + RATIO_SUFFIX
+
 
 METRICS: tuple[Metric, ...] = (
-    Metric("gemm_tflops", "gemm_tflops", "bf16 GEMM", "float32 matmul", "TFLOP/s", "min_gemm_tflops",
-           "min_ratio_to_node_median", host=False),
-    Metric("hbm_gbps", "hbm_bandwidth", "HBM copy", "memory copy", "GB/s", "min_hbm_gbps",
-           "min_ratio_to_node_median", host=False),
-    Metric("h2d_gbps", "h2d_bandwidth", "host-to-device copy", "-", "GB/s", "min_h2d_gbps",
-           "min_host_copy_ratio_to_node_median", host=True),
-    Metric("d2h_gbps", "d2h_bandwidth", "device-to-host copy", "-", "GB/s", "min_d2h_gbps",
-           "min_host_copy_ratio_to_node_median", host=True),
+    Metric("gemm_tflops", "gemm_tflops", "bf16 GEMM", "float32 matmul", host=False),
+    Metric("hbm_gbps", "hbm_bandwidth", "HBM copy", "memory copy", host=False),
+    Metric("h2d_gbps", "h2d_bandwidth", "host-to-device copy", "-", host=True),
+    Metric("d2h_gbps", "d2h_bandwidth", "device-to-host copy", "-", host=True),
 )
 
 
 # --------------------------------------------------------------------------- judging (pure)
 
 
-def _wire(check: GpuCheck, attribute: str) -> str:
-    field = type(check.thresholds).model_fields[attribute]
-    return f"gpu.{field.alias or attribute}"
+def _floor(check: GpuCheck, name: str, estimated: Collection[str]) -> tuple[float | None, bool]:
+    """A result's threshold from its row, and whether it is one of the profile's estimates."""
+    floor = rules.threshold("gpu", name, check.thresholds)
+    return floor, floor is not None and rules.key("gpu", name) in estimated
 
 
 def judge_gpus(check: GpuCheck, detail: GpuDetail, *, cpu: bool = False,
@@ -86,7 +91,6 @@ def judge_gpus(check: GpuCheck, detail: GpuDetail, *, cpu: bool = False,
     `estimated`: thresholds ("gpu.minGemmTflops") that are the profile's
     estimates; results judged by them carry estimated=True and say so.
     """
-    th = check.thresholds
     results: list[CheckResult] = []
     skipped: list[Skip] = []
     nodes: dict[str, list[GpuRow]] = {}
@@ -97,10 +101,8 @@ def judge_gpus(check: GpuCheck, detail: GpuDetail, *, cpu: bool = False,
             skipped.append(Skip(check="gpu", name=m.name,
                                 reason="CPU smoke run: no GPU, so no host-to-device or device-to-host copy"))
             continue
-        floor = getattr(th, m.threshold)
-        floor_estimated = floor is not None and _wire(check, m.threshold) in estimated
-        ratio_floor = getattr(th, m.ratio_threshold)
-        ratio_estimated = ratio_floor is not None and _wire(check, m.ratio_threshold) in estimated
+        floor, floor_estimated = _floor(check, m.name, estimated)
+        ratio_floor, ratio_estimated = _floor(check, m.ratio_name, estimated)
         for rows in nodes.values():
             median = _median([getattr(r, m.field) for r in rows])
             again = _median([(r.again or {}).get(m.field) for r in rows])
@@ -157,20 +159,16 @@ def _missing(label: str, r: GpuRow) -> str:
 
 def _result(r: GpuRow, name: str, value: float | None, unit: str, threshold: float | None,
             message: str, estimated: bool) -> CheckResult:
-    comparison = "ge" if threshold is not None else "info"
-    return CheckResult(check="gpu", name=name, value=value, unit=unit, threshold=threshold, comparison=comparison,
-                       passed=judge(value, threshold, comparison),
-                       message=message + (ESTIMATED_SUFFIX if estimated else ""),
-                       node=r.node, gpu=r.gpu, estimated=True if estimated else None)
+    out = rules.judged("gpu", name, value, threshold, unit=unit,
+                       message=message + (ESTIMATED_SUFFIX if estimated else ""), node=r.node, gpu=r.gpu)
+    out.estimated = True if estimated else None
+    return out
 
 
 def _absolute(m: Metric, label: str, r: GpuRow, value: float | None, floor: float | None,
               estimated: bool) -> CheckResult:
     message = _missing(label, r) if value is None else f"{_where(r)}: {label} {_num(value)} {m.unit}"
     return _result(r, m.name, value, m.unit, floor, message, estimated)
-
-
-RATIO_SUFFIX = "_ratio_to_node_median"
 
 
 def _relative(m: Metric, label: str, r: GpuRow, value: float | None, median: float | None, gpus: int,

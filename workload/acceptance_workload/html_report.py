@@ -216,7 +216,7 @@ def latency_figure(plt: Any, report: Report) -> str | None:
         ax.plot([r.size for r in rows], [r.time_us for r in rows], marker="o", markersize=3,
                 label=("job" if sweep.scope == "job" else f"node {sweep.node}") + f" ({sweep.ranks} ranks)",
                 linewidth=2 if sweep.scope == "job" else 1, **({"color": "tab:red"} if failed else {}))
-    ceilings = {(r.threshold, r.name): r for r in report.results if r.name in latency.THRESHOLD_KEYS and r.threshold}
+    ceilings = {(r.threshold, r.name): r for r in report.results if r.name in latency.RESULTS and r.threshold}
     for (threshold, name), r in ceilings.items():
         ax.axhline(threshold, color="tab:red", linestyle="--" if r.node is None else ":", linewidth=1,
                    label=f"{'job' if name == latency.RESULT else 'node'} ceiling {threshold:g} us"

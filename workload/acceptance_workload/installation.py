@@ -13,6 +13,8 @@ import shutil
 import sys
 from collections.abc import Callable
 
+from acceptance_workload import exits
+
 
 def _probe(name: str, fn: Callable[[], str]) -> tuple[str, str | None, str | None]:
     try:
@@ -139,7 +141,7 @@ def check_installation(args: list[str]) -> int:
         else:
             print(f"ok       {label:<24} {value}")
     print("installation complete" if not missing else f"{missing} component(s) missing")
-    return 0 if not missing else 1
+    return exits.YES if not missing else exits.NO
 
 
 def _host_key() -> str:

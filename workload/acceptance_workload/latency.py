@@ -18,21 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from acceptance_workload.checks import NcclCheck, NcclThresholds
-from acceptance_workload.report import CheckResult, NcclRow, NcclSweep, judge
+from acceptance_workload import rules
+from acceptance_workload.checks import NcclCheck
+from acceptance_workload.report import CheckResult, NcclRow, NcclSweep
 from acceptance_workload.wire import format_bytes
 
 MIN_BYTES = 8
 MAX_BYTES = 64 << 10
 RESULT = "all_reduce_latency"
 NODE_RESULT = "node_all_reduce_latency"
-THRESHOLD_KEYS = {RESULT: "nccl.allReduceLatencyUs", NODE_RESULT: "nccl.nodeAllReduceLatencyUs"}
-UNIT = "us"
-
-
-def latency_threshold(th: NcclThresholds, name: str) -> float | None:
-    """The ceiling (microseconds) a latency result is judged by: job-wide or each node's."""
-    return th.node_all_reduce_latency_us if name == NODE_RESULT else th.all_reduce_latency_us
+RESULTS = (RESULT, NODE_RESULT)
 
 
 def window(rows: list[NcclRow]) -> list[NcclRow]:
@@ -43,7 +38,6 @@ def window(rows: list[NcclRow]) -> list[NcclRow]:
 def latency_result(name: str, sweep: NcclSweep | None, threshold: float | None, node: str | None,
                    why_missing: str = "not measured") -> CheckResult | None:
     """The worst time in the window; None where nothing was measured and nothing is judged."""
-    comparison = "le" if threshold is not None else "info"
     where = f"node {node}" if node else "the job"
     rows = window(sweep.rows) if sweep is not None else []
     if not rows and threshold is None:
@@ -51,20 +45,17 @@ def latency_result(name: str, sweep: NcclSweep | None, threshold: float | None, 
     if not rows:
         why = why_missing if sweep is None else (
             f"the sweep has no size from {MIN_BYTES} B to {format_bytes(MAX_BYTES)}: lower checks.nccl.minBytes")
-        return CheckResult(check="nccl", name=name, value=None, unit=UNIT, threshold=threshold,
-                           comparison=comparison, passed=judge(None, threshold, comparison), node=node,
-                           message=f"all_reduce latency over {where}: {why}")
+        return rules.judged("nccl", name, None, threshold, node=node, message=f"all_reduce latency over {where}: {why}")
     worst = max(rows, key=lambda r: r.time_us)
     best = min(r.time_us for r in rows)
-    passed = judge(worst.time_us, threshold, comparison)
+    passed = rules.judged("nccl", name, worst.time_us, threshold).passed
     ranks = f"{sweep.ranks} ranks" if sweep is not None else ""
     msg = (f"all_reduce over {where} ({ranks}): {best:g}-{worst.time_us:g} us per operation from "
            f"{format_bytes(rows[0].size)} to {format_bytes(rows[-1].size)} bytes, worst at {format_bytes(worst.size)}")
     if threshold is not None:
         msg += f" <= {threshold:g}" if passed else f"; needs <= {threshold:g} us"
-    return CheckResult(check="nccl", name=name, value=worst.time_us, unit=UNIT, threshold=threshold,
-                       comparison=comparison, passed=passed, node=node, observed=f"{format_bytes(worst.size)}",
-                       message=msg)
+    return rules.judged("nccl", name, worst.time_us, threshold, node=node, observed=format_bytes(worst.size),
+                        message=msg)
 
 
 def latency_results(check: NcclCheck, sweeps: list[NcclSweep], nodes: list[str],
@@ -74,12 +65,12 @@ def latency_results(check: NcclCheck, sweeps: list[NcclSweep], nodes: list[str],
         return []
     th = check.thresholds
     by_node = {s.node if s.scope == "node" else None: s for s in sweeps if s.collective == "all_reduce"}
-    out = [latency_result(RESULT, by_node.get(None), latency_threshold(th, RESULT), None,
+    out = [latency_result(RESULT, by_node.get(None), rules.threshold("nccl", RESULT, th), None,
                           skipped.get(("all_reduce", None), "not measured"))]
     if len(nodes) == 1 or check.per_node:  # perNode off: no node's sweep was asked for (the busbw results say so)
         for node in nodes:
             sweep = by_node.get(node) or (by_node.get(None) if len(nodes) == 1 else None)
-            out.append(latency_result(NODE_RESULT, sweep, latency_threshold(th, NODE_RESULT), node,
+            out.append(latency_result(NODE_RESULT, sweep, rules.threshold("nccl", NODE_RESULT, th), node,
                                       skipped.get(("all_reduce", node), "not measured")))
     return [r for r in out if r is not None]
 
@@ -90,8 +81,8 @@ def required(check: NcclCheck, nodes: Collection[str]) -> list[tuple[str, str | 
         return []
     th = check.thresholds
     out: list[tuple[str, str | None]] = []
-    if th.all_reduce_latency_us is not None:
+    if rules.threshold("nccl", RESULT, th) is not None:
         out.append((RESULT, None))
-    if th.node_all_reduce_latency_us is not None and (check.per_node or len(nodes) == 1):
+    if rules.threshold("nccl", NODE_RESULT, th) is not None and (check.per_node or len(nodes) == 1):
         out += [(NODE_RESULT, n) for n in sorted(nodes)]
     return out

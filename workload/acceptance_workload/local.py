@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from acceptance_workload import exits
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.exports import ExportError, write_exports
@@ -34,7 +35,7 @@ from acceptance_workload.render import CPU_BANNER
 from acceptance_workload.report import CHECK_NAMES, Report
 from acceptance_workload.wire import parse_bytes
 
-EXIT_ERROR = 2
+EXIT_ERROR = exits.CANNOT  # the rule: exits.py
 CPU_PROCESSES = 2
 QUICK_MAX_BYTES = 1 << 30
 QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10

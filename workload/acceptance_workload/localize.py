@@ -43,17 +43,17 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import rules
 from acceptance_workload.checks import Localize, NcclCheck
-from acceptance_workload.report import CheckResult, LocalizationDetail, PairRow, with_estimate
+from acceptance_workload.report import CheckResult, LocalizationDetail, PairRow
 from acceptance_workload.wire import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
     from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Group, Session
 
-RESULT = "inter_node_busbw"
-BLOCK_RESULT = RESULT + "_block"
-RATIO_KEY = "nccl.interNodeRatioToMedian"  # as WorkloadConfig.estimated_thresholds names it
+RESULT = rules.INTER_NODE
+BLOCK_RESULT = rules.SLOW_BLOCK
 WINDOWS = 5  # each group's time is the median of this many windows, so one hiccup does not name a node
 WINDOW_SECONDS = 0.1  # at full speed: spans many scheduler slices (and stop-and-go periods) on a busy host
 CALIBRATION_OPS = 3
@@ -86,7 +86,7 @@ def wanted(localize: Localize, nodes: int, failed: bool, floor: float | None) ->
 
 def inter_node_floor(check: NcclCheck, nodes: int) -> float | None:
     """The profile's (or spec's) job-wide all_reduce floor between nodes: a pair of nodes must reach it too."""
-    return check.thresholds.all_reduce_busbw_gbps if nodes > 1 else None
+    return rules.threshold("nccl", RESULT, check.thresholds, rules.Run(nodes=nodes))
 
 
 def pair_bytes(check: NcclCheck) -> int:
@@ -323,12 +323,11 @@ def results(detail: LocalizationDetail, nodes: Sequence[str], estimated: Collect
     out = []
     for node in nodes:
         j = judged[node]
-        result = CheckResult(check="nccl", name=RESULT, value=_round(j.value), unit="GB/s",
-                             threshold=_round(j.threshold), comparison="ge" if j.threshold is not None else "info",
-                             passed=j.passed, node=node, message=describe(j, rows, detail))
-        out.append(with_estimate(result, RATIO_KEY, estimated))
+        result = rules.judged("nccl", RESULT, _round(j.value), _round(j.threshold), passed=j.passed, node=node,
+                              message=describe(j, rows, detail))
+        out.append(rules.mark_estimate(result, estimated))
     for block in slow_blocks(rows, detail.ratio, detail.floor_gbps):
-        out += [CheckResult(check="nccl", name=BLOCK_RESULT, value=None, unit="GB/s", passed=False, node=n,
+        out += [rules.result("nccl", BLOCK_RESULT, None, None, passed=False, node=n,
                             message=f"the job-wide fault shows in the block {_few(block)} of the bisection but "
                                     "in none of its pairs") for n in block]
     return out
@@ -372,7 +371,7 @@ def run_stage(session: Session, check: NcclCheck, watchdog: Watchdog, *, failed:
     control = session.control
     nodes = session.nodes()
     size = pair_bytes(check)
-    ratio = check.thresholds.inter_node_ratio_to_median
+    ratio = rules.inter_node_ratio(check.thresholds)
     detail = LocalizationDetail(bytes=size, ratio=ratio, floor_gbps=floor, rounds=0, seconds=0.0)
     t0 = time.monotonic()
     plan: list[Block] | None = first_round(nodes) if session.is_root else None

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.report import CheckResult, judge
+from acceptance_workload import rules
+from acceptance_workload.report import CheckResult
 
 if TYPE_CHECKING:
     from acceptance_workload.checks import MigMode, PreflightThresholds
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_FUNCTION_NOT_FOUND = 13
 NO_MIG = (NVML_ERROR_NOT_SUPPORTED, NVML_ERROR_FUNCTION_NOT_FOUND)
-MODE_VALUE: dict[str, float] = {"disabled": 0.0, "enabled": 1.0}  # the result's value: 1 when MIG is on
 
 
 def read_mode(nvml: Any, handle: Any) -> tuple[MigMode | None, str]:
@@ -38,23 +38,17 @@ def read_mode(nvml: Any, handle: Any) -> tuple[MigMode | None, str]:
     return mode, text
 
 
-def mig_threshold(th: PreflightThresholds) -> float | None:
-    """mig_mode: 0 (disabled) or 1 (enabled) as thresholds.migMode asks; None: reported, not judged."""
-    return None if th.mig_mode is None else MODE_VALUE[th.mig_mode]
-
-
 def mig_result(mode: MigMode | None, said: str, th: PreflightThresholds, node: str, gpu: int) -> CheckResult:
-    threshold = mig_threshold(th)
-    comparison = "eq" if threshold is not None else "info"
-    value = None if mode is None else MODE_VALUE[mode]
-    passed = judge(value, threshold, comparison)
-    msg = f"GPU {gpu} on node {node}: MIG {said}"
-    if not passed and mode is not None:
-        msg += (f"; the test needs MIG {th.mig_mode} (nvidia-smi -i {gpu} -mig "
-                f"{0 if th.mig_mode == 'disabled' else 1} on a drained node, or the GPU operator's MIG manager)")
-    return CheckResult(check="preflight", name="mig_mode", value=value, threshold=threshold, comparison=comparison,
-                       passed=passed, node=node, gpu=gpu, observed=said if mode is not None else None,
-                       expected=th.mig_mode, message=msg)
+    threshold = rules.threshold("preflight", "mig_mode", th)
+    want = None if threshold is None else ("enabled" if threshold else "disabled")
+    value = None if mode is None else rules.MIG_MODE_VALUE[mode]
+    out = rules.judged("preflight", "mig_mode", value, threshold, node=node, gpu=gpu,
+                       observed=said if mode is not None else None, expected=want,
+                       message=f"GPU {gpu} on node {node}: MIG {said}")
+    if not out.passed and mode is not None:
+        out.message += (f"; the test needs MIG {want} (nvidia-smi -i {gpu} -mig {int(threshold or 0)} on a drained "
+                        "node, or the GPU operator's MIG manager)")
+    return out
 
 
 def judge_mig(nvml: Any, handle: Any, th: PreflightThresholds, node: str, gpu: int) -> CheckResult:

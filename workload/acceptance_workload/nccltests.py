@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import rules
 from acceptance_workload.checks import COLLECTIVES, Collective, NcclCheck
 from acceptance_workload.report import CheckResult, NcclSweep
 from acceptance_workload.wire import format_bytes
@@ -47,7 +48,7 @@ DIR_ENV = "GPU_ACCEPTANCE_NCCL_TESTS_DIR"
 # holding why: Dockerfile.workload's nccl-tests-skip stage writes it, and a missing binary is reported with it.
 SKIPPED_FILE = "SKIPPED"
 IMAGE_DIR = "/opt/nccl-tests/bin"  # Dockerfile.workload installs them here
-RESULT_SUFFIX = "_cross_check"
+RESULT_SUFFIX = rules.CROSS_CHECK_SUFFIX
 DTYPES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests' -d names
 # NCCL's own log on stdout would interleave with the table; our transport log file is not nccl-tests' business.
 DROPPED_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS")
@@ -310,9 +311,8 @@ def judge_one(collective: Collective, node: str, ours: NcclSweep | None, run: Ru
     name = f"{collective}{RESULT_SUFFIX}"
 
     def failed(message: str, observed: str | None = None) -> CheckResult:
-        return CheckResult(check="nccl", name=name, value=None, unit="", threshold=tolerance, comparison="le",
-                           passed=False, message=f"{collective} on node {node}: {message}", node=node,
-                           observed=observed, expected=f"within {tolerance:.0%} of nccl-tests")
+        return rules.judged("nccl", name, None, tolerance, message=f"{collective} on node {node}: {message}",
+                            node=node, observed=observed, expected=f"within {tolerance:.0%} of nccl-tests")
 
     if run is None:
         return failed("nccl-tests was not run (no result from the node's first rank)")
@@ -341,16 +341,16 @@ def judge_one(collective: Collective, node: str, ours: NcclSweep | None, run: Ru
     message = (f"{collective} on node {node}: best busbw at >= {format_bytes(floor)} {deviation:.1%} apart from "
                "nccl-tests' on the same GPUs, " + (f"within {tolerance:.0%}" if passed else
                                                    f"more than {tolerance:.0%}: the two do not measure the same"))
-    return CheckResult(check="nccl", name=name, value=round(deviation, 4), unit="", threshold=tolerance,
-                       comparison="le", passed=passed, message=message, node=node, observed=observed,
-                       expected=f"within {tolerance:.0%} of nccl-tests")
+    return rules.judged("nccl", name, round(deviation, 4), tolerance, passed=passed, message=message, node=node,
+                        observed=observed, expected=f"within {tolerance:.0%} of nccl-tests")
 
 
 def judge(check: NcclCheck, sweeps: list[NcclSweep], runs: Mapping[str, Mapping[str, Mapping[str, Any]]],
           nodes: list[str], skipped: Mapping[tuple[str, str | None], str] | None = None) -> list[CheckResult]:
     """A result per node and swept collective; `skipped` says why a sweep of ours is missing, where known."""
     skipped = skipped or {}
-    tolerance = check.thresholds.cross_check_limit()
+    tolerance = rules.threshold("nccl", f"all_reduce{RESULT_SUFFIX}", check.thresholds)
+    assert tolerance is not None  # the cross-check always has one (a default for every profile)
     floor = check.cross_check_floor()
     single = len(nodes) == 1
     out = []

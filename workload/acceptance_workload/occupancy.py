@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from acceptance_workload import rules
 from acceptance_workload.checks import PreflightThresholds
-from acceptance_workload.report import CheckResult, judge
+from acceptance_workload.report import CheckResult
 
 MIB = 1 << 20
 MAX_NAMED_PROCESSES = 4
@@ -132,26 +133,22 @@ def read_own(local_rank: int, environ: Mapping[str, str] | None = None) -> Occup
 def judge_in_use(occ: Occupancy | None, th: PreflightThresholds, node: str) -> CheckResult | None:
     """`gpu_in_use`: MiB in use before the run against maxGpuMemoryInUseMiB; unreadable fails where judged
     (None: unreadable and not judged, a skip)."""
-    bound = th.max_gpu_memory_in_use_mib
+    bound = rules.threshold("preflight", "gpu_in_use", th)
     gpu = occ.gpu if occ is not None else None
     label = f"GPU {gpu} on node {node}"
-    comp = "le" if bound is not None else "info"
-    threshold = None if bound is None else float(bound)
     if occ is None or occ.used_mib is None:
         if bound is None:
             return None
         why = "it was not read" if occ is None else occ.describe()
-        return CheckResult(check="preflight", name="gpu_in_use", value=None, unit="MiB", threshold=threshold,
-                           comparison=comp, passed=judge(None, threshold, comp), node=node, gpu=gpu,
-                           message=f"{label}: {why}")
-    passed = judge(occ.used_mib, threshold, comp)
+        return rules.result("preflight", "gpu_in_use", None, th, node=node, gpu=gpu, message=f"{label}: {why}")
+    out = rules.result("preflight", "gpu_in_use", round(occ.used_mib, 1), th, node=node, gpu=gpu,
+                       observed=occ.describe()[:200])
     message = f"{label}: {occ.describe()} before the run"
-    if not passed:
-        message += (f"; more than {bound} MiB: another process is using this GPU (its numbers would be that "
+    if not out.passed:
+        message += (f"; more than {bound:g} MiB: another process is using this GPU (its numbers would be that "
                     "job's too). Stop it, or run the test on idle GPUs")
-    return CheckResult(check="preflight", name="gpu_in_use", value=round(occ.used_mib, 1), unit="MiB",
-                       threshold=threshold, comparison=comp, passed=passed, node=node, gpu=gpu,
-                       observed=occ.describe()[:200], message=message[:1000])
+    out.message = message[:1000]
+    return out
 
 
 def failure_facts(before: Occupancy | None, local_rank: int) -> str:

@@ -13,17 +13,18 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload import binding, mig
+from acceptance_workload import binding, mig, rules
 from acceptance_workload.checks import PreflightThresholds
 from acceptance_workload.occupancy import Occupancy, judge_in_use, nvml_init
 from acceptance_workload.render import human_bytes
-from acceptance_workload.report import CheckResult, Skip, judge
-from acceptance_workload.wire import format_bytes, parse_bytes
+from acceptance_workload.report import CheckResult, Skip
+from acceptance_workload.rules import Run
+from acceptance_workload.wire import format_bytes
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
@@ -56,39 +57,38 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _result(name: str, value: float | None, threshold: float | None, comparison: str, *, unit: str = "",
+def _result(name: str, value: float | None, th: PreflightThresholds, *, run: Run | None = None,
             node: str | None, gpu: int | None = None, message: str = "", observed: str | None = None,
             expected: str | None = None) -> CheckResult:
-    comp = comparison if threshold is not None else "info"
-    return CheckResult(check="preflight", name=name, value=value, unit=unit, threshold=threshold,
-                       comparison=comp, passed=judge(value, threshold, comp), message=message, node=node,
-                       gpu=gpu, observed=observed, expected=expected)
+    """A preflight result judged by its row in rules.RULES (threshold, comparison, unit)."""
+    return rules.result("preflight", name, value, th, run=run, message=message, node=node, gpu=gpu,
+                        observed=observed, expected=expected)
 
 
-def _flag(name: str, ok: bool | None, *, node: str | None, gpu: int | None = None, message: str,
-          observed: str | None = None, expected: str | None = None, judged: bool = True) -> CheckResult:
-    """A yes/no item: value 1 (good) or 0 (bad), None when it could not be read."""
+def _flag(name: str, ok: bool | None, th: PreflightThresholds, *, run: Run | None = None, node: str | None,
+          gpu: int | None = None, message: str, observed: str | None = None,
+          expected: str | None = None) -> CheckResult:
+    """A yes/no item: value 1 (good) or 0 (bad), None when it could not be read; judged where its row says."""
     value = None if ok is None else float(ok)
-    return _result(name, value, 1.0 if judged else None, "eq", node=node, gpu=gpu, message=message,
-                   observed=observed, expected=expected)
+    return _result(name, value, th, run=run, node=node, gpu=gpu, message=message, observed=observed,
+                   expected=expected)
 
 
 # ----------------------------------------------------------------------------- node: limits, /dev/shm, IB
 
 
 def shm_check(th: PreflightThresholds, node: str, shm_path: str | os.PathLike = "/dev/shm") -> CheckResult:
-    need = parse_bytes(th.min_shm_bytes) if th.min_shm_bytes is not None else None
+    need = rules.threshold("preflight", "shm_size", th)
     try:
         st = os.statvfs(shm_path)
     except OSError as e:
-        return _result("shm_size", None, need, "ge", unit="bytes", node=node,
+        return _result("shm_size", None, th, node=node,
                        message=f"cannot stat {shm_path}: {e}; mount a Memory emptyDir there (spec.pod.shmSize)")
     size = st.f_frsize * st.f_blocks
     msg = f"{shm_path} is {human_bytes(size)} ({size} bytes)"
     if need is not None and size < need:
-        msg += f"; needs >= {format_bytes(need)}: raise spec.pod.shmSize (NCCL's SHM transport and DDP use it)"
-    return _result("shm_size", float(size), None if need is None else float(need), "ge", unit="bytes",
-                   node=node, message=msg, observed=human_bytes(size))
+        msg += f"; needs >= {format_bytes(int(need))}: raise spec.pod.shmSize (NCCL's SHM transport and DDP use it)"
+    return _result("shm_size", float(size), th, node=node, message=msg, observed=human_bytes(size))
 
 
 def memlock_check(th: PreflightThresholds, node: str, limits: tuple[int, int] | None = None,
@@ -97,14 +97,15 @@ def memlock_check(th: PreflightThresholds, node: str, limits: tuple[int, int] | 
     soft, _hard = limits if limits is not None else resource.getrlimit(resource.RLIMIT_MEMLOCK)
     unlimited = soft == resource.RLIM_INFINITY
     shown = "unlimited" if unlimited else f"{human_bytes(soft)} ({soft} bytes)"
-    required = bool(th.require_unlimited_memlock) and rdma
+    run = Run(nodes=2 if rdma else 1)
+    required = rules.threshold("preflight", "memlock_unlimited", th, run) is not None
     msg = f"RLIMIT_MEMLOCK of the workload process is {shown}"
     if required and not unlimited:
         msg += f"; {MEMLOCK_HINT}"
-    elif th.require_unlimited_memlock and not rdma:
+    elif rules.threshold("preflight", "memlock_unlimited", th, Run(nodes=2)) is not None and not rdma:
         msg += " (not judged: this run uses no RDMA)"
-    return _flag("memlock_unlimited", unlimited, node=node, message=msg, observed=shown,
-                 expected="unlimited" if required else None, judged=required)
+    return _flag("memlock_unlimited", unlimited, th, run=run, node=node, message=msg, observed=shown,
+                 expected="unlimited" if required else None)
 
 
 @dataclass(frozen=True)
@@ -169,22 +170,22 @@ def ib_checks(th: PreflightThresholds, node: str, *, fabric: str, nodes: int, sy
             return [], [Skip(check="preflight", name="ib_ports",
                              reason=f"no RDMA device visible on node {node}; a single-node test does not use one")]
         where = f" matching NCCL_IB_HCA={hca_filter}" if hca_filter else ""
-        return [_result("ib_ports", None, 1.0, "ge", unit="ports", node=node,
+        return [_result("ib_ports", None, th, node=node,
                         message=f"no RDMA port{where} under /sys/class/infiniband in the pod on node {node}: "
                         "request the RDMA device resource (spec.resources.extra) and check the device plugin")], []
     results = []
-    judged = nodes > 1  # a single-node run sends nothing over the fabric: its ports are recorded, not judged
-    note = "" if judged else " (single node: not judged)"
+    run = Run(nodes=nodes, fabric=fabric)  # a single-node run sends nothing over the fabric: recorded, not judged
+    note = "" if nodes > 1 else " (single node: not judged)"
     for p in ports:
         name = f"{p.device}:{p.port}"
         active = p.state.upper().endswith("ACTIVE")
-        results.append(_flag("ib_port_state", active, node=node, observed=f"{name} {p.state}", expected="ACTIVE",
-                             judged=judged, message=f"{name} ({p.link_layer}) state {p.state}{note}"))
-        need = th.min_ib_rate_gbps if judged else None
+        results.append(_flag("ib_port_state", active, th, run=run, node=node, observed=f"{name} {p.state}",
+                             expected="ACTIVE", message=f"{name} ({p.link_layer}) state {p.state}{note}"))
+        need = rules.threshold("preflight", "ib_port_rate", th, run)
         msg = f"{name} rate {p.rate_text or 'unknown'}{note}"
         if need is not None and (p.rate_gbps or 0) < need:
             msg += f"; needs >= {need:g} Gb/s (a degraded link or cable)"
-        results.append(_result("ib_port_rate", p.rate_gbps, need, "ge", unit="Gb/s", node=node, message=msg,
+        results.append(_result("ib_port_rate", p.rate_gbps, th, run=run, node=node, message=msg,
                                observed=f"{name} {p.rate_text}"))
     return results, []
 
@@ -247,18 +248,17 @@ def version_checks(th: PreflightThresholds, node: str, v: Versions, expected_gpu
     if v.nvml_error:
         msg += (f". NVML failed ({v.nvml_error}): the NVIDIA driver is not visible in this container "
                 "(nvidia.com/gpu requested? NVIDIA container runtime on the node?)")
-    out.append(_result("gpu_count", float(v.cuda_gpus), float(expected_gpus), "ge", unit="GPUs", node=node,
+    out.append(_result("gpu_count", float(v.cuda_gpus), th, run=Run(gpus_per_node=expected_gpus), node=node,
                        message=msg, observed=visible))
-    for name, have, need in (("driver_version", v.driver, th.min_driver_version),
-                             ("cuda_version", v.cuda, th.min_cuda_version),
-                             ("nccl_version", v.nccl, th.min_nccl_version)):
+    for name, have in (("driver_version", v.driver), ("cuda_version", v.cuda), ("nccl_version", v.nccl)):
+        need = rules.expected("preflight", name, th)
         if need is None:
             if have is not None:
-                out.append(_flag(name, True, node=node, observed=have, message=f"{name} {have}", judged=False))
+                out.append(_flag(name, True, th, node=node, observed=have, message=f"{name} {have}"))
             continue
         ok = None if have is None else version_tuple(have) >= version_tuple(need)
         msg = f"{name} {have or 'unknown'}" + ("" if ok else f"; needs >= {need}")
-        out.append(_flag(name, ok, node=node, observed=have, expected=f">= {need}", message=msg))
+        out.append(_flag(name, ok, th, node=node, observed=have, expected=f">= {need}", message=msg))
     return out
 
 
@@ -330,81 +330,100 @@ def snapshot_gpu(nvml: Any, handle: Any, index: int) -> GpuSnapshot:
     return s
 
 
+@dataclass
+class _GpuJudgement:
+    """The results and skips of one GPU's snapshot, each judged by its row in rules.RULES."""
+
+    snap: GpuSnapshot
+    th: PreflightThresholds
+    node: str
+    gpu: int
+    results: list[CheckResult] = field(default_factory=list)
+    skipped: list[Skip] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        s = self.snap
+        return f"GPU {self.gpu}" + (f" ({s.bus_id})" if s.bus_id else "") + f" on node {self.node}"
+
+    def add(self, name: str, value: float | None, message: str, **fields: Any) -> None:
+        self.results.append(_result(name, value, self.th, node=self.node, gpu=self.gpu,
+                                    message=f"{self.label}{message}", **fields))
+
+    def missing(self, name: str, key: str) -> None:
+        """An unreadable value: a failure where a threshold needs it, else a skip."""
+        err = self.snap.errors.get(key, "not reported")
+        if rules.needs_value("preflight", name, self.th):
+            self.add(name, None, f": cannot read {name} ({err})")
+        else:
+            self.skipped.append(Skip(check="preflight", name=f"{name} gpu {self.gpu}", reason=f"{self.label}: {err}"))
+
+
+def _model(j: _GpuJudgement, s: GpuSnapshot) -> None:
+    want = rules.expected("preflight", "gpu_model", j.th)
+    ok = want is None or want.lower() in s.name.lower()
+    j.add("gpu_model", float(ok), f" is {s.name}" + ("" if ok else f"; expected {want}"), observed=s.name,
+          expected=want)
+
+
+def _temperature(j: _GpuJudgement, s: GpuSnapshot) -> None:
+    j.add("temperature", float(s.temperature_c), f" at {s.temperature_c} C")
+
+
+def _ecc(j: _GpuJudgement, s: GpuSnapshot) -> None:
+    j.add("ecc_uncorrected", float(s.ecc_uncorrected), f": {s.ecc_uncorrected} volatile uncorrected ECC errors")
+
+
+def _remap(j: _GpuJudgement, s: GpuSnapshot) -> None:
+    msg = f": row remap pending={s.pending_remap}, remap failure={s.remap_failure}"
+    if s.pending_remap:
+        msg += "; reset the GPU (or reboot the node) to apply the pending remap"
+    j.add("pending_row_remaps", float(s.pending_remap), msg)
+    if s.remap_failure:
+        j.add("row_remap_failure", 0.0, ": row remapping failed; the GPU needs service")
+
+
+def _throttle(j: _GpuJudgement, s: GpuSnapshot) -> None:
+    bad = [text for bit, text in BAD_THROTTLE.items() if s.throttle_reasons & bit]
+    clocks = f"SM {s.sm_clock_mhz}/{s.max_sm_clock_mhz} MHz" if s.sm_clock_mhz is not None else ""
+    msg = ": " + (", ".join(bad) if bad else "no hardware/thermal/power-brake slowdown") + \
+        (f" ({clocks})" if clocks else "")
+    j.add("throttle", float(not bad), msg, observed=f"0x{s.throttle_reasons:x}")
+
+
+def _pcie(j: _GpuJudgement, s: GpuSnapshot) -> None:
+    link = f"gen{s.pcie_gen} x{s.pcie_width} (max gen{s.pcie_max_gen} x{s.pcie_max_width})"
+    j.add("pcie_generation", float(s.pcie_gen), f": PCIe link {link} under load", observed=link)
+    j.add("pcie_width", float(s.pcie_width), f": PCIe link {link} under load", observed=link)
+
+
+def _nvlink(j: _GpuJudgement, s: GpuSnapshot) -> None:
+    j.add("nvlink_active_links", float(s.nvlink_active), f": {s.nvlink_active} of {s.nvlink_total} NVLink links active")
+
+
+# One entry per GPU item: (result named when unreadable, NVML error key, readable?, judge of the readable value).
+GPU_ITEMS: tuple[tuple[str, str, Callable[[GpuSnapshot], bool], Callable[[_GpuJudgement, GpuSnapshot], None]],
+                 ...] = (
+    ("gpu_model", "name", lambda s: s.name is not None, _model),
+    ("temperature", "temperature", lambda s: s.temperature_c is not None, _temperature),
+    ("ecc_uncorrected", "ecc", lambda s: s.ecc_uncorrected is not None, _ecc),
+    ("pending_row_remaps", "remap", lambda s: s.pending_remap is not None, _remap),
+    ("throttle", "throttle", lambda s: s.throttle_reasons is not None, _throttle),
+    ("pcie_link", "pcie", lambda s: s.pcie_gen is not None and s.pcie_width is not None, _pcie),
+    ("nvlink_active_links", "nvlink", lambda s: s.nvlink_active is not None, _nvlink),
+)
+
+
 def judge_gpu(s: GpuSnapshot, th: PreflightThresholds, node: str, gpu: int) -> tuple[list[CheckResult], list[Skip]]:
     """Results for one GPU; an unreadable item is a failure only where a threshold needs it."""
-    results: list[CheckResult] = []
-    skipped: list[Skip] = []
-    label = f"GPU {gpu}" + (f" ({s.bus_id})" if s.bus_id else "") + f" on node {node}"
-
-    def missing(name: str, key: str, needed: bool) -> bool:
-        """True when the value is unreadable; records a failure (needed) or a skip (not judged)."""
-        err = s.errors.get(key, "not reported")
-        if needed:
-            results.append(_result(name, None, 1.0, "ge", node=node, gpu=gpu,
-                                   message=f"{label}: cannot read {name} ({err})"))
+    j = _GpuJudgement(s, th, node, gpu)
+    for name, key, readable, judge_item in GPU_ITEMS:
+        if readable(s):
+            judge_item(j, s)
         else:
-            skipped.append(Skip(check="preflight", name=f"{name} gpu {gpu}", reason=f"{label}: {err}"))
-        return True
+            j.missing(name, key)
+    return j.results, j.skipped
 
-    if s.name is None:
-        missing("gpu_model", "name", th.gpu_model is not None)
-    else:
-        ok = th.gpu_model is None or th.gpu_model.lower() in s.name.lower()
-        results.append(_flag("gpu_model", ok, node=node, gpu=gpu, observed=s.name, expected=th.gpu_model,
-                             judged=th.gpu_model is not None,
-                             message=f"{label} is {s.name}" + ("" if ok else f"; expected {th.gpu_model}")))
-    if s.temperature_c is None:
-        missing("temperature", "temperature", th.max_gpu_temperature_c is not None)
-    else:
-        results.append(_result("temperature", float(s.temperature_c), th.max_gpu_temperature_c, "le", unit="C",
-                               node=node, gpu=gpu, message=f"{label} at {s.temperature_c} C"))
-    if s.ecc_uncorrected is None:
-        missing("ecc_uncorrected", "ecc", th.max_uncorrected_ecc_errors is not None)
-    else:
-        thr = th.max_uncorrected_ecc_errors
-        results.append(_result("ecc_uncorrected", float(s.ecc_uncorrected), None if thr is None else float(thr),
-                               "le", unit="errors", node=node, gpu=gpu,
-                               message=f"{label}: {s.ecc_uncorrected} volatile uncorrected ECC errors"))
-    if s.pending_remap is None:
-        missing("pending_row_remaps", "remap", th.max_pending_row_remaps is not None)
-    else:
-        thr = th.max_pending_row_remaps
-        msg = f"{label}: row remap pending={s.pending_remap}, remap failure={s.remap_failure}"
-        if s.pending_remap:
-            msg += "; reset the GPU (or reboot the node) to apply the pending remap"
-        results.append(_result("pending_row_remaps", float(s.pending_remap), None if thr is None else float(thr),
-                               "le", node=node, gpu=gpu, message=msg))
-        if s.remap_failure:
-            results.append(_flag("row_remap_failure", False, node=node, gpu=gpu,
-                                 message=f"{label}: row remapping failed; the GPU needs service"))
-    if s.throttle_reasons is None:
-        missing("throttle", "throttle", bool(th.fail_on_throttle))
-    else:
-        bad = [text for bit, text in BAD_THROTTLE.items() if s.throttle_reasons & bit]
-        clocks = f"SM {s.sm_clock_mhz}/{s.max_sm_clock_mhz} MHz" if s.sm_clock_mhz is not None else ""
-        msg = f"{label}: " + (", ".join(bad) if bad else "no hardware/thermal/power-brake slowdown") + \
-            (f" ({clocks})" if clocks else "")
-        results.append(_flag("throttle", not bad, node=node, gpu=gpu, judged=bool(th.fail_on_throttle),
-                             observed=f"0x{s.throttle_reasons:x}", message=msg))
-    if s.pcie_gen is None or s.pcie_width is None:
-        missing("pcie_link", "pcie", th.min_pcie_generation is not None or th.min_pcie_width is not None)
-    else:
-        link = f"gen{s.pcie_gen} x{s.pcie_width} (max gen{s.pcie_max_gen} x{s.pcie_max_width})"
-        results.append(_result("pcie_generation", float(s.pcie_gen), _num(th.min_pcie_generation), "ge", node=node,
-                               gpu=gpu, observed=link, message=f"{label}: PCIe link {link} under load"))
-        results.append(_result("pcie_width", float(s.pcie_width), _num(th.min_pcie_width), "ge", unit="lanes",
-                               node=node, gpu=gpu, observed=link, message=f"{label}: PCIe link {link} under load"))
-    if s.nvlink_active is None:
-        missing("nvlink_active_links", "nvlink", bool(th.min_nvlink_active_links))
-    else:
-        results.append(_result("nvlink_active_links", float(s.nvlink_active), _num(th.min_nvlink_active_links),
-                               "ge", unit="links", node=node, gpu=gpu,
-                               message=f"{label}: {s.nvlink_active} of {s.nvlink_total} NVLink links active"))
-    return results, skipped
-
-
-def _num(x: int | float | None) -> float | None:
-    return None if x is None else float(x)
 
 
 @contextlib.contextmanager
@@ -507,7 +526,7 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
             handle = nvml.nvmlDeviceGetHandleByIndex(local_rank)
             snap = snapshot_gpu(nvml, handle, local_rank)
     except Exception as e:
-        out.results.append(_result("gpu_health", None, 1.0, "ge", node=node, gpu=local_rank,
+        out.results.append(_result("gpu_health", None, th, node=node, gpu=local_rank,
                                    message=f"GPU {local_rank} on node {node} could not be inspected through NVML: "
                                    f"{type(e).__name__}: {e}"))
         return out

@@ -12,7 +12,6 @@ with any failed result, has not passed.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
@@ -54,13 +53,6 @@ class CheckResult(WireModel):
 
 
 ESTIMATED_SUFFIX = " [estimated threshold]"
-
-
-def with_estimate(result: CheckResult, threshold_key: str, estimated: Collection[str]) -> CheckResult:
-    """`result`, marked as judged by an estimate when its threshold ("nccl.allReduceBusbwGBps") is one."""
-    if threshold_key not in estimated or result.threshold is None or result.comparison == "info":
-        return result
-    return result.model_copy(update={"estimated": True, "message": result.message + ESTIMATED_SUFFIX})
 
 
 def judge(value: float | None, threshold: float | None, comparison: Comparison) -> bool:

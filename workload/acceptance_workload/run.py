@@ -22,8 +22,9 @@ import traceback
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from acceptance_workload import occupancy
+from acceptance_workload import exits, occupancy
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.control import (
     Blame,
@@ -42,7 +43,7 @@ from acceptance_workload.occupancy import Occupancy
 from acceptance_workload.render import full_text
 from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, Report, Skip
 
-EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = 0, 1, 2
+EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = exits.YES, exits.NO, exits.CANNOT  # the rule: exits.py
 MIN_RENDEZVOUS_SECONDS = 600  # pods of a job can start minutes apart (image pulls)
 
 
@@ -255,94 +256,22 @@ class Runner:
         return ""
 
     def checks(self, session: Session, watchdog: Watchdog) -> None:
-        from acceptance_workload import ddp, gpubench, nccl, preflight, transport
+        """Every enabled check in order (CHECK_NAMES); a failed preflight skips the rest."""
+        from acceptance_workload import preflight
 
         cfg = self.config
-        root = self.is_root
         versions = preflight.collect_versions() if session.env.local_rank == 0 else None
         facts = session.control.gather("environment", None if versions is None else versions.__dict__)
-        if root:
+        if self.is_root:
             self.report.environment = environment(session, [f for f in facts or [] if f])
-
-        if cfg.checks.preflight.enabled:
-            self.enter("preflight", session)
-            self.progress("preflight")
-            out = preflight.run_preflight(session, cfg, watchdog, versions, self.occupancy)
-            failures = None
-            if root:
-                assert out is not None
-                self.report.results += out.results
-                self.report.skipped += out.skipped
-                bad = out.failures()
-                failures = [f"{r.name} on {r.node or 'the job'}" + (f" GPU {r.gpu}" if r.gpu is not None else "")
-                            for r in bad]
-                self.progress(f"preflight: {len(out.results)} measurements, {len(bad)} failed"
-                              + (f" ({', '.join(failures[:5])})" if bad else ""))
-            failures = session.control.broadcast("preflight verdict", failures)
-            if failures:
-                if root:
-                    reason = "preflight failed (" + ", ".join(failures[:5]) + "): later checks not run"
-                    for check in ("gpu", "nccl", "ddp", "fsdp", "storage"):
-                        if getattr(cfg.checks, check).enabled:
-                            self.report.skipped.append(Skip(check=check, name=check, reason=reason))
-                return
-
+        if cfg.checks.preflight.enabled and not self.preflight(session, watchdog, versions):
+            return
         if cfg.checks.gpu.enabled:
-            self.enter("gpu", session)
-            self.progress("gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time")
-            out = gpubench.run_gpu(session, cfg, watchdog, progress=self.progress)
-            if root:
-                assert out is not None
-                results, skipped, detail = out
-                self.report.results += results
-                self.report.skipped += skipped
-                self.report.gpu = detail
-
+            self.gpu(session, watchdog)
         if cfg.checks.nccl.enabled:
-            self.enter("nccl", session)
-            self.progress("nccl sweep")
-            out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=self.progress,
-                                  estimated=cfg.estimated_thresholds)
-            logs = None
-            if session.backend == "nccl" and self.nccl_log is not None:
-                logs = transport.parse_file(self.nccl_log).to_json()
-            gathered = session.control.gather("transport", logs)
-            if root:
-                assert out is not None and gathered is not None
-                self.report.nccl += out.sweeps
-                self.report.results += out.results
-                self.report.skipped += out.skipped
-                if session.backend != "nccl":
-                    self.report.skipped.append(Skip(check="nccl", name="transport",
-                                                    reason="gloo backend (CPU smoke run): no NCCL transport"))
-                else:
-                    per_node: dict[str, transport.TransportLog] = {}
-                    for info, log in zip(session.ranks, gathered, strict=True):
-                        part = transport.TransportLog.from_json(log) if log else transport.TransportLog()
-                        per_node[info.node] = per_node.get(info.node, transport.TransportLog()).merge(part)
-                    results = transport.judge(cfg.required_transport(), per_node, len(per_node) > 1)
-                    results += transport.judge_intra_node(cfg.checks.nccl.thresholds.intra_node_transport,
-                                                          per_node, len(per_node) == 1, session.env.local_world_size)
-                    self.report.results += results
-                    seen = transport.TransportLog()
-                    for log in per_node.values():
-                        seen = seen.merge(log)
-                    self.report.environment.transports = seen.transports()
-                busbw = self.report.headline().all_reduce_busbw_gbps
-                self.progress("nccl done" + (f": all_reduce busbw {busbw:.1f} GB/s" if busbw is not None else ""))
-            self.localize(session, watchdog)
-            if cfg.checks.nccl.cross_check:
-                self.cross_check(session, watchdog)
-
+            self.nccl(session, watchdog)
         if cfg.checks.ddp.enabled:
-            self.enter("ddp", session)
-            self.progress(f"ddp {cfg.checks.ddp.model}: one-GPU baseline, then DDP")
-            out = ddp.run_ddp(session, cfg, watchdog, progress=self.progress)
-            if root:
-                assert out is not None
-                results, detail = out
-                self.report.results += results
-                self.report.ddp = detail
+            self.ddp(session, watchdog)
         self.fsdp_and_storage(session, watchdog)
 
     def fsdp_and_storage(self, session: Session, watchdog: Watchdog) -> None:
@@ -372,6 +301,108 @@ class Runner:
                 if not results:  # skipped as a whole (no volume): not a missing check
                     self.report.checks_run = [c for c in self.report.checks_run if c != "storage"]
 
+    def preflight(self, session: Session, watchdog: Watchdog, versions: Any) -> bool:
+        """The preflight stage; False when it failed (the later checks are skipped, saying why)."""
+        from acceptance_workload import preflight
+
+        cfg, root = self.config, self.is_root
+        self.enter("preflight", session)
+        self.progress("preflight")
+        out = preflight.run_preflight(session, cfg, watchdog, versions, self.occupancy)
+        failures = None
+        if root:
+            assert out is not None
+            self.report.results += out.results
+            self.report.skipped += out.skipped
+            bad = out.failures()
+            failures = [f"{r.name} on {r.node or 'the job'}" + (f" GPU {r.gpu}" if r.gpu is not None else "")
+                        for r in bad]
+            self.progress(f"preflight: {len(out.results)} measurements, {len(bad)} failed"
+                          + (f" ({', '.join(failures[:5])})" if bad else ""))
+        failures = session.control.broadcast("preflight verdict", failures)
+        if not failures:
+            return True
+        if root:
+            reason = "preflight failed (" + ", ".join(failures[:5]) + "): later checks not run"
+            for check in ("gpu", "nccl", "ddp", "fsdp", "storage"):
+                if getattr(cfg.checks, check).enabled:
+                    self.report.skipped.append(Skip(check=check, name=check, reason=reason))
+        return False
+
+    def gpu(self, session: Session, watchdog: Watchdog) -> None:
+        from acceptance_workload import gpubench
+
+        cfg, root = self.config, self.is_root
+        self.enter("gpu", session)
+        self.progress("gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time")
+        out = gpubench.run_gpu(session, cfg, watchdog, progress=self.progress)
+        if root:
+            assert out is not None
+            results, skipped, detail = out
+            self.report.results += results
+            self.report.skipped += skipped
+            self.report.gpu = detail
+
+    def nccl(self, session: Session, watchdog: Watchdog) -> None:
+        from acceptance_workload import nccl, transport
+
+        cfg, root = self.config, self.is_root
+        self.enter("nccl", session)
+        self.progress("nccl sweep")
+        out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=self.progress,
+                              estimated=cfg.estimated_thresholds)
+        logs = None
+        if session.backend == "nccl" and self.nccl_log is not None:
+            logs = transport.parse_file(self.nccl_log).to_json()
+        gathered = session.control.gather("transport", logs)
+        if root:
+            assert out is not None and gathered is not None
+            self.report.nccl += out.sweeps
+            self.report.results += out.results
+            self.report.skipped += out.skipped
+            if session.backend != "nccl":
+                self.report.skipped.append(Skip(check="nccl", name="transport",
+                                                reason="gloo backend (CPU smoke run): no NCCL transport"))
+            else:
+                self.transports(session, gathered)
+            busbw = self.report.headline().all_reduce_busbw_gbps
+            self.progress("nccl done" + (f": all_reduce busbw {busbw:.1f} GB/s" if busbw is not None else ""))
+        self.localize(session, watchdog)
+        if cfg.checks.nccl.cross_check:
+            self.cross_check(session, watchdog)
+
+    def transports(self, session: Session, gathered: list[Any]) -> None:
+        """The transports NCCL used, per node, judged against the ones the run requires (rank 0)."""
+        from acceptance_workload import rules, transport
+
+        cfg = self.config
+        per_node: dict[str, transport.TransportLog] = {}
+        for info, log in zip(session.ranks, gathered, strict=True):
+            part = transport.TransportLog.from_json(log) if log else transport.TransportLog()
+            per_node[info.node] = per_node.get(info.node, transport.TransportLog()).merge(part)
+        th, run = cfg.checks.nccl.thresholds, rules.Run.of(cfg)
+        inter: Any = rules.expected("nccl", "transport", th, run)  # a Transport, as checks.Transport spells it
+        intra: Any = rules.expected("nccl", "intra_node_transport", th, run)
+        results = transport.judge(inter, per_node, len(per_node) > 1)
+        results += transport.judge_intra_node(intra, per_node, len(per_node) == 1, session.env.local_world_size)
+        self.report.results += results
+        seen = transport.TransportLog()
+        for log in per_node.values():
+            seen = seen.merge(log)
+        self.report.environment.transports = seen.transports()
+
+    def ddp(self, session: Session, watchdog: Watchdog) -> None:
+        from acceptance_workload import ddp
+
+        cfg, root = self.config, self.is_root
+        self.enter("ddp", session)
+        self.progress(f"ddp {cfg.checks.ddp.model}: one-GPU baseline, then DDP")
+        out = ddp.run_ddp(session, cfg, watchdog, progress=self.progress)
+        if root:
+            assert out is not None
+            results, detail = out
+            self.report.results += results
+            self.report.ddp = detail
 
     def localize(self, session: Session, watchdog: Watchdog) -> None:
         """The inter-node localisation stage, when checks.nccl.localize and the job-wide results call for it."""
@@ -396,7 +427,7 @@ class Runner:
 
     def cross_check(self, session: Session, watchdog: Watchdog) -> None:
         """checks.nccl.crossCheck: nccl-tests on every node beside our sweep of the node's GPUs."""
-        from acceptance_workload import nccltests
+        from acceptance_workload import nccltests, rules
 
         check = self.config.checks.nccl
         self.progress("nccl cross-check: nccl-tests on every node, one process over its GPUs")
@@ -412,7 +443,8 @@ class Runner:
             self.report.results += results
             bad = [f"{r.name} on {r.node}" for r in results if not r.passed]
             self.progress(f"nccl cross-check: {len(results) - len(bad)}/{len(results)} within "
-                          f"{check.thresholds.cross_check_limit():.0%} of nccl-tests"
+                          f"{rules.threshold('nccl', 'all_reduce' + nccltests.RESULT_SUFFIX, check.thresholds):.0%}"
+                          " of nccl-tests"
                           + (f" (failed: {', '.join(bad[:5])})" if bad else ""))
 
 

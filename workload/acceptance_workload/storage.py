@@ -30,8 +30,9 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload import rules
 from acceptance_workload.checks import StorageCheck
-from acceptance_workload.report import CheckResult, Skip, StorageDetail, StorageNode, judge, with_estimate
+from acceptance_workload.report import CheckResult, Skip, StorageDetail, StorageNode
 from acceptance_workload.wire import parse_bytes
 
 if TYPE_CHECKING:
@@ -41,14 +42,6 @@ if TYPE_CHECKING:
 
 GB = 1e9
 NO_VOLUME = "no shared volume: set spec.storage.volume (gpu-acceptance local: --storage DIR)"
-THRESHOLD_KEYS = {  # result name -> the threshold it is judged by (wire name)
-    "storage_write_gbps": "storage.minWriteGBps",
-    "storage_read_gbps": "storage.minReadGBps",
-    "checkpoint_save_gbps": "storage.minCheckpointSaveGBps",
-    "checkpoint_load_gbps": "storage.minCheckpointLoadGBps",
-    "checkpoint_save_seconds": "storage.maxCheckpointSeconds",
-    "checkpoint_load_seconds": "storage.maxCheckpointSeconds",
-}
 
 
 # ---------------------------------------------------------------------------------------------- file I/O (pure-ish)
@@ -226,7 +219,6 @@ def run_storage(session: Session, config: WorkloadConfig, watchdog: Watchdog,
 
 def judge_storage(check: StorageCheck, detail: StorageDetail, estimated: Collection[str] = ()) -> list[CheckResult]:
     """Per node: consistency (outside the largest group of nodes that see the same files fails), GB/s."""
-    th = check.thresholds
     views = {n.node: frozenset([*n.sees, n.node]) for n in detail.nodes if not n.problems or n.sees}
     odd = odd_nodes(views) | {n.node for n in detail.nodes if n.node not in views}
     out = []
@@ -234,19 +226,14 @@ def judge_storage(check: StorageCheck, detail: StorageDetail, estimated: Collect
         ok = n.node not in odd and not (len(detail.nodes) > 1 and not n.sees)
         seen = f"sees {len(n.sees)} of {len(detail.nodes) - 1} other nodes' files"
         why = "; ".join(n.problems[:4])
-        out.append(CheckResult(check="storage", name="storage_consistency", value=1.0 if ok else 0.0, threshold=1.0,
-                               comparison="eq", passed=ok, node=n.node,
-                               message=f"node {n.node} {seen}" + (f": {why}" if why else "")
+        out.append(rules.result("storage", "storage_consistency", 1.0 if ok else 0.0, check.thresholds, node=n.node,
+                                message=f"node {n.node} {seen}" + (f": {why}" if why else "")
                                + ("" if ok else f"; it does not see the volume as the other nodes do "
                                   f"({detail.path})")))
         io = "O_DIRECT" if n.direct_io else "buffered, page cache dropped"
-        for name, value, floor in (("storage_write_gbps", n.write_gbps, th.min_write_gbps),
-                                   ("storage_read_gbps", n.read_gbps, th.min_read_gbps)):
-            comp = "ge" if floor is not None else "info"
-            out.append(with_estimate(CheckResult(
-                check="storage", name=name, value=value, unit="GB/s", threshold=floor, comparison=comp,
-                passed=judge(value, floor, comp), node=n.node,
+        for name, value in (("storage_write_gbps", n.write_gbps), ("storage_read_gbps", n.read_gbps)):
+            out.append(rules.result(
+                "storage", name, value, check.thresholds, estimated=estimated, node=n.node,
                 message=f"node {n.node} sequential {name.split('_')[1]} "
-                + (f"{value:.2f} GB/s ({io})" if value is not None else "not measured")), THRESHOLD_KEYS[name],
-                estimated))
+                + (f"{value:.2f} GB/s ({io})" if value is not None else "not measured")))
     return out

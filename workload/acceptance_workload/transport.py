@@ -20,6 +20,7 @@ from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from acceptance_workload import rules
 from acceptance_workload.checks import Transport
 from acceptance_workload.report import CheckResult
 
@@ -129,10 +130,9 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
         for log in per_node.values():
             total = total.merge(log)
         seen = total.transports()
-        return [CheckResult(check="nccl", name="transport", value=sum(total.connections.values()),
-                            unit="connections", comparison="info", passed=True,
-                            observed=",".join(seen) or "none",
-                            message="transports NCCL used: " + (_describe(total.connections) or "none"))]
+        return [rules.judged("nccl", "transport", sum(total.connections.values()), None, unit="connections",
+                             observed=",".join(seen) or "none",
+                             message="transports NCCL used: " + (_describe(total.connections) or "none"))]
     results = []
     inter = required in NET_TRANSPORTS
     fell_back = fallen_to_sockets(per_node) if required in ("IB", "IB_GDR") else []
@@ -162,10 +162,9 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
         if excused:
             msg += (f"; its {log.net()['SOCKET']} socket connection(s) not counted: this node's NCCL chose IB, and "
                     f"{', '.join(fell_back[:5])} fell back to sockets")
-        results.append(CheckResult(check="nccl", name="transport", value=value, unit="fraction", threshold=1.0,
-                                   comparison="ge", passed=value is not None and value >= 1.0,
-                                   observed=",".join(log.transports()) or "none", expected=required,
-                                   message=msg, node=node))
+        results.append(rules.judged("nccl", "transport", value, rules.transport_threshold(required),
+                                    observed=",".join(log.transports()) or "none", expected=required,
+                                    message=msg, node=node))
     return results
 
 
@@ -220,8 +219,7 @@ def judge_intra_node(required: Transport | None, per_node: dict[str, TransportLo
             if wrong:
                 kind = "NET" if any(t in NET_TRANSPORTS for t in wrong) else wrong[0]
                 msg += f": {INTRA_NODE_HINTS.get(kind, '')}"
-        results.append(CheckResult(check="nccl", name="intra_node_transport", value=value, unit="fraction",
-                                   threshold=1.0, comparison="ge", passed=value is not None and value >= 1.0,
-                                   observed=",".join(t for t in log.transports() if t in inside) or "none",
-                                   expected=required, message=msg, node=node))
+        results.append(rules.judged("nccl", "intra_node_transport", value, rules.transport_threshold(required),
+                                    observed=",".join(t for t in log.transports() if t in inside) or "none",
+                                    expected=required, message=msg, node=node))
     return results
