@@ -231,7 +231,7 @@ def test_pod_templates_pass_core_pod_validation(server: ApiServer, namespace: st
         assert proc.returncode == 0, f"{role}: {proc.stderr}"
 
 
-def test_workload_service_account_may_patch_only_its_own_tests_status(server: ApiServer, namespace: str):
+def test_workload_service_account_may_write_only_its_runs_evidence(server: ApiServer, namespace: str):
     test = stored_test(server, namespace, REPO / "examples" / "quick.yaml")
     server.kubectl("create", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(build_children(test)[:3]))
     who = f"system:serviceaccount:{namespace}:quick-workload"
@@ -239,11 +239,16 @@ def test_workload_service_account_may_patch_only_its_own_tests_status(server: Ap
     def can(*args: str) -> str:
         return server.kubectl("auth", "can-i", *args, "-n", namespace, f"--as={who}", check=False).stdout.strip()
 
-    assert can("patch", "acceptancetests/quick", "--subresource=status") == "yes"
-    assert can("get", "acceptancetests/quick", "--subresource=status") == "yes"
-    assert can("patch", "acceptancetests/other", "--subresource=status") == "no"
-    assert can("update", "acceptancetests/quick", "--subresource=status") == "no"
-    assert can("patch", "acceptancetests/quick") == "no"  # the spec is not the workload's
+    for verb in ("get", "patch"):
+        assert can(verb, "configmaps/quick-evidence-job") == "yes"
+        assert can(verb, "configmaps/quick-evidence-0") == "yes"
+    assert can("patch", "configmaps/other") == "no"
+    assert can("update", "configmaps/quick-evidence-job") == "no"
+    assert can("list", "configmaps") == "no"
+    # Nothing on AcceptanceTests: every status field is the operator's.
+    for verb in ("get", "patch", "update"):
+        assert can(verb, "acceptancetests/quick", "--subresource=status") == "no"
+        assert can(verb, "acceptancetests/quick") == "no"
     assert can("get", "pods") == "no"
 
 

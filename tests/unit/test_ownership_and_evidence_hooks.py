@@ -1,11 +1,12 @@
-"""The operator's record of its status fields, and how it reads a report back from status and evidence."""
+"""How the operator reads a delivered report back from the evidence; condition messages within bounds."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from acceptance_operator import evidence_hooks, ownership
+from acceptance_operator import evidence_hooks
 from acceptance_operator.api import AcceptanceTest
+from acceptance_operator.conditions import MAX_CONDITION_MESSAGE, clip_message
 from acceptance_operator.manifests import evidence_names
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import TestRef, WorkloadConfig
@@ -14,65 +15,10 @@ from acceptance_workload.report import Report
 
 from tests.reports import passing_report
 
-OWNED = {"phase": "Failed", "observedGeneration": 2, "summary": {"result": "Failed", "failedNodes": ["n"] * 2000},
-         "conditions": [{"type": "Succeeded", "status": "False", "reason": "ChecksFailed", "message": "x"}]}
-
-
-def with_record(status: dict[str, Any], recorded: dict[str, Any] | None = OWNED, generation: int = 2) -> dict:
-    meta: dict[str, Any] = {"generation": generation}
-    if recorded is not None:
-        meta["annotations"] = ownership.record_patch(recorded)["metadata"]["annotations"]
-    return {"metadata": meta, "status": status}
-
-
-def test_the_record_is_compact_and_reads_back():
-    text = ownership.record_patch(OWNED)["metadata"]["annotations"][ownership.RECORD_ANNOTATION]
-    assert len(text) < 1000  # 2,000 node names compress
-    assert ownership.record(with_record({})) == {**dict.fromkeys(ownership.OWNED_FIELDS), **OWNED}
-
-
-def test_a_status_without_a_record_is_adopted_as_far_as_the_job_supports_it():
-    legacy = with_record({**OWNED, "report": {"x": 1}}, recorded=None)
-    assert ownership.needs_adoption(legacy) and ownership.claims_finished(legacy)
-    assert not ownership.needs_adoption(with_record({"report": {"x": 1}}, recorded=None)), "a new test"
-    assert not ownership.needs_adoption(with_record(OWNED)), "recorded already"
-    kept = ownership.adopted(legacy, keep_verdict=True)  # a failure without a report to judge again
-    assert kept["phase"] == "Failed" and kept["summary"] == OWNED["summary"]
-    (condition,) = kept["conditions"]
-    assert condition["message"] == f"x {ownership.ADOPTED_NOTE}" and condition["reason"] == "ChecksFailed"
-    dropped = ownership.adopted(legacy, keep_verdict=False)  # the job still runs, or the verdict is judged again
-    assert (dropped["phase"], dropped["summary"], dropped["conditions"]) == (None, None, None)
-    assert dropped["observedGeneration"] == 2
-    passed = with_record({**OWNED, "phase": "Succeeded", "summary": {"result": "Passed"}}, recorded=None)
-    assert ownership.adopted(passed, keep_verdict=True)["phase"] is None, "only a judgement of this version passes"
-    # A run in progress, or a verdict of an earlier generation, is recorded as it stands (and followed or re-run).
-    running = with_record({"phase": "Running", "observedGeneration": 2, "job": {"name": "t-g2"}}, recorded=None)
-    assert not ownership.claims_finished(running)
-    assert ownership.adopted(running, keep_verdict=False) == ownership.owned(running["status"])
-    older = with_record(OWNED, recorded=None, generation=3)
-    assert ownership.adopted(older, keep_verdict=False) == ownership.owned(OWNED)
-
-
-def test_foreign_fields_are_put_back_and_the_report_is_left_alone():
-    forged = {**OWNED, "phase": "Succeeded", "summary": {"result": "Passed"}, "report": {"anything": 1},
-              "startTime": "2020-01-01T00:00:00Z"}
-    restore = ownership.restoration(with_record(forged))
-    assert restore == {"phase": "Failed", "summary": OWNED["summary"], "startTime": None}
-    assert ownership.restoration(with_record({**OWNED, "report": {"x": 1}})) is None
-
-
-def test_finished_only_by_the_record_of_this_generation():
-    assert ownership.is_finished(with_record({}))
-    assert not ownership.is_finished(with_record({}, generation=3))
-    assert not ownership.is_finished(with_record(OWNED, recorded=None))
-    broken = with_record(OWNED)
-    broken["metadata"]["annotations"][ownership.RECORD_ANNOTATION] = "not base64 zlib"
-    assert ownership.record(broken) is None and not ownership.is_finished(broken)
-
 
 def test_condition_messages_are_clipped_saying_so():
-    clipped = ownership.clip_message("y" * 100_000)
-    assert len(clipped) == ownership.MAX_CONDITION_MESSAGE and "more characters" in clipped
+    clipped = clip_message("y" * 100_000)
+    assert len(clipped) == MAX_CONDITION_MESSAGE and "more characters" in clipped
 
 
 class Kube:
@@ -291,13 +237,8 @@ def manifests_config(test: AcceptanceTest) -> WorkloadConfig:
     return build_workload_config(test)
 
 
-def test_an_interrupted_own_write_is_told_from_a_foreign_one():
-    """The record replaces a status; while the status is still that one, the operator's own write was cut short
-    (a restart between the record and the status write), not overwritten by someone else."""
-    before = {"phase": "Pending", "conditions": [], "observedGeneration": 1}
-    after = {**before, "phase": "Running"}
-    obj = {"metadata": {**ownership.record_patch(after, before)["metadata"]}, "status": dict(before)}
-    assert ownership.record(obj) == {k: after.get(k) for k in ownership.OWNED_FIELDS}
-    assert ownership.interrupted(obj) and ownership.restoration(obj) == {"phase": "Running"}
-    obj["status"] = {**before, "phase": "Succeeded"}  # someone else's write
-    assert not ownership.interrupted(obj) and ownership.restoration(obj) == {"phase": "Running"}
+def test_the_delivered_status_part_is_found_only_once_rank_0_wrote_it():
+    """The job-wide ConfigMap's status part (written last) is what says the evidence is complete."""
+    assert evidence_hooks.delivered(None) is None and evidence_hooks.delivered({EVIDENCE_KEY: "{}"}) is None
+    assert evidence_hooks.delivered({"status.json": '{"generation": 1}'}) == {"generation": 1}
+    assert evidence_hooks.delivered({"status.json": "not json"}) == "not json"  # judged as unreadable

@@ -13,17 +13,10 @@ from typing import Any
 import kopf
 
 from acceptance_operator import evidence_hooks, manifests, node_lifecycle, sweep
-from acceptance_operator.api import (
-    GROUP,
-    KIND,
-    PLURAL,
-    VERSION,
-)
+from acceptance_operator.api import GROUP, KIND, PLURAL, VERSION
 from acceptance_operator.backends import BACKENDS, BackendSpec
 from acceptance_operator.calm import describe_error
-from acceptance_operator.conditions import (
-    is_finished,
-)
+from acceptance_operator.conditions import is_finished
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.loop import work
 from acceptance_operator.reconcile.runtime import awaits_run, inputs, kube, more_runs, shell

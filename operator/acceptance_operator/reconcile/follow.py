@@ -13,15 +13,9 @@ from acceptance_workload.report import CHECK_NAMES
 from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator import evidence_hooks, manifests, observe, runs
-from acceptance_operator.api import (
-    AcceptanceTest,
-)
+from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.assessment import Observation, assess, next_look, pod_nodes
-from acceptance_operator.conditions import (
-    REPORT_REJECTED,
-    TIMEOUT,
-    RunState,
-)
+from acceptance_operator.conditions import REPORT_REJECTED, TIMEOUT, RunState
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.reconcile import runtime as rt

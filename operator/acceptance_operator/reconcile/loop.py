@@ -12,16 +12,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from acceptance_operator import manifests, node_lifecycle, runs, spec_input
-from acceptance_operator.api import (
-    AcceptanceTest,
-    parse_test,
-)
+from acceptance_operator.api import AcceptanceTest, parse_test
 from acceptance_operator.calm import describe_error
-from acceptance_operator.conditions import (
-    INVALID_SPEC,
-    RunState,
-    is_finished,
-)
+from acceptance_operator.conditions import INVALID_SPEC, RunState, is_finished
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.policy import policy_problems

@@ -17,19 +17,11 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from acceptance_operator import manifests, runs, spec_input
-from acceptance_operator.api import (
-    RERUN_ANNOTATION,
-    AcceptanceTest,
-    Condition,
-    ObjectMeta,
-    RunRef,
-)
+from acceptance_operator.api import RERUN_ANNOTATION, AcceptanceTest, Condition, ObjectMeta, RunRef
 from acceptance_operator.assessment import Timing
 from acceptance_operator.calm import RateLimit
 from acceptance_operator.children import Children, SweepChildren
-from acceptance_operator.conditions import (
-    is_finished,
-)
+from acceptance_operator.conditions import is_finished
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.settings import KOPF_WORKERS, OperatorSettings

@@ -15,16 +15,9 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator import evidence_hooks, manifests, runs
-from acceptance_operator.api import (
-    AcceptanceTest,
-)
+from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.backends import BACKENDS, backend_of, build_children
-from acceptance_operator.conditions import (
-    BACKEND_NOT_INSTALLED,
-    BACKEND_NOT_RUNNING,
-    INVALID_SPEC,
-    RunState,
-)
+from acceptance_operator.conditions import BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, RunState
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.reconcile import runtime as rt

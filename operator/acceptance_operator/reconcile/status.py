@@ -15,19 +15,9 @@ from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
 from acceptance_operator import manifests, node_lifecycle, runs
-from acceptance_operator.api import (
-    AcceptanceTest,
-    JobRef,
-    Summary,
-    SweepStatus,
-)
+from acceptance_operator.api import AcceptanceTest, JobRef, Summary, SweepStatus
 from acceptance_operator.backends import backend_of
-from acceptance_operator.conditions import (
-    RunState,
-    clip_message,
-    conditions_for,
-    is_smoke,
-)
+from acceptance_operator.conditions import RunState, clip_message, conditions_for, is_smoke
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.reconcile import runtime as rt

@@ -11,12 +11,8 @@ from typing import Any
 import kopf
 
 from acceptance_operator import manifests, runs, sweep
-from acceptance_operator.api import (
-    AcceptanceTest,
-)
-from acceptance_operator.conditions import (
-    RunState,
-)
+from acceptance_operator.api import AcceptanceTest
+from acceptance_operator.conditions import RunState
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.reconcile import runtime as rt
