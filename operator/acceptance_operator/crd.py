@@ -14,11 +14,12 @@ from typing import Any
 import yaml
 
 from acceptance_operator import api
+from acceptance_operator.conditions import SUCCEEDED
 
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
     # The Succeeded condition's reason (Passed, ChecksFailed, Timeout, InvalidSpec, ...): what Phase does not say.
-    {"name": "Reason", "type": "string", "jsonPath": '.status.conditions[?(@.type=="Succeeded")].reason',
+    {"name": "Reason", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{SUCCEEDED}")].reason',
      "description": "reason of the Succeeded condition: why the test is in its phase"},
     {"name": "Bus BW", "type": "number", "jsonPath": ".status.summary.allReduceBusbwGBps",
      "description": "all_reduce bus bandwidth over the whole job, GB/s"},

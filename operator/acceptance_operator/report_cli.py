@@ -36,6 +36,8 @@ from acceptance_workload.exports import require as require_exports
 from acceptance_workload.report import Report
 from pydantic import ValidationError
 
+from acceptance_operator.conditions import SUCCEEDED, TERMINAL_PHASES
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="print a test's full report from the cluster, or deliver a saved one")
@@ -150,9 +152,9 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60
 def _verdict_of(obj: dict, run_id: str) -> tuple[str, str] | None:
     """("Phase Reason", message) of run `run_id` by the operator's status, once it has ended; else None."""
     record = obj.get("status") or {}
-    if (record.get("run") or {}).get("id") != run_id or record.get("phase") not in ("Succeeded", "Failed"):
+    if (record.get("run") or {}).get("id") != run_id or record.get("phase") not in TERMINAL_PHASES:
         return None
-    succeeded = next((c for c in record.get("conditions") or [] if c.get("type") == "Succeeded"), {})
+    succeeded = next((c for c in record.get("conditions") or [] if c.get("type") == SUCCEEDED), {})
     return f"{record['phase']} {succeeded.get('reason', '')}".rstrip(), str(succeeded.get("message") or "")
 
 
@@ -212,7 +214,7 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     judged = rejudge(report, RunFacts(manifests.build_workload_config(test), test.metadata.uid)).report
     if args.node:
         report, judged = for_node(report, args.node), for_node(judged, args.node)
-    verdict = next((c for c in status.get("conditions") or [] if c.get("type") == "Succeeded"), {})
+    verdict = next((c for c in status.get("conditions") or [] if c.get("type") == SUCCEEDED), {})
     operator_verdict = f"{status.get('phase') or 'Pending'} {verdict.get('reason', '')}".rstrip()
     title = f"{test.metadata.namespace}/{test.metadata.name}" + (f" node {args.node}" if args.node else "")
     if args.json:
