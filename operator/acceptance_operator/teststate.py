@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -36,6 +37,8 @@ class TestState:
     # Since when the API server has refused the run's job because the backend's admission webhook did not answer.
     unreachable_since: datetime | None = None
     legacy_told: set[str] = field(default_factory=set)  # runs of an earlier version whose status.report was read
+    # A sweep in its single-node stage: a node joining, leaving or cordoned may change what it starts next.
+    sweeping_nodes: bool = False
 
 
 TestState.__test__ = False  # type: ignore[attr-defined]  # not a pytest test class
@@ -56,6 +59,11 @@ class States:
     def peek(self, key: TestKey) -> TestState | None:
         with self._lock:
             return self._states.get(key)
+
+    def keys_where(self, wanted: Callable[[TestState], bool]) -> list[TestKey]:
+        """The tests whose state `wanted` says yes to."""
+        with self._lock:
+            return [k for k, s in self._states.items() if wanted(s)]
 
     def drop(self, key: TestKey) -> None:
         """The test is gone: everything kept about it goes."""

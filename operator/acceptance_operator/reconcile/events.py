@@ -67,7 +67,6 @@ async def on_test_event(type: str | None, body: kopf.Body, namespace: str, name:
     if type == "DELETED":
         rt.CHILDREN.forget_test(namespace, label)
         rt.SWEEPS.forget(namespace, label)
-        rt.SWEEPING.discard(key)
         rt.QUEUE.forget(key)
         rt.STATES.drop(key)
         rt.METRICS.forget(namespace, name)
@@ -112,7 +111,7 @@ async def on_node_event(type: str | None, body: kopf.Body, **_: Any) -> None:
     rt.SWEEPS.node_event(type, dict(body))
     # The last-pass gauge, restored from the node after a restart.
     node_lifecycle.node_seen(type, dict(body), rt.METRICS)
-    for key in list(rt.SWEEPING):
+    for key in rt.STATES.keys_where(lambda s: s.sweeping_nodes):
         rt.QUEUE.add_after(key, rt.SWEEP_SETTLE_SECONDS)
 
 

@@ -21,7 +21,7 @@ from acceptance_operator.policy import policy_problems
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.delete import delete_children
 from acceptance_operator.reconcile.follow import follow_run
-from acceptance_operator.reconcile.runtime import after_run, effective, kube, lock_for, rerun_of, shell, utc_now
+from acceptance_operator.reconcile.runtime import after_run, effective, kube, rerun_of, shell, utc_now
 from acceptance_operator.reconcile.start import start_run, stop_other_runs
 from acceptance_operator.reconcile.status import conclude, refresh_metrics
 from acceptance_operator.reconcile.sweeping import sweep_step
@@ -37,8 +37,6 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         delete_children(k, rt.GONE[key])
         rt.GONE.pop(key, None)
         if rt.STATES.peek(key) is None:  # no test of that name seen since
-            with rt.LOCKS_GUARD:  # the queue never gives a key to two workers: this lock is not needed any more
-                rt.LOCKS.pop(key, None)
             return None
     state = rt.STATES.peek(key)
     fresh = state.fresh if state else None
@@ -87,18 +85,17 @@ def reconcile_safely(namespace: str, name: str, logger: logging.Logger = log) ->
 
     `logger` is kopf's per-object logger, so JSON logs carry the object they are about.
     """
-    key = (namespace, name)
-    with lock_for(namespace, name):
-        try:
-            delay = reconcile(kube(), namespace, name, utc_now(), logger)
-        except Exception as e:  # never a traceback per tick: one line, then a retry
-            rt.METRICS.reconcile_error(f"http_{e.status}" if isinstance(e, ApiException) else type(e).__name__)
-            state = rt.STATES.get(key)
-            state.failures += 1
-            retry = rt.RETRY_SECONDS[min(state.failures, len(rt.RETRY_SECONDS)) - 1]
-            tell_error(logger, namespace, name, e, retry)
-            rt.QUEUE.add_after(key, retry)
-            return
+    key = (namespace, name)  # one reconcile at a time per test: the queue never gives a key to two workers
+    try:
+        delay = reconcile(kube(), namespace, name, utc_now(), logger)
+    except Exception as e:  # never a traceback per tick: one line, then a retry
+        rt.METRICS.reconcile_error(f"http_{e.status}" if isinstance(e, ApiException) else type(e).__name__)
+        state = rt.STATES.get(key)
+        state.failures += 1
+        retry = rt.RETRY_SECONDS[min(state.failures, len(rt.RETRY_SECONDS)) - 1]
+        tell_error(logger, namespace, name, e, retry)
+        rt.QUEUE.add_after(key, retry)
+        return
     state = rt.STATES.peek(key)
     failed = state.failures if state else 0
     if state is not None:

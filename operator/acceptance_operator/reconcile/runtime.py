@@ -34,13 +34,11 @@ log = logging.getLogger("gpu_acceptance.operator")
 # The runner adjusts these before kopf starts; `kopf run` uses the environment as is.
 SETTINGS = OperatorSettings.from_env()
 METRICS = OperatorMetrics()
-LOCKS: dict[tuple[str, str], threading.Lock] = {}
-LOCKS_GUARD = threading.Lock()
+_KUBE_GUARD = threading.Lock()
 _kube: Kube | None = None
 TestKey = tuple[str, str]  # (namespace, name)
 CHILDREN = Children()
 SWEEPS = SweepChildren()
-SWEEPING: set[tuple[str, str]] = set()  # sweeps starting single-node tests: a node event may change their plan
 # A sweep's child or node change is looked at this much later: a burst of them is one look.
 SWEEP_SETTLE_SECONDS = 1.0
 # While new tests keep arriving (one within 0.25 s), other work waits for them, at most 1 s (workqueue.py).
@@ -64,17 +62,11 @@ DEADLINE_MARGIN = timedelta(seconds=1)
 
 def kube() -> Kube:
     global _kube
-    with LOCKS_GUARD:
+    with _KUBE_GUARD:
         if _kube is None:
             # One connection per thread that may call at once: our workers and kopf's (the delete handler).
             _kube = Kube(pool_size=SETTINGS.workers + KOPF_WORKERS)
         return _kube
-
-
-def lock_for(namespace: str, name: str) -> threading.Lock:
-    """One reconcile at a time per test: the timer and a spec update must not race to create jobs."""
-    with LOCKS_GUARD:
-        return LOCKS.setdefault((namespace, name), threading.Lock())
 
 
 def utc_now() -> datetime:

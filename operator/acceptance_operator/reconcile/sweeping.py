@@ -56,13 +56,14 @@ def sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, now
     if plan.inter_node:
         create_sweep_child(k, obj, test, parent, plan.inter_node, sweep.INTER_NODE,
                             sweep.hostnames_of(rt.SWEEPS.nodes()))
+    state = rt.STATES.get(key)
     if plan.finished:
-        rt.SWEEPING.discard(key)
+        state.sweeping_nodes = False
         state, summary = sweep.verdict(rt.SWEEPS.children(namespace, parent, run.id), plan.status, run.id, parent,
                                        selector, plan.skipped)
         conclude(k, obj, test, state, now=now, summary=summary, sweep_status=plan.status, logger=logger)
         return after_run(obj, test)
-    (rt.SWEEPING.add if plan.status.stage == "nodes" else rt.SWEEPING.discard)(key)
+    state.sweeping_nodes = plan.status.stage == "nodes"
     write_status(k, obj, RunState("Running", "Sweeping", plan.status.progress), test, start_time=start,
                   completion_time=None, summary=None, now=now, sweep_status=plan.status)
     rt.METRICS.set_phase(namespace, name, "Running")
