@@ -184,7 +184,9 @@ def _finished(obs: Observation, state: JobState, now: datetime, timing: Timing,
         return _failed(
             REPORT_MISSING,
             f"{job_text} succeeded but no report for generation {obs.generation} was written{why}: "
-            "read the rank-0 pod's log, and check that its ServiceAccount may patch acceptancetests/status",
+            "read the rank-0 pod's log, and check that its ServiceAccount may get and patch the run's evidence "
+            "ConfigMaps (<test>-evidence-*; kubectl auth can-i patch configmaps/<test>-evidence-job --as "
+            "system:serviceaccount:<namespace>:<test>-workload)",
         )
     if state.deadline_exceeded or _ended_at_deadline(state, obs):
         return _failed(TIMEOUT, f"{job_text} was stopped at spec.timeoutSeconds={obs.timeout_seconds}: "
