@@ -102,6 +102,11 @@ def _object(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# pydantic writes gt/lt as JSON Schema 2020's exclusiveMinimum: 0; Kubernetes' OpenAPI v3.0 wants minimum: 0 with
+# exclusiveMinimum: true (the API server refuses the number).
+_EXCLUSIVE = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum"}
+
+
 def _copy_keywords(node: dict[str, Any], out: dict[str, Any]) -> None:
     """The node's other keywords a structural schema keeps (descriptions, bounds, enums, CEL rules)."""
     for key, value in node.items():
@@ -114,6 +119,9 @@ def _copy_keywords(node: dict[str, Any], out: dict[str, Any]) -> None:
         if key == "default" and value is None:
             continue
         if key == "format" and value not in ("date-time", "int32", "int64", "byte"):
+            continue
+        if key in _EXCLUSIVE and not isinstance(value, bool):  # JSON Schema's number -> OpenAPI v3.0's flag
+            out[_EXCLUSIVE[key]], out[key] = value, True
             continue
         out[key] = value
 

@@ -64,6 +64,9 @@ def test_schema_is_structural(schema: dict[str, Any]):
         assert typed or node.get("x-kubernetes-preserve-unknown-fields") is True, f"untyped schema at {path}"
         if node.get("x-kubernetes-int-or-string"):
             assert "type" not in node, f"int-or-string with a type at {path}"
+        for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            if key in node:  # OpenAPI v3.0: a flag beside the bound; the API server refuses JSON Schema's number
+                assert node[key] is True and bound in node, f"{key}: {node[key]!r} at {path}"
 
 
 @pytest.mark.parametrize(
