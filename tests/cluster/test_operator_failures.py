@@ -44,7 +44,8 @@ def test_report_missing(cluster: Cluster):
     cluster.set_job_condition("PyTorchJob", "broken-g1", "Succeeded")
     message = failed(cluster, "broken", "ReportMissing")["message"]
     assert "PyTorchJob broken-g1 succeeded but no report for generation 1 was written" in message
-    assert "acceptancetests/status" in message
+    assert "may get and patch the run's evidence ConfigMaps" in message  # the workload's only write (issue 22)
+    assert "configmaps/<test>-evidence-job" in message
 
 
 def test_stale_report_counts_as_missing(cluster: Cluster):
