@@ -20,6 +20,7 @@ import tempfile
 import threading
 import traceback
 import warnings
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -274,32 +275,36 @@ class Runner:
             self.ddp(session, watchdog)
         self.fsdp_and_storage(session, watchdog)
 
+    def run_stage(self, session: Session, check: CheckName, line: str, measure: Callable[[], Any]) -> Any:
+        """One check's stage on every rank: entered, announced, measured; rank 0 keeps its results and skips and
+        gets its detail back (None on the other ranks). `measure` gives (results, skipped, detail) on rank 0."""
+        self.enter(check, session)
+        self.progress(line)
+        out = measure()
+        if not self.is_root:
+            return None
+        assert out is not None
+        results, skipped, detail = out
+        self.report.results += results
+        self.report.skipped += skipped
+        return detail
+
     def fsdp_and_storage(self, session: Session, watchdog: Watchdog) -> None:
         """checks.fsdp (sharded training) and checks.storage (the shared volume and a checkpoint on it)."""
         from acceptance_workload import fsdp, storage
 
-        cfg, root = self.config, self.is_root
+        cfg = self.config
         if cfg.checks.fsdp.enabled:
-            self.enter("fsdp", session)
-            self.progress(f"fsdp: unsharded baseline, then FSDP2 over {len(session.nodes())} node(s)")
-            out = fsdp.run_fsdp(session, cfg, watchdog, progress=self.progress)
-            if root:
-                assert out is not None
-                self.report.results += out[0]
-                self.report.skipped += out[1]
-                self.report.fsdp = out[2]
+            self.report.fsdp = self.run_stage(
+                session, "fsdp", f"fsdp: unsharded baseline, then FSDP2 over {len(session.nodes())} node(s)",
+                lambda: fsdp.run_fsdp(session, cfg, watchdog, progress=self.progress))
         if cfg.checks.storage.enabled:
-            self.enter("storage", session)
-            self.progress(f"storage: {cfg.storage_path or 'no volume'}")
-            got = storage.run_storage(session, cfg, watchdog, progress=self.progress)
-            if root:
-                assert got is not None
-                results, skipped, detail = got
-                self.report.results += results
-                self.report.skipped += skipped
-                self.report.storage = detail
-                if not results:  # skipped as a whole (no volume): not a missing check
-                    self.report.checks_run = [c for c in self.report.checks_run if c != "storage"]
+            self.report.storage = self.run_stage(
+                session, "storage", f"storage: {cfg.storage_path or 'no volume'}",
+                lambda: storage.run_storage(session, cfg, watchdog, progress=self.progress))
+            if self.is_root and not [r for r in self.report.results if r.check == "storage"]:
+                # skipped as a whole (no volume): not a missing check
+                self.report.checks_run = [c for c in self.report.checks_run if c != "storage"]
 
     def preflight(self, session: Session, watchdog: Watchdog, versions: Any) -> bool:
         """The preflight stage; False when it failed (the later checks are skipped, saying why)."""
@@ -332,16 +337,9 @@ class Runner:
     def gpu(self, session: Session, watchdog: Watchdog) -> None:
         from acceptance_workload import gpubench
 
-        cfg, root = self.config, self.is_root
-        self.enter("gpu", session)
-        self.progress("gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time")
-        out = gpubench.run_gpu(session, cfg, watchdog, progress=self.progress)
-        if root:
-            assert out is not None
-            results, skipped, detail = out
-            self.report.results += results
-            self.report.skipped += skipped
-            self.report.gpu = detail
+        self.report.gpu = self.run_stage(
+            session, "gpu", "gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time",
+            lambda: gpubench.run_gpu(session, self.config, watchdog, progress=self.progress))
 
     def nccl(self, session: Session, watchdog: Watchdog) -> None:
         from acceptance_workload import nccl, transport
@@ -394,15 +392,12 @@ class Runner:
     def ddp(self, session: Session, watchdog: Watchdog) -> None:
         from acceptance_workload import ddp
 
-        cfg, root = self.config, self.is_root
-        self.enter("ddp", session)
-        self.progress(f"ddp {cfg.checks.ddp.model}: one-GPU baseline, then DDP")
-        out = ddp.run_ddp(session, cfg, watchdog, progress=self.progress)
-        if root:
-            assert out is not None
-            results, detail = out
-            self.report.results += results
-            self.report.ddp = detail
+        def measure() -> Any:
+            out = ddp.run_ddp(session, self.config, watchdog, progress=self.progress)
+            return None if out is None else (out[0], [], out[1])  # DDP skips nothing of its own
+
+        self.report.ddp = self.run_stage(
+            session, "ddp", f"ddp {self.config.checks.ddp.model}: one-GPU baseline, then DDP", measure)
 
     def localize(self, session: Session, watchdog: Watchdog) -> None:
         """The inter-node localisation stage, when checks.nccl.localize and the job-wide results call for it."""
