@@ -393,8 +393,3 @@ def judged(check: CheckName, name: str, value: float | None, threshold: float | 
     out = CheckResult(check=check, name=name, value=value, unit=r.unit if unit is None else unit,
                       threshold=threshold, comparison=comparison, passed=ok, **fields)
     return mark_estimate(out, estimated) if estimated else out
-
-
-def emitted_names() -> set[tuple[str, str]]:
-    """Every (check, name) the table judges."""
-    return set(RULES)
