@@ -6,6 +6,8 @@
     python bench/fault_suite.py --cpu --scenarios healthy,frozen-rank,rank-exits   # gloo, no GPU needed
     python bench/fault_suite.py --scenarios sim2-healthy,sim2-slowed,sim4-healthy,sim4-slowed --repeat 3  # nodes
     python bench/fault_suite.py --gpus 3 --scenarios sim3-healthy,sim3-slowed   # an odd node count
+    python bench/fault_suite.py --scenarios healthy --repeat 10 --full \
+        --local-args "-f bench/playbook.yaml --storage /var/tmp/vol"          # with FSDP and the shared volume
 
 Each scenario runs `gpu-acceptance local --json` as a user would, on a node named
 `fault-node`, and does its damage from outside: another process saturating the
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -85,6 +88,7 @@ class Ctx:
     full: bool
     tmp: Path
     keep: Path | None = None  # where each run's report is kept (for the threshold distributions)
+    extra: list[str] = field(default_factory=list)  # --local-args: e.g. a manifest with more checks, --storage
 
     @property
     def last(self) -> int:
@@ -269,7 +273,7 @@ def run_scenario(s: Scenario, ctx: Ctx, index: int) -> Outcome:
     report_file.unlink(missing_ok=True)
     cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", "--json", str(report_file)]
     cmd += ["--gpus", str(ctx.gpus)] + (["--cpu"] if ctx.cpu else [] if ctx.full else ["--quick"])
-    cmd += s.args(ctx)
+    cmd += ctx.extra + s.args(ctx)  # a scenario's own manifest and node count come last and win
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "LOCAL_RANK"))}
     if not ctx.cpu:  # --gpus 3 on a 4-GPU machine: the first three, as the node would see them
         visible = [i for i in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if i]
@@ -379,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpus", type=int, help="GPUs (or with --cpu, processes); default: all visible (2 on CPU)")
     p.add_argument("--out", help="write every outcome as JSON here")
     p.add_argument("--keep-reports", metavar="DIR", help="keep each run's report JSON and log in DIR")
+    p.add_argument("--local-args", default="", metavar="ARGS",
+                   help="more arguments for every `local` run, e.g. '-f bench/playbook.yaml --storage /var/tmp/vol "
+                        "--simulate-nodes 2' (healthy runs of more checks; a scenario's own manifest wins)")
     args = p.parse_args(argv)
     names = [n for n in args.scenarios.split(",") if n]
     unknown = [n for n in names if n not in SCENARIOS]
@@ -393,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         if gpus < 2:
             p.error("needs at least 2 GPUs (or --cpu)")
     ctx = Ctx(gpus=gpus, cpu=args.cpu, full=args.full, tmp=Path(tempfile.mkdtemp(prefix="fault-suite-")),
-              keep=Path(args.keep_reports) if args.keep_reports else None)
+              keep=Path(args.keep_reports) if args.keep_reports else None, extra=shlex.split(args.local_args))
     outcomes = []
     for name in names:
         s = SCENARIOS[name]

@@ -143,3 +143,34 @@ def test_what_was_measured_is_not_estimated_and_what_was_not_is():
     assert {"ddp.minScalingEfficiency", "ddp.maxStragglerRatio"} <= set(
         estimated_thresholds(ChecksSpec(), "h200-sxm", nodes=2))
     assert "ddp.minScalingEfficiency" in estimated_thresholds(ChecksSpec(), "b200")
+
+
+def test_fsdp_efficiency_means_sharded_against_unsharded_in_one_node_and_hybrid_against_node_across_nodes():
+    """4x H100: sharded/unsharded per GPU 0.338-0.397 in one node, so 0.80 there would fail every healthy node."""
+    from acceptance_workload.profiles import FSDP_EFFICIENCY, FSDP_NODE_EFFICIENCY, estimated_thresholds
+
+    on = ChecksSpec.model_validate({"fsdp": {"enabled": True}})
+    one = resolve_checks(on, "h100-sxm", 1).fsdp.thresholds
+    two = resolve_checks(on, "h100-sxm", 2).fsdp.thresholds
+    assert one.min_scaling_efficiency == FSDP_NODE_EFFICIENCY < 0.338
+    assert two.min_scaling_efficiency == FSDP_EFFICIENCY
+    assert "fsdp.minScalingEfficiency" not in estimated_thresholds(on, "h100-sxm", nodes=1)
+    assert "fsdp.minScalingEfficiency" in estimated_thresholds(on, "h100-sxm", nodes=2)
+    mine = ChecksSpec.model_validate({"fsdp": {"enabled": True, "thresholds": {"minScalingEfficiency": 0.5}}})
+    assert resolve_checks(mine, "h100-sxm", 1).fsdp.thresholds.min_scaling_efficiency == 0.5
+
+
+def test_floors_between_nodes_that_assume_rdma_are_not_judged_over_sockets_unless_the_spec_sets_them():
+    on = ChecksSpec.model_validate({"fsdp": {"enabled": True}})
+    rdma = resolve_checks(on, "h100-sxm", 2, gpus_per_node=4, fabric="infiniband")
+    sockets = resolve_checks(on, "h100-sxm", 2, gpus_per_node=4, fabric="ethernet")
+    assert rdma.ddp.thresholds.min_scaling_efficiency is not None
+    assert rdma.ddp.thresholds.min_throughput_per_gpu is not None
+    assert sockets.ddp.thresholds.min_scaling_efficiency is None
+    assert sockets.ddp.thresholds.min_throughput_per_gpu is None
+    assert sockets.fsdp.thresholds.min_scaling_efficiency is None
+    assert sockets.ddp.thresholds.max_straggler_ratio == rdma.ddp.thresholds.max_straggler_ratio  # a GPU is a GPU
+    one_node = resolve_checks(on, "h100-sxm", 1, gpus_per_node=4, fabric="ethernet")
+    assert one_node.ddp.thresholds.min_scaling_efficiency is not None  # one node: no network in the way
+    mine = ChecksSpec.model_validate({"ddp": {"thresholds": {"minScalingEfficiency": 0.3}}})
+    assert resolve_checks(mine, "h100-sxm", 2, fabric="ethernet").ddp.thresholds.min_scaling_efficiency == 0.3

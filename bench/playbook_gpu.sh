@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Issue 21 on the GPU machine (4 GPUs), in parts that each fit one device call (<= 10 min); everything lands in
+# $OUT/<part>.tgz (reports, logs, the detection tables) plus $OUT/<part>.md (the tables alone).
+#   part faults:  facts (NUMA, MIG, limits); a rank pinned to remote CPUs from outside (must FAIL naming it);
+#                 one simulated node's view of the volume swapped for another directory (must FAIL naming it);
+#                 then healthy full runs of the playbook (every default check + FSDP + storage) until the budget
+#   part full:    healthy full runs of the playbook, 4 GPUs as one node
+#   part probe:   bench/fsdp_optimizer.py (where an FSDP step's time goes), then 2 full, 2 quick, 1 quick at 2 nodes
+#   part final:   FSDP alone on 2 GPUs (the memory table's middle row), 2 quick at 2 nodes, then full runs
+#   part quick:   healthy quick runs of the playbook, one node and 2 simulated nodes, alternating
+# Usage: OUT=dir [SECONDS_BUDGET=540] [REPEAT=10] bash bench/playbook_gpu.sh faults|full|quick
+# Read back: python bench/distributions.py DIR...; python bench/latency_from_reports.py DIR...
+set -u
+PART=${1:?faults, probe, final, full or quick}
+OUT=${OUT:?set OUT}
+BUDGET=${SECONDS_BUDGET:-540}
+REPEAT=${REPEAT:-10}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=${PYTHONPATH:-}:$PWD/operator:$PWD/workload
+VOL=/var/tmp/gpu-acceptance-vol
+WORK=/tmp/playbook-$PART
+mkdir -p "$OUT" "$WORK" "$VOL"
+ga() { python3 -c 'import sys; from acceptance_operator.cli import main; sys.exit(main())' "$@"; }
+left() { echo $(( BUDGET - SECONDS )); }
+timed() {  # label, then a command: its exit code and seconds into $WORK/times.txt
+  local label=$1 t0=$SECONDS; shift
+  "$@"; local rc=$?
+  echo "$label rc=$rc seconds=$(( SECONDS - t0 ))" | tee -a "$WORK/times.txt"
+}
+healthy() {  # mode (full|quick), how many, more local args: one run at a time while the budget lasts
+  local mode=$1 n=$2; shift 2
+  local flag=""; [ "$mode" = full ] && flag=--full
+  for i in $(seq "$n"); do
+    [ "$(left)" -lt "${NEED:-100}" ] && { echo "budget: stopped before $mode run $i" | tee -a "$WORK/times.txt"; break; }
+    RUN=$(( ${RUN:-0} + 1 )); local tag="$mode$(echo "$*" | tr -dc 0-9)-$RUN"  # quick2-3: run 3, at --simulate-nodes 2
+    timed "$tag" python3 bench/fault_suite.py --scenarios healthy $flag --keep-reports "$WORK/$tag" \
+      --out "$WORK/$tag.json" --local-args "-f bench/playbook.yaml --storage $VOL $*" >> "$WORK/suite.md" 2>>"$WORK/suite.log"
+  done
+}
+facts() {
+  { date -u; nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,mig.mode.current --format=csv
+    nvidia-smi topo -m; lscpu | grep -i -E "numa|socket|^cpu\(s\)|model name"; df -h "$VOL"
+    python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
+  } > "$WORK/facts.txt" 2>&1
+}
+wrong_cpu() {  # rank 2 re-pinned, from outside, to CPUs remote from GPU 2 (bench/repin.py)
+  local remote
+  remote=$(python3 -c '
+import os
+from acceptance_workload import binding
+from acceptance_workload.occupancy import nvml_init
+n = nvml_init(); local = binding.mask_cpus(n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(2), 64))
+print(binding.cpulist(set(os.sched_getaffinity(0)) - local))')
+  echo "wrong-cpu: GPU 2's remote CPUs: $remote" | tee -a "$WORK/times.txt"
+  [ "$remote" = none ] && return 0
+  NODE_NAME=fault-node timed wrong-cpu python3 bench/repin.py --rank 2 --cpus "$remote" -- \
+    python3 -c 'import sys; from acceptance_operator.cli import main; sys.exit(main())' \
+    local --quick --json "$WORK/wrong-cpu.json" > "$WORK/wrong-cpu.log" 2>&1
+}
+storage_view() {  # sim-node-3 sees another directory at the volume's path
+  local vol=/var/tmp/gpu-acceptance-vol-fault
+  rm -rf "$vol" /var/tmp/gpu-acceptance-other; mkdir -p "$vol/.views" /var/tmp/gpu-acceptance-other
+  for k in 0 1 2; do ln -sfn "$vol" "$vol/.views/sim-node-$k"; done
+  ln -sfn /var/tmp/gpu-acceptance-other "$vol/.views/sim-node-3"
+  timed storage-view ga local --quick -f bench/fsdp_storage.yaml --storage "$vol" --simulate-nodes 4 \
+    --json "$WORK/storage-view.json" > "$WORK/storage-view.log" 2>&1
+}
+case "$PART" in
+  faults) facts; wrong_cpu; storage_view; NEED=110 healthy full "$REPEAT" ;;
+  full) NEED=110 healthy full "$REPEAT" ;;
+  probe) timed fsdp-optimizer torchrun --standalone --nproc-per-node 4 bench/fsdp_optimizer.py --out "$WORK/fsdp_optimizer.json" \
+           > "$WORK/fsdp_optimizer.log" 2>&1
+         NEED=110 healthy full 2; NEED=70 healthy quick 2; NEED=80 healthy quick 1 --simulate-nodes 2 ;;
+  final) timed fsdp-2gpu ga local -f bench/fsdp_storage.yaml --storage "$VOL" --gpus 2 --json "$WORK/fsdp-2gpu.json" \
+           > "$WORK/fsdp-2gpu.log" 2>&1
+         NEED=80 healthy quick 2 --simulate-nodes 2; NEED=110 healthy full "$REPEAT" ;;
+  quick) for i in $(seq "$REPEAT"); do NEED=70 healthy quick 1; NEED=80 healthy quick 1 --simulate-nodes 2; done ;;
+  *) echo "unknown part $PART: faults, probe, final, full or quick" >&2; exit 2 ;;
+esac
+python3 bench/distributions.py "$WORK"/full*/*.json "$WORK"/quick*/*.json > "$WORK/distributions.md" 2>&1 || true
+python3 bench/latency_from_reports.py "$WORK"/full*/ "$WORK"/quick*/ > "$WORK/latency.md" 2>&1 || true
+cat "$WORK/times.txt" "$WORK/suite.md" "$WORK/distributions.md" "$WORK/latency.md" > "$OUT/$PART.md" 2>/dev/null
+tar -C /tmp -czf "$OUT/$PART.tgz" "playbook-$PART"
+cat "$WORK/times.txt"
