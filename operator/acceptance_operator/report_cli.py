@@ -7,8 +7,9 @@ evidence ConfigMaps (the object `gpu-acceptance local --json` writes);
 `--node N` keeps what was measured on node N; `--html FILE` and `--junit FILE`
 also write the report as the operator judged it as a page with plots and as
 JUnit XML (exports.py). `--deliver FILE` delivers a
-saved report for the current run exactly as rank 0 does (evidence first, then
-status.report), stamped with the run's generation, run id and uid: an admin
+saved report for the current run exactly as rank 0 does (each node's evidence
+ConfigMap first, then `<test>-evidence-job` with the status part, `status.json`,
+last; the operator copies that into status.report), stamped with the run's generation, run id and uid: an admin
 re-delivering a report from a pod's log after an outage, or a test. It then
 waits (`--wait`, default 60 s) for the operator's verdict on that run and says
 it; delivered but not judged (the operator ignored it: the test moved on to
@@ -140,8 +141,8 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60
     except StatusWriteError as e:
         err.write(f"error: {e}\n")
         return exits.CANNOT
-    out.write(f"delivered {path} to acceptancetests/{ref.name} in {ref.namespace} for run {ref.run} "
-              f"({len(ref.evidence)} evidence ConfigMaps)\n")
+    out.write(f"delivered {path} into the {len(ref.evidence)} evidence ConfigMaps of acceptancetests/{ref.name} "
+              f"in {ref.namespace} for run {ref.run}\n")
     if wait <= 0:
         return exits.YES
     code, text = await_verdict(lambda: k.get_test(ref.namespace, ref.name), ref.run, wait)

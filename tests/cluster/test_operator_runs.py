@@ -178,8 +178,8 @@ def test_deliver_is_for_the_current_run_and_says_when_the_operator_does_not_take
 
 def test_a_rerun_value_too_long_to_record_as_it_is_starts_one_recorded_run(cluster: Cluster):
     """A 147 KB rerun value (the API server allows it: annotations have 256 KiB in all) is recorded by its digest:
-    the run starts, is recorded and ends, instead of a job whose run can never be recorded (the value again in the
-    operator's record annotation: HTTP 422, annotations too long)."""
+    the run starts, is recorded (status.run, history) and ends. Recorded as it is, it once made the run
+    unrecordable (HTTP 422, annotations too long, when the operator kept its record in an annotation)."""
     cluster.create_test("long", {"nodes": 1})
     wait_run(cluster, "long", "g1")
     finish(cluster, "long", "Succeeded")

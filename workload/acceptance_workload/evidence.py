@@ -92,7 +92,8 @@ class LocalizationPart(WireModel):
 
 
 class StatusReport(WireModel):
-    """What the workload writes into status.report: compact at any node count; the evidence holds the rest."""
+    """The status part (`status.json` of `<test>-evidence-job`), which the operator copies into status.report:
+    compact at any node count; the evidence holds the rest."""
 
     version: str = "v1"
     mode: str = Field("gpu", description="gpu, or cpu-smoke (which never passes an AcceptanceTest).")

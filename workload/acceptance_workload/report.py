@@ -1,4 +1,5 @@
-"""The report the workload writes into status.report, and what it means.
+"""The report the workload delivers (its evidence ConfigMaps; the operator copies the status part into
+status.report), and what it means.
 
 What a report means lives here and nowhere else: the verdict, the counts
 (`Report.tally`), the missing checks, the headline numbers (`Report.headline`)

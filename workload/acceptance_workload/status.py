@@ -41,7 +41,7 @@ TERMINATION_LOG = "/dev/termination-log"
 
 
 class StatusWriteError(RuntimeError):
-    """The report could not be written into the AcceptanceTest's status."""
+    """The report could not be written into the run's evidence ConfigMaps (the operator alone writes status)."""
 
 
 def core_api(kubeconfig: str | None = None) -> Any:
