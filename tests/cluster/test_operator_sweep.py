@@ -95,10 +95,10 @@ def test_a_sweep_tests_every_node_with_at_most_max_concurrent_at_once(cluster: C
 
 
 def test_nodes_left_out_of_a_sweep_are_skipped_with_why(cluster: Cluster, pool: list[str]):
-    """A user's test holding the name of a node's child test, a node cordoned before the sweep and one deleted
-    after its test passed: each is skipped with its reason, none stops the sweep, and the inter-node stage runs
-    over the others."""
-    taken, cordoned, deleted = pool[0], pool[1], pool[2]
+    """A user's test holding the name of a node's child test, a node cordoned before the sweep, one deleted and
+    one cordoned after its test passed: each is skipped with its reason, none stops the sweep, and the inter-node
+    stage runs over the others."""
+    taken, cordoned, deleted, cordoned_late = pool[0], pool[1], pool[2], pool[3]
     cluster.create_test(f"sw-g1-{taken}", {"nodes": 1})
     cluster.server.request("PATCH", f"/api/v1/nodes/{cordoned}", {"spec": {"unschedulable": True}},
                            content_type="application/merge-patch+json")
@@ -114,22 +114,27 @@ def test_nodes_left_out_of_a_sweep_are_skipped_with_why(cluster: Cluster, pool: 
     cluster.write_report(singles[deleted]["metadata"]["name"], report(1, nodes=(deleted,)))
     cluster.wait_phase(singles[deleted]["metadata"]["name"], "Succeeded")
     cluster.server.request("DELETE", f"/api/v1/nodes/{deleted}")
-    for node in pool[3:]:
+    cluster.write_report(singles[cordoned_late]["metadata"]["name"], report(1, nodes=(cordoned_late,)))
+    cluster.wait_phase(singles[cordoned_late]["metadata"]["name"], "Succeeded")
+    cluster.server.request("PATCH", f"/api/v1/nodes/{cordoned_late}", {"spec": {"unschedulable": True}},
+                           content_type="application/merge-patch+json")
+    for node in pool[4:]:
         cluster.write_report(singles[node]["metadata"]["name"], report(1, nodes=(node,)))
     stage = cluster.wait(lambda: next((c for c in children(cluster, "sw") if not c["metadata"]["annotations"][NODE]
                                        and (c.get("status") or {}).get("run")), None), "the inter-node stage")
-    assert stage["spec"]["nodes"] == 5  # not the deleted node
-    cluster.write_report(stage["metadata"]["name"], report(1, nodes=tuple(pool[3:])))
+    assert stage["spec"]["nodes"] == 4  # neither the deleted node nor the one cordoned after its pass
+    cluster.write_report(stage["metadata"]["name"], report(1, nodes=tuple(pool[4:])))
     status = cluster.wait_phase("sw", "Succeeded", timeout=60)
     reasons = {s["node"]: s["message"] for s in status["sweep"]["skippedNodes"]}
     assert {s["node"]: s["reason"] for s in status["sweep"]["skippedNodes"]} == {
-        taken: "NameTaken", cordoned: "Cordoned", deleted: "Deleted"}
-    assert status["sweep"]["skipped"] == 3 and sorted(reasons) == sorted(pool[:3]), status["sweep"]
+        taken: "NameTaken", cordoned: "Cordoned", deleted: "Deleted", cordoned_late: "Cordoned"}
+    assert status["sweep"]["skipped"] == 4 and sorted(reasons) == sorted(pool[:4]), status["sweep"]
     assert reasons[taken].startswith(f"another test is named sw-g1-{taken}"), reasons
     assert reasons[cordoned] == "cordoned before its test started"
     assert reasons[deleted] == "deleted during the sweep: its test's verdict does not count"
-    assert status["sweep"]["passed"] == 5 and status["summary"]["total"] == 5
-    assert "3 skipped" in cluster.condition("sw", "Succeeded")["message"]
+    assert reasons[cordoned_late] == "cordoned after its test passed: left out of the inter-node stage"
+    assert status["sweep"]["passed"] == 4 and status["summary"]["total"] == 4, status["sweep"]
+    assert "4 skipped" in cluster.condition("sw", "Succeeded")["message"]
     assert cluster.wait_event("sw", "SweepNameTaken")
     assert cluster.get_test(f"sw-g1-{taken}")["metadata"].get("labels", {}).get(SWEEP) is None  # left alone
 
