@@ -30,7 +30,8 @@ DEBIAN_IMAGE=localhost/gpu-acceptance/debian:${DEBIAN_SUITE}
 PYTHON_IMAGE=localhost/gpu-acceptance/python:${DEBIAN_SUITE}
 TORCH_IMAGE=localhost/gpu-acceptance/torch:${DEBIAN_SUITE}
 INPUTS_LABEL=io.gpu-acceptance.inputs
-# What each Dockerfile COPYs (hack/install-*.sh's IMAGE_FILES; tests/unit/test_images.py keeps them in step).
+# Each image's inputs (the hash that decides a rebuild): its Dockerfile and what it COPYs, hack/install-*.sh's
+# IMAGE_FILES; tests/unit/test_images.py keeps them and .dockerignore in step.
 OPERATOR_FILES=(Dockerfile.operator pyproject.toml README.md operator workload hack/install-operator.sh)
 WORKLOAD_FILES=(Dockerfile.workload pyproject.toml README.md operator workload hack/install-workload.sh)
 

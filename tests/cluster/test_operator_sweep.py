@@ -139,14 +139,33 @@ def test_nodes_left_out_of_a_sweep_are_skipped_with_why(cluster: Cluster, pool: 
     assert cluster.get_test(f"sw-g1-{taken}")["metadata"].get("labels", {}).get(SWEEP) is None  # left alone
 
 
-def test_a_restart_mid_sweep_does_not_take_the_operators_own_writes_for_foreign(cluster: Cluster, pool: list[str],
-                                                                               operator: OperatorProcess):
+def run_id(test: dict) -> str | None:
+    return ((test.get("status") or {}).get("run") or {}).get("id")
+
+
+def test_a_restart_mid_sweep_carries_on_the_same_run_without_new_children_or_warnings(
+        cluster: Cluster, pool: list[str], operator: OperatorProcess):
+    """An operator restarted while four single-node tests run takes its own earlier writes as its own: it keeps
+    the sweep's run and each running child's run, creates no second test for a node it already started, and has
+    nothing to warn about. (Before issue 22 a restart took its own status writes for a foreign writer's.)"""
     cluster.create_test("rs", {"sweep": True, "maxConcurrent": 4, "placement": {"nodeSelector": {"pool": cluster.ns}}})
-    cluster.wait(lambda: len(active(children(cluster, "rs"))) == 4, "four single-node tests")
+    started = cluster.wait(lambda: (items := active(children(cluster, "rs"))) and len(items) == 4
+                           and all(run_id(c) for c in items) and items, "four single-node tests with their runs")
+    before = {c["metadata"]["name"]: run_id(c) for c in started}
+    sweep_run = run_id(cluster.get_test("rs"))
+    assert sweep_run
     operator.restart()
     cluster.play_sweep("rs", timeout=180)
     assert cluster.status("rs")["phase"] == "Succeeded"
-    tests = [cluster.get_test("rs"), *children(cluster, "rs")]
-    foreign = [(t["metadata"]["name"], m) for t in tests for _, r, m in cluster.events(t["metadata"]["name"])
-               if r == "ForeignStatusWrite"]
-    assert not foreign, foreign
+    assert run_id(cluster.get_test("rs")) == sweep_run
+    after = children(cluster, "rs")
+    assert {name: run_id(c) for c in after for name in [c["metadata"]["name"]] if name in before} == before
+    per_node: dict[str, list[str]] = {}
+    for c in after:
+        per_node.setdefault(c["metadata"]["annotations"][NODE], []).append(c["metadata"]["name"])
+    assert per_node == {**{node: [f"rs-g1-{node}"] for node in pool}, "": per_node.get("")}, per_node
+    assert len(per_node[""]) == 1, per_node  # one inter-node stage
+    tests = [cluster.get_test("rs"), *after]
+    warnings = [(t["metadata"]["name"], r, m) for t in tests for kind, r, m in cluster.events(t["metadata"]["name"])
+                if kind == "Warning"]
+    assert not warnings, warnings

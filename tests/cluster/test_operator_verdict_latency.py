@@ -20,6 +20,10 @@ from tests.cluster.operator_harness import Cluster, report
 
 TESTS = 40
 # Well above what a loaded 2-core machine adds; far below the resync (300 s) a lost verdict would wait for.
+# Measured by this test on the quiet 2-core dev machine (2026-11-27, 3 runs): median 1.03-1.13 s, max 2.11, 2.16,
+# 2.5 s (the burst of 40 creations and polling add to it), too near issue 20's 5 s for a bound that must not
+# flake under a shared machine's load. The 5 s (and p99) is measured on purpose: `make bench-verdicts`,
+# docs/benchmarks.md (150 reports in pairs, max 0.49 s).
 VERDICT_BOUND_SECONDS = 20.0
 
 
@@ -61,8 +65,12 @@ def test_reports_delivered_as_soon_as_the_jobs_exist_are_judged_at_once(
         return len(judged) == TESTS
 
     cluster.wait(all_judged, "every test's verdict", timeout=VERDICT_BOUND_SECONDS + 60)
-    late = {n: round(judged[n] - delivered[n], 1) for n in names if judged[n] - delivered[n] > VERDICT_BOUND_SECONDS}
-    assert not late, late
+    latency = sorted(((round(judged[n] - delivered[n], 2), n) for n in names), reverse=True)
+    print(f"report -> verdict over {TESTS} tests: median {latency[TESTS // 2][0]} s, max {latency[0][0]} s "
+          f"(seen by polling every 0.2 s)")
+    late = [(n, s) for s, n in latency if s > VERDICT_BOUND_SECONDS]
+    assert not late, (f"verdicts later than {VERDICT_BOUND_SECONDS:g} s after their reports: {late}; "
+                      f"slowest (s, test): {latency[:5]}")
     for name in names:
         assert cluster.condition(name, "Succeeded")["reason"] == "ReportRejected"
 

@@ -44,11 +44,17 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
         checks.gpu.gemm_size, checks.gpu.windows = 1024, 15
     elif longer == "sweep":
         checks.nccl.iters = 60
+    storage = None
+    if longer == "storage":  # the shared volume's stage: a directory every simulated node sees
+        storage = tmp_path / "volume"
+        storage.mkdir()
+        checks.storage.enabled, checks.storage.throughput_bytes = True, "256Mi"
     checks.nccl.collective_timeout_seconds = collective_timeout
     checks.nccl.localize = "always"  # the localisation stage runs too (two nodes)
     checks.ddp.steps = 30  # long enough that the fault lands inside DDP
     return WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=nodes, gpus_per_node=2, fabric="ethernet",
-                          checks=checks, report_file=str(tmp_path / "report.json"))
+                          checks=checks, report_file=str(tmp_path / "report.json"),
+                          storage_path=None if storage is None else str(storage))
 
 
 def _run_with_fault(tmp_path: Path, trigger: str, sig: signal.Signals, victim: int,
@@ -127,6 +133,8 @@ STAGES = {
     "sweep": ("] nccl sweep", 1.0, ("nccl",), ("nccl",), ("nccl job ",)),
     "localisation": ("] nccl localize", 0.3, ("nccl",), ("nccl localize ",), ("nccl localize ",)),
     "ddp": ("] ddp ", 1.0, ("ddp",), ("ddp",), ("ddp",)),
+    # The victim is no node's first rank: it waits for the node leaders' files, then saves the checkpoint.
+    "storage": ("] storage: ", 0.3, ("storage",), ("storage", "checkpoint "), ("storage", "checkpoint ")),
 }
 
 
@@ -146,7 +154,7 @@ def test_a_rank_frozen_in_any_stage_is_named_by_its_heartbeat(tmp_path: Path, st
     nodes = [*NODES, "node-c"] if stage == "localisation" else NODES
     codes, stderr, elapsed = _run_with_fault(tmp_path, trigger, signal.SIGSTOP, victim=2, collective_timeout=300,
                                              nodes=nodes, delay=delay, heartbeat=heartbeat,
-                                             longer=stage if stage in ("gpu", "sweep") else None)
+                                             longer=stage if stage in ("gpu", "sweep", "storage") else None)
     live = [c for r, c in enumerate(codes) if r != 2]
     assert live == [2] * len(live), stderr[0][-3000:]
     assert limit - 5 < elapsed < limit + 30, elapsed

@@ -290,3 +290,24 @@ def test_the_install_check_reports_absent_and_present_binaries(tmp_path: Path) -
                                                      "exit 127\n")
     broken = check_install(tmp_path / "bins")
     assert re.search(r"^MISSING\s+nccl-tests sendrecv_perf\s+.*exit code 127", broken, flags=re.M), broken
+
+
+def test_an_image_built_without_nccl_tests_says_why_in_the_install_check(tmp_path: Path) -> None:
+    """A workload image built with no nccl-tests source tree has only bin/SKIPPED (Dockerfile.workload's
+    nccl-tests-skip stage) with the build's reason: the install check and the cross-check's error say that reason,
+    not a bare "not found"."""
+    dockerfile = (REPO / "Dockerfile.workload").read_text()
+    (reason,) = re.findall(r'^ARG NCCL_TESTS_SKIPPED="([^"]+)"$', dockerfile, flags=re.M)
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / nccltests.SKIPPED_FILE).write_text(reason + "\n")  # as the stage's `echo` writes it
+    env = {**os.environ, nccltests.DIR_ENV: str(folder)}
+    done = subprocess.run([sys.executable, "-m", "acceptance_workload", "--check-install", "--nccl-tests"],
+                          env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode != 0, done.stdout
+    missing = re.findall(r"^MISSING\s+nccl-tests (\w+_perf)\s+(.*)$", done.stdout, flags=re.M)
+    assert len(missing) == 6, done.stdout
+    for name, why in missing:
+        assert why.endswith(f"nccl-tests' {name} is not in this image: {reason}"), done.stdout
+    with pytest.raises(nccltests.MissingBinary, match=re.escape(f"is not in this image: {reason}")):
+        nccltests.find_binary("all_reduce", env)
