@@ -126,9 +126,10 @@ def _assert_names_rank_2(report: Report, stage: str | tuple[str, ...], how: str 
 # Per stage: rank 0's progress line that starts it; how long after it the victim is stopped (inside the
 # stage by then); the checks the culprit may be filed under and the steps the victim and rank 0 may be at.
 # A CPU preflight takes milliseconds: the victim is often past it (waiting for the verdict) when stopped, and
-# rank 0 then already in the gpu check, where the culprit is filed.
+# rank 0 then already in the gpu check, where the culprit is filed. Stopped with no delay, the victim may also not
+# have beaten its first step yet ('not started': seen once in CI under load); it is named all the same.
 STAGES = {
-    "preflight": ("] preflight", 0.0, ("preflight", "gpu"), ("preflight",), ("preflight", "gpu")),
+    "preflight": ("] preflight", 0.0, ("preflight", "gpu"), ("preflight", "not started"), ("preflight", "gpu")),
     "gpu": ("] gpu: ", 1.0, ("gpu",), ("gpu",), ("gpu",)),
     "sweep": ("] nccl sweep", 1.0, ("nccl",), ("nccl",), ("nccl job ",)),
     "localisation": ("] nccl localize", 0.3, ("nccl",), ("nccl localize ",), ("nccl localize ",)),
