@@ -156,6 +156,9 @@ def test_fsdp_efficiency_means_sharded_against_unsharded_in_one_node_and_hybrid_
     assert two.min_scaling_efficiency == FSDP_EFFICIENCY
     assert "fsdp.minScalingEfficiency" not in estimated_thresholds(on, "h100-sxm", nodes=1)
     assert "fsdp.minScalingEfficiency" in estimated_thresholds(on, "h100-sxm", nodes=2)
+    for unmeasured in ("h200-sxm", "b200", "a100-sxm"):  # measured on H100 only
+        assert {"fsdp.minScalingEfficiency", "fsdp.maxStragglerRatio"} <= set(
+            estimated_thresholds(on, unmeasured, nodes=1)), unmeasured
     mine = ChecksSpec.model_validate({"fsdp": {"enabled": True, "thresholds": {"minScalingEfficiency": 0.5}}})
     assert resolve_checks(mine, "h100-sxm", 1).fsdp.thresholds.min_scaling_efficiency == 0.5
 
