@@ -8,10 +8,12 @@
 #   part probe:   bench/fsdp_optimizer.py (where an FSDP step's time goes), then 2 full, 2 quick, 1 quick at 2 nodes
 #   part final:   FSDP alone on 2 GPUs (the memory table's middle row), 2 quick at 2 nodes, then full runs
 #   part quick:   healthy quick runs of the playbook, one node and 2 simulated nodes, alternating
+#   part quickone: healthy quick runs of the playbook, 4 GPUs as one node
+#   part mixed:   one quick run (its log's stamps say where the time goes), then full runs
 # Usage: OUT=dir [SECONDS_BUDGET=540] [REPEAT=10] bash bench/playbook_gpu.sh faults|full|quick
 # Read back: python bench/distributions.py DIR...; python bench/latency_from_reports.py DIR...
 set -u
-PART=${1:?faults, probe, final, full or quick}
+PART=${1:?faults, probe, final, full, quick, quickone or mixed}
 OUT=${OUT:?set OUT}
 BUDGET=${SECONDS_BUDGET:-540}
 REPEAT=${REPEAT:-10}
@@ -74,8 +76,10 @@ case "$PART" in
   final) timed fsdp-2gpu ga local -f bench/fsdp_storage.yaml --storage "$VOL" --gpus 2 --json "$WORK/fsdp-2gpu.json" \
            > "$WORK/fsdp-2gpu.log" 2>&1
          NEED=80 healthy quick 2 --simulate-nodes 2; NEED=110 healthy full "$REPEAT" ;;
+  quickone) NEED=62 healthy quick "$REPEAT" ;;
+  mixed) NEED=70 healthy quick 1; NEED=110 healthy full "$REPEAT" ;;
   quick) for i in $(seq "$REPEAT"); do NEED=70 healthy quick 1; NEED=80 healthy quick 1 --simulate-nodes 2; done ;;
-  *) echo "unknown part $PART: faults, probe, final, full or quick" >&2; exit 2 ;;
+  *) echo "unknown part $PART: faults, probe, final, full, quick, quickone or mixed" >&2; exit 2 ;;
 esac
 python3 bench/distributions.py "$WORK"/full*/*.json "$WORK"/quick*/*.json > "$WORK/distributions.md" 2>&1 || true
 python3 bench/latency_from_reports.py "$WORK"/full*/ "$WORK"/quick*/ > "$WORK/latency.md" 2>&1 || true

@@ -81,3 +81,29 @@ def test_efficiency_pairs_each_ddp_window_with_its_own_baseline_window() -> None
     # Both phases drift down together in window 1 (a hot host): paired windows keep the ratio.
     gathered = [{"baseline": [100.0, 80.0], "ddp": [95.0, 76.0]}, {"baseline": [100.0, 80.0], "ddp": [95.0, 76.0]}]
     assert window_efficiencies(gathered) == pytest.approx([0.95, 0.95])
+
+
+def test_a_built_model_has_the_cpu_weights_of_its_seed_drawn_once_and_keeps_its_head_tied(monkeypatch) -> None:
+    # Workload.build: every model of a check starts from the weights torch.manual_seed(seed) gives on the CPU
+    # (the baseline and the distributed copy alike), drawn once a process rather than once a model.
+    from acceptance_workload import ddp
+
+    wl = workload_for(DdpCheck(model="gpt", batch_size=2, seq_len=16), "cpu-smoke")
+    torch.manual_seed(ddp.SEED)
+    reference = wl.make_model().state_dict()
+    draws = []
+    make = wl.make_model
+    monkeypatch.setattr(wl, "make_model", lambda: draws.append(1) or make())
+    ddp._weights.clear()
+    first, second = (wl.build(torch.device("cpu"), ddp.SEED) for _ in range(2))
+    assert len(draws) == 3  # the weights once, then each model's own construction (its draws overwritten)
+    for model in (first, second):
+        state = model.state_dict()
+        assert state.keys() == reference.keys()
+        assert all(torch.equal(state[k], reference[k]) for k in reference)
+        assert model.head.weight is model.tok.weight
+    assert first.tok.weight.data_ptr() != second.tok.weight.data_ptr()  # two models, not one shared
+    other = wl.build(torch.device("cpu"), ddp.SEED + 1)
+    assert not torch.equal(other.tok.weight, first.tok.weight)  # another seed, other weights
+    fresh = wl.build(torch.device("cpu"), 99, same_as_cpu=False)
+    assert not torch.equal(fresh.tok.weight, first.tok.weight)

@@ -65,7 +65,7 @@ def round_trip(session: Session, fsdp_check: FsdpCheck, path: Path, watchdog: Wa
         trained = Trainer(fsdp.sharded_model(wl, mesh, device), wl, batch, device)
         trained.step()  # not the initial weights: a load that reinitialised would still differ
         barrier()
-    fresh = fsdp.sharded_model(wl, mesh, device, seed=FRESH_SEED)
+    fresh = fsdp.sharded_model(wl, mesh, device, seed=FRESH_SEED, same_as_cpu=False)  # only differs from `trained`
     state = {"model": fresh.state_dict()}
     save_s = load_s = 0.0
     try:  # dcp raises on every rank when one rank's I/O fails

@@ -16,7 +16,7 @@ import contextlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +45,44 @@ class Workload:
     make_batch: Callable[[Any, Any], Any]  # (generator, device) -> batch
     loss: Callable[[Any, Any], Any]  # (model, batch) -> scalar
     make_optimizer: Callable[[Any], Any]
+    shape: Hashable = None  # what makes two Workloads' models the same (the weights cache's key)
+
+    def build(self, device: Any, seed: int, same_as_cpu: bool = True) -> Any:
+        """The model on `device`, with the weights `torch.manual_seed(seed)` gives it on the CPU.
+
+        Every model of a check starts from the same weights (the baseline and the distributed copy, each rank
+        alike), and those are the CPU's, as they always were. Drawing them takes seconds (336M parameters,
+        one thread), so they are drawn once a process (initial_weights) and each model is built on the device
+        and loaded from them. `same_as_cpu=False`: any weights `seed` gives on the device (a fresh model that
+        must only differ from a trained one).
+        """
+        import torch
+
+        if self.shape is None:  # not cached (ResNet): built on the CPU and moved
+            torch.manual_seed(seed)
+            return self.make_model().to(device)
+        weights = initial_weights(self.shape, seed, self.make_model) if same_as_cpu else None
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = self.make_model()
+        if weights is not None:
+            model.load_state_dict(weights)
+        return model
+
+
+_weights: dict[tuple[Hashable, int], dict[str, Any]] = {}  # the last model's initial weights, on the CPU
+
+
+def initial_weights(shape: Hashable, seed: int, make_model: Callable[[], Any]) -> dict[str, Any]:
+    """The CPU weights of `make_model()` after `torch.manual_seed(seed)`, drawn once for the last (shape, seed):
+    the checks build their models one after the other, so one entry is enough."""
+    import torch
+
+    if (shape, seed) not in _weights:
+        _weights.clear()
+        torch.manual_seed(seed)
+        _weights[(shape, seed)] = make_model().state_dict()
+    return _weights[(shape, seed)]
 
 
 def workload_for(check: DdpCheck, mode: str) -> Workload:
@@ -63,6 +101,7 @@ def workload_for(check: DdpCheck, mode: str) -> Workload:
             make_model=lambda: models.Gpt(cfg),
             make_batch=lambda g, d: models.gpt_batch(cfg, batch, g, d),
             loss=models.gpt_loss,
+            shape=cfg,
             # fused: one kernel for the whole update instead of several per tensor (fewer launches to wait on)
             make_optimizer=lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3, weight_decay=0.0,
                                                        fused=next(m.parameters()).is_cuda),
@@ -162,14 +201,12 @@ def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
         torch.backends.cudnn.allow_tf32 = True
     gen = torch.Generator().manual_seed(SEED + session.rank)
     batch = wl.make_batch(gen, device)
-    torch.manual_seed(SEED)
-    alone = Trainer(wl.make_model().to(device), wl, batch, device)
-    torch.manual_seed(SEED)
+    alone = Trainer(wl.build(device, SEED), wl, batch, device)
     ddp_kwargs: dict[str, Any] = {"gradient_as_bucket_view": True}
     if device.type == "cuda":
         ddp_kwargs["device_ids"] = [device.index]
     with watchdog.step("ddp wrap model"):
-        ddp = Trainer(DistributedDataParallel(wl.make_model().to(device), **ddp_kwargs), wl, batch, device)
+        ddp = Trainer(DistributedDataParallel(wl.build(device, SEED), **ddp_kwargs), wl, batch, device)
     token = torch.zeros(1, device=device)
     times = measure({"baseline": alone, "ddp": ddp}, check, device, watchdog,
                     barrier=lambda: dist.all_reduce(token))

@@ -58,6 +58,7 @@ def workload(check: FsdpCheck) -> Workload:
         make_batch=lambda g, d: models.gpt_batch(cfg, check.batch_size, g, d),
         loss=models.gpt_loss,
         make_optimizer=optimizer,
+        shape=cfg,
     )
 
 
@@ -94,13 +95,13 @@ def device_mesh(session: Session, copies: int) -> Any:
     return init_device_mesh(kind, (copies, session.world_size // copies), mesh_dim_names=("replicate", "shard"))
 
 
-def sharded_model(wl: Workload, mesh: Any, device: Any, seed: int = SEED) -> Any:
-    """The model, each block and then the root sharded over `mesh` (bf16 compute, fp32 gradients on GPUs)."""
+def sharded_model(wl: Workload, mesh: Any, device: Any, seed: int = SEED, same_as_cpu: bool = True) -> Any:
+    """The model (Workload.build), each block and then the root sharded over `mesh` (bf16 compute, fp32 gradients
+    on GPUs)."""
     import torch
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    torch.manual_seed(seed)
-    model = wl.make_model().to(device)
+    model = wl.build(device, seed, same_as_cpu)
     kwargs: dict[str, Any] = {"mesh": mesh}
     if device.type == "cuda":
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -166,8 +167,7 @@ def _unsharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, wat
     import torch
 
     device, mem = session.device, Memory(session.device)
-    torch.manual_seed(SEED)
-    alone = Trainer(wl.make_model().to(device), wl, batch, device)
+    alone = Trainer(wl.build(device, SEED), wl, batch, device)
     times = measure({"baseline": alone}, check, device, watchdog, barrier)  # type: ignore[arg-type]
     alone.opt.zero_grad(set_to_none=True)
     state = mem.allocated()  # parameters and AdamW's two moments; gradients come and go with the step's peak
@@ -221,6 +221,8 @@ def run_fsdp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     token = torch.zeros(1, device=session.device)
     barrier = lambda: dist.all_reduce(token)  # noqa: E731
     mine = _unsharded(wl, batch, session, check, watchdog, barrier)
+    if progress:
+        progress(f"fsdp: unsharded baseline done, sharding over {copies} x {session.world_size // copies} GPUs")
     mine.update(_sharded(wl, batch, session, check, watchdog, barrier, copies))
     if session.device.type == "cuda":
         torch.cuda.empty_cache()

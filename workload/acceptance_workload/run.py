@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -81,6 +82,7 @@ class Runner:
         self._code: int | None = None
         self._absent: set[int] = set()  # ranks known to be gone: rank 0 does not wait for them at the end
         self.occupancy: Occupancy | None = None  # this rank's GPU before its CUDA context (gpu_in_use)
+        self._t0 = time.monotonic()  # progress lines say how far into the run they are (where a run's time goes)
 
     @property
     def is_root(self) -> bool:
@@ -89,7 +91,7 @@ class Runner:
     def progress(self, message: str) -> None:
         if self.is_root:
             tag = "gpu-acceptance cpu-smoke" if self.config.mode == "cpu-smoke" else "gpu-acceptance"
-            print(f"[{tag}] {message}", file=sys.stderr, flush=True)
+            print(f"[{tag}] {message} (+{time.monotonic() - self._t0:.1f} s)", file=sys.stderr, flush=True)
 
     # delivery ------------------------------------------------------------------
     def deliver(self) -> int:
@@ -195,6 +197,7 @@ class Runner:
         code: int | None = None
         try:
             self.checks(session, watchdog)
+            self.progress("checks done")
         except Exception as e:
             watchdog.stop()  # this thread explains the failure; the watchdog must not deliver meanwhile
             code = self._failed(e, session)

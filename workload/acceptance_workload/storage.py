@@ -192,6 +192,8 @@ def run_storage(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     if check.checkpoint and shared:
         from acceptance_workload import checkpoint
 
+        if progress:
+            progress("storage: consistency and throughput done, checkpoint round trip")
         saved = checkpoint.round_trip(session, config.checks.fsdp, run_dir / "checkpoint", watchdog)
     elif check.checkpoint:
         skipped.append(Skip(check="storage", name="checkpoint", reason="not attempted: the nodes do not see one "
