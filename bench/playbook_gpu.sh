@@ -35,7 +35,7 @@ healthy() {  # mode (full|quick), how many, more local args: one run at a time w
   for i in $(seq "$n"); do
     [ "$(left)" -lt "${NEED:-100}" ] && { echo "budget: stopped before $mode run $i" | tee -a "$WORK/times.txt"; break; }
     RUN=$(( ${RUN:-0} + 1 )); local tag="$mode$(echo "$*" | tr -dc 0-9)-$RUN"  # quick2-3: run 3, at --simulate-nodes 2
-    timed "$tag" python3 bench/fault_suite.py --scenarios healthy $flag --keep-reports "$WORK/$tag" \
+    GPU_ACCEPTANCE_STARTED_AT=$(date +%s.%N) timed "$tag" python3 bench/fault_suite.py --scenarios healthy $flag --keep-reports "$WORK/$tag" \
       --out "$WORK/$tag.json" --local-args "-f bench/playbook.yaml --storage $VOL $*" >> "$WORK/suite.md" 2>>"$WORK/suite.log"
   done
 }

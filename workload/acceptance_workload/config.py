@@ -17,6 +17,9 @@ from acceptance_workload.profiles import ProfileName, estimated_thresholds, reso
 from acceptance_workload.wire import WireModel, parse_bytes
 
 CONFIG_ENV = "GPU_ACCEPTANCE_CONFIG"
+# Unix time the run started (`gpu-acceptance local` sets it for its ranks): progress lines count from it; unset,
+# each rank counts from its own start.
+STARTED_ENV = "GPU_ACCEPTANCE_STARTED_AT"
 Fabric = Literal["infiniband", "roce", "ethernet"]
 Mode = Literal["gpu", "cpu-smoke"]
 

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from acceptance_workload import exits
 from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, WorkloadConfig
 from acceptance_workload.exports import ExportError, write_exports
 from acceptance_workload.exports import require as require_exports
 from acceptance_workload.launch import free_port
@@ -263,7 +263,8 @@ def visible_gpus() -> int:
 SIM_NODE_PREFIX = "sim-node-"
 
 
-def child_env(config: WorkloadConfig, rank: int, world: int, port: int) -> dict[str, str]:
+def child_env(config: WorkloadConfig, rank: int, world: int, port: int, launched: float | None = None
+              ) -> dict[str, str]:
     """A rank's environment as its pod would give it; with simulated nodes, as its simulated node would.
 
     Simulated node K (config.nodes > 1 on one machine) is `sim-node-K` in
@@ -283,6 +284,8 @@ def child_env(config: WorkloadConfig, rank: int, world: int, port: int) -> dict[
         "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
         "NODE_NAME": os.environ.get("NODE_NAME") or socket.gethostname(),
     })
+    if launched is not None:
+        env[STARTED_ENV] = f"{launched:.3f}"
     if config.nodes > 1:
         node = f"{SIM_NODE_PREFIX}{rank // per_node}"
         env.update({"NODE_NAME": node, "NCCL_HOSTID": node})
@@ -300,14 +303,15 @@ def child_env(config: WorkloadConfig, rank: int, world: int, port: int) -> dict[
 
 
 def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.executable,
-                  deadline_seconds: float | None = None) -> int:
+                  deadline_seconds: float | None = None, launched: float | None = None) -> int:
     """Start every rank, stream rank 0's output, wait for all; rank 0's exit code is the run's."""
     port = free_port()
     logs = [None] + [tempfile.TemporaryFile(mode="w+") for _ in range(world - 1)]  # noqa: SIM115 (closed below)
     procs = []
     for rank in range(world):
         out = None if rank == 0 else logs[rank]
-        procs.append(subprocess.Popen([python, "-m", "acceptance_workload"], env=child_env(config, rank, world, port),
+        procs.append(subprocess.Popen([python, "-m", "acceptance_workload"],
+                                      env=child_env(config, rank, world, port, launched),
                                       stdout=subprocess.DEVNULL if rank else None, stderr=out,
                                       stdin=subprocess.DEVNULL))
     deadline = time.monotonic() + (deadline_seconds or config.timeout_seconds)
@@ -357,6 +361,7 @@ def _describe_code(code: int) -> str:
 
 
 def run_local(args: argparse.Namespace) -> int:
+    launched = float(os.environ.get(STARTED_ENV) or time.time())  # the ranks' progress lines count from here
     if args.cpu:
         print(f"*** {CPU_BANNER} ***", file=sys.stderr)
     else:
@@ -393,6 +398,7 @@ def run_local(args: argparse.Namespace) -> int:
     what = "CPU processes (gloo)" if args.cpu else "GPUs (nccl)"
     print(f"gpu-acceptance local: {world} {what}, profile {config.profile}"
           + (f", {config.nodes} simulated nodes" if config.nodes > 1 else "")
-          + (", quick" if args.quick and not args.cpu else ""), file=sys.stderr)
+          + (", quick" if args.quick and not args.cpu else "")
+          + f" (+{time.time() - launched:.1f} s)", file=sys.stderr)
     started = time.time()
-    return write_files(args, config, run_processes(config, world), started)
+    return write_files(args, config, run_processes(config, world, launched=launched), started)
