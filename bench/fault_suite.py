@@ -394,9 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu:
         gpus = args.gpus or 2
     else:
-        import torch
+        from acceptance_workload.local import visible_gpus
 
-        gpus = args.gpus or torch.cuda.device_count()
+        gpus = args.gpus or visible_gpus()
         if gpus < 2:
             p.error("needs at least 2 GPUs (or --cpu)")
     ctx = Ctx(gpus=gpus, cpu=args.cpu, full=args.full, tmp=Path(tempfile.mkdtemp(prefix="fault-suite-")),

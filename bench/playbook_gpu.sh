@@ -76,7 +76,7 @@ case "$PART" in
   final) timed fsdp-2gpu ga local -f bench/fsdp_storage.yaml --storage "$VOL" --gpus 2 --json "$WORK/fsdp-2gpu.json" \
            > "$WORK/fsdp-2gpu.log" 2>&1
          NEED=80 healthy quick 2 --simulate-nodes 2; NEED=110 healthy full "$REPEAT" ;;
-  quickone) NEED=62 healthy quick "$REPEAT" ;;
+  quickone) NEED=58 healthy quick "$REPEAT" ;;
   mixed) NEED=70 healthy quick 1; NEED=110 healthy full "$REPEAT" ;;
   quick) for i in $(seq "$REPEAT"); do NEED=70 healthy quick 1; NEED=80 healthy quick 1 --simulate-nodes 2; done ;;
   *) echo "unknown part $PART: faults, probe, final, full, quick, quickone or mixed" >&2; exit 2 ;;

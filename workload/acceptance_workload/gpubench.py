@@ -279,15 +279,25 @@ def measure_hbm(check: GpuCheck, device: Any) -> Measured:
     return rate(2 * size / 1e9, seconds, check.iters, best=device.type != "cuda")
 
 
-def measure_host(check: GpuCheck, device: Any) -> tuple[Measured, Measured]:
-    """Host-to-device and device-to-host copies of check.host_bytes through pinned host memory: GB/s."""
+def host_buffers(check: GpuCheck, device: Any) -> tuple[Any, Any]:
+    """A pinned host buffer of check.host_bytes random non-zero bytes, and a device buffer of the same size.
+
+    Made on every GPU at once before the host copies take their turns: filling and pinning 256Mi takes about
+    a second of CPU, which the turns would otherwise spend one GPU after another, timing nothing.
+    """
     import torch
 
     size = parse_bytes(check.host_bytes)
     host = torch.randint(1, 255, (size,), dtype=torch.uint8).pin_memory()
-    dev = torch.empty(size, device=device, dtype=torch.uint8)
+    return host, torch.empty(size, device=device, dtype=torch.uint8)
+
+
+def measure_host(check: GpuCheck, device: Any, buffers: tuple[Any, Any] | None = None) -> tuple[Measured, Measured]:
+    """Host-to-device and device-to-host copies of check.host_bytes through pinned host memory: GB/s."""
+    host, dev = buffers if buffers is not None else host_buffers(check, device)
     h2d = _windows(lambda: dev.copy_(host, non_blocking=True), check, device)
     d2h = _windows(lambda: host.copy_(dev, non_blocking=True), check, device)
+    size = host.numel()
     return rate(size / 1e9, h2d, check.iters), rate(size / 1e9, d2h, check.iters)
 
 
@@ -378,8 +388,15 @@ def _measure(session: Session, check: GpuCheck, watchdog: Watchdog, fields: Coll
             with watchdog.step(f"gpu hbm{label}"):
                 mine.take("hbm copy", lambda: measure_hbm(check, device), "hbm_gbps")
         if "h2d_gbps" in fields or "d2h_gbps" in fields:
+            with watchdog.step(f"gpu host buffers{label}"):
+                try:
+                    buffers: tuple[Any, Any] | None = host_buffers(check, device)
+                except Exception:  # made again in this GPU's turn, where the error is recorded against it
+                    buffers = None
             _host_turns(session, watchdog, lambda: mine.take(
-                "host copy", lambda: measure_host(check, device), "h2d_gbps", "d2h_gbps"))
+                "host copy", lambda: measure_host(check, device, buffers), "h2d_gbps", "d2h_gbps"))
+            del buffers
+            _free()
         return mine
     # CPU processes share the host's cores: measured one at a time, or whichever process the
     # scheduler starves (3 processes on 2 cores) looks slow next to the others.

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from acceptance_workload import exits
+from acceptance_workload import exits, occupancy
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, WorkloadConfig
 from acceptance_workload.exports import ExportError, write_exports
@@ -240,9 +240,13 @@ def detected_profile(cpu: bool) -> ProfileName:
     """The profile of the GPUs here, so a bare `gpu-acceptance local` judges them by their own limits."""
     if cpu:
         return "custom"
-    import torch
+    names = occupancy.visible_gpu_names()
+    if names and len(set(names)) == 1:
+        name = names[0]
+    else:  # NVML could not say, or the GPUs differ: the one CUDA numbers 0, as the ranks will
+        import torch
 
-    name = torch.cuda.get_device_name(0)
+        name = torch.cuda.get_device_name(0)
     profile = profile_for_gpu(name)
     if profile is None:
         print(f"note: no profile for {name}; judging with profile custom (only correctness and checks without "
@@ -253,6 +257,10 @@ def detected_profile(cpu: bool) -> ProfileName:
 
 
 def visible_gpus() -> int:
+    """The CUDA GPUs this process may use: NVML's answer (fast), torch's where NVML cannot give one."""
+    names = occupancy.visible_gpu_names()
+    if names is not None:
+        return len(names)
     try:
         import torch
     except ImportError:
@@ -367,7 +375,8 @@ def run_local(args: argparse.Namespace) -> int:
     else:
         available = visible_gpus()
         if available < 1:
-            print("gpu-acceptance local: no CUDA GPU is visible here (torch.cuda.device_count() is 0); "
+            print("gpu-acceptance local: no CUDA GPU is visible here (NVML and torch see none; "
+                  "CUDA_VISIBLE_DEVICES may hide them); "
                   "run `gpu-acceptance local --cpu` for a CPU smoke run of the checks", file=sys.stderr)
             return EXIT_ERROR
     nccl_tests = getattr(args, "nccl_tests", None)

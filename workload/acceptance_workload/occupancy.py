@@ -75,6 +75,38 @@ def nvml_target(local_rank: int, environ: Mapping[str, str]) -> int | str:
     return local_rank
 
 
+def visible_gpu_names(environ: Mapping[str, str] | None = None) -> list[str] | None:
+    """The names of the GPUs CUDA will show a process with this environment, through NVML: no torch import and
+    no CUDA context, which cost `gpu-acceptance local` seconds before its ranks could start.
+
+    CUDA_VISIBLE_DEVICES as CUDA reads it: the entries up to the first it cannot use, none when empty.
+    None where NVML cannot answer as CUDA would (no NVML or driver, a MIG instance, a UUID prefix, an entry
+    twice): the caller asks torch then.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        nvml = nvml_init()
+        count = nvml.nvmlDeviceGetCount()
+        raw = env.get("CUDA_VISIBLE_DEVICES")
+        entries = [str(i) for i in range(count)] if raw is None else [e.strip() for e in raw.split(",")]
+        handles = []
+        for entry in entries:
+            if entry.isdigit() and int(entry) < count:
+                handles.append(nvml.nvmlDeviceGetHandleByIndex(int(entry)))
+            elif entry.startswith("GPU-"):
+                handles.append(nvml.nvmlDeviceGetHandleByUUID(entry))
+            elif entry.startswith("MIG-"):
+                return None
+            else:
+                break  # CUDA ignores this entry and every one after it
+        if len({str(nvml.nvmlDeviceGetUUID(h)) for h in handles}) < len(handles):
+            return None
+        names = [nvml.nvmlDeviceGetName(h) for h in handles]
+    except Exception:
+        return None
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+
 def _command(pid: int, proc: Path) -> str | None:
     with contextlib.suppress(OSError):
         raw = (proc / str(pid) / "cmdline").read_bytes()
