@@ -146,13 +146,13 @@ def test_what_was_measured_is_not_estimated_and_what_was_not_is():
 
 
 def test_fsdp_efficiency_means_sharded_against_unsharded_in_one_node_and_hybrid_against_node_across_nodes():
-    """4x H100: sharded/unsharded per GPU 0.338-0.397 in one node, so 0.80 there would fail every healthy node."""
+    """4x H100: sharded/unsharded per GPU 0.286-0.462 in one node, so 0.80 there would fail every healthy node."""
     from acceptance_workload.profiles import FSDP_EFFICIENCY, FSDP_NODE_EFFICIENCY, estimated_thresholds
 
     on = ChecksSpec.model_validate({"fsdp": {"enabled": True}})
     one = resolve_checks(on, "h100-sxm", 1).fsdp.thresholds
     two = resolve_checks(on, "h100-sxm", 2).fsdp.thresholds
-    assert one.min_scaling_efficiency == FSDP_NODE_EFFICIENCY < 0.338
+    assert one.min_scaling_efficiency == FSDP_NODE_EFFICIENCY < 0.286  # the lowest healthy run, 4x H100
     assert two.min_scaling_efficiency == FSDP_EFFICIENCY
     assert "fsdp.minScalingEfficiency" not in estimated_thresholds(on, "h100-sxm", nodes=1)
     assert "fsdp.minScalingEfficiency" in estimated_thresholds(on, "h100-sxm", nodes=2)

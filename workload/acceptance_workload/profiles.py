@@ -121,12 +121,13 @@ def latency_for(table: NcclThresholds, nodes: int, gpus_per_node: int, fabric: s
 
 
 # FSDP (checks.fsdp, default shape: gpt 24 x 1024, batch 8 x 1024 tokens): docs/thresholds.md. Measured on 4x H100
-# (bench/playbook_gpu.sh, 8 runs): peak memory per GPU 0.957 of the sharding prediction in every run; sharded
-# against unsharded tokens/s per GPU 0.338-0.397 (FSDP2's per-block hooks, not the GPUs or NVLink, take most of
-# the step: bench/fsdp_optimizer.py); the unsharded baseline's median GPU / slowest 1.03-1.23. Across nodes (the
-# hybrid run against the node's FSDP alone) and the throughput floor: estimates until a real fabric is measured.
+# (bench/playbook_gpu.sh, 32 runs): peak memory per GPU 0.957 of the sharding prediction in every run; sharded
+# against unsharded tokens/s per GPU 0.286-0.462, the lowest in a --quick run of 8 steps (FSDP2's per-block hooks,
+# not the GPUs or NVLink, take most of the step: bench/fsdp_optimizer.py); the unsharded baseline's median GPU /
+# slowest 1.00-1.23. Across nodes (the hybrid run against the node's FSDP alone) and the throughput floor:
+# estimates until a real fabric is measured.
 FSDP_MAX_MEMORY_RATIO = 1.25
-FSDP_NODE_EFFICIENCY = 0.25
+FSDP_NODE_EFFICIENCY = 0.20
 FSDP_EFFICIENCY = 0.80
 FSDP_STRAGGLER = 1.5
 FSDP_ESTIMATED = frozenset({"fsdp.minThroughputPerGpu"})
