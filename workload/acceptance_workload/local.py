@@ -338,6 +338,7 @@ def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.execu
         for p in procs:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
+                p.send_signal(signal.SIGCONT)  # a stopped rank acts on SIGTERM only once continued: not 10 s later
         for p in procs:
             try:
                 p.wait(timeout=10)
