@@ -126,8 +126,9 @@ def test_slots_missed_while_the_operator_was_down_start_one_run_when_it_is_back(
     operator.kill()
     started = datetime.strptime(cluster.status("missed")["startTime"], "%Y-%m-%dT%H:%M:%SZ").replace(
         tzinfo=timezone.utc)
-    # Down until two slots have passed since the run started.
-    cluster.wait(lambda: (datetime.now(timezone.utc) - started.replace(second=0)).total_seconds() > 125,
+    # Down until two slots have passed since the run started (the second at 120 s; a second's margin: the operator's
+    # clock is this machine's, and it starts after this wait).
+    cluster.wait(lambda: (datetime.now(timezone.utc) - started.replace(second=0)).total_seconds() > 121,
                  "two missed slots", timeout=150)
     operator.start()
     status = wait_run(cluster, "missed", "g1-r2")
