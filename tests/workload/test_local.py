@@ -5,13 +5,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.local import ManifestError, build_config, cpu_smoke_checks, quick_checks, read_manifest
+from acceptance_workload.local import (
+    ManifestError,
+    build_config,
+    cpu_smoke_checks,
+    may_end,
+    quick_checks,
+    read_manifest,
+)
 from acceptance_workload.report import Report
 from acceptance_workload.wire import parse_bytes
 
@@ -209,3 +219,27 @@ def test_a_manifest_without_a_profile_is_judged_by_the_gpus_own(tmp_path: Path,
     assert read_manifest(path)["profile"] is None
     config = build_config(_args(file=path), 2)
     assert config.profile == "h200-sxm" and config.checks.nccl.collective_timeout_seconds == 20
+
+
+def _settles(condition: Callable[[], bool], seconds: float = 5.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def test_a_stopped_rank_is_not_waited_for_at_teardown() -> None:
+    """After rank 0 ends, the launcher waits KILL_GRACE_SECONDS for ranks that may still end, not for a stopped one."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert may_end(proc)
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert _settles(lambda: not may_end(proc))  # a signal is delivered soon, not at once
+        os.kill(proc.pid, signal.SIGCONT)
+        assert _settles(lambda: may_end(proc))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not may_end(proc)

@@ -40,7 +40,7 @@ CPU_PROCESSES = 2
 QUICK_MAX_BYTES = 1 << 30
 QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10
 QUICK_STORAGE_BYTES = 1 << 30
-KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a stopped or hung rank is not waited for long
+KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a hung rank is not waited for long, a stopped one not at all
 
 
 class ManifestError(ValueError):
@@ -310,6 +310,17 @@ def child_env(config: WorkloadConfig, rank: int, world: int, port: int, launched
     return env
 
 
+def may_end(proc: subprocess.Popen) -> bool:
+    """Whether a rank can still end by itself: it runs (a stopped one, state T in /proc, waits for a SIGCONT)."""
+    if proc.poll() is not None:
+        return False
+    try:
+        state = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc here: it may
+    return state not in ("T", "t")
+
+
 def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.executable,
                   deadline_seconds: float | None = None, launched: float | None = None) -> int:
     """Start every rank, stream rank 0's output, wait for all; rank 0's exit code is the run's."""
@@ -330,7 +341,7 @@ def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.execu
             print(f"gpu-acceptance local: rank 0 did not finish within {deadline_seconds or config.timeout_seconds}s",
                   file=sys.stderr)
         grace = time.monotonic() + KILL_GRACE_SECONDS
-        while any(p.poll() is None for p in procs[1:]) and time.monotonic() < grace and procs[0].poll() is not None:
+        while any(may_end(p) for p in procs[1:]) and time.monotonic() < grace and procs[0].poll() is not None:
             time.sleep(0.2)
     except KeyboardInterrupt:
         print("gpu-acceptance local: interrupted", file=sys.stderr)
