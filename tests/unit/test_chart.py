@@ -155,6 +155,7 @@ def test_resources_and_hardened_security_context() -> None:
 def test_operator_env_defaults() -> None:
     env = env_of(operator_container(render()))
     assert env["GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS"] == "600"
+    assert env["GPU_ACCEPTANCE_REPORT_GRACE_SECONDS"] == "30"
     assert env["GPU_ACCEPTANCE_NODE_ACTIONS"] == "false"
     assert "GPU_ACCEPTANCE_DEFAULT_IMAGE" not in env, "empty workloadImage: the operator's own default"
     # The privileged init container runs the operator's own image unless the admin names another.
@@ -181,6 +182,7 @@ def test_values_reach_the_operator() -> None:
     objects = render({
         "logFormat": "text", "verbose": True, "watchNamespaces": ["gpu-a", "gpu-b"],
         "workloadImage": "mirror.local/gpu-acceptance/workload:0.1.0", "unschedulableGraceSeconds": 900,
+        "reportGraceSeconds": 5,
         "nodeActions": {"enabled": True}, "metrics": {"port": 9090, "service": {"type": "ClusterIP", "port": 9090}},
         "health": {"port": 9091}, "imagePullSecrets": ["regcred"], "nodeSelector": {"role": "system"},
         "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
@@ -192,6 +194,7 @@ def test_values_reach_the_operator() -> None:
     env = env_of(container)
     assert env["GPU_ACCEPTANCE_DEFAULT_IMAGE"] == "mirror.local/gpu-acceptance/workload:0.1.0"
     assert env["GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS"] == "900"
+    assert env["GPU_ACCEPTANCE_REPORT_GRACE_SECONDS"] == "5"
     assert env["GPU_ACCEPTANCE_NODE_ACTIONS"] == "true"
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {"metrics": 9090, "health": 9091}
     pod = deployment(objects)["spec"]["template"]["spec"]
@@ -425,6 +428,7 @@ def test_grafana_dashboard_covers_what_the_issue_asks_and_uses_its_datasource_va
         ({"image": {"repository": "r", "tag": "", "pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"watchNamespaces": ["GPU_Tests"]}, "/watchNamespaces/0"),
         ({"unschedulableGraceSeconds": -1}, "/unschedulableGraceSeconds"),
+        ({"reportGraceSeconds": "30s"}, "/reportGraceSeconds"),
         ({"nodeActions": {"enabled": "yes"}}, "/nodeActions/enabled"),
         ({"serviceMonitor": {"enabled": True, "interval": "often"}}, "/serviceMonitor/interval"),
         ({"imagePullSecrets": [{"name": "regcred"}]}, "/imagePullSecrets/0"),
