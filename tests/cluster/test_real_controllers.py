@@ -22,9 +22,11 @@ from tests.cluster.conftest import AT_CRD, StartOperator
 from tests.cluster.operator_harness import Cluster, report
 from tests.devcluster import GPUS_PER_NODE, JOBSET, TRAINING_OPERATOR, Controllers, dev_nodes
 
-# Kubernetes' Job controller completes the pods kwok runs at once; the report may come a little later.
+# Kubernetes' Job controller completes the pods kwok runs at once; the report may come a little later. A node is
+# lost 5 s after the node lifecycle controller marked it not Ready (itself NODE_MONITOR_GRACE_SECONDS after the
+# kubelet's last post): the tests that stop a kubelet wait that long.
 REAL_ENV = {"GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "60", "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "3",
-            "GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS": "10"}
+            "GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS": "5"}
 
 
 def cluster_of(nodes: int) -> Iterator[tuple[ApiServer, list[str], Controllers]]:
