@@ -6,8 +6,11 @@ of every workload container; `gpu-acceptance local` builds one itself.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
+import time
+from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import Field
@@ -20,6 +23,14 @@ CONFIG_ENV = "GPU_ACCEPTANCE_CONFIG"
 # Unix time the run started (`gpu-acceptance local` sets it for its ranks): progress lines count from it; unset,
 # each rank counts from its own start.
 STARTED_ENV = "GPU_ACCEPTANCE_STARTED_AT"
+
+
+def run_started(environ: Mapping[str, str] | None = None) -> float:
+    """When the run started: STARTED_ENV where it holds a Unix time, else now (where progress lines count from)."""
+    with contextlib.suppress(KeyError, ValueError):
+        return float((os.environ if environ is None else environ)[STARTED_ENV])
+    return time.time()
+
 Fabric = Literal["infiniband", "roce", "ethernet"]
 Mode = Literal["gpu", "cpu-smoke"]
 

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from acceptance_workload import exits, occupancy
 from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, WorkloadConfig
+from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, WorkloadConfig, run_started
 from acceptance_workload.exports import ExportError, write_exports
 from acceptance_workload.exports import require as require_exports
 from acceptance_workload.launch import free_port
@@ -381,7 +381,7 @@ def _describe_code(code: int) -> str:
 
 
 def run_local(args: argparse.Namespace) -> int:
-    launched = float(os.environ.get(STARTED_ENV) or time.time())  # the ranks' progress lines count from here
+    launched = run_started()  # the ranks' progress lines count from here
     if args.cpu:
         print(f"*** {CPU_BANNER} ***", file=sys.stderr)
     else:

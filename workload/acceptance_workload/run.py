@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance_workload import exits, occupancy
-from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, WorkloadConfig
+from acceptance_workload.config import CONFIG_ENV, WorkloadConfig, run_started
 from acceptance_workload.control import (
     Blame,
     Blamer,
@@ -51,13 +51,6 @@ MIN_RENDEZVOUS_SECONDS = 600  # pods of a job can start minutes apart (image pul
 
 def now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def started_at() -> float:
-    """When the run started (STARTED_ENV, set by `gpu-acceptance local`), else now: where progress lines count from."""
-    with contextlib.suppress(KeyError, ValueError):
-        return float(os.environ[STARTED_ENV])
-    return time.time()
 
 
 def exit_code(report: Report) -> int:
@@ -89,7 +82,7 @@ class Runner:
         self._code: int | None = None
         self._absent: set[int] = set()  # ranks known to be gone: rank 0 does not wait for them at the end
         self.occupancy: Occupancy | None = None  # this rank's GPU before its CUDA context (gpu_in_use)
-        self._t0 = started_at()  # progress lines say how far into the run they are (where a run's time goes)
+        self._t0 = run_started()  # progress lines say how far into the run they are (where a run's time goes)
 
     @property
     def is_root(self) -> bool:
