@@ -10,10 +10,16 @@
 #   part quick:   healthy quick runs of the playbook, one node and 2 simulated nodes, alternating
 #   part quickone: healthy quick runs of the playbook, 4 GPUs as one node
 #   part mixed:   one quick run (its log's stamps say where the time goes), then full runs
+#   part wrongcpu: facts, then the wrong-CPU fault alone (any GPU count; needs a host with several NUMA nodes)
+#   part sockets: bench/socket_probe.py under NCCL's default socket setting, 2x8 and 4x4, then one quick and
+#                 one full run at --simulate-nodes 2 under SIM_SOCKETS
+#   part sim2quick, sim2full: healthy quick (full) runs at --simulate-nodes 2 under SIM_SOCKETS
+# SIM_SOCKETS=TxS (default 2x8, NCCL's own choice for AWS ENA NICs; "default" for NCCL's 1x1) sets
+# NCCL_SOCKET_NTHREADS=T and NCCL_NSOCKS_PERTHREAD=S for the sim parts: the simulated fabric, not the product.
 # Usage: OUT=dir [SECONDS_BUDGET=540] [REPEAT=10] bash bench/playbook_gpu.sh faults|full|quick
 # Read back: python bench/distributions.py DIR...; python bench/latency_from_reports.py DIR...
 set -u
-PART=${1:?faults, probe, final, full, quick, quickone or mixed}
+PART=${1:?faults, probe, final, full, quick, quickone, mixed, sockets, sim2quick, sim2full or wrongcpu}
 OUT=${OUT:?set OUT}
 BUDGET=${SECONDS_BUDGET:-540}
 REPEAT=${REPEAT:-10}
@@ -35,7 +41,8 @@ healthy() {  # mode (full|quick), how many, more local args: one run at a time w
   for i in $(seq "$n"); do
     [ "$(left)" -lt "${NEED:-100}" ] && { echo "budget: stopped before $mode run $i" | tee -a "$WORK/times.txt"; break; }
     RUN=$(( ${RUN:-0} + 1 )); local tag="$mode$(echo "$*" | tr -dc 0-9)-$RUN"  # quick2-3: run 3, at --simulate-nodes 2
-    GPU_ACCEPTANCE_STARTED_AT=$(date +%s.%N) timed "$tag" python3 bench/fault_suite.py --scenarios healthy $flag --keep-reports "$WORK/$tag" \
+    # the budget bounds a run too (a call past its limit brings nothing back)
+    GPU_ACCEPTANCE_STARTED_AT=$(date +%s.%N) timed "$tag" timeout -k 5 $(( $(left) - 20 )) python3 bench/fault_suite.py --scenarios healthy $flag --keep-reports "$WORK/$tag" \
       --out "$WORK/$tag.json" --local-args "-f bench/playbook.yaml --storage $VOL $*" >> "$WORK/suite.md" 2>>"$WORK/suite.log"
   done
 }
@@ -45,17 +52,19 @@ facts() {
     python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
   } > "$WORK/facts.txt" 2>&1
 }
-wrong_cpu() {  # rank 2 re-pinned, from outside, to CPUs remote from GPU 2 (bench/repin.py)
-  local remote
+wrong_cpu() {  # the last rank re-pinned, from outside, to CPUs remote from its GPU (bench/repin.py)
+  local remote last
+  last=$(( $(nvidia-smi -L | wc -l) - 1 ))
   remote=$(python3 -c '
-import os
+import os, sys
 from acceptance_workload import binding
 from acceptance_workload.occupancy import nvml_init
-n = nvml_init(); local = binding.mask_cpus(n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(2), 64))
-print(binding.cpulist(set(os.sched_getaffinity(0)) - local))')
-  echo "wrong-cpu: GPU 2's remote CPUs: $remote" | tee -a "$WORK/times.txt"
+n = nvml_init(); gpu = int(sys.argv[1])
+local = binding.mask_cpus(n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(gpu), 64))
+print(binding.cpulist(set(os.sched_getaffinity(0)) - local))' "$last")
+  echo "wrong-cpu: GPU $last's remote CPUs: $remote" | tee -a "$WORK/times.txt"
   [ "$remote" = none ] && return 0
-  NODE_NAME=fault-node timed wrong-cpu python3 bench/repin.py --rank 2 --cpus "$remote" -- \
+  NODE_NAME=fault-node timed wrong-cpu python3 bench/repin.py --rank "$last" --cpus "$remote" -- \
     python3 -c 'import sys; from acceptance_operator.cli import main; sys.exit(main())' \
     local --quick --json "$WORK/wrong-cpu.json" > "$WORK/wrong-cpu.log" 2>&1
 }
@@ -67,8 +76,25 @@ storage_view() {  # sim-node-3 sees another directory at the volume's path
   timed storage-view ga local --quick -f bench/fsdp_storage.yaml --storage "$vol" --simulate-nodes 4 \
     --json "$WORK/storage-view.json" > "$WORK/storage-view.log" 2>&1
 }
+sim_sockets() {  # the simulated fabric's socket setting (SIM_SOCKETS), exported for the runs that follow
+  local setting=${SIM_SOCKETS:-2x8}
+  [ "$setting" = default ] && return 0
+  export NCCL_SOCKET_NTHREADS=${setting%x*} NCCL_NSOCKS_PERTHREAD=${setting#*x}
+  echo "simulated fabric: NCCL_SOCKET_NTHREADS=$NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD=$NCCL_NSOCKS_PERTHREAD" \
+    | tee -a "$WORK/times.txt"
+}
+socket_probe() {  # NCCL's sockets between 2 simulated nodes, per setting
+  local setting
+  for setting in default 2x8 4x4; do
+    ( [ "$setting" != default ] && export NCCL_SOCKET_NTHREADS=${setting%x*} NCCL_NSOCKS_PERTHREAD=${setting#*x}
+      timed "socket-probe-$setting" torchrun --standalone --nproc-per-node 4 bench/socket_probe.py --nodes 2 \
+        >> "$WORK/socket_probe.log" 2>&1 )
+  done
+  grep "^socket-probe" "$WORK/socket_probe.log" | tee -a "$WORK/times.txt"
+}
 case "$PART" in
   faults) facts; wrong_cpu; storage_view; NEED=110 healthy full "$REPEAT" ;;
+  wrongcpu) facts; wrong_cpu ;;
   full) NEED=110 healthy full "$REPEAT" ;;
   probe) timed fsdp-optimizer torchrun --standalone --nproc-per-node 4 bench/fsdp_optimizer.py --out "$WORK/fsdp_optimizer.json" \
            > "$WORK/fsdp_optimizer.log" 2>&1
@@ -79,7 +105,12 @@ case "$PART" in
   quickone) NEED=58 healthy quick "$REPEAT" ;;
   mixed) NEED=70 healthy quick 1; NEED=110 healthy full "$REPEAT" ;;
   quick) for i in $(seq "$REPEAT"); do NEED=70 healthy quick 1; NEED=80 healthy quick 1 --simulate-nodes 2; done ;;
-  *) echo "unknown part $PART: faults, probe, final, full, quick, quickone or mixed" >&2; exit 2 ;;
+  sockets) socket_probe; sim_sockets; NEED=80 healthy quick 1 --simulate-nodes 2
+           NEED=${FULL2_NEED:-240} healthy full 1 --simulate-nodes 2 ;;
+  sim2quick) sim_sockets; NEED=${QUICK2_NEED:-80} healthy quick "$REPEAT" --simulate-nodes 2 ;;
+  sim2full) sim_sockets; NEED=${FULL2_NEED:-240} healthy full "$REPEAT" --simulate-nodes 2 ;;
+  *) echo "unknown part $PART: faults, probe, final, full, quick, quickone, mixed, sockets, sim2quick, sim2full or wrongcpu" >&2
+     exit 2 ;;
 esac
 python3 bench/distributions.py "$WORK"/full*/*.json "$WORK"/quick*/*.json > "$WORK/distributions.md" 2>&1 || true
 python3 bench/latency_from_reports.py "$WORK"/full*/ "$WORK"/quick*/ > "$WORK/latency.md" 2>&1 || true
