@@ -142,6 +142,16 @@ class Watch(threading.Thread):
                 self.seen(event["type"], event["object"], time.monotonic())
 
 
+def wait_until(changed: threading.Condition, done: Any, what: str, timeout: float) -> None:
+    """Block until done() holds, re-checking whenever a watch reports a change (or each second); exit on timeout."""
+    deadline = time.monotonic() + timeout
+    with changed:
+        while not done():
+            if time.monotonic() > deadline:
+                raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
+            changed.wait(1.0)
+
+
 def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {}
@@ -224,12 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             changed.notify_all()
 
     def wait(done: Any, what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with changed:
-            while not done():
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-                changed.wait(1.0)
+        wait_until(changed, done, what, timeout)
 
     watches = [Watch(driver, jobs_path, on_job), Watch(driver, tests_path, on_test)]
     for w in watches:
@@ -479,12 +484,7 @@ def sweep_run(args: argparse.Namespace) -> dict[str, Any]:
         return "sweep-g1-inter-node"
 
     def wait(done: Any, what: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        with changed:
-            while not done():
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-                changed.wait(1.0)
+        wait_until(changed, done, what, timeout)
 
     watch = Watch(driver, tests_path, on_test)
     watch.start()

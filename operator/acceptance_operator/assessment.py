@@ -38,14 +38,14 @@ SMOKE_NOTE = "CPU smoke run (spec.profile cpu-smoke: gloo on CPU, no GPU), not a
 
 @dataclass(frozen=True)
 class Timing:
-    """The operator's patience, from its settings."""
+    """The operator's patience, from its settings (their defaults live in settings.OperatorSettings alone)."""
 
     # How long pods may wait to be scheduled or started, and a job for its controller to act on it at all.
-    unschedulable_grace_seconds: float = 600.0
-    report_grace_seconds: float = 30.0
+    unschedulable_grace_seconds: float
+    report_grace_seconds: float
     # How long a node must stay not Ready before it is judged lost (an API server outage leaves every node Unknown
     # for a moment after it).
-    node_lost_grace_seconds: float = 60.0
+    node_lost_grace_seconds: float
 
 
 @dataclass(frozen=True)

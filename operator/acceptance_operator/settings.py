@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, GROUP
+from acceptance_operator.assessment import Timing
 from acceptance_operator.backends import BACKENDS
 from acceptance_operator.ports import DEFAULT_METRICS_PORT
 
@@ -98,20 +99,28 @@ class OperatorSettings:
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
+        """The settings from GPU_ACCEPTANCE_* variables; an unset one keeps the field's default above."""
         return cls(
-            unschedulable_grace_seconds=_env_float("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", 600.0, 0),
-            report_grace_seconds=_env_float("GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", 30.0, 0),
-            node_lost_grace_seconds=_env_float("GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS", 60.0, 0),
-            resync_seconds=_env_float("GPU_ACCEPTANCE_RESYNC_SECONDS", 60.0, 1),
-            workers=int(_env_float("GPU_ACCEPTANCE_WORKERS", 16, 1)),
-            node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", False),
+            unschedulable_grace_seconds=_env_float("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS",
+                                                   cls.unschedulable_grace_seconds, 0),
+            report_grace_seconds=_env_float("GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", cls.report_grace_seconds, 0),
+            node_lost_grace_seconds=_env_float("GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS",
+                                               cls.node_lost_grace_seconds, 0),
+            resync_seconds=_env_float("GPU_ACCEPTANCE_RESYNC_SECONDS", cls.resync_seconds, 1),
+            workers=int(_env_float("GPU_ACCEPTANCE_WORKERS", cls.workers, 1)),
+            node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", cls.node_actions),
             default_image=os.environ.get("GPU_ACCEPTANCE_DEFAULT_IMAGE", "").strip() or None,
-            metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", DEFAULT_METRICS_PORT, 0)),
-            init_image=os.environ.get("GPU_ACCEPTANCE_INIT_IMAGE", "").strip() or DEFAULT_OPERATOR_IMAGE,
-            allow_host_path=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_PATH", False),
-            allow_service_account_name=_env_bool("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME", False),
-            allow_host_network=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_NETWORK", False),
+            metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", cls.metrics_port, 0)),
+            init_image=os.environ.get("GPU_ACCEPTANCE_INIT_IMAGE", "").strip() or cls.init_image,
+            allow_host_path=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_PATH", cls.allow_host_path),
+            allow_service_account_name=_env_bool("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME",
+                                                 cls.allow_service_account_name),
+            allow_host_network=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_NETWORK", cls.allow_host_network),
         )
+
+    def timing(self) -> Timing:
+        """The assessment's patience: the three graces, as the pure core takes them."""
+        return Timing(self.unschedulable_grace_seconds, self.report_grace_seconds, self.node_lost_grace_seconds)
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:

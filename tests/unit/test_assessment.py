@@ -26,7 +26,7 @@ from tests.unit.operator_samples import (
     waiting,
 )
 
-TIMING = Timing(unschedulable_grace_seconds=600, report_grace_seconds=30)
+TIMING = Timing(unschedulable_grace_seconds=600, report_grace_seconds=30, node_lost_grace_seconds=60)
 RUNNING_JOB = job(conditions=[("Created", "True", "", "", T0), ("Running", "True", "", "", T0)])
 
 

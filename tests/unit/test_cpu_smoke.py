@@ -4,19 +4,20 @@ one, judged only against a cpu-smoke run, and never acting on nodes."""
 from __future__ import annotations
 
 import yaml
-from acceptance_operator.assessment import Observation, Timing, assess
+from acceptance_operator.assessment import Observation, assess
 from acceptance_operator.conditions import PASSED, SMOKE_PASSED, is_smoke
 from acceptance_operator.job_builders import torchrun_command
 from acceptance_operator.manifests import build_workload_config
 from acceptance_operator.rejudge import RunFacts
 from acceptance_operator.render import render
+from acceptance_operator.settings import OperatorSettings
 from acceptance_workload.profiles import CPU_RATIO_TO_MEDIAN, PROFILES, resolve_checks
 
 from tests.reports import node_names, passing_report
 from tests.unit.operator_samples import T0, job, pod
 from tests.unit.test_manifests import gpu_pod_specs, make
 
-TIMING = Timing()
+TIMING = OperatorSettings().timing()
 
 
 def render_pods(test) -> list[dict]:

@@ -29,8 +29,13 @@ def test_values(monkeypatch):
     monkeypatch.setenv("GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS", "90")
     monkeypatch.setenv("GPU_ACCEPTANCE_NODE_ACTIONS", "true")
     monkeypatch.setenv("GPU_ACCEPTANCE_DEFAULT_IMAGE", "registry.local/workload:dev")
+    monkeypatch.setenv("GPU_ACCEPTANCE_REPORT_GRACE_SECONDS", "7")
+    monkeypatch.setenv("GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS", "12.5")
     s = OperatorSettings.from_env()
     assert (s.unschedulable_grace_seconds, s.node_actions, s.default_image) == (90, True, "registry.local/workload:dev")
+    timing = s.timing()  # what the assessment is given: the same three graces, in its field order
+    assert (timing.unschedulable_grace_seconds, timing.report_grace_seconds, timing.node_lost_grace_seconds) == (
+        90, 7, 12.5)
 
 
 @pytest.mark.parametrize(("var", "value"), [

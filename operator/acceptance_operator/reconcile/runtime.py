@@ -116,7 +116,7 @@ def effective(test: AcceptanceTest) -> AcceptanceTest:
 
 
 def timing() -> Timing:
-    return Timing(SETTINGS.unschedulable_grace_seconds, SETTINGS.report_grace_seconds, SETTINGS.node_lost_grace_seconds)
+    return SETTINGS.timing()
 
 
 def run_selector(test: AcceptanceTest) -> str:
