@@ -13,7 +13,8 @@
 #   part wrongcpu: facts, then the wrong-CPU fault alone (any GPU count; needs a host with several NUMA nodes)
 #   part sockets: bench/socket_probe.py under NCCL's default socket setting, 2x8 and 4x4, then one quick and
 #                 one full run at --simulate-nodes 2 under SIM_SOCKETS
-#   part sim2quick, sim2full: healthy quick (full) runs at --simulate-nodes 2 under SIM_SOCKETS
+#   part sim2quick, sim2full: healthy quick (full) runs at --simulate-nodes 2 under SIM_SOCKETS; the full ones
+#                 with bench/playbook-sim.yaml (NCCL's job-wide sweep over the sockets ends at 1 GiB, not 4)
 # SIM_SOCKETS=TxS (default 2x8, NCCL's own choice for AWS ENA NICs; "default" for NCCL's 1x1) sets
 # NCCL_SOCKET_NTHREADS=T and NCCL_NSOCKS_PERTHREAD=S for the sim parts: the simulated fabric, not the product.
 # Usage: OUT=dir [SECONDS_BUDGET=540] [REPEAT=10] bash bench/playbook_gpu.sh faults|full|quick
@@ -43,7 +44,7 @@ healthy() {  # mode (full|quick), how many, more local args: one run at a time w
     RUN=$(( ${RUN:-0} + 1 )); local tag="$mode$(echo "$*" | tr -dc 0-9)-$RUN"  # quick2-3: run 3, at --simulate-nodes 2
     # the budget bounds a run too (a call past its limit brings nothing back)
     GPU_ACCEPTANCE_STARTED_AT=$(date +%s.%N) timed "$tag" timeout -k 5 $(( $(left) - 20 )) python3 bench/fault_suite.py --scenarios healthy $flag --keep-reports "$WORK/$tag" \
-      --out "$WORK/$tag.json" --local-args "-f bench/playbook.yaml --storage $VOL $*" >> "$WORK/suite.md" 2>>"$WORK/suite.log"
+      --out "$WORK/$tag.json" --local-args "-f ${MANIFEST:-bench/playbook.yaml} --storage $VOL $*" >> "$WORK/suite.md" 2>>"$WORK/suite.log"
   done
 }
 facts() {
@@ -108,10 +109,11 @@ case "$PART" in
   sockets) socket_probe; sim_sockets; NEED=80 healthy quick 1 --simulate-nodes 2
            NEED=${FULL2_NEED:-240} healthy full 1 --simulate-nodes 2 ;;
   sim2quick) sim_sockets; NEED=${QUICK2_NEED:-80} healthy quick "$REPEAT" --simulate-nodes 2 ;;
-  sim2full) sim_sockets; NEED=${FULL2_NEED:-240} healthy full "$REPEAT" --simulate-nodes 2 ;;
+  sim2full) sim_sockets; MANIFEST=bench/playbook-sim.yaml NEED=${FULL2_NEED:-150} healthy full "$REPEAT" --simulate-nodes 2 ;;
   *) echo "unknown part $PART: faults, probe, final, full, quick, quickone, mixed, sockets, sim2quick, sim2full or wrongcpu" >&2
      exit 2 ;;
 esac
+shopt -s nullglob  # a part with no quick (or no full) runs leaves its pattern out
 python3 bench/distributions.py "$WORK"/full*/*.json "$WORK"/quick*/*.json > "$WORK/distributions.md" 2>&1 || true
 python3 bench/latency_from_reports.py "$WORK"/full*/ "$WORK"/quick*/ > "$WORK/latency.md" 2>&1 || true
 cat "$WORK/times.txt" "$WORK/suite.md" "$WORK/distributions.md" "$WORK/latency.md" > "$OUT/$PART.md" 2>/dev/null
