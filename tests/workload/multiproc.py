@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,23 @@ def rank_env(rank: int, world: int, port: int, node: str = "node-a", local_rank:
                PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "workload"), os.environ.get("PYTHONPATH", "")]))
     env.update(extra or {})
     return env
+
+
+def throttle(proc: subprocess.Popen, keep_going: Callable[[], bool], stopped: float = 0.045,
+             running: float = 0.005) -> None:
+    """Hold `proc` stopped (SIGSTOP) most of the time, from outside, while keep_going() and it lives.
+
+    A process stopped 45 ms of every 50 runs at a tenth of its speed: what a
+    neighbour saturating its GPU, or a throttled clock, does to a rank. It is
+    always continued before this returns. Popen.send_signal does nothing once
+    the process has been reaped (its pid may be reused).
+    """
+    with contextlib.suppress(ProcessLookupError):
+        while keep_going() and proc.poll() is None:
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(stopped)
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(running)
 
 
 def start(argvs: list[list[str]], envs: list[dict[str, str]]) -> list[subprocess.Popen]:

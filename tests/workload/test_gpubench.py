@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +16,7 @@ from acceptance_workload.gpubench import host_id, host_turn, judge_gpus, rate, s
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import CheckResult, GpuDetail, GpuRow, Report
 
-from tests.workload.multiproc import free_port, rank_env, start
+from tests.workload.multiproc import free_port, rank_env, start, throttle
 
 HEALTHY = {"gemm_tflops": 780.0, "hbm_gbps": 2950.0, "h2d_gbps": 52.0, "d2h_gbps": 51.0}
 
@@ -204,18 +201,12 @@ def _slowed_run(tmp_path: Path, until: str | None) -> tuple[Report, list[int]]:
             if until is not None and until in line:
                 released.set()
 
-    def throttle(proc: subprocess.Popen) -> None:
-        """Popen.send_signal does nothing once the process has been reaped (its pid may be reused)."""
+    def slow(proc: subprocess.Popen) -> None:
         started.wait(60)
-        with contextlib.suppress(ProcessLookupError):
-            while not done.is_set() and not released.is_set() and proc.poll() is None:
-                proc.send_signal(signal.SIGSTOP)
-                time.sleep(0.045)
-                proc.send_signal(signal.SIGCONT)
-                time.sleep(0.005)
+        throttle(proc, lambda: not done.is_set() and not released.is_set())
 
     threads = [threading.Thread(target=read_rank0, daemon=True),
-               threading.Thread(target=throttle, args=(procs[2],), daemon=True)]
+               threading.Thread(target=slow, args=(procs[2],), daemon=True)]
     for t in threads:
         t.start()
     try:
