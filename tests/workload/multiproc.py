@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -87,15 +88,61 @@ def collect(procs: list[subprocess.Popen], outdir: Path, timeout: float, wait_fo
     return ranks
 
 
+def node_envs(nodes: list[str], extra: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """One rank per entry, nodes[r] its NODE_NAME, local ranks counted within each node; a fresh port."""
+    port = free_port()
+    envs = []
+    for r in range(len(nodes)):
+        same = [i for i, n in enumerate(nodes) if n == nodes[r]]
+        envs.append(rank_env(r, len(nodes), port, nodes[r], same.index(r), len(same), extra))
+    return envs
+
+
 def run_workers(scenario: str, world: int, outdir: Path, *, timeout: float = 90,
                 nodes: list[str] | None = None, wait_for: list[int] | None = None,
                 extra: dict[str, str] | None = None) -> list[Rank]:
     """`python -m tests.workload.workers SCENARIO` on `world` ranks; nodes[r] is rank r's NODE_NAME."""
-    port = free_port()
-    nodes = nodes or ["node-a"] * world
-    envs = []
-    for r in range(world):
-        same = [i for i, n in enumerate(nodes) if n == nodes[r]]
-        envs.append(rank_env(r, world, port, nodes[r], same.index(r), len(same), extra))
+    envs = node_envs(nodes or ["node-a"] * world, extra)
     argv = [sys.executable, "-m", "tests.workload.workers", scenario, str(outdir)]
     return collect(start([argv] * world, envs), outdir, timeout, wait_for)
+
+
+def run_with_a_slowed_rank(env: dict[str, str], nodes: list[str], victim: int, slow_from: str,
+                           slow_until: str | None = None, stopped: float = 0.045, timeout: float = 150,
+                           ) -> tuple[list[int], str]:
+    """`python -m acceptance_workload` on one rank per entry of `nodes`; `victim` throttled from outside.
+
+    The throttle starts when rank 0 prints a line containing `slow_from` and lasts until it prints
+    `slow_until` (if given) or the run ends. Returns every rank's exit code and rank 0's stderr.
+    """
+    procs = start([[sys.executable, "-m", "acceptance_workload"]] * len(nodes), node_envs(nodes, env))
+    started, released, done, stderr = threading.Event(), threading.Event(), threading.Event(), []
+
+    def read_rank0() -> None:
+        assert procs[0].stderr is not None
+        for line in procs[0].stderr:
+            stderr.append(line)
+            if slow_from in line:
+                started.set()
+            if slow_until is not None and slow_until in line:
+                released.set()
+
+    def slow() -> None:
+        if started.wait(120):
+            throttle(procs[victim], lambda: not done.is_set() and not released.is_set(), stopped=stopped)
+
+    threads = [threading.Thread(target=read_rank0, daemon=True), threading.Thread(target=slow, daemon=True)]
+    for t in threads:
+        t.start()
+    try:
+        codes = [p.wait(timeout=timeout) for p in procs]
+    finally:
+        done.set()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for t in threads:
+            t.join(5)
+    assert started.is_set(), "".join(stderr)[-3000:]
+    return codes, "".join(stderr)

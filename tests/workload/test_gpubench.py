@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ from acceptance_workload.gpubench import host_id, host_turn, judge_gpus, rate, s
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import CheckResult, GpuDetail, GpuRow, Report
 
-from tests.workload.multiproc import free_port, rank_env, start, throttle
+from tests.workload.multiproc import run_with_a_slowed_rank
 
 HEALTHY = {"gemm_tflops": 780.0, "hbm_gbps": 2950.0, "h2d_gbps": 52.0, "d2h_gbps": 51.0}
 
@@ -186,40 +183,8 @@ def _slowed_run(tmp_path: Path, until: str | None) -> tuple[Report, list[int]]:
     checks.preflight.enabled = checks.nccl.enabled = checks.ddp.enabled = False
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=3, fabric="ethernet", checks=checks,
                             report_file=str(tmp_path / "report.json"))
-    port = free_port()
-    envs = [rank_env(r, 3, port, extra={CONFIG_ENV: config.to_env()}) for r in range(3)]
-    procs = start([[sys.executable, "-m", "acceptance_workload"]] * 3, envs)
-    started, done, stderr = threading.Event(), threading.Event(), []
-
-    released = threading.Event()
-
-    def read_rank0() -> None:
-        for line in procs[0].stderr:
-            stderr.append(line)
-            if "[gpu-acceptance cpu-smoke] gpu:" in line:
-                started.set()
-            if until is not None and until in line:
-                released.set()
-
-    def slow(proc: subprocess.Popen) -> None:
-        started.wait(60)
-        throttle(proc, lambda: not done.is_set() and not released.is_set())
-
-    threads = [threading.Thread(target=read_rank0, daemon=True),
-               threading.Thread(target=slow, args=(procs[2],), daemon=True)]
-    for t in threads:
-        t.start()
-    try:
-        codes = [p.wait(timeout=150) for p in procs]
-    finally:
-        done.set()
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for t in threads:
-            t.join(5)
-    assert started.is_set(), "".join(stderr)
+    codes, _ = run_with_a_slowed_rank({CONFIG_ENV: config.to_env()}, ["node-a"] * 3, victim=2,
+                                      slow_from="[gpu-acceptance cpu-smoke] gpu:", slow_until=until)
     return Report.model_validate(json.loads((tmp_path / "report.json").read_text())), codes
 
 

@@ -10,8 +10,6 @@ every rank and name nobody. Three gloo ranks on two uneven nodes, as a GPU run w
 from __future__ import annotations
 
 import json
-import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +17,7 @@ from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import Report
 
-from tests.workload.multiproc import free_port, rank_env, start, throttle
+from tests.workload.multiproc import run_with_a_slowed_rank
 
 STRAGGLER = 1.5  # the profiles' FSDP ceiling; DDP's is 1.10 on GPUs, too tight for 3 ranks sharing 2 CPU cores
 # Stopped 30 ms of every 35: about a seventh of the speed (ratios 4-11 measured from 20 to 45 ms; shorter stops keep
@@ -37,38 +35,10 @@ def _slowed_training(tmp_path: Path, check: str) -> tuple[Report, list[int], str
     training.thresholds.max_straggler_ratio = STRAGGLER
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=2, gpus_per_node=2, fabric="ethernet",
                             checks=checks, report_file=str(tmp_path / "report.json"))
-    port = free_port()
-    envs = [rank_env(r, 3, port, NODES[r], NODES[: r + 1].count(NODES[r]) - 1, NODES.count(NODES[r]),
-                     {CONFIG_ENV: config.to_env()}) for r in range(3)]
-    procs = start([[sys.executable, "-m", "acceptance_workload"]] * 3, envs)
-    started, done, stderr = threading.Event(), threading.Event(), []
-
-    def read_rank0() -> None:
-        assert procs[0].stderr is not None
-        for line in procs[0].stderr:
-            stderr.append(line)
-            if f"[gpu-acceptance cpu-smoke] {STAGE[check]}" in line:
-                started.set()
-
-    def slow() -> None:
-        if started.wait(120):
-            throttle(procs[2], lambda: not done.is_set(), stopped=STOPPED)
-
-    threads = [threading.Thread(target=read_rank0, daemon=True), threading.Thread(target=slow, daemon=True)]
-    for t in threads:
-        t.start()
-    try:
-        codes = [p.wait(timeout=180) for p in procs]
-    finally:
-        done.set()
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        for t in threads:
-            t.join(5)
-    assert started.is_set(), "".join(stderr)[-3000:]
-    return Report.model_validate(json.loads((tmp_path / "report.json").read_text())), codes, "".join(stderr)
+    codes, stderr = run_with_a_slowed_rank({CONFIG_ENV: config.to_env()}, NODES, victim=2,
+                                           slow_from=f"[gpu-acceptance cpu-smoke] {STAGE[check]}", stopped=STOPPED,
+                                           timeout=180)
+    return Report.model_validate(json.loads((tmp_path / "report.json").read_text())), codes, stderr
 
 
 @pytest.mark.parametrize("check", ["ddp", "fsdp"])
