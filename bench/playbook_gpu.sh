@@ -77,17 +77,19 @@ storage_view() {  # sim-node-3 sees another directory at the volume's path
   timed storage-view ga local --quick -f bench/fsdp_storage.yaml --storage "$vol" --simulate-nodes 4 \
     --json "$WORK/storage-view.json" > "$WORK/storage-view.log" 2>&1
 }
+socket_env() {  # TxS: export NCCL_SOCKET_NTHREADS=T NCCL_NSOCKS_PERTHREAD=S; "default" leaves NCCL's own
+  [ "$1" = default ] && return 1
+  export NCCL_SOCKET_NTHREADS=${1%x*} NCCL_NSOCKS_PERTHREAD=${1#*x}
+}
 sim_sockets() {  # the simulated fabric's socket setting (SIM_SOCKETS), exported for the runs that follow
-  local setting=${SIM_SOCKETS:-2x8}
-  [ "$setting" = default ] && return 0
-  export NCCL_SOCKET_NTHREADS=${setting%x*} NCCL_NSOCKS_PERTHREAD=${setting#*x}
+  socket_env "${SIM_SOCKETS:-2x8}" || return 0
   echo "simulated fabric: NCCL_SOCKET_NTHREADS=$NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD=$NCCL_NSOCKS_PERTHREAD" \
     | tee -a "$WORK/times.txt"
 }
 socket_probe() {  # NCCL's sockets between 2 simulated nodes, per setting
   local setting
   for setting in default 2x8 4x4; do
-    ( [ "$setting" != default ] && export NCCL_SOCKET_NTHREADS=${setting%x*} NCCL_NSOCKS_PERTHREAD=${setting#*x}
+    ( socket_env "$setting"
       timed "socket-probe-$setting" torchrun --standalone --nproc-per-node 4 bench/socket_probe.py --nodes 2 \
         >> "$WORK/socket_probe.log" 2>&1 )
   done
