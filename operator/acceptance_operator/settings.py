@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, GROUP
 from acceptance_operator.assessment import Timing
 from acceptance_operator.backends import BACKENDS
+from acceptance_operator.manifests import LABEL_TEST
 from acceptance_operator.ports import DEFAULT_METRICS_PORT
 
 if TYPE_CHECKING:
@@ -55,7 +56,6 @@ ANNOTATION_PREFIX = GROUP
 KOPF_WORKERS = 4
 # Watched children: (group, version, plural). Every one carries the test's label.
 CHILD_RESOURCES = (*((b.group, b.version, b.plural) for b in BACKENDS.values()), ("", "v1", "pods"))
-CHILD_SELECTOR = f"{GROUP}/test"
 
 
 def _env_float(name: str, default: float, minimum: float) -> float:
@@ -146,4 +146,4 @@ def configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.watching.client_timeout = 330
     # The child jobs and pods are watched through a server-side label selector: only the tests' own.
     for resource in CHILD_RESOURCES:
-        settings.watching.label_selectors[resource] = CHILD_SELECTOR
+        settings.watching.label_selectors[resource] = LABEL_TEST  # present: any value
