@@ -31,338 +31,184 @@ Measured:
   phase and per second while nothing changes (the idle window);
 - the operator's resident memory: peak (VmHWM) and at the end (VmRSS).
 
-With --sweep-nodes N it measures a sweep instead (sweep_run): N Node objects
-labelled for it, one AcceptanceTest with spec.sweep and --max-concurrent;
-the script delivers each single-node child test's report as soon as its run
-is Pending (a pod on the node, the evidence, the status part, as rank 0), and
-then the inter-node test's. Measured: the time until every single-node test
-was created and until every one had a verdict, the most seen running at once,
-the sweep's end, the operator's API requests (total and per second), its CPU
-time and memory, and the status sizes of the sweep and of one child.
+With --sweep-nodes N it measures a sweep instead: bench/sweep_scale.py.
 """
-
 from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import re
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
-import urllib.request
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from dev_cluster import REPO, BenchRun, deliver_report, operator_requests, percentiles, runs_here
+from sweep_scale import SweepRun
 
-from tests.apiserver import ApiError, ApiServer, _alive, _cmdline, _read_pki, _restart, free_ports  # noqa: E402
-from tests.cluster.operator_harness import MERGE, now_ts, report  # noqa: E402
+from tests.apiserver import _restart
+from tests.cluster.operator_harness import MERGE, now_ts, report
 
-GROUP_PATH = "/apis/gpu-acceptance.io/v1alpha1"
 JOBS_PATH = "/apis/kubeflow.org/v1"
-NON_RESOURCE = re.compile(r"[{,]resource=\"\"")
-LABEL = re.compile(r'(\w+)="([^"]*)"')
 
 
-class Driver:
-    """The dev cluster seen by this script, counting its own requests so the operator's can be told apart."""
+class ConcurrentTests(BenchRun):
+    """N one-node tests in progress at once, from their creation to their verdicts, in six phases."""
 
-    def __init__(self, directory: Path) -> None:
-        state = json.loads((directory / "state.json").read_text())
-        self.server = ApiServer(directory, detached=True)
-        self.server.pki = _read_pki(directory / "pki") or {}
-        self.server.server = state["server"]
-        self.requests = 0
-        self._lock = threading.Lock()
-        self.server_pids = state["pids"]  # kube-apiserver, etcd
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.jobs_path = f"{JOBS_PATH}/namespaces/{self.namespace}/pytorchjobs"
+        self.names = [f"t{i:04d}" for i in range(args.tests)]
+        self.job_seen: dict[str, float] = {}  # test -> when its child job was seen
+        self.phase_seen: dict[tuple[str, str], float] = {}  # (test, phase) -> when first seen
+        self.uids: dict[str, str] = {}
+        self.created: dict[str, float] = {}
+        self.reported: dict[str, float] = {}
+        self.watch(self.jobs_path, self.on_job)
+        self.watch(self.tests_path, self.on_test)
 
-    def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> dict:
-        with self._lock:
-            self.requests += 1
-        return self.server.request(method, path, body, content_type=content_type)
+    def header(self) -> dict[str, Any]:
+        return {"tests": self.args.tests}
 
-    def request_counts(self) -> dict[str, float]:
-        """apiserver_request_total per "VERB resource[/subresource]", resource requests only."""
-        status, raw = self.server._http("GET", "/metrics", timeout=30)
-        assert status == 200, raw[:300]
-        counts: dict[str, float] = {}
-        for line in raw.decode().splitlines():
-            if line.startswith("apiserver_request_total{") and not NON_RESOURCE.search(line):
-                labels = dict(LABEL.findall(line))
-                key = f"{labels['verb']} {labels['resource']}" + (f"/{labels['subresource']}"
-                                                                   if labels.get("subresource") else "")
-                counts[key] = counts.get(key, 0.0) + float(line.rsplit(" ", 1)[1])
-        return counts
+    def on_job(self, kind: str, obj: dict, when: float) -> None:
+        with self.changed:
+            self.job_seen.setdefault(obj["metadata"]["labels"]["gpu-acceptance.io/test"], when)
+            self.changed.notify_all()
 
-    def request_total(self) -> float:
-        return sum(self.request_counts().values())
-
-
-class Watch(threading.Thread):
-    """A raw watch stream (list, then watch from its resourceVersion); calls `seen(type, object, time)`."""
-
-    def __init__(self, driver: Driver, path: str, seen: Any) -> None:
-        super().__init__(daemon=True)
-        self.driver, self.path, self.seen = driver, path, seen
-        self.ready = threading.Event()
-
-    def run(self) -> None:
-        while True:  # through API server outages (--outage-seconds): list again, then watch
-            try:
-                self._list_and_watch()
-            except (OSError, ValueError, ApiError):
-                time.sleep(1)
-
-    def _list_and_watch(self) -> None:
-        listed = self.driver.server.request("GET", self.path, expect=None)
-        if listed["_status"] != 200:  # e.g. 429 while a CRD's storage initializes
-            raise ValueError(listed)
-        self.driver.requests += 1
-        now = time.monotonic()
-        for obj in listed.get("items", []):
-            self.seen("LISTED", obj, now)
-        version = listed["metadata"]["resourceVersion"]
-        ctx = self.driver.server._ssl_context()
-        url = f"{self.driver.server.server}{self.path}?watch=true&resourceVersion={version}&timeoutSeconds=3600"
-        with urllib.request.urlopen(urllib.request.Request(url), context=ctx, timeout=3700) as stream:
-            self.driver.requests += 1
-            self.ready.set()
-            for line in stream:
-                event = json.loads(line)
-                if event["type"] == "ERROR":
-                    raise ValueError(event)
-                self.seen(event["type"], event["object"], time.monotonic())
-
-
-def wait_until(changed: threading.Condition, done: Any, what: str, timeout: float) -> None:
-    """Block until done() holds, re-checking whenever a watch reports a change (or each second); exit on timeout."""
-    deadline = time.monotonic() + timeout
-    with changed:
-        while not done():
-            if time.monotonic() > deadline:
-                raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what}")
-            changed.wait(1.0)
-
-
-def percentiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-    p99 = ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]  # nearest rank
-    return {"p50": round(statistics.median(ordered), 3), "p99": round(p99, 3), "max": round(ordered[-1], 3),
-            "n": len(ordered)}
-
-
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a process so far (None once it is gone: a restarted API server)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def memory(pid: int) -> dict[str, float]:
-    fields = dict(re.findall(r"^(Vm\w+):\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M))
-    return {"peak_rss_mb": round(int(fields["VmHWM"]) / 1024, 1), "rss_mb": round(int(fields["VmRSS"]) / 1024, 1)}
-
-
-def start_operator(args: argparse.Namespace, kubeconfig: Path, namespace: str, log: Path) -> subprocess.Popen:
-    metrics_port, health_port = free_ports(2)
-    # The workload package of the same checkout: the operator imports its contract modules.
-    beside = Path(args.operator_path).parent / "workload"
-    workload = beside if (beside / "acceptance_workload").is_dir() else REPO / "workload"
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join([args.operator_path, str(workload)])}
-    cmd = [sys.executable, "-m", "acceptance_operator.cli", "operator", "--namespace", namespace,
-           "--metrics-port", str(metrics_port), "--health-port", str(health_port)]
-    if args.operator_verbose:
-        cmd.append("--verbose")  # debug lines: why it skips an event, each reconcile
-    proc = subprocess.Popen(cmd, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2):
-                return proc
-        except OSError:
-            if proc.poll() is not None:
-                raise SystemExit(f"the operator exited: see {log}") from None
-            time.sleep(0.3)
-    raise SystemExit(f"the operator did not become healthy: see {log}")
-
-
-def bench_namespace(directory: Path) -> tuple[Driver, str, str]:
-    """A fresh namespace for one run: (the driver, its name, the path of its AcceptanceTests)."""
-    driver = Driver(directory)
-    namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    driver.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
-                                               "metadata": {"name": namespace}})
-    return driver, namespace, f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests"
-
-
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    directory = Path(args.dev_cluster).resolve()
-    driver, namespace, tests_path = bench_namespace(directory)
-    jobs_path = f"{JOBS_PATH}/namespaces/{namespace}/pytorchjobs"
-    names = [f"t{i:04d}" for i in range(args.tests)]
-
-    job_seen: dict[str, float] = {}
-    phase_seen: dict[tuple[str, str], float] = {}
-    changed = threading.Condition()
-
-    def on_job(kind: str, obj: dict, when: float) -> None:
-        with changed:
-            job_seen.setdefault(obj["metadata"]["labels"]["gpu-acceptance.io/test"], when)
-            changed.notify_all()
-
-    uids: dict[str, str] = {}
-
-    def on_test(kind: str, obj: dict, when: float) -> None:
+    def on_test(self, kind: str, obj: dict, when: float) -> None:
         phase = (obj.get("status") or {}).get("phase")
-        with changed:
-            uids.setdefault(obj["metadata"]["name"], obj["metadata"]["uid"])
+        with self.changed:
+            self.uids.setdefault(obj["metadata"]["name"], obj["metadata"]["uid"])
             if phase:
-                phase_seen.setdefault((obj["metadata"]["name"], phase), when)
-            changed.notify_all()
+                self.phase_seen.setdefault((obj["metadata"]["name"], phase), when)
+            self.changed.notify_all()
 
-    def wait(done: Any, what: str, timeout: float) -> None:
-        wait_until(changed, done, what, timeout)
+    def all_in(self, phase: str, names: list[str]) -> Any:
+        return lambda: all((n, phase) in self.phase_seen for n in names)
 
-    watches = [Watch(driver, jobs_path, on_job), Watch(driver, tests_path, on_test)]
-    for w in watches:
-        w.start()
-        if not w.ready.wait(90):
-            raise SystemExit(f"the watch of {w.path} did not start")
+    def create(self, name: str) -> None:
+        self.created[name] = time.monotonic()
+        self.driver.call("POST", self.tests_path, {"apiVersion": "gpu-acceptance.io/v1alpha1",
+                                                   "kind": "AcceptanceTest", "metadata": {"name": name},
+                                                   "spec": {"nodes": 1}})
 
-    log = Path(args.log or f"/tmp/operator-bench-{namespace}.log")
-    operator = start_operator(args, directory / "kubeconfig", namespace, log)
-    results: dict[str, Any] = {"tests": args.tests, "operator_path": args.operator_path, "log": str(log),
-                               "load_average_at_start": os.getloadavg()}
-    pool = ThreadPoolExecutor(args.clients)
-    counts_start, mine_start = driver.request_counts(), driver.requests
-    cpu_start = {"operator": cpu_seconds(operator.pid),
-                 **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
-    try:
+    def deliver(self, name: str) -> None:
+        self.reported[name] = time.monotonic()
+        deliver_report(self.driver, self.namespace, name, self.bodies[name])
+
+    def phases(self, results: dict[str, Any]) -> None:
+        self.counts_start, self.mine_start = self.driver.request_counts(), self.driver.requests
+        self.mark_cpu()
         time.sleep(2)  # the operator's watches are up
-        # 1. create N tests at once ----------------------------------------------------------
-        created: dict[str, float] = {}
-        before, kinds_before = (driver.request_total(), driver.requests), driver.request_counts()
+        self.create_burst(results)
+        self.start_jobs(results)
+        self.idle(results)
+        self.steady(results)
+        if self.args.outage_seconds:
+            self.outage(results)
+        self.verdict_burst(results)
+        self.request_totals(results)
 
-        def create(name: str) -> None:
-            created[name] = time.monotonic()
-            driver.call("POST", tests_path, {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
-                                             "metadata": {"name": name}, "spec": {"nodes": 1}})
-
+    def create_burst(self, results: dict[str, Any]) -> None:
+        """1. N tests created at once: create -> job."""
+        before, kinds_before = (self.driver.request_total(), self.driver.requests), self.driver.request_counts()
         t0 = time.monotonic()
-        list(pool.map(create, names))
-        wait(lambda: len(job_seen) >= len(names), "every child job", args.timeout)
-        wait(lambda: all((n, "Pending") in phase_seen for n in names), "every test Pending", args.timeout)
-        results["create_to_job_s"] = percentiles([job_seen[n] - created[n] for n in names])
+        list(self.pool.map(self.create, self.names))
+        self.wait(lambda: len(self.job_seen) >= len(self.names), "every child job")
+        self.wait(self.all_in("Pending", self.names), "every test Pending")
+        results["create_to_job_s"] = percentiles([self.job_seen[n] - self.created[n] for n in self.names])
         results["create_burst_s"] = round(time.monotonic() - t0, 2)
-        results["requests_start"] = operator_requests(driver, before)
-        kinds_after = driver.request_counts()
-        results["requests_start_by_kind_incl_this_script"] = {
-            k: int(v - kinds_before.get(k, 0)) for k, v in sorted(kinds_after.items(), key=lambda kv: -kv[1])
-            if v > kinds_before.get(k, 0)}
+        results["requests_start"] = operator_requests(self.driver, before)
+        results["requests_start_by_kind_incl_this_script"] = grown(kinds_before, self.driver.request_counts())
 
-        # 2. the training-operator and kubelet: job Running, one pod Running ----------------------
-        before = driver.request_total(), driver.requests
+    def start_jobs(self, results: dict[str, Any]) -> None:
+        """2. The training-operator and the kubelet: each job Running, with one pod Running."""
+        before = self.driver.request_total(), self.driver.requests
 
         def start(name: str) -> None:
             job = f"{name}-g1"
             labels = {"gpu-acceptance.io/test": name, "gpu-acceptance.io/generation": "1"}
-            driver.call("PATCH", f"{jobs_path}/{job}/status", {"status": {"conditions": [{
+            self.driver.call("PATCH", f"{self.jobs_path}/{job}/status", {"status": {"conditions": [{
                 "type": "Running", "status": "True", "reason": "Running", "message": "running",
                 "lastTransitionTime": now_ts(), "lastUpdateTime": now_ts()}]}}, MERGE)
-            pod = f"{job}-master-0"
-            driver.call("POST", f"/api/v1/namespaces/{namespace}/pods", {
+            pod, pods = f"{job}-master-0", f"/api/v1/namespaces/{self.namespace}/pods"
+            self.driver.call("POST", pods, {
                 "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": labels},
                 "spec": {"nodeName": f"node-{name}", "containers": [{"name": "pytorch", "image": "workload:bench"}]}})
-            driver.call("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status", {"status": {"phase": "Running"}},
-                        MERGE)
+            self.driver.call("PATCH", f"{pods}/{pod}/status", {"status": {"phase": "Running"}}, MERGE)
 
-        list(pool.map(start, names))
-        wait(lambda: all((n, "Running") in phase_seen for n in names), "every test Running", args.timeout)
-        results["requests_running"] = operator_requests(driver, before)
+        list(self.pool.map(start, self.names))
+        self.wait(self.all_in("Running", self.names), "every test Running")
+        results["requests_running"] = operator_requests(self.driver, before)
 
-        # 3. nothing changes: what does the operator ask? ----------------------------------------
-        before = driver.request_total(), driver.requests
-        time.sleep(args.idle_seconds)
-        idle = operator_requests(driver, before)
-        results["idle"] = {"seconds": args.idle_seconds, "requests": idle,
-                           "requests_per_s": round(idle / args.idle_seconds, 2)}
+    def idle(self, results: dict[str, Any]) -> None:
+        """3. Nothing changes: what does the operator ask?"""
+        before = self.driver.request_total(), self.driver.requests
+        time.sleep(self.args.idle_seconds)
+        idle = operator_requests(self.driver, before)
+        results["idle"] = {"seconds": self.args.idle_seconds, "requests": idle,
+                           "requests_per_s": round(idle / self.args.idle_seconds, 2)}
 
-        # 4. N tests in progress: one more test, one more report, now and then --------------------------
-        bodies = {n: delivery(namespace, n, uids[n]) for n in names}
-        reported: dict[str, float] = {}
-        probes = [f"p{i:04d}" for i in range(args.probes)]
+    def steady(self, results: dict[str, Any]) -> None:
+        """4. N tests in progress: one more test, then one more report, now and then (--probes, --probe-rate)."""
+        self.bodies = {n: delivery(self.namespace, n, self.uids[n]) for n in self.names}
+        probes = [f"p{i:04d}" for i in range(self.args.probes)]
         for name in probes:
-            create(name)
-            time.sleep(1 / args.probe_rate)
-        wait(lambda: all(p in job_seen for p in probes), "the probes' jobs", args.timeout)
-        results["steady_create_to_job_s"] = percentiles([job_seen[p] - created[p] for p in probes])
-        steady = names[:args.probes]
+            self.create(name)
+            time.sleep(1 / self.args.probe_rate)
+        self.wait(lambda: all(p in self.job_seen for p in probes), "the probes' jobs")
+        results["steady_create_to_job_s"] = percentiles([self.job_seen[p] - self.created[p] for p in probes])
+        steady, self.names = self.names[:self.args.probes], self.names[self.args.probes:]
         for name in steady:
-            reported[name] = time.monotonic()
-            deliver_report(driver, namespace, name, bodies[name])
-            time.sleep(1 / args.probe_rate)
-        wait(lambda: all((n, "Succeeded") in phase_seen for n in steady), "the probes' verdicts", args.timeout)
-        results["steady_report_to_verdict_s"] = percentiles([phase_seen[(n, "Succeeded")] - reported[n]
-                                                             for n in steady])
-        names = names[args.probes:]
+            self.deliver(name)
+            time.sleep(1 / self.args.probe_rate)
+        self.wait(self.all_in("Succeeded", steady), "the probes' verdicts")
+        results["steady_report_to_verdict_s"] = percentiles(self.report_to_verdict(steady))
 
-        # 5. optionally, an API server outage while the N tests are in progress ---------------------------
-        if args.outage_seconds:
-            log_before = log.stat().st_size
-            _restart(directory, args.outage_seconds, wipe=False)
-            time.sleep(5)
-            written = log.read_text(errors="replace")[log_before:]
-            results["outage"] = {"seconds": args.outage_seconds, "log_bytes": len(written),
-                                 "log_lines": written.count("\n"), "tracebacks": written.count("Traceback"),
-                                 "pool_full": written.count("Connection pool is full")}
+    def outage(self, results: dict[str, Any]) -> None:
+        """5. The API server stopped --outage-seconds while the tests are in progress: what the operator logs."""
+        log_before = self.log.stat().st_size
+        _restart(self.directory, self.args.outage_seconds, wipe=False)
+        time.sleep(5)
+        written = self.log.read_text(errors="replace")[log_before:]
+        results["outage"] = {"seconds": self.args.outage_seconds, "log_bytes": len(written),
+                             "log_lines": written.count("\n"), "tracebacks": written.count("Traceback"),
+                             "pool_full": written.count("Connection pool is full")}
 
-        # 6. all the other reports arrive at once (or in pairs): report -> verdict ------------------------------
-        before = driver.request_total(), driver.requests
-
-        def deliver(name: str) -> None:
-            reported[name] = time.monotonic()
-            deliver_report(driver, namespace, name, bodies[name])
-
-        deliver_burst(pool, deliver, names, args.pairs)
-        wait(lambda: all((n, "Succeeded") in phase_seen for n in names), "every verdict", args.timeout)
-        latencies = [phase_seen[(n, "Succeeded")] - reported[n] for n in names]
+    def verdict_burst(self, results: dict[str, Any]) -> None:
+        """6. Every other report at once (or in pairs, --pairs): report -> verdict."""
+        before = self.driver.request_total(), self.driver.requests
+        deliver_burst(self.pool, self.deliver, self.names, self.args.pairs)
+        self.wait(self.all_in("Succeeded", self.names), "every verdict")
+        latencies = self.report_to_verdict(self.names)
         results["report_to_verdict_s"] = percentiles(latencies)
         results["report_to_verdict_over_5s"] = sum(1 for v in latencies if v > 5.0)
-        slowest = sorted(names, key=lambda n: reported[n] - phase_seen[(n, "Succeeded")])[:5]
-        results["report_to_verdict_slowest"] = {n: round(phase_seen[(n, "Succeeded")] - reported[n], 3)
-                                                for n in slowest}
-        results["report_mode"] = f"pairs {args.pairs:g} s apart" if args.pairs else "all at once"
+        slowest = sorted(zip(latencies, self.names, strict=True), reverse=True)[:5]
+        results["report_to_verdict_slowest"] = {n: round(v, 3) for v, n in slowest}
+        results["report_mode"] = f"pairs {self.args.pairs:g} s apart" if self.args.pairs else "all at once"
         time.sleep(2)  # the verdict's events and cleanup
-        results["requests_verdict"] = operator_requests(driver, before)
-        if not args.outage_seconds:  # a restarted API server starts its counters again
-            total = operator_requests(driver, (sum(counts_start.values()), mine_start))
-            results["requests_total"] = total
-            results["requests_per_test"] = round(total / (args.tests + args.probes), 1)
-        counts_end = {} if args.outage_seconds else driver.request_counts()
-        results["requests_by_kind_incl_this_script"] = dict(sorted(
-            ((k, int(v - counts_start.get(k, 0))) for k, v in counts_end.items() if v > counts_start.get(k, 0)),
-            key=lambda kv: -kv[1]))
-        results["memory"] = memory(operator.pid)
-        results.update(closing_figures(driver, operator, cpu_start, log))
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        stop_operator(operator)
-        if not args.keep:
-            driver.server.request("DELETE", f"/api/v1/namespaces/{namespace}", expect=None)
-    return results
+        results["requests_verdict"] = operator_requests(self.driver, before)
+
+    def report_to_verdict(self, names: list[str]) -> list[float]:
+        return [self.phase_seen[(n, "Succeeded")] - self.reported[n] for n in names]
+
+    def request_totals(self, results: dict[str, Any]) -> None:
+        """The operator's requests over the whole run, and per kind (not after an outage: a restarted API server
+        starts its counters again)."""
+        if self.args.outage_seconds:
+            results["requests_by_kind_incl_this_script"] = {}
+            return
+        total = operator_requests(self.driver, (sum(self.counts_start.values()), self.mine_start))
+        results["requests_total"] = total
+        results["requests_per_test"] = round(total / (self.args.tests + self.args.probes), 1)
+        results["requests_by_kind_incl_this_script"] = grown(self.counts_start, self.driver.request_counts())
+
+
+def grown(before: dict[str, float], after: dict[str, float]) -> dict[str, int]:
+    """The request counts that grew from `before` to `after`, by how much, the most first."""
+    return dict(sorted(((k, int(v - before.get(k, 0))) for k, v in after.items() if v > before.get(k, 0)),
+                       key=lambda kv: -kv[1]))
 
 
 def deliver_burst(pool: ThreadPoolExecutor, deliver: Any, names: list[str], pairs: float) -> None:
@@ -375,29 +221,6 @@ def deliver_burst(pool: ThreadPoolExecutor, deliver: Any, names: list[str], pair
         started = time.monotonic()
         list(pool.map(deliver, names[i:i + 2]))
         time.sleep(max(0.0, pairs - (time.monotonic() - started)))
-
-
-def closing_figures(driver: Driver, operator: subprocess.Popen, cpu_start: dict[str, float | None],
-                    log: Path) -> dict[str, Any]:
-    """CPU seconds of the operator and the servers since `cpu_start`, the load, and what the log holds."""
-    cpu_end = {"operator": cpu_seconds(operator.pid),
-               **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
-    log_text = log.read_text(errors="replace")
-    return {
-        "cpu_seconds": {name: round(end - cpu_start[name], 1) if end is not None and cpu_start[name] is not None
-                        else None for name, end in cpu_end.items()},
-        "load_average_at_end": os.getloadavg(),
-        "log": {"bytes": len(log_text), "lines": log_text.count("\n"), "tracebacks": log_text.count("Traceback"),
-                "pool_full": log_text.count("Connection pool is full")},
-    }
-
-
-def stop_operator(operator: subprocess.Popen) -> None:
-    os.killpg(operator.pid, signal.SIGTERM)
-    try:
-        operator.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(operator.pid, signal.SIGKILL)
 
 
 def delivery(namespace: str, name: str, uid: str) -> list[tuple[str, dict[str, str]]]:
@@ -414,151 +237,6 @@ def delivery(namespace: str, name: str, uid: str) -> list[tuple[str, dict[str, s
     return deliveries(full, evidence_names(test))
 
 
-def deliver_report(driver: Driver, namespace: str, name: str, body: list[tuple[str, dict[str, str]]]) -> None:
-    """As rank 0 delivers it (acceptance_workload.status.patch_report): node shards, then the job-wide ConfigMap
-    with the status part."""
-    for cm, data in body:
-        driver.call("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{cm}", {"data": data}, MERGE)
-
-
-def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
-    """What a child test's workload does: pods of its run on `nodes`, then the report (evidence, status part)."""
-    from acceptance_operator.api import parse_test
-    from acceptance_operator.manifests import evidence_names, test_labels
-    from acceptance_operator.runs import on_current_run
-    from acceptance_workload.evidence import deliveries
-    from acceptance_workload.report import Report
-    ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
-    test = on_current_run(obj)
-    labels = test_labels(test)
-    for i, node in enumerate(nodes):
-        driver.call("POST", f"/api/v1/namespaces/{ns}/pods", {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{name}-{i}"[:253], "labels": labels},
-            "spec": {"nodeName": node, "containers": [{"name": "pytorch", "image": "workload:bench"}]}})
-    written = {**report(1, nodes=tuple(nodes)), "uid": obj["metadata"]["uid"], "run": test.status.run.id}
-    deliver_report(driver, ns, name, deliveries(Report.model_validate(written), evidence_names(parse_test(obj))))
-
-
-def sweep_run(args: argparse.Namespace) -> dict[str, Any]:
-    """One sweep over --sweep-nodes Node objects with --max-concurrent, its children's reports delivered."""
-    directory = Path(args.dev_cluster).resolve()
-    driver, namespace, tests_path = bench_namespace(directory)
-    nodes = [f"{namespace}-gpu-{i:04d}" for i in range(args.sweep_nodes)]
-    pool = ThreadPoolExecutor(args.clients)
-    list(pool.map(lambda n: driver.call("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": n, "labels": {"bench-pool": namespace}}}), nodes))
-
-    created: dict[str, float] = {}  # child -> first seen
-    verdict: dict[str, float] = {}
-    delivered: set[str] = set()
-    active_max = 0
-    stage_seen: list[dict] = []
-    changed = threading.Condition()
-
-    def on_test(kind: str, obj: dict, when: float) -> None:
-        nonlocal active_max
-        meta, status = obj["metadata"], obj.get("status") or {}
-        node = (meta.get("annotations") or {}).get("gpu-acceptance.io/node")
-        if node is None or kind == "DELETED":
-            return
-        with changed:
-            created.setdefault(meta["name"], when)
-            if status.get("phase") in ("Succeeded", "Failed"):
-                verdict.setdefault(meta["name"], when)
-            active_max = max(active_max, sum(1 for n in created if n not in verdict and n != stage_name()))
-            ready = status.get("run") and status.get("phase") == "Pending" and meta["name"] not in delivered
-            if ready and node:
-                delivered.add(meta["name"])
-                pool.submit(deliver_logged, obj, [node])
-            elif ready and not node:
-                stage_seen.append(obj)
-            changed.notify_all()
-
-    def deliver_logged(obj: dict, on: list[str]) -> None:
-        try:
-            deliver_child_report(driver, obj, on)
-        except Exception as e:  # the wait then times out; say why here
-            print(f"delivering {obj['metadata']['name']}'s report failed: {e}", file=sys.stderr)
-
-    def stage_name() -> str:
-        return "sweep-g1-inter-node"
-
-    def wait(done: Any, what: str, timeout: float) -> None:
-        wait_until(changed, done, what, timeout)
-
-    watch = Watch(driver, tests_path, on_test)
-    watch.start()
-    if not watch.ready.wait(90):
-        raise SystemExit("the watch of the tests did not start")
-    log = Path(args.log or f"/tmp/operator-bench-{namespace}.log")
-    operator = start_operator(args, directory / "kubeconfig", namespace, log)
-    results: dict[str, Any] = {"sweep_nodes": args.sweep_nodes, "max_concurrent": args.max_concurrent,
-                               "operator_path": args.operator_path, "log": str(log),
-                               "load_average_at_start": os.getloadavg()}
-    try:
-        time.sleep(2)  # the operator's watches are up
-        counts_start, mine_start = driver.request_total(), driver.requests
-        cpu_start = {"operator": cpu_seconds(operator.pid),
-                     **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
-        t0 = time.monotonic()
-        driver.call("POST", tests_path, {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
-                                         "metadata": {"name": "sweep"}, "spec": {
-                                             "sweep": True, "maxConcurrent": args.max_concurrent,
-                                             "placement": {"nodeSelector": {"bench-pool": namespace}}}})
-        singles = lambda: [n for n in created if n != stage_name()]  # noqa: E731
-        wait(lambda: len(singles()) >= len(nodes), "every single-node test", args.timeout)
-        results["all_single_node_tests_created_s"] = round(max(created[n] for n in singles()) - t0, 1)
-        wait(lambda: all(n in verdict for n in singles()), "every single-node verdict", args.timeout)
-        results["all_single_node_verdicts_s"] = round(max(verdict[n] for n in singles()) - t0, 1)
-        results["most_running_at_once"] = active_max
-        results["memory_after_single_node_stage"] = memory(operator.pid)
-        mid = driver.call("GET", f"{tests_path}/sweep")
-        results["status_bytes_after_single_node_stage"] = len(json.dumps(mid.get("status"), separators=(",", ":")))
-        wait(lambda: bool(stage_seen), "the inter-node test", args.timeout)
-        t_stage = time.monotonic()
-        deliver_child_report(driver, stage_seen[0], nodes)
-        t_report = time.monotonic()
-        results["inter_node_delivery_s"] = round(t_report - t_stage, 1)  # this script: N pods, evidence, status
-        wait(lambda: stage_name() in verdict, "the inter-node verdict", args.timeout)
-        results["inter_node_report_to_verdict_s"] = round(verdict[stage_name()] - t_report, 1)
-
-        def finished() -> bool:
-            return (driver.call("GET", f"{tests_path}/sweep").get("status") or {}).get("phase") == "Succeeded"
-
-        wait(finished, "the sweep's verdict", args.timeout)
-        results["sweep_s"] = round(time.monotonic() - t0, 1)
-        seconds = time.monotonic() - t0
-        total = operator_requests(driver, (counts_start, mine_start))
-        results["operator_requests"] = total
-        results["operator_requests_per_s"] = round(total / seconds, 1)
-        results["operator_requests_per_node"] = round(total / len(nodes), 1)
-        final = driver.call("GET", f"{tests_path}/sweep")
-        child = driver.call("GET", f"{tests_path}/{singles()[0]}")
-        results["status_bytes"] = {
-            "sweep": len(json.dumps(final.get("status"), separators=(",", ":"))),
-            "sweep_object": len(json.dumps(final, separators=(",", ":"))),
-            "one_child": len(json.dumps(child.get("status"), separators=(",", ":"))),
-        }
-        results["sweep_status"] = final["status"].get("sweep")
-        results["memory"] = memory(operator.pid)
-        results.update(closing_figures(driver, operator, cpu_start, log))
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        stop_operator(operator)
-        if not args.keep:
-            driver.server.request("DELETE", f"/api/v1/namespaces/{namespace}", expect=None)
-            for n in nodes:
-                driver.server.request("DELETE", f"/api/v1/nodes/{n}", expect=None)
-    return results
-
-
-def operator_requests(driver: Driver, before: tuple[float, int]) -> int:
-    """API requests since `before`, less this script's own (its metrics scrapes are not resource requests)."""
-    total_before, mine_before = before
-    return int(driver.request_total() - total_before - (driver.requests - mine_before))
-
-
-# The figures the summary of repeated runs shows: (label, path into one run's results).
 SUMMARY = (
     ("create -> job, burst p50 (s)", ("create_to_job_s", "p50")),
     ("create -> job, burst p99 (s)", ("create_to_job_s", "p99")),
@@ -595,15 +273,6 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _runs(directory: Path, name: str) -> bool:
-    """Whether the dev cluster's pid file for `name` names a live process running it."""
-    try:
-        pid = int((directory / f"{name}.pid").read_text().strip())
-    except (OSError, ValueError):
-        return False
-    return _alive(pid) and name in _cmdline(pid)
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tests", type=int, default=100, help="concurrent AcceptanceTests (default 100)")
@@ -633,20 +302,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not (Path(args.dev_cluster) / "state.json").is_file():
         raise SystemExit(f"no dev cluster in {args.dev_cluster}: run `make dev-cluster DEV_NODES=0` first")
-    acting = [name for name in ("training-operator", "mpi-operator") if _runs(Path(args.dev_cluster), name)]
+    acting = [name for name in ("training-operator", "mpi-operator") if runs_here(Path(args.dev_cluster), name)]
     if acting:
         raise SystemExit(f"the dev cluster in {args.dev_cluster} runs {' and '.join(acting)}, which would act on the "
                          "jobs this script plays the controller of (and its API requests would count as the "
                          "operator's): `make dev-cluster-down`, then `make dev-cluster DEV_NODES=0`")
     paths = [str(Path(path).resolve()) for path in args.operator_path or [str(REPO / "operator")]]
     if args.sweep_nodes:
-        results: dict[str, Any] = sweep_run(argparse.Namespace(**{**vars(args), "operator_path": paths[0]}))
+        results: dict[str, Any] = SweepRun(argparse.Namespace(**{**vars(args), "operator_path": paths[0]})).measure()
     else:
         runs = []
         for round_ in range(args.runs):
             for path in paths:
                 print(f"round {round_ + 1}/{args.runs}: {path}", file=sys.stderr, flush=True)
-                runs.append(run(argparse.Namespace(**{**vars(args), "operator_path": path})))
+                runs.append(ConcurrentTests(argparse.Namespace(**{**vars(args), "operator_path": path})).measure())
         results = runs[0] if len(runs) == 1 else {"summary_min_median_max": summarize(runs), "runs": runs}
     text = json.dumps(results, indent=1)
     print(text)
