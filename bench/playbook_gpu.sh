@@ -50,6 +50,8 @@ healthy() {  # mode (full|quick), how many, more local args: one run at a time w
 facts() {
   { date -u; nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,mig.mode.current --format=csv
     nvidia-smi topo -m; lscpu | grep -i -E "numa|socket|^cpu\(s\)|model name"; df -h "$VOL"
+    for f in /sys/fs/cgroup/cpu.max /sys/fs/cgroup/memory.max /sys/fs/cgroup/cpuset.cpus.effective; do
+      echo "$f: $(cat "$f" 2>&1)"; done
     python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())'
   } > "$WORK/facts.txt" 2>&1
 }
