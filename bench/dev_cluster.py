@@ -30,8 +30,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.apiserver import ApiError, ApiServer, _alive, _cmdline, _read_pki, free_ports  # noqa: E402
+from tests.apiserver import ApiError, ApiServer  # noqa: E402
 from tests.cluster.operator_harness import GROUP_PATH, MERGE  # noqa: E402
+from tests.pki import read_pki  # noqa: E402
+from tests.processes import alive, cmdline, free_ports  # noqa: E402
 
 NON_RESOURCE = re.compile(r"[{,]resource=\"\"")
 LABEL = re.compile(r'(\w+)="([^"]*)"')
@@ -43,7 +45,7 @@ class Driver:
     def __init__(self, directory: Path) -> None:
         state = json.loads((directory / "state.json").read_text())
         self.server = ApiServer(directory, detached=True)
-        self.server.pki = _read_pki(directory / "pki") or {}
+        self.server.pki = read_pki(directory / "pki") or {}
         self.server.server = state["server"]
         self.requests = 0
         self._lock = threading.Lock()
@@ -218,7 +220,7 @@ def runs_here(directory: Path, name: str) -> bool:
         pid = int((directory / f"{name}.pid").read_text().strip())
     except (OSError, ValueError):
         return False
-    return _alive(pid) and name in _cmdline(pid)
+    return alive(pid) and name in cmdline(pid)
 
 
 class BenchRun:

@@ -38,12 +38,9 @@ import argparse
 import atexit
 import base64
 import contextlib
-import datetime as dt
-import ipaddress
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -55,9 +52,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.pki import ADMIN_USER, read_pki, write_pki
+from tests.processes import alive, cmdline, die_with_parent, free_ports, kill_group, tail
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ASSETS_SCRIPT = REPO_ROOT / "hack" / "envtest-assets.sh"
-ADMIN_USER = "admin"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 CLUSTER_NAME = "envtest"
@@ -129,211 +128,6 @@ def kubectl_binary() -> str:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 right now (all held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """preexec_fn: SIGKILL the child when the process that started it dies (Linux)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-        return state not in ("Z", "X")
-    except (FileNotFoundError, IndexError, ProcessLookupError):
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return not Path("/proc").is_dir()
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _kill_group(pid: int, proc: subprocess.Popen | None = None, grace: float = 10.0) -> None:
-    """SIGTERM the process group led by pid; SIGKILL it if the leader outlives `grace` seconds."""
-
-    def gone() -> bool:
-        return proc.poll() is not None if proc is not None else not _alive(pid)
-
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        deadline = time.monotonic() + wait
-        while not gone() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if gone():
-            break
-    # The leader is gone; make sure nothing else of its group survives.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return f"(no log at {path})"
-
-
-# --------------------------------------------------------------------------- PKI
-
-
-def _write_pki(folder: Path) -> dict[str, Path]:
-    """CA, serving cert (127.0.0.1/localhost), admin client cert, SA key pair."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    folder.mkdir(parents=True, exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=5)
-    until = now + dt.timedelta(days=365)
-
-    def key_pem(key) -> bytes:
-        return key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-
-    def name(cn: str, org: str | None = None) -> x509.Name:
-        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
-        if org:
-            attrs.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
-        return x509.Name(attrs)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = name("gpu-acceptance-envtest-ca")
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(until)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    def leaf(subject: x509.Name, usage, sans: list | None = None):
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now)
-            .not_valid_after(until)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_encipherment=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    content_commitment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
-        )
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        return key, builder.sign(ca_key, hashes.SHA256())
-
-    serving_key, serving_cert = leaf(
-        name("kube-apiserver"),
-        ExtendedKeyUsageOID.SERVER_AUTH,
-        [
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-            x509.IPAddress(ipaddress.ip_address("10.0.0.1")),
-            x509.DNSName("localhost"),
-            x509.DNSName("kubernetes"),
-            x509.DNSName("kubernetes.default"),
-            x509.DNSName("kubernetes.default.svc"),
-            x509.DNSName("kubernetes.default.svc.cluster.local"),
-        ],
-    )
-    admin_key, admin_cert = leaf(name(ADMIN_USER, "system:masters"), ExtendedKeyUsageOID.CLIENT_AUTH)
-    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-
-    files = {
-        "ca_cert": (folder / "ca.crt", ca_cert.public_bytes(serialization.Encoding.PEM)),
-        "ca_key": (folder / "ca.key", key_pem(ca_key)),
-        "serving_cert": (folder / "apiserver.crt", serving_cert.public_bytes(serialization.Encoding.PEM)),
-        "serving_key": (folder / "apiserver.key", key_pem(serving_key)),
-        "admin_cert": (folder / "admin.crt", admin_cert.public_bytes(serialization.Encoding.PEM)),
-        "admin_key": (folder / "admin.key", key_pem(admin_key)),
-        "sa_key": (folder / "sa.key", key_pem(sa_key)),
-        "sa_pub": (
-            folder / "sa.pub",
-            sa_key.public_key().public_bytes(
-                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-            ),
-        ),
-    }
-    for path, data in files.values():
-        path.write_bytes(data)
-        path.chmod(0o600)
-    return {k: p for k, (p, _) in files.items()}
-
-
-def _read_pki(folder: Path) -> dict[str, Path] | None:
-    """The PKI an earlier start wrote (a restarted dev cluster keeps its certificates and tokens valid)."""
-    names = {"ca_cert": "ca.crt", "ca_key": "ca.key", "serving_cert": "apiserver.crt",
-             "serving_key": "apiserver.key", "admin_cert": "admin.crt", "admin_key": "admin.key",
-             "sa_key": "sa.key", "sa_pub": "sa.pub"}
-    paths = {key: folder / name for key, name in names.items()}
-    return paths if all(p.is_file() for p in paths.values()) else None
 
 
 def _previous_ports(folder: Path) -> list[int] | None:
@@ -443,7 +237,7 @@ class ApiServer:
         if self.dir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="gpu-acceptance-apiserver-"))
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.pki = _read_pki(self.dir / "pki") or _write_pki(self.dir / "pki")
+        self.pki = read_pki(self.dir / "pki") or write_pki(self.dir / "pki")
         self.etcd_port, self.peer_port, self.secure_port = _previous_ports(self.dir) or free_ports(3)
         self.server = f"https://127.0.0.1:{self.secure_port}"
         self._assets = assets
@@ -531,7 +325,7 @@ class ApiServer:
         """
         proc = self._procs.pop("kube-apiserver", None)
         if proc is not None:
-            _kill_group(proc.pid, proc, grace=0)
+            kill_group(proc.pid, proc, grace=0)
         elif self.dir is not None:
             _stop_recorded(self.dir, "kube-apiserver")
         if self.dir is not None:
@@ -576,7 +370,7 @@ class ApiServer:
                 stderr=subprocess.STDOUT,
                 cwd=self.dir,
                 start_new_session=True,  # its own process group: killpg() reaches everything
-                preexec_fn=None if self.detached else _die_with_parent,
+                preexec_fn=None if self.detached else die_with_parent,
                 close_fds=True,
             )
         finally:
@@ -602,7 +396,7 @@ class ApiServer:
             for name, proc in self._procs.items():
                 if proc.poll() is not None:
                     raise ApiServerError(
-                        f"{name} exited with code {proc.returncode}:\n{_tail(self.dir / f'{name}.log')}"
+                        f"{name} exited with code {proc.returncode}:\n{tail(self.dir / f'{name}.log')}"
                     )
             try:
                 status, body = self._http("GET", "/readyz")
@@ -614,7 +408,7 @@ class ApiServer:
             time.sleep(0.2)
         raise ApiServerError(
             f"kube-apiserver not ready after {self.start_timeout:.0f}s ({last}):\n"
-            f"{_tail(self.dir / 'kube-apiserver.log')}"
+            f"{tail(self.dir / 'kube-apiserver.log')}"
         )
 
     def stop(self) -> None:
@@ -624,7 +418,7 @@ class ApiServer:
         for name in ("kube-apiserver", "etcd"):
             proc = self._procs.pop(name, None)
             if proc is not None:
-                _kill_group(proc.pid, proc)
+                kill_group(proc.pid, proc)
                 with contextlib.suppress(Exception):
                     proc.wait(timeout=5)
         if self.dir is not None:
@@ -804,7 +598,7 @@ def _running(directory: Path) -> bool:
     if not state.is_file():
         return False
     pids = json.loads(state.read_text()).get("pids", {})
-    return bool(pids) and all(_alive(pid) for pid in pids.values())
+    return bool(pids) and all(alive(pid) for pid in pids.values())
 
 
 def _stop_recorded(directory: Path, name: str) -> None:
@@ -814,8 +608,8 @@ def _stop_recorded(directory: Path, name: str) -> None:
         return
     with contextlib.suppress(ValueError):
         pid = int(pid_file.read_text().strip())
-        if _alive(pid) and name in _cmdline(pid):
-            _kill_group(pid)
+        if alive(pid) and name in cmdline(pid):
+            kill_group(pid)
     with contextlib.suppress(OSError):
         pid_file.unlink()
 
@@ -886,7 +680,7 @@ def _restart(directory: Path, down_seconds: float, wipe: bool) -> int:
     if not _running(directory):
         raise ApiServerError(f"no dev cluster runs in {directory}: start it with: python -m tests.apiserver up")
     server = ApiServer(directory, detached=True)
-    server.pki = _read_pki(directory / "pki") or {}
+    server.pki = read_pki(directory / "pki") or {}
     ports = _recorded_ports(directory)
     server.etcd_port, server.peer_port, server.secure_port = ports
     server.server = f"https://127.0.0.1:{server.secure_port}"

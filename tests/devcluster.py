@@ -31,7 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.apiserver import ASSETS_SCRIPT, ApiServer, ApiServerError, _die_with_parent, _kill_group, _tail, free_ports
+from tests.apiserver import ASSETS_SCRIPT, ApiServer, ApiServerError
+from tests.processes import die_with_parent, free_ports, kill_group, tail
 
 GPUS_PER_NODE = 8
 DEFAULT_NODES = 4
@@ -206,7 +207,7 @@ class Controllers:
             if started:
                 self.check_alive()
             if time.monotonic() > deadline:
-                log = _tail(self.server.dir / f"{name}.log") if started else ""
+                log = tail(self.server.dir / f"{name}.log") if started else ""
                 raise ApiServerError(f"{name} not {what} after {timeout:.0f}s" + (f":\n{log}" if log else ""))
             time.sleep(0.5)
 
@@ -240,7 +241,7 @@ class Controllers:
             self._procs[name] = subprocess.Popen(
                 [str(binary or self.binaries / name), *args], stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, env=child_env,
-                cwd=self.server.dir, start_new_session=True, preexec_fn=None if self.detached else _die_with_parent,
+                cwd=self.server.dir, start_new_session=True, preexec_fn=None if self.detached else die_with_parent,
                 close_fds=True)
         finally:
             log.close()
@@ -249,13 +250,13 @@ class Controllers:
     def check_alive(self) -> None:
         for name, proc in self._procs.items():
             if proc.poll() is not None:
-                raise ApiServerError(f"{name} exited with {proc.returncode}:\n{_tail(self.server.dir / f'{name}.log')}")
+                raise ApiServerError(f"{name} exited with {proc.returncode}:\n{tail(self.server.dir / f'{name}.log')}")
 
     def stop_one(self, name: str) -> None:
         """Stop one controller (a backend controller that is not running)."""
         proc = self._procs.pop(name, None)
         if proc is not None:
-            _kill_group(proc.pid, proc)
+            kill_group(proc.pid, proc)
 
     def stop(self) -> None:
         for name in list(self._procs):
@@ -278,7 +279,7 @@ class Controllers:
         while not all(self.node_ready(n) for n in names):
             self.check_alive()
             if time.monotonic() > deadline:
-                log = _tail(self.server.dir / "kwok.log")
+                log = tail(self.server.dir / "kwok.log")
                 raise ApiServerError(f"fake nodes not Ready after {timeout:.0f}s:\n{log}")
             time.sleep(0.5)
         return names

@@ -37,14 +37,12 @@ from tests.apiserver import (
     REPO_ROOT,
     ApiServer,
     ApiServerError,
-    _alive,
     _down,
-    _kill_group,
     _stop_recorded,
     backend_crd_paths,
-    free_ports,
     repo_crd_paths,
 )
+from tests.processes import alive, free_ports, kill_group
 
 ASSETS_SCRIPT = REPO_ROOT / "hack" / "envtest-assets.sh"
 STATE_DIR = Path("/run/gpu-acceptance/containerd")  # shim sockets: short paths; one real node per host
@@ -351,7 +349,7 @@ class RealNode:
             with contextlib.suppress(OSError):
                 cmd = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
                 if "containerd-shim" in cmd and str(self.socket) in cmd:
-                    _kill_group(int(pid_dir.name), grace=2)
+                    kill_group(int(pid_dir.name), grace=2)
 
     @staticmethod
     def _unmount_under(folder: Path) -> None:
@@ -377,7 +375,7 @@ class RealNode:
     def _check_alive(self) -> None:
         for name in ("containerd", "kubelet"):
             pid_file = self.dir / f"{name}.pid"
-            if pid_file.is_file() and not _alive(int(pid_file.read_text())):
+            if pid_file.is_file() and not alive(int(pid_file.read_text())):
                 raise RealNodeError(f"{name} exited:\n{_tail_log(self.dir / f'{name}.log')}")
 
     def _wait(self, done, what: str, timeout: float) -> None:

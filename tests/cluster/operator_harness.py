@@ -25,7 +25,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tests.apiserver import ApiServer, _die_with_parent, free_ports
+from tests.apiserver import ApiServer
+from tests.processes import die_with_parent, free_ports
 
 T = TypeVar("T")
 MERGE = "application/merge-patch+json"
@@ -83,7 +84,7 @@ class OperatorProcess:
         env.pop("KUBERNETES_SERVICE_HOST", None)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True, preexec_fn=_die_with_parent)
+                                         env=env, start_new_session=True, preexec_fn=die_with_parent)
         wait_for(self._healthy, "the operator's liveness endpoint", timeout=90, on_timeout=self.log_tail)
         return self
 

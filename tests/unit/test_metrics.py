@@ -9,7 +9,7 @@ from acceptance_operator.metrics import OperatorMetrics
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.apiserver import free_ports
+from tests.processes import free_ports
 
 
 def samples(m: OperatorMetrics) -> dict[tuple[str, tuple], float]:

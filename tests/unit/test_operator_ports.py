@@ -14,8 +14,8 @@ import time
 import pytest
 from acceptance_operator.cli import build_parser
 
-from tests.apiserver import free_ports
 from tests.devcluster import MPI_OPERATOR_HEALTH_PORT
+from tests.processes import free_ports
 
 
 def _operator(*flags: str) -> tuple[int, str, float]:
