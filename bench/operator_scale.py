@@ -47,7 +47,7 @@ from typing import Any
 from dev_cluster import REPO, BenchRun, deliver_report, operator_requests, percentiles, runs_here
 from sweep_scale import SweepRun
 
-from tests.apiserver import _restart
+from tests.apiserver import cluster_restart
 from tests.cluster.operator_harness import MERGE, now_ts, report
 
 JOBS_PATH = "/apis/kubeflow.org/v1"
@@ -169,7 +169,7 @@ class ConcurrentTests(BenchRun):
     def outage(self, results: dict[str, Any]) -> None:
         """5. The API server stopped --outage-seconds while the tests are in progress: what the operator logs."""
         log_before = self.log.stat().st_size
-        _restart(self.directory, self.args.outage_seconds, wipe=False)
+        cluster_restart(self.directory, self.args.outage_seconds, wipe=False)
         time.sleep(5)
         written = self.log.read_text(errors="replace")[log_before:]
         results["outage"] = {"seconds": self.args.outage_seconds, "log_bytes": len(written),

@@ -327,7 +327,7 @@ class ApiServer:
         if proc is not None:
             kill_group(proc.pid, proc, grace=0)
         elif self.dir is not None:
-            _stop_recorded(self.dir, "kube-apiserver")
+            stop_recorded(self.dir, "kube-apiserver")
         if self.dir is not None:
             with contextlib.suppress(OSError):
                 (self.dir / "kube-apiserver.pid").unlink()
@@ -601,7 +601,7 @@ def _running(directory: Path) -> bool:
     return bool(pids) and all(alive(pid) for pid in pids.values())
 
 
-def _stop_recorded(directory: Path, name: str) -> None:
+def stop_recorded(directory: Path, name: str) -> None:
     """Stop the process a pid file names, if it still is ours (pid reuse: it runs the named binary)."""
     pid_file = directory / f"{name}.pid"
     if not pid_file.is_file():
@@ -618,7 +618,7 @@ CONTROLLER_NAMES = ("mpi-operator", "training-operator", "jobset-controller", "k
                     "kube-controller-manager")
 
 
-def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) -> int:
+def cluster_up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) -> int:
     """Start the dev cluster; an earlier one's etcd data (and certificates) are kept unless `wipe`.
 
     `nodes` > 0: also kube-controller-manager, kube-scheduler and kwok with that many fake GPU nodes, and the
@@ -627,7 +627,7 @@ def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) ->
     if _running(directory):
         print(f"already running ({directory}); stop it with: python -m tests.apiserver down --dir {directory}")
         return 0
-    _down(directory, quiet=True, wipe=wipe)
+    cluster_down(directory, quiet=True, wipe=wipe)
     kept = (directory / "etcd").is_dir()
     server = ApiServer(directory, detached=True)
     try:
@@ -641,7 +641,7 @@ def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) ->
             names = controllers.add_gpu_nodes(nodes)
             controllers.start_jobset().start_training_operator().start_mpi_operator()
     except BaseException:
-        _down(directory, quiet=True)
+        cluster_down(directory, quiet=True)
         raise
     print(f"kube-apiserver {server.server} ready in {server.started_seconds:.1f}s; logs in {directory}"
           + ("; etcd data kept from the last run (--wipe starts empty)" if kept else ""))
@@ -653,14 +653,14 @@ def _up(directory: Path, with_crds: bool, wipe: bool = False, nodes: int = 0) ->
     return 0
 
 
-def _down(directory: Path, quiet: bool = False, wipe: bool = False) -> int:
+def cluster_down(directory: Path, quiet: bool = False, wipe: bool = False) -> int:
     """Stop the dev cluster; its folder (etcd data, certificates) stays for the next `up` unless `wipe`."""
     if not directory.exists():
         if not quiet:
             print(f"nothing to stop: {directory} does not exist")
         return 0
     for name in (*CONTROLLER_NAMES, "kube-apiserver", "etcd"):
-        _stop_recorded(directory, name)
+        stop_recorded(directory, name)
     if wipe:
         shutil.rmtree(directory, ignore_errors=True)
     if not quiet:
@@ -669,14 +669,14 @@ def _down(directory: Path, quiet: bool = False, wipe: bool = False) -> int:
     return 0
 
 
-def _restart(directory: Path, down_seconds: float, wipe: bool) -> int:
+def cluster_restart(directory: Path, down_seconds: float, wipe: bool) -> int:
     """Restart the API server of a running dev cluster (an outage of `down_seconds`); etcd keeps its data.
 
     With `wipe`, the whole cluster starts again from empty etcd (CRDs installed again).
     """
     if wipe:
-        _down(directory, quiet=True, wipe=True)
-        return _up(directory, with_crds=True)
+        cluster_down(directory, quiet=True, wipe=True)
+        return cluster_up(directory, with_crds=True)
     if not _running(directory):
         raise ApiServerError(f"no dev cluster runs in {directory}: start it with: python -m tests.apiserver up")
     server = ApiServer(directory, detached=True)
@@ -721,10 +721,10 @@ def main(argv: list[str] | None = None) -> int:
     directory = args.dir.resolve()
     try:
         if args.command == "up":
-            return _up(directory, with_crds=not args.no_crds, wipe=args.wipe, nodes=args.nodes)
+            return cluster_up(directory, with_crds=not args.no_crds, wipe=args.wipe, nodes=args.nodes)
         if args.command == "restart":
-            return _restart(directory, args.down_seconds, args.wipe)
-        return _down(directory, wipe=args.wipe)
+            return cluster_restart(directory, args.down_seconds, args.wipe)
+        return cluster_down(directory, wipe=args.wipe)
     except ApiServerError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

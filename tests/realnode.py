@@ -37,10 +37,10 @@ from tests.apiserver import (
     REPO_ROOT,
     ApiServer,
     ApiServerError,
-    _down,
-    _stop_recorded,
     backend_crd_paths,
+    cluster_down,
     repo_crd_paths,
+    stop_recorded,
 )
 from tests.processes import alive, free_ports, kill_group
 
@@ -315,7 +315,7 @@ class RealNode:
         containerd's image store (IMAGE_STORE) is kept for the next `up` (unchanged images are not imported
         again); wipe() removes it too, as `make real-node-down` does.
         """
-        _stop_recorded(self.dir, "kubelet")
+        stop_recorded(self.dir, "kubelet")
         if self.socket.exists() and self.ctr("version", check=False).returncode == 0:
             for task in self.ctr("tasks", "ls", "-q", check=False).stdout.split():
                 self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
@@ -324,13 +324,13 @@ class RealNode:
                 self.ctr("tasks", "delete", "-f", task, check=False)
             for container in self.ctr("containers", "ls", "-q", check=False).stdout.split():
                 self.ctr("containers", "delete", container, check=False)
-        _stop_recorded(self.dir, "containerd")
+        stop_recorded(self.dir, "containerd")
         self._kill_shims()
         while self._apiserver_port() is not None and self._iptables("-D").returncode == 0:
             pass
         self._unmount_under(self.dir)
         self._unmount_under(STATE_DIR)
-        _down(self.cluster_dir, quiet=True, wipe=True)
+        cluster_down(self.cluster_dir, quiet=True, wipe=True)
         if not quiet:
             print(f"real node stopped ({self.dir})")
 
