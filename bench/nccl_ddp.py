@@ -1,6 +1,6 @@
 """Benchmark: the NCCL sweep of all six collectives over this machine's GPUs, then DDP; nccl-tests-shaped tables.
 
-    python bench/nccl_ddp.py --out bench.json                  # 8 B .. 4 GiB by x2, 20 iterations, then DDP
+    python bench/nccl_ddp.py --out bench.json                  # 8 B .. 4 GiB by x2, 3 windows of 10, then DDP
     python bench/nccl_ddp.py --max-bytes 1Gi --cuda-graphs always  # every size as a CUDA graph (nccl-tests -G)
     python bench/nccl_ddp.py --gpus 2 --no-ddp --out nccl.json
 

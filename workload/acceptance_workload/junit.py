@@ -1,6 +1,6 @@
 """A report as JUnit XML, for CI systems that gate on acceptance (`--junit FILE`).
 
-One testsuite per check (preflight, gpu, nccl, ddp), one testcase per check
+One testsuite per check that ran (preflight, gpu, nccl, ddp; fsdp and storage where enabled), one testcase per check
 result, its failure carrying the result's message and evidence. Fail closed as
 the report is (report.py): an enabled check without any result is one more
 failed testcase, and a run that could not complete is an errored one, so a CI
