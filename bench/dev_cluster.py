@@ -10,6 +10,7 @@ cleanup) whose subclasses add the phases they measure.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import json
 import math
@@ -175,11 +176,16 @@ def bench_namespace(directory: Path) -> tuple[Driver, str, str]:
     return driver, namespace, f"{GROUP_PATH}/namespaces/{namespace}/acceptancetests"
 
 
+def cpu_now(driver: Driver, operator: subprocess.Popen) -> dict[str, float | None]:
+    """CPU seconds so far of the operator and of each server (kube-apiserver, etcd)."""
+    return {"operator": cpu_seconds(operator.pid),
+            **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
+
+
 def closing_figures(driver: Driver, operator: subprocess.Popen, cpu_start: dict[str, float | None],
                     log: Path) -> dict[str, Any]:
     """CPU seconds of the operator and the servers since `cpu_start`, the load, and what the log holds."""
-    cpu_end = {"operator": cpu_seconds(operator.pid),
-               **{name: cpu_seconds(pid) for name, pid in driver.server_pids.items()}}
+    cpu_end = cpu_now(driver, operator)
     log_text = log.read_text(errors="replace")
     return {
         "cpu_seconds": {name: round(end - cpu_start[name], 1) if end is not None and cpu_start[name] is not None
@@ -223,9 +229,9 @@ def runs_here(directory: Path, name: str) -> bool:
     return alive(pid) and name in cmdline(pid)
 
 
-class BenchRun:
+class BenchRun(abc.ABC):
     """One benchmark run: a fresh namespace and a thread pool of `--clients`, the watches this script times changes
-    with, and the operator under test; subclasses measure their phases in `phases`, and may undo more in
+    with, and the operator under test; subclasses measure their phases in `phases`, and may delete more in
     `tear_down`."""
 
     def __init__(self, args: argparse.Namespace) -> None:
@@ -249,17 +255,19 @@ class BenchRun:
 
     def mark_cpu(self) -> None:
         """From now on, the CPU seconds of the operator and of the servers count."""
-        self.cpu_start = {"operator": cpu_seconds(self.operator.pid),
-                          **{name: cpu_seconds(pid) for name, pid in self.driver.server_pids.items()}}
+        self.cpu_start = cpu_now(self.driver, self.operator)
 
+    @abc.abstractmethod
     def header(self) -> dict[str, Any]:
-        return {}
+        """What this run measures, first in its results (its size, its settings)."""
 
+    @abc.abstractmethod
     def phases(self, results: dict[str, Any]) -> None:
-        raise NotImplementedError
+        """Measure, adding figures to `results`; call mark_cpu() where the CPU seconds should start counting."""
 
     def tear_down(self) -> None:
-        """More to delete than the namespace (which goes unless --keep)."""
+        """Delete what the run made (unless --keep): its namespace; a subclass deletes more."""
+        self.driver.server.request("DELETE", f"/api/v1/namespaces/{self.namespace}", expect=None)
 
     def measure(self) -> dict[str, Any]:
         """Start the operator, run the phases, add the closing figures; stop and clean up whatever happens."""
@@ -274,6 +282,5 @@ class BenchRun:
             self.pool.shutdown(wait=False, cancel_futures=True)
             stop_operator(self.operator)
             if not self.args.keep:
-                self.driver.server.request("DELETE", f"/api/v1/namespaces/{self.namespace}", expect=None)
                 self.tear_down()
         return results

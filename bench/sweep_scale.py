@@ -137,6 +137,7 @@ class SweepRun(BenchRun):
         results["inter_node_report_to_verdict_s"] = round(self.verdict[STAGE] - t_report, 1)
 
     def tear_down(self) -> None:
+        super().tear_down()
         for n in self.nodes:
             self.driver.server.request("DELETE", f"/api/v1/nodes/{n}", expect=None)
 
