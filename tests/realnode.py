@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from tests.apiserver import (
+    ASSETS_SCRIPT,
     REPO_ROOT,
     ApiServer,
     ApiServerError,
@@ -44,7 +45,6 @@ from tests.apiserver import (
 )
 from tests.processes import alive, free_ports, kill_group
 
-ASSETS_SCRIPT = REPO_ROOT / "hack" / "envtest-assets.sh"
 STATE_DIR = Path("/run/gpu-acceptance/containerd")  # shim sockets: short paths; one real node per host
 # containerd's image store: one per machine (one real node runs at a time), kept between `up`s so an unchanged
 # image is not imported again; `make real-node-down` removes it.
