@@ -44,6 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from acceptance_operator.api import API_VERSION
+from acceptance_operator.manifests import LABEL_GENERATION, LABEL_TEST
 from dev_cluster import REPO, BenchRun, deliver_report, operator_requests, percentiles, runs_here
 from sweep_scale import SweepRun
 
@@ -73,7 +75,7 @@ class ConcurrentTests(BenchRun):
 
     def on_job(self, kind: str, obj: dict, when: float) -> None:
         with self.changed:
-            self.job_seen.setdefault(obj["metadata"]["labels"]["gpu-acceptance.io/test"], when)
+            self.job_seen.setdefault(obj["metadata"]["labels"][LABEL_TEST], when)
             self.changed.notify_all()
 
     def on_test(self, kind: str, obj: dict, when: float) -> None:
@@ -89,7 +91,7 @@ class ConcurrentTests(BenchRun):
 
     def create(self, name: str) -> None:
         self.created[name] = time.monotonic()
-        self.driver.call("POST", self.tests_path, {"apiVersion": "gpu-acceptance.io/v1alpha1",
+        self.driver.call("POST", self.tests_path, {"apiVersion": API_VERSION,
                                                    "kind": "AcceptanceTest", "metadata": {"name": name},
                                                    "spec": {"nodes": 1}})
 
@@ -128,7 +130,7 @@ class ConcurrentTests(BenchRun):
 
         def start(name: str) -> None:
             job = f"{name}-g1"
-            labels = {"gpu-acceptance.io/test": name, "gpu-acceptance.io/generation": "1"}
+            labels = {LABEL_TEST: name, LABEL_GENERATION: "1"}
             self.driver.call("PATCH", f"{self.jobs_path}/{job}/status", {"status": {"conditions": [{
                 "type": "Running", "status": "True", "reason": "Running", "message": "running",
                 "lastTransitionTime": now_ts(), "lastUpdateTime": now_ts()}]}}, MERGE)
@@ -231,7 +233,7 @@ def delivery(namespace: str, name: str, uid: str) -> list[tuple[str, dict[str, s
     from acceptance_workload.report import Report
 
     full = Report.model_validate({**report(1, nodes=(f"node-{name}",)), "uid": uid})
-    test = parse_test({"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+    test = parse_test({"apiVersion": API_VERSION, "kind": "AcceptanceTest",
                        "metadata": {"name": name, "namespace": namespace, "uid": uid, "generation": 1},
                        "spec": {"nodes": 1}})
     return deliveries(full, evidence_names(test))

@@ -17,12 +17,14 @@ import sys
 import time
 from typing import Any
 
+from acceptance_operator.api import API_VERSION
+from acceptance_operator.sweep import INTER_NODE, NODE_ANNOTATION, child_name
 from dev_cluster import BenchRun, Driver, deliver_report, memory, operator_requests
 
 from tests.cluster.operator_harness import report
 
 SWEEP = "sweep"
-STAGE = f"{SWEEP}-g1-inter-node"  # the inter-node child of the sweep's first generation
+STAGE = child_name(SWEEP, "g1", INTER_NODE)  # the inter-node child of the sweep's first run
 
 
 def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
@@ -64,7 +66,7 @@ class SweepRun(BenchRun):
 
     def on_test(self, kind: str, obj: dict, when: float) -> None:
         meta, status = obj["metadata"], obj.get("status") or {}
-        node = (meta.get("annotations") or {}).get("gpu-acceptance.io/node")
+        node = (meta.get("annotations") or {}).get(NODE_ANNOTATION)
         if node is None or kind == "DELETED":
             return
         with self.changed:
@@ -98,7 +100,7 @@ class SweepRun(BenchRun):
         self.mark_cpu()
         t0 = time.monotonic()
         self.driver.call("POST", self.tests_path, {
-            "apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest", "metadata": {"name": SWEEP},
+            "apiVersion": API_VERSION, "kind": "AcceptanceTest", "metadata": {"name": SWEEP},
             "spec": {"sweep": True, "maxConcurrent": self.args.max_concurrent,
                      "placement": {"nodeSelector": {"bench-pool": self.namespace}}}})
         self.single_node_stage(results, t0)
