@@ -20,7 +20,6 @@ import tempfile
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -484,7 +483,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     # Before torch (and NCCL) start: GPU indices as nvidia-smi numbers them, NCCL's log to a file we parse.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # numpy is not used
     nccl_log = None
     if config.mode == "gpu":
         from acceptance_workload.transport import configure_logging
