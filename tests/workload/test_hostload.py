@@ -203,11 +203,11 @@ def test_a_timing_failure_on_a_saturated_host_names_the_neighbour() -> None:
                            NodeFacts(node="n2", host_load=[_saturated().model_copy(update={"saturated": False})])])
     assert hostload.annotate(report) == 2
     node, job, temperature, straggler = report.results
-    sentence = ("node n1 was saturated during preflight: host CPUs 100% busy (97% outside the run; load 64.0 on 32 "
-                "CPUs): 32 processes outside the run, e.g. pid 123 `stress` (1.0 CPU) (look at the neighbour before "
-                "the fabric)")
-    assert node.message == f"all_reduce over node n1: 10-419 us; {sentence}"
-    assert job.message.endswith(sentence)  # job-wide: the saturated node is named
+    sentence = ("node n1 was saturated during preflight (look at the neighbour before the fabric): host CPUs 100% "
+                "busy (97% outside the run; load 64.0 on 32 CPUs): 32 processes outside the run, e.g. pid 123 "
+                "`stress` (1.0 CPU)")
+    assert node.message == f"{sentence}; all_reduce over node n1: 10-419 us"
+    assert job.message.startswith(sentence)  # job-wide: the saturated node is named
     assert temperature.message == straggler.message == "all_reduce over node n1: 10-419 us"  # not timing / not busy
     assert hostload.annotate(report) == 0 and node.message.count("saturated") == 1  # idempotent
 

@@ -259,8 +259,9 @@ def _worst(facts: NodeFacts, stage: str) -> HostLoad | None:
 
 
 def annotate(report: Report) -> int:
-    """Append the host-contention sentence to every failed timing result whose node's host was saturated (any
-    saturated node for a job-wide result). Idempotent; returns how many results it changed."""
+    """Put the host-contention sentence in front of every failed timing result whose node's host was saturated
+    (any saturated node for a job-wide result): first, so that a clipped message (the status part keeps 300
+    characters) still says it. Idempotent; returns how many results it changed."""
     changed = 0
     for r in report.results:
         if r.passed or not timed(r.check, r.name) or CONTENTION_HINT in r.message:
@@ -271,8 +272,8 @@ def annotate(report: Report) -> int:
             continue
         node, load = busy[0]
         more = f" (and {len(busy) - 1} more nodes)" if len(busy) > 1 else ""
-        r.message = (f"{r.message}; node {node}{more} was saturated during {load.stage}: {describe(load)} "
-                     f"({CONTENTION_HINT})")
+        r.message = (f"node {node}{more} was saturated during {load.stage} ({CONTENTION_HINT}): {describe(load)}"
+                     + (f"; {r.message}" if r.message else ""))
         changed += 1
     return changed
 
