@@ -14,6 +14,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from acceptance_operator.report_cli import for_node
 from acceptance_workload import evidence, nodefacts
 from acceptance_workload.html_nodes import nodes_section
 from acceptance_workload.html_report import render_html
@@ -211,3 +212,4 @@ def test_node_facts_travel_in_their_nodes_evidence_shard() -> None:
     whole = evidence.assemble(status, shards)
     assert sorted(n.node for n in whole.nodes) == ["n1", "x09"] and whole.gpu_identity("n1", 0) == \
         report.gpu_identity("n1", 0)
+    assert [n.node for n in for_node(whole, "x09").nodes] == ["x09"]  # `report NAME --node x09`

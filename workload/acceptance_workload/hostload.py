@@ -290,6 +290,6 @@ class Watch:
         """`stage` starts now (None: the last one ended); never raises (host load is context, not a check)."""
         with contextlib.suppress(Exception):
             now = scan()
-            if self._last is not None:
+            if self._last is not None and self._last[0] != "preflight":  # the preflight has a sample of its own
                 self.loads.append(load_between(self._last[1], now, self.allowed, self._last[0]))
             self._last = None if stage is None else (stage, now)
