@@ -102,8 +102,9 @@ class Runner:
                 return self._code
             r = self.report
             r.finished_at = now()
-            hostload.annotate(r)  # a timing failure on a saturated host says so
-            nodefacts.annotate(r)  # a failure naming a GPU gives its serial and bus id
+            with contextlib.suppress(Exception):  # context for the failures: never a reason the report is lost
+                hostload.annotate(r)  # a timing failure on a saturated host says so
+                nodefacts.annotate(r)  # a failure naming a GPU gives its serial and bus id
             r.finalize()
             code = exit_code(r)
             sys.stdout.write(full_text(r))
