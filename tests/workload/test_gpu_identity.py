@@ -126,7 +126,15 @@ def fake_sysfs(root: Path) -> None:
 
 
 def test_node_facts_hold_versions_firmware_and_every_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ethtool (a stand-in on PATH, answering as `ethtool -i` does) gives the Ethernet NIC's firmware."""
     fake_sysfs(tmp_path)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ethtool").write_text('#!/bin/sh\n[ "$1 $2" = "-i eth0" ] || exit 1\n'
+                                     'printf "driver: ice\\nversion: 6.8\\nfirmware-version: 4.40 0x8001c967 1.3534.0'
+                                     '\\nbus-info: 0000:3b:00.0\\n"\n')
+    (bin_dir / "ethtool").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     nvml = FakeNvml()
     monkeypatch.setattr(nodefacts, "nvml_init", lambda: nvml)
     versions = SimpleNamespace(driver="550.90.07", cuda="12.4", cuda_driver="12.4", nccl="2.21.5")
@@ -138,7 +146,7 @@ def test_node_facts_hold_versions_firmware_and_every_gpu(tmp_path: Path, monkeyp
         ("n1", "550.90.07", "12.4", "2.21.5")
     assert facts.nics == [Nic(name="mlx5_0", firmware="28.39.1002", board_id="MT_0000000838", pci="0000:1a:00.0",
                               driver="mlx5_core"),
-                          Nic(name="eth0", pci="0000:3b:00.0", driver="ice")]
+                          Nic(name="eth0", firmware="4.40 0x8001c967 1.3534.0", pci="0000:3b:00.0", driver="ice")]
     assert [(g.gpu, g.serial, g.bus_id) for g in facts.gpus] == [(0, "1652922012345", "00000000:1B:00.0"),
                                                                   (1, None, "00000000:43:00.0")]
     assert facts.host_load == [load]

@@ -7,7 +7,7 @@ RMA needs the serial. So each rank reads its own GPU's UUID, board serial,
 PCI bus id, VBIOS and InfoROM versions through NVML; local rank 0 adds the
 node's driver, CUDA and NCCL versions and its network adapters' firmware
 (sysfs: /sys/class/infiniband/*/fw_ver, the PCI device and driver behind
-/sys/class/net/*/device). They go into the report's `nodes` (evidence), and
+/sys/class/net/*/device, and `ethtool -i` where it is installed). They go into the report's `nodes` (evidence), and
 every failed result naming a GPU gets the GPU's serial and bus id in its
 message (`annotate`), so the report's text, HTML, JUnit and the status all say
 it.
@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 from acceptance_workload.occupancy import nvml_init, nvml_target
 from acceptance_workload.report import GpuIdentity, HostLoad, Nic, NodeFacts, Report
 
+ETHTOOL_SECONDS = 2  # one interface's `ethtool -i`: a hung driver must not hold the preflight
 # Each identity field and the NVML call that reads it (older bindings may lack a call: the field stays None).
 IDENTITY_CALLS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
     ("uuid", "nvmlDeviceGetUUID", lambda v: v),
@@ -78,9 +81,24 @@ def _link_name(path: Path) -> str | None:
     return None
 
 
+def ethtool_firmware(interface: str) -> str | None:
+    """`ethtool -i`'s firmware-version of a network interface, where ethtool is installed (sysfs has none for a
+    plain Ethernet NIC); None where it is not, or says nothing."""
+    tool = shutil.which("ethtool")
+    if tool is None:
+        return None
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        out = subprocess.run([tool, "-i", interface], capture_output=True, text=True, timeout=ETHTOOL_SECONDS).stdout
+        for line in out.splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "firmware-version" and value.strip() not in ("", "N/A"):
+                return value.strip()
+    return None
+
+
 def nics(sys_root: str | os.PathLike = "/") -> list[Nic]:
     """RDMA devices with their firmware, then network interfaces backed by a PCI device (not loopback, bridges,
-    veths), with their PCI address and driver."""
+    veths), with their PCI address, driver and (through ethtool, where installed) firmware."""
     root = Path(sys_root) / "sys" / "class"
     out = []
     ib = root / "infiniband"
@@ -90,7 +108,7 @@ def nics(sys_root: str | os.PathLike = "/") -> list[Nic]:
     net = root / "net"
     for dev in sorted(net.iterdir()) if net.is_dir() else []:
         if (dev / "device").exists():
-            out.append(Nic(name=dev.name, pci=_link_name(dev / "device"),
+            out.append(Nic(name=dev.name, pci=_link_name(dev / "device"), firmware=ethtool_firmware(dev.name),
                            driver=_link_name(dev / "device" / "driver")))
     return out
 
