@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload import exits, occupancy
+from acceptance_workload import exits, hostload, nodefacts, occupancy
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig, run_started
 from acceptance_workload.control import (
     Blame,
@@ -42,7 +42,7 @@ from acceptance_workload.control import (
 from acceptance_workload.launch import DistEnv, LaunchError, Session
 from acceptance_workload.occupancy import Occupancy
 from acceptance_workload.render import full_text
-from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, Report, Skip
+from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, HostLoad, Report, Skip
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = exits.YES, exits.NO, exits.CANNOT  # the rule: exits.py
 MIN_RENDEZVOUS_SECONDS = 600  # pods of a job can start minutes apart (image pulls)
@@ -81,6 +81,7 @@ class Runner:
         self._code: int | None = None
         self._absent: set[int] = set()  # ranks known to be gone: rank 0 does not wait for them at the end
         self.occupancy: Occupancy | None = None  # this rank's GPU before its CUDA context (gpu_in_use)
+        self.hostwatch: hostload.Watch | None = None  # local rank 0: the host's load stage by stage
         self._t0 = run_started()  # progress lines say how far into the run they are (where a run's time goes)
 
     @property
@@ -100,6 +101,9 @@ class Runner:
                 return self._code
             r = self.report
             r.finished_at = now()
+            with contextlib.suppress(Exception):  # context for the failures: never a reason the report is lost
+                hostload.annotate(r)  # a timing failure on a saturated host says so
+                nodefacts.annotate(r)  # a failure naming a GPU gives its serial and bus id
             r.finalize()
             code = exit_code(r)
             sys.stdout.write(full_text(r))
@@ -189,6 +193,8 @@ class Runner:
             return self.deliver()
         session = self.session
         control = session.control
+        if self.env.local_rank == 0:
+            self.hostwatch = hostload.Watch()
         Heartbeat.connect(control).start()  # beats until the process ends
         self.blamer = Blamer.connect(control)
         watchdog = Watchdog(control, self.blamer, on_fatal=self._on_fatal, on_final=self._on_final,
@@ -196,6 +202,7 @@ class Runner:
         code: int | None = None
         try:
             self.checks(session, watchdog)
+            self.host_loads(session)
             self.progress("checks done")
         except Exception as e:
             watchdog.stop()  # this thread explains the failure; the watchdog must not deliver meanwhile
@@ -251,6 +258,19 @@ class Runner:
         """Every rank starts a check: culprits go under it, and a rank silent before its first step says so."""
         self.stage = stage
         session.control.mark(stage)
+        if self.hostwatch is not None:
+            self.hostwatch.mark(stage)
+
+    def host_loads(self, session: Session) -> None:
+        """Each node's host load stage by stage (its local rank 0's Watch), into the report's node facts."""
+        loads = None
+        if self.hostwatch is not None:
+            self.hostwatch.mark(None)
+            loads = [h.to_wire() for h in self.hostwatch.loads]
+        gathered = session.control.gather("host load", loads)
+        if gathered is not None:
+            nodefacts.add_loads(self.report, ((info.node, [HostLoad.model_validate(h) for h in part])
+                                              for info, part in zip(session.ranks, gathered, strict=True) if part))
 
     def _gpu_facts(self) -> str:
         """This rank's GPU before the run and now, for the message of an error it raised ('' on CPU)."""
@@ -321,6 +341,7 @@ class Runner:
             assert out is not None
             self.report.results += out.results
             self.report.skipped += out.skipped
+            self.report.nodes = out.nodes
             bad = out.failures()
             failures = [f"{r.name} on {r.node or 'the job'}" + (f" GPU {r.gpu}" if r.gpu is not None else "")
                         for r in bad]
