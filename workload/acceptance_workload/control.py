@@ -8,9 +8,12 @@ collective stuck in the main thread does not stop it; a frozen or dead process
 does). Rank 0's watchdog names a rank whose beat stays unchanged for
 checks.heartbeatTimeoutSeconds, in whatever step, however long that step may
 take; the other ranks name rank 0 when the store it hosts stays silent as long.
-When a step does not finish in time, or a rank fails, the Blamer names
-the culprits in this order: ranks whose heartbeat stopped, ranks that reported
-an error, ranks alive but behind the others. No culprit at all means every rank
+A rank whose process ended is named at once, with its exit code or signal,
+when the process that started it wrote its end down (deaths.py: the local
+launcher does). When a step does not finish in time, or a rank fails, the
+Blamer names the culprits in this order: ranks whose process ended, ranks whose
+heartbeat stopped, ranks that reported an error, ranks alive but behind the
+others. No culprit at all means every rank
 is alive and at the same step: the collective itself hung (fabric, NCCL, GPU).
 """
 
@@ -27,6 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
+
+from acceptance_workload import deaths
 
 if TYPE_CHECKING:
     from acceptance_workload.report import CheckName, CheckResult
@@ -191,10 +196,12 @@ class Blamer:
     blocked (NCCL's communicator setup waits on the store).
     """
 
-    def __init__(self, control: Control, store: Any, watch_seconds: float = HEARTBEAT_WATCH_SECONDS):
+    def __init__(self, control: Control, store: Any, watch_seconds: float = HEARTBEAT_WATCH_SECONDS,
+                 deaths_dir: str | None = None):
         self.control = control
         self.store = store
         self.watch_seconds = watch_seconds
+        self.deaths_dir = os.environ.get(deaths.DEATHS_ENV) if deaths_dir is None else deaths_dir
         self._seen: dict[int, tuple[float | None, float]] = {}  # rank -> (its last beat, when it changed here)
 
     @classmethod
@@ -209,6 +216,18 @@ class Blamer:
             key = f"error/{r}"
             if r != self.control.rank and self.store.check([key]):
                 out[r] = self.store.get(key).decode(errors="replace")
+        return out
+
+    def died(self) -> list[Culprit]:
+        """Ranks whose process ended, as their launcher wrote it down (deaths.py), with the step they were at."""
+        ended = {r: text for r, text in deaths.read(self.deaths_dir).items()
+                 if r != self.control.rank and r < self.control.world_size}
+        out = []
+        for r, text in sorted(ended.items()):
+            step = "?"
+            with contextlib.suppress(Exception):
+                step = self._step(r)
+            out.append(Culprit(r, "died", f"{text}, at step '{step}'"))
         return out
 
     def final_code(self) -> int | None:
@@ -265,13 +284,22 @@ class Blamer:
         return out
 
     def blame(self, suspects: list[int] | tuple[int, ...] = ()) -> list[Culprit]:
-        """The culprits of a hang or failure: stopped ranks, else failed ranks, else ranks behind, else `suspects`.
+        """The culprits of a hang or failure: dead ranks, else stopped ranks, else failed ranks, else ranks behind,
+        else `suspects`.
 
         Only the first kind found is blamed: when a rank dies, its peers' errors
         (connection closed) and their waiting are its consequences, not causes.
+        Its launcher may write its end down while the heartbeats are watched
+        (its peers can see a closed connection first): the deaths are read again then.
         """
         c = self.control
+        dead = self.died()
+        if dead:
+            return dead
         stopped = self.stopped()
+        dead = self.died()
+        if dead:
+            return dead
         if stopped:
             return [Culprit(r, "stopped", "never beat a heartbeat" if ago is None
                             else f"last heartbeat {ago:.0f}s ago") for r, ago in sorted(stopped.items())]
@@ -300,9 +328,10 @@ class Blamer:
                      f"seen from {c.describe(c.rank)}", [])
 
 
-CulpritKind = Literal["stopped", "failed", "behind"]
+CulpritKind = Literal["died", "stopped", "failed", "behind"]
 # One row per kind of culprit: the result's name, and what the sentence says it did.
 CULPRIT_KINDS: dict[CulpritKind, tuple[str, str]] = {
+    "died": ("rank_exited", "died"),
     "stopped": ("rank_responding", "stopped responding"),
     "failed": ("rank_error", "failed"),
     "behind": ("rank_progress", "is alive but fell behind"),
@@ -342,8 +371,9 @@ def describe_culprit(control: Control, culprit: Culprit) -> str:
     if culprit.rank < len(control.ranks):
         info = control.ranks[culprit.rank]
         where = f" on node {info.node}, GPU {info.gpu},"
-    sep = ": " if culprit.kind == "failed" else " "
-    detail = culprit.detail if culprit.kind == "failed" else f"({culprit.detail})"
+    said = culprit.kind in ("failed", "died")  # its own words, or its launcher's
+    sep = ": " if said else " "
+    detail = culprit.detail if said else f"({culprit.detail})"
     return f"rank {culprit.rank}{where} {what}{sep}{detail}"
 
 
@@ -561,7 +591,14 @@ class Watchdog:
                 return
 
     def _look(self) -> Blame | None:
-        """One look at the others: a rank that failed, or (rank 0) one silent for the heartbeat timeout."""
+        """One look at the others: a rank whose process ended, one that failed, or (rank 0) one silent for the
+        heartbeat timeout."""
+        dead = self.blamer.died()
+        if dead:
+            with self._lock:
+                label = self._label
+            return Blame(describe_culprits(self.control, dead)
+                         + (f"; rank 0's last step: '{label}'" if label and self.control.rank == 0 else ""), dead)
         errors = self.blamer.peer_errors()
         if errors:
             try:
