@@ -14,13 +14,20 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+from acceptance_operator.job_builders import torchrun_command
 from acceptance_workload import exits
 from acceptance_workload.checks import HEARTBEAT_TIMEOUT_SECONDS
+from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.profiles import cpu_smoke_checks
+from acceptance_workload.report import Report
 
+from tests.unit.test_manifests import make
+from tests.workload.multiproc import free_port, rank_env
 from tests.workload.test_localize_faults import node_pid, run_local
 
 VICTIM = "sim-node-1"
@@ -84,3 +91,81 @@ def test_a_rank_killed_in_any_stage_is_named_within_10s_with_its_signal(tmp_path
     print(f"{stage}: named {named:.1f} s after the kill, CLI exit {ended - killed[0]:.1f} s")
     assert named < NAMED_WITHIN < HEARTBEAT_TIMEOUT_SECONDS, named
     assert ended - killed[0] < EXIT_WITHIN, ended - killed[0]
+
+
+def _rank_process(torchrun: int, rank: int) -> int | None:
+    """The pid of rank `rank` itself: the child of a guard (torchrun's child) whose environment says RANK=rank."""
+    def parent(pid: str) -> int:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and parent(str(parent(entry.name))) == torchrun
+                    and f"RANK={rank}".encode() in (entry / "environ").read_bytes().split(b"\0")):
+                return int(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_under_torchrun_a_killed_rank_is_named_by_its_guard(tmp_path: Path, nodes: int) -> None:
+    """The pods' command (torchrun ... -m acceptance_workload.guard), for real: SIGKILL of the last rank in DDP.
+
+    torchrun alone would SIGTERM rank 0 at once, and no report would be written; the guard tells rank 0 first.
+    Two nodes: one torchrun per simulated node (static rendezvous, as the training-operator starts them), two
+    ranks each; the victim's node-mate passes its guard's word into the store for rank 0 on the other node.
+    """
+    names = ["node-a", "node-b"][:nodes]
+    world, victim = 2 * nodes, 2 * nodes - 1
+    checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
+    checks.gpu.enabled = checks.nccl.enabled = False
+    checks.ddp.steps = 40  # long enough that the kill lands inside DDP
+    config = WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=nodes, gpus_per_node=2, fabric="ethernet",
+                            checks=checks, report_file=str(tmp_path / "report.json"))
+    port = free_port()
+    flags = torchrun_command(make({"nodes": nodes}))[1:]  # the pod's own flags and module
+    agents = []
+    for k, node in enumerate(names):
+        env = {n: v for n, v in rank_env(0, world, port, node).items()
+               if n not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+        env[CONFIG_ENV] = config.to_env()
+        where = ["--nnodes", str(nodes), "--node-rank", str(k), "--master-addr", "127.0.0.1", "--master-port",
+                 str(port)] if nodes > 1 else []
+        agents.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                                        *where, *flags], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    killed: list[float] = []
+    lines: list[str] = []
+    try:
+        assert agents[0].stderr is not None
+        for line in agents[0].stderr:
+            lines.append(line)
+            if "] ddp " in line and not killed:
+                time.sleep(2.0)
+                pid = _rank_process(agents[-1].pid, victim)
+                assert pid is not None, "".join(lines)[-3000:]
+                os.kill(pid, signal.SIGKILL)
+                killed.append(time.time())
+        for agent in agents:
+            agent.wait(timeout=120)
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                agent.kill()
+            _, err = agent.communicate()
+            if agent is agents[-1] and nodes > 1:
+                lines.append(err)
+    stderr = "".join(lines)
+    assert killed, stderr[-3000:]
+    report = Report.model_validate_json((tmp_path / "report.json").read_text())
+    assert report.failed_nodes == [names[-1]], stderr[-3000:]
+    culprit = next(r for r in report.results if r.name == "rank_exited")
+    assert (culprit.check, culprit.node, culprit.gpu) == ("ddp", names[-1], 1)
+    assert (f"rank {victim} on node {names[-1]}, GPU 1, died: killed by SIGKILL (signal 9)"
+            in culprit.message), culprit.message
+    assert report.finished_at is not None
+    named = report.finished_at.timestamp() - killed[0]
+    print(f"torchrun, {nodes} node(s): named {named:.1f} s after the kill")
+    assert named < NAMED_WITHIN, named
+    assert "Signal 9 (SIGKILL)" in stderr  # the guard ended as its rank did: torchrun says so too

@@ -219,9 +219,17 @@ class Blamer:
         return out
 
     def died(self) -> list[Culprit]:
-        """Ranks whose process ended, as their launcher wrote it down (deaths.py), with the step they were at."""
-        ended = {r: text for r, text in deaths.read(self.deaths_dir).items()
-                 if r != self.control.rank and r < self.control.world_size}
+        """Ranks whose process ended, as their launcher or guard wrote it down (deaths.py), with their last step.
+
+        A death written into this node's directory goes into the store too: a guard takes seconds to get there
+        itself (it imports torch only then), and rank 0 may be on another node.
+        """
+        told = deaths.from_store(self.store, self.control.world_size)
+        local = deaths.read(self.deaths_dir)
+        for r in sorted(set(local) - set(told)):  # this node's guards wrote it: rank 0 may be on another node
+            deaths.tell_store(self.store, r, local[r])
+        ended = {**told, **local}
+        ended = {r: text for r, text in ended.items() if r != self.control.rank and r < self.control.world_size}
         out = []
         for r, text in sorted(ended.items()):
             step = "?"

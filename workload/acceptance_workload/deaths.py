@@ -5,8 +5,10 @@ cannot say so itself; its heartbeat merely stops, which rank 0 would only
 call "stopped responding" after checks.heartbeatTimeoutSeconds. So the parent
 writes the end down at once: `gpu-acceptance local`'s launcher (local.py) puts
 one file per dead rank into the directory named by DEATHS_ENV, which every
-rank is given, and rank 0's watchdog reads it on every look (Blamer.died):
-the rank is named with its signal, node, GPU and step within seconds.
+rank is given; in pods each rank's guard (guard.py) writes that node's
+directory and the rendezvous store. Rank 0's watchdog reads both on every
+look (Blamer.died): the rank is named with its signal, node, GPU and step
+within seconds.
 
 Signal names for a container's exit code (128 + N: the signal N) come from
 here too, so the operator's diagnosis and the workload spell them alike.
@@ -21,6 +23,7 @@ import os
 import re
 import signal
 from pathlib import Path
+from typing import Any
 
 DEATHS_ENV = "GPU_ACCEPTANCE_DEATHS_DIR"
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -137,6 +140,20 @@ def record(directory: str | Path, rank: int, text: str) -> None:
     scratch = path.with_suffix(".part")
     scratch.write_text(text)
     scratch.replace(path)
+
+
+def tell_store(store: Any, rank: int, text: str) -> None:
+    """Write rank's end into the rendezvous store, for a rank 0 on another node (guard.py)."""
+    store.set(f"died/{rank}", text[:2000])
+    store.add("deaths", 1)
+
+
+def from_store(store: Any, world_size: int) -> dict[int, str]:
+    """Every rank's end written into the store, by rank (one call when there is none)."""
+    if store.add("deaths", 0) == 0:
+        return {}
+    return {r: store.get(f"died/{r}").decode(errors="replace") for r in range(world_size)
+            if store.check([f"died/{r}"])}
 
 
 def read(directory: str | Path | None) -> dict[int, str]:
