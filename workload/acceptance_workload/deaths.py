@@ -101,8 +101,9 @@ def kernel_oom_line(pid: int, kmsg: Path = KMSG) -> str | None:
                 break  # EAGAIN: the end of the log
             if not record:
                 break
-            if wanted.search(record):
-                found = record.partition(";")[2].strip() or record.strip()
+            for line in record.splitlines():  # /dev/kmsg gives one record a read: "prio,seq,time,flags;text"
+                if wanted.search(line):
+                    found = line.partition(";")[2].strip() or line.strip()
     finally:
         os.close(fd)
     return found
