@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
+from acceptance_workload.bounded_store import BoundedStore
 from acceptance_workload.control import (
     Blamer,
-    BoundedStore,
     Control,
     Heartbeat,
     RankInfo,
