@@ -23,6 +23,7 @@ from acceptance_operator.job_builders import torchrun_command
 from acceptance_workload import exits
 from acceptance_workload.checks import HEARTBEAT_TIMEOUT_SECONDS
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.deaths import DEATHS_ENV
 from acceptance_workload.profiles import cpu_smoke_checks
 from acceptance_workload.report import Report
 
@@ -169,3 +170,29 @@ def test_under_torchrun_a_killed_rank_is_named_by_its_guard(tmp_path: Path, node
     print(f"torchrun, {nodes} node(s): named {named:.1f} s after the kill")
     assert named < NAMED_WITHIN, named
     assert "Signal 9 (SIGKILL)" in stderr  # the guard ended as its rank did: torchrun says so too
+
+
+def test_a_guard_stopped_with_its_job_stops_its_rank_and_reports_no_death(tmp_path: Path) -> None:
+    """torchrun, mpirun or the kubelet stopping the job signal the guard: the rank's end is then no death."""
+    config = WorkloadConfig(mode="cpu-smoke", profile="custom", checks=cpu_smoke_checks(WorkloadConfig().checks))
+    env = rank_env(0, 2, free_port(), "node-a", extra={CONFIG_ENV: config.to_env(), DEATHS_ENV: str(tmp_path)})
+    guard = subprocess.Popen([sys.executable, "-m", "acceptance_workload.guard"], env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the rank runs (it waits at the rendezvous for rank 1)
+            children = Path(f"/proc/{guard.pid}/task/{guard.pid}/children").read_text().split()
+            if children:
+                break
+            time.sleep(0.2)
+        assert children, "the guard started no rank"
+        time.sleep(1.0)
+        guard.send_signal(signal.SIGTERM)
+        _, err = guard.communicate(timeout=30)
+    finally:
+        if guard.poll() is None:
+            guard.kill()
+            guard.wait()
+    assert not Path(f"/proc/{children[0]}").exists()  # the rank got the signal too
+    assert guard.returncode == -signal.SIGTERM, err[-2000:]  # ended as its rank did
+    assert not list(tmp_path.iterdir()) and "killed by" not in err, err[-2000:]

@@ -84,15 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     child = subprocess.Popen([sys.executable, "-m", "acceptance_workload", *(sys.argv[1:] if argv is None else argv)],
                              env=env)
 
+    stopped: list[int] = []  # signals the guard got: its launcher (or the kubelet) is stopping the job
+
     def forward(sig: int, _frame: object) -> None:
+        stopped.append(sig)
         with contextlib.suppress(OSError):
             child.send_signal(sig)
 
     for sig in FORWARDED:
         signal.signal(sig, forward)
     code = child.wait()
-    if code in (exits.YES, exits.NO, exits.CANNOT):
-        return code
+    if code in (exits.YES, exits.NO, exits.CANNOT) or stopped:  # its own exit, or stopped with the job: no death
+        return end_as(code)
     text = deaths.describe_death(code, child.pid, oom)
     try:
         me = DistEnv.from_environ(env)
