@@ -9,12 +9,12 @@ does). Rank 0's watchdog names a rank whose beat stays unchanged for
 checks.heartbeatTimeoutSeconds, in whatever step, however long that step may
 take; the other ranks name rank 0 when the store it hosts stays silent as long.
 A rank whose process ended is named at once, with its exit code or signal,
-when the process that started it wrote its end down (deaths.py: the local
-launcher does). When a step does not finish in time, or a rank fails, the
-Blamer names the culprits in this order: ranks whose process ended, ranks whose
-heartbeat stopped, ranks that reported an error, ranks alive but behind the
-others. No culprit at all means every rank
-is alive and at the same step: the collective itself hung (fabric, NCCL, GPU).
+from what the process that started it wrote down (deaths.py: the local
+launcher, in pods each rank's guard). When a step does not finish in time, or
+a rank fails, the Blamer names the culprits in this order: ranks whose process
+ended, ranks whose heartbeat stopped, ranks that reported an error, ranks alive
+but behind the others. No culprit at all means every rank is alive and at the
+same step: the collective itself hung (fabric, NCCL, GPU).
 """
 
 from __future__ import annotations
