@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from acceptance_operator.job_builders import torchrun_command
-from acceptance_workload import exits
+from acceptance_workload import deaths, exits
 from acceptance_workload.checks import HEARTBEAT_TIMEOUT_SECONDS
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.deaths import DEATHS_ENV
@@ -196,3 +196,46 @@ def test_a_guard_stopped_with_its_job_stops_its_rank_and_reports_no_death(tmp_pa
     assert not Path(f"/proc/{children[0]}").exists()  # the rank got the signal too
     assert guard.returncode == -signal.SIGTERM, err[-2000:]  # ended as its rank did
     assert not list(tmp_path.iterdir()) and "killed by" not in err, err[-2000:]
+
+
+def _confine(pid: int, limit: int, name: str) -> Path:
+    """Move `pid` into a new memory cgroup of `limit` bytes under this process's own (root; v1 or v2)."""
+    parent = deaths.cgroup_dir()
+    assert parent is not None, "no memory cgroup found in /proc/self/cgroup"
+    group = parent / name
+    group.mkdir()
+    limit_file = "memory.max" if (parent / "memory.events").exists() else "memory.limit_in_bytes"
+    (group / limit_file).write_text(str(limit))
+    (group / "cgroup.procs").write_text(str(pid))  # its pages so far stay charged to the parent
+    return group
+
+
+def test_a_rank_the_oom_killer_kills_is_named_so(tmp_path: Path) -> None:
+    """Rank 1 moved, mid-DDP, into a memory cgroup of 16 MiB from outside: the OOM killer kills it, and the
+    report says so from the kernel log (or the cgroup's count), not merely SIGKILL."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_manifest(("ddp",)))
+    groups: list[Path] = []
+
+    def on_line(line: str, proc: subprocess.Popen) -> None:
+        if "] ddp " in line and not groups:
+            pid = node_pid(proc.pid, VICTIM)
+            assert pid is not None
+            groups.append(_confine(pid, 16 << 20, f"gpu-acceptance-test-{os.getpid()}"))
+
+    try:
+        code, stderr, report = run_local(tmp_path, "-f", str(manifest), on_line=on_line, nodes=2)
+    finally:
+        for group in groups:
+            for _ in range(50):  # removable once its one process is gone
+                try:
+                    group.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+    assert groups, stderr[-3000:]
+    assert code == exits.CANNOT and report is not None and report.failed_nodes == [VICTIM], stderr[-3000:]
+    culprit = next(r for r in report.results if r.name == "rank_exited")
+    assert f"rank 1 on node {VICTIM}, GPU 0, died: killed by SIGKILL (signal 9): the OOM killer" in culprit.message
+    assert "Killed process" in culprit.message or "oom_kill" in culprit.message, culprit.message
+    print(culprit.message)
