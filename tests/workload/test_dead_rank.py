@@ -109,16 +109,13 @@ def _rank_process(torchrun: int, rank: int) -> int | None:
     return None
 
 
-@pytest.mark.parametrize("nodes", [1, 2])
-def test_under_torchrun_a_killed_rank_is_named_by_its_guard(tmp_path: Path, nodes: int) -> None:
-    """The pods' command (torchrun ... -m acceptance_workload.guard), for real: SIGKILL of the last rank in DDP.
+def _torchrun(tmp_path: Path, nodes: int, victim: int) -> tuple[str, float, float]:
+    """The pods' command (torchrun ... -m acceptance_workload.guard) on `nodes` simulated nodes of two ranks
+    (one torchrun each, static rendezvous as the training-operator starts them); `victim` SIGKILLed 2 s into DDP.
 
-    torchrun alone would SIGTERM rank 0 at once, and no report would be written; the guard tells rank 0 first.
-    Two nodes: one torchrun per simulated node (static rendezvous, as the training-operator starts them), two
-    ranks each; the victim's node-mate passes its guard's word into the store for rank 0 on the other node.
+    Returns every torchrun's stderr (the ranks' with it), when the kill was sent and when the last torchrun ended.
     """
     names = ["node-a", "node-b"][:nodes]
-    world, victim = 2 * nodes, 2 * nodes - 1
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
     checks.gpu.enabled = checks.nccl.enabled = False
     checks.ddp.steps = 40  # long enough that the kill lands inside DDP
@@ -128,7 +125,7 @@ def test_under_torchrun_a_killed_rank_is_named_by_its_guard(tmp_path: Path, node
     flags = torchrun_command(make({"nodes": nodes}))[1:]  # the pod's own flags and module
     agents = []
     for k, node in enumerate(names):
-        env = {n: v for n, v in rank_env(0, world, port, node).items()
+        env = {n: v for n, v in rank_env(0, 2 * nodes, port, node).items()
                if n not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
         env[CONFIG_ENV] = config.to_env()
         where = ["--nnodes", str(nodes), "--node-rank", str(k), "--master-addr", "127.0.0.1", "--master-port",
@@ -144,32 +141,51 @@ def test_under_torchrun_a_killed_rank_is_named_by_its_guard(tmp_path: Path, node
             lines.append(line)
             if "] ddp " in line and not killed:
                 time.sleep(2.0)
-                pid = _rank_process(agents[-1].pid, victim)
+                pid = _rank_process(agents[victim // 2].pid, victim)
                 assert pid is not None, "".join(lines)[-3000:]
                 os.kill(pid, signal.SIGKILL)
                 killed.append(time.time())
         for agent in agents:
             agent.wait(timeout=120)
+        ended = time.time()
     finally:
         for agent in agents:
             if agent.poll() is None:
                 agent.kill()
-            _, err = agent.communicate()
-            if agent is agents[-1] and nodes > 1:
-                lines.append(err)
+            lines.append(agent.communicate()[1])
     stderr = "".join(lines)
     assert killed, stderr[-3000:]
+    return stderr, killed[0], ended
+
+
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_under_torchrun_a_killed_rank_is_named_by_its_guard(tmp_path: Path, nodes: int) -> None:
+    """torchrun alone would SIGTERM rank 0 at once, and no report would be written; the guard tells rank 0 first.
+    Two nodes: the victim's node-mate passes its guard's word into the store for rank 0 on the other node."""
+    victim, node = 2 * nodes - 1, ["node-a", "node-b"][nodes - 1]
+    stderr, killed, _ = _torchrun(tmp_path, nodes, victim)
     report = Report.model_validate_json((tmp_path / "report.json").read_text())
-    assert report.failed_nodes == [names[-1]], stderr[-3000:]
+    assert report.failed_nodes == [node], stderr[-3000:]
     culprit = next(r for r in report.results if r.name == "rank_exited")
-    assert (culprit.check, culprit.node, culprit.gpu) == ("ddp", names[-1], 1)
-    assert (f"rank {victim} on node {names[-1]}, GPU 1, died: killed by SIGKILL (signal 9)"
-            in culprit.message), culprit.message
+    assert (culprit.check, culprit.node, culprit.gpu) == ("ddp", node, 1)
+    said = f"rank {victim} on node {node}, GPU 1, died: killed by SIGKILL (signal 9)"
+    assert said in culprit.message, culprit.message
     assert report.finished_at is not None
-    named = report.finished_at.timestamp() - killed[0]
+    named = report.finished_at.timestamp() - killed
     print(f"torchrun, {nodes} node(s): named {named:.1f} s after the kill")
     assert named < NAMED_WITHIN, named
     assert "Signal 9 (SIGKILL)" in stderr  # the guard ended as its rank did: torchrun says so too
+
+
+def test_under_torchrun_a_killed_rank_0_is_named_by_the_others_at_once(tmp_path: Path) -> None:
+    """No report without rank 0: rank 1 reads its guard's word, prints the short report naming rank 0 and its
+    signal (its termination message in a pod), and leaves, not after the heartbeat timeout."""
+    stderr, killed, ended = _torchrun(tmp_path, 1, 0)
+    assert not (tmp_path / "report.json").exists()
+    assert "no report can be written without rank 0" in stderr, stderr[-3000:]
+    assert "rank 0 on node node-a, GPU 0, died: killed by SIGKILL (signal 9)" in stderr, stderr[-3000:]
+    print(f"torchrun, rank 0 killed: the job ended {ended - killed:.1f} s after the kill")
+    assert ended - killed < EXIT_WITHIN
 
 
 def test_a_guard_stopped_with_its_job_stops_its_rank_and_reports_no_death(tmp_path: Path) -> None:

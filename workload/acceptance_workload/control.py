@@ -553,8 +553,11 @@ class Watchdog:
         if dead:
             with self._lock:
                 label = self._label
+            # Rank 0 dead (its guard said so; torchrun's agent keeps the store up): no report will come, as when
+            # the store it hosts is unreachable.
             return Blame(describe_culprits(self.control, dead)
-                         + (f"; rank 0's last step: '{label}'" if label and self.control.rank == 0 else ""), dead)
+                         + (f"; rank 0's last step: '{label}'" if label and self.control.rank == 0 else ""), dead,
+                         store_reachable=all(c.rank != 0 for c in dead))
         errors = self.blamer.peer_errors()
         if errors:
             try:

@@ -81,18 +81,22 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env[deaths.DEATHS_ENV] = node_deaths_dir(env)
     oom = deaths.OomWatch()
-    child = subprocess.Popen([sys.executable, "-m", "acceptance_workload", *(sys.argv[1:] if argv is None else argv)],
-                             env=env)
-
     stopped: list[int] = []  # signals the guard got: its launcher (or the kubelet) is stopping the job
+    children: list[subprocess.Popen] = []
 
     def forward(sig: int, _frame: object) -> None:
         stopped.append(sig)
-        with contextlib.suppress(OSError):
-            child.send_signal(sig)
+        for child in children:
+            with contextlib.suppress(OSError):
+                child.send_signal(sig)
 
-    for sig in FORWARDED:
+    for sig in FORWARDED:  # before the rank starts: a stop right away must reach it too
         signal.signal(sig, forward)
+    child = subprocess.Popen([sys.executable, "-m", "acceptance_workload", *(sys.argv[1:] if argv is None else argv)],
+                             env=env)
+    children.append(child)
+    if stopped:
+        forward(stopped[0], None)
     code = child.wait()
     if code in (exits.YES, exits.NO, exits.CANNOT) or stopped:  # its own exit, or stopped with the job: no death
         return end_as(code)
