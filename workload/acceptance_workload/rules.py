@@ -229,7 +229,7 @@ _GPU_METRICS = (  # name, unit, floor, ratio floor (gpubench.METRICS measures th
     ("h2d_bandwidth", "GB/s", "min_h2d_gbps", "min_host_copy_ratio_to_node_median"),
     ("d2h_bandwidth", "GB/s", "min_d2h_gbps", "min_host_copy_ratio_to_node_median"),
 )
-_CULPRITS = ("rank_responding", "rank_error", "rank_progress")  # control.CULPRIT_KINDS
+_CULPRITS = ("rank_exited", "rank_responding", "rank_error", "rank_progress")  # control.CULPRIT_KINDS
 CULPRIT_CHECKS = ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage")  # every check a rank can be blamed in
 
 _ROWS: list[Rule] = [

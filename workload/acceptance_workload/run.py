@@ -127,7 +127,7 @@ class Runner:
         """Rank 0: the run could not complete; the culprits' nodes become failed results of the running check."""
         if self.session is not None:
             self.report.results += culprit_results(self.session.control, self.stage, culprits)
-        self._absent.update(c.rank for c in culprits if c.kind == "stopped")  # no acknowledgement will come
+        self._absent.update(c.rank for c in culprits if c.kind in ("died", "stopped"))  # none will ack
         if self.report.error is None:
             self.report.error = message
 
