@@ -38,6 +38,10 @@ HEARTBEAT_SECONDS = 1.0  # how often each rank beats
 HEARTBEAT_WATCH_SECONDS = 3 * HEARTBEAT_SECONDS + 0.5
 STORE_CONNECT_SECONDS = 15
 FINAL_WAIT_SECONDS = 180  # how long other ranks wait for rank 0's verdict: the status writer retries for 120 s
+# A rank raised inside a check's stage (stages.py): a rank that has not reached the stage's end this long after is
+# blocked in a collective the failed rank left, and the run ends as a failed collective does.
+STAGE_ERROR_GRACE_SECONDS = 10.0
+ABORTED = b'"gpu-acceptance: stage aborted"'  # a key's value that ends a wait for a rank that raised (release)
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,10 @@ class RankTimeout(RuntimeError):
         self.ranks = ranks
 
 
+class StageAborted(Exception):
+    """Another rank raised inside the running stage: this rank stops waiting for it and goes to the stage's end."""
+
+
 class Control:
     """Gather / broadcast of JSON values and step counters over a c10d Store.
 
@@ -73,6 +81,10 @@ class Control:
         self.master = master
         self._seq = 0
         self.ranks: list[RankInfo] = []
+        self._waiting: list[str] = []  # the keys the main thread waits for now
+        self.stage: str | None = None  # the check's stage running under stages.guarded (None: between stages)
+        self.abort: Callable[[], None] | None = None  # ends this rank's blocked collectives (stages.guarded sets it)
+        self.last_step = ""  # the step this rank entered last (mark)
 
     def set_ranks(self, ranks: list[RankInfo]) -> None:
         self.ranks = sorted(ranks, key=lambda r: r.rank)
@@ -94,9 +106,19 @@ class Control:
         return f"{kind}/{self._seq}/{name}"
 
     def _wait(self, keys: dict[int, str], what: str) -> None:
-        """Wait for every rank's key; on timeout name the ranks whose key is missing."""
+        """Wait for every rank's key; on timeout name the ranks whose key is missing.
+
+        Inside a stage, a rank that raised never delivers its key: the watchdog then fills the missing keys
+        with ABORTED (release), and this rank leaves the stage (StageAborted) instead of waiting out the timeout.
+        """
+        self._waiting = list(keys.values())
         try:
             self.store.wait(list(keys.values()), timedelta(seconds=self.timeout))
+            if self.stage is not None and self.stage_errors(self.stage) and any(
+                    self.store.get(k) == ABORTED for k in keys.values()):
+                raise StageAborted(f"another rank raised in stage {self.stage}")
+        except StageAborted:
+            raise
         except Exception as e:
             missing = [r for r, k in keys.items() if not self._exists(k)]
             if not missing:
@@ -106,6 +128,18 @@ class Control:
                 f"({type(e).__name__})",
                 missing,
             ) from e
+        finally:
+            self._waiting = []
+
+    def release(self, store: Any) -> None:
+        """From the watchdog's thread (its own connection): another rank raised in the running stage, so the keys
+        this rank's main thread waits for may never come; ABORTED in each missing one ends the wait."""
+        for key in list(self._waiting):
+            if not store.check([key]):
+                store.set(key, ABORTED.decode())
+        abort, self.abort = self.abort, None
+        if abort is not None:
+            abort()
 
     def _exists(self, key: str) -> bool:
         try:
@@ -138,6 +172,7 @@ class Control:
     # liveness -----------------------------------------------------------------
     def mark(self, label: str) -> None:
         """This rank has entered step `label` (one counter per rank, compared on a timeout)."""
+        self.last_step = label
         self.store.set(f"step/{self.rank}", label)
         self.store.add(f"progress/{self.rank}", 1)
 
@@ -152,6 +187,10 @@ class Control:
                 self.store.set(f"waited/{self.rank}", "1")
             self.store.set(f"error/{self.rank}", message[:2000])
             self.store.add("errors", 1)
+
+    def stage_errors(self, stage: str, store: Any = None) -> int:
+        """How many ranks raised inside `stage` (stages.py posts them)."""
+        return int((store or self.store).add(f"stage-errors/{stage}", 0))
 
     def finish(self, code: int, wait: float = 10.0, absent: int = 0, via: Any = None) -> int:
         """End of the run: rank 0 announces the exit code and waits (bounded) for the others to read it.
@@ -211,6 +250,15 @@ class Blamer:
                 out[r] = self.store.get(key).decode(errors="replace")
         return out
 
+    def stage_errors(self, stage: str) -> dict[int, str]:
+        """The errors ranks raised inside `stage`, by rank (stages.py posts them)."""
+        out = {}
+        for r in range(self.control.world_size):
+            key = f"stage-error/{stage}/{r}"
+            if self.store.check([key]):
+                out[r] = self.store.get(key).decode(errors="replace")
+        return out
+
     def final_code(self) -> int | None:
         if not self.store.check(["final"]):
             return None
@@ -264,6 +312,11 @@ class Blamer:
                                    + f", last at step '{self._step(r)}'"))
         return out
 
+    def stopped_culprits(self) -> list[Culprit]:
+        """The ranks whose heartbeat stopped, as culprits (watched for HEARTBEAT_WATCH_SECONDS)."""
+        return [Culprit(r, "stopped", "never beat a heartbeat" if ago is None else f"last heartbeat {ago:.0f}s ago")
+                for r, ago in sorted(self.stopped().items())]
+
     def blame(self, suspects: list[int] | tuple[int, ...] = ()) -> list[Culprit]:
         """The culprits of a hang or failure: stopped ranks, else failed ranks, else ranks behind, else `suspects`.
 
@@ -271,10 +324,9 @@ class Blamer:
         (connection closed) and their waiting are its consequences, not causes.
         """
         c = self.control
-        stopped = self.stopped()
+        stopped = self.stopped_culprits()
         if stopped:
-            return [Culprit(r, "stopped", "never beat a heartbeat" if ago is None
-                            else f"last heartbeat {ago:.0f}s ago") for r, ago in sorted(stopped.items())]
+            return stopped
         errors = {r: m for r, m in self.peer_errors().items() if not self.store.check([f"waited/{r}"])}
         if errors:
             return [Culprit(r, "failed", msg) for r, msg in sorted(errors.items())]
@@ -497,6 +549,7 @@ class Watchdog:
         self._label = ""
         self._timeout = 0.0
         self._fired = False
+        self._stage_error_seen: dict[str, float] = {}  # stage -> when this rank first saw another rank raise in it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpu-acceptance-watchdog", daemon=True)
 
@@ -570,6 +623,9 @@ class Watchdog:
                 culprits = [Culprit(r, "failed", m) for r, m in sorted(errors.items())]
             said = "; ".join(f"{self.control.describe(r)}: {m}" for r, m in sorted(errors.items()))
             return Blame(describe_culprits(self.control, culprits) if culprits else said, culprits)
+        stuck = self._stuck_after_stage_error()
+        if stuck is not None:
+            return stuck
         if self.control.rank != 0:
             return None
         silent = self.blamer.silent(self.heartbeat_timeout)
@@ -580,6 +636,24 @@ class Watchdog:
         return Blame(f"{describe_culprits(self.control, silent)}: silent for longer than "
                      f"checks.heartbeatTimeoutSeconds ({self.heartbeat_timeout:.0f}s)"
                      + (f"; rank 0's last step: '{label}'" if label else ""), silent)
+
+
+    def _stuck_after_stage_error(self) -> Blame | None:
+        """Another rank raised in the stage this rank still runs, and this one has not reached the stage's end
+        for STAGE_ERROR_GRACE_SECONDS: it waits in a collective the failed rank left, so the ranks can no longer
+        run collectives together. The culprits: ranks that stopped, else the ranks that raised."""
+        stage = self.control.stage
+        if stage is None or not self.control.stage_errors(stage, self.blamer.store):
+            return None
+        self.control.release(self.blamer.store)
+        since = self._stage_error_seen.setdefault(stage, time.monotonic())
+        if time.monotonic() - since < STAGE_ERROR_GRACE_SECONDS:
+            return None
+        culprits = self.blamer.stopped_culprits() or [
+            Culprit(r, "failed", m) for r, m in sorted(self.blamer.stage_errors(stage).items())]
+        return Blame(f"{describe_culprits(self.control, culprits)}; {self.control.describe(self.control.rank)} was "
+                     f"still in a collective of stage {stage} {STAGE_ERROR_GRACE_SECONDS:.0f}s later, so the ranks "
+                     "cannot go on together", culprits)
 
 
 def hard_exit(code: int) -> None:
