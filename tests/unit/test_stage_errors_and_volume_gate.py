@@ -164,3 +164,20 @@ def test_the_volume_must_hold_every_nodes_files_the_checkpoint_and_a_margin() ->
     assert need == 2 * ((64 << 10) + (16 << 20)) + int(state * CHECKPOINT_OVERHEAD) + MARGIN_BYTES
     assert inodes == 2 * 2 + 2 * 4 + 16
     assert words.startswith("2 node(s) x (64.0 KiB consistency + 16.0 MiB throughput file) + checkpoint")
+
+
+def test_the_html_report_shows_the_traceback_and_the_text_table_the_room() -> None:
+    from acceptance_workload.html_report import render_html
+    from acceptance_workload.render import storage_table
+
+    cfg = config()
+    report = passing_report(cfg)
+    report.results += stages.results([stage_error()])
+    report.stage_errors = [stage_error()]
+    report.storage = detail(4 << 20, 100 << 20, "write failed: ENOSPC (errno 28): No space left on device: /mnt/v/a")
+    page = render_html(report.finalize())
+    assert "Traceback of rank 11 (node gpu-node-0001, GPU 3) in stage nccl" in page
+    assert "Traceback (most recent call last):" in page
+    table = storage_table(report)
+    assert table.startswith("# storage /mnt/v (the check needs 100Mi free)")
+    assert "4Mi" in table and "ENOSPC (errno 28)" in table

@@ -38,9 +38,6 @@ HEARTBEAT_SECONDS = 1.0  # how often each rank beats
 HEARTBEAT_WATCH_SECONDS = 3 * HEARTBEAT_SECONDS + 0.5
 STORE_CONNECT_SECONDS = 15
 FINAL_WAIT_SECONDS = 180  # how long other ranks wait for rank 0's verdict: the status writer retries for 120 s
-# A rank raised inside a check's stage (stages.py): a rank that has not reached the stage's end this long after is
-# blocked in a collective the failed rank left, and the run ends as a failed collective does.
-STAGE_ERROR_GRACE_SECONDS = 10.0
 ABORTED = b'"gpu-acceptance: stage aborted"'  # a key's value that ends a wait for a rank that raised (release)
 
 
@@ -549,7 +546,6 @@ class Watchdog:
         self._label = ""
         self._timeout = 0.0
         self._fired = False
-        self._stage_error_seen: dict[str, float] = {}  # stage -> when this rank first saw another rank raise in it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpu-acceptance-watchdog", daemon=True)
 
@@ -623,9 +619,7 @@ class Watchdog:
                 culprits = [Culprit(r, "failed", m) for r, m in sorted(errors.items())]
             said = "; ".join(f"{self.control.describe(r)}: {m}" for r, m in sorted(errors.items()))
             return Blame(describe_culprits(self.control, culprits) if culprits else said, culprits)
-        stuck = self._stuck_after_stage_error()
-        if stuck is not None:
-            return stuck
+        self._release_after_stage_error()
         if self.control.rank != 0:
             return None
         silent = self.blamer.silent(self.heartbeat_timeout)
@@ -638,22 +632,13 @@ class Watchdog:
                      + (f"; rank 0's last step: '{label}'" if label else ""), silent)
 
 
-    def _stuck_after_stage_error(self) -> Blame | None:
-        """Another rank raised in the stage this rank still runs, and this one has not reached the stage's end
-        for STAGE_ERROR_GRACE_SECONDS: it waits in a collective the failed rank left, so the ranks can no longer
-        run collectives together. The culprits: ranks that stopped, else the ranks that raised."""
+    def _release_after_stage_error(self) -> None:
+        """Another rank raised in the stage this rank still runs: end this rank's waits for it (Control.release).
+        A rank that still does not reach the stage's end is named by the stage's agreement (stages.py) or, in a
+        collective that did not end, by this watchdog's step deadline, as any hung collective is."""
         stage = self.control.stage
-        if stage is None or not self.control.stage_errors(stage, self.blamer.store):
-            return None
-        self.control.release(self.blamer.store)
-        since = self._stage_error_seen.setdefault(stage, time.monotonic())
-        if time.monotonic() - since < STAGE_ERROR_GRACE_SECONDS:
-            return None
-        culprits = self.blamer.stopped_culprits() or [
-            Culprit(r, "failed", m) for r, m in sorted(self.blamer.stage_errors(stage).items())]
-        return Blame(f"{describe_culprits(self.control, culprits)}; {self.control.describe(self.control.rank)} was "
-                     f"still in a collective of stage {stage} {STAGE_ERROR_GRACE_SECONDS:.0f}s later, so the ranks "
-                     "cannot go on together", culprits)
+        if stage is not None and self.control.stage_errors(stage, self.blamer.store):
+            self.control.release(self.blamer.store)
 
 
 def hard_exit(code: int) -> None:

@@ -10,12 +10,13 @@ the rank, its node and GPU, the step it was in, the error's type and first
 line; the traceback is in the report's `stageErrors` (the evidence). The next
 check then runs: the checks after preflight do not depend on each other.
 
-A rank waiting for the failed one in an exchange of the control plane is
-released at once (Control's waits watch the stage's error count). One blocked
-in a collective cannot be: when a rank has not reached the stage's end
-STAGE_ERROR_GRACE_SECONDS after the error, the ranks can no longer run
-collectives together and the run ends as a failed collective ends it (its
-watchdog names the culprits, `rank_error`; report.error). Errors of the
+A rank waiting for the failed one is released: the failed rank aborts its
+process groups (a gloo collective waiting for it ends with an error), and each
+other rank's watchdog fills the control-plane keys it waits for and, with NCCL,
+aborts its own. A new process group then replaces the aborted one. A rank that
+still has not reached the stage's end a collective timeout later is hung: the
+ranks can no longer go on together and the run ends as a failed collective
+ends it (the culprits as `rank_error`, report.error). Errors of the
 collective machinery itself (gloo, NCCL, a timed-out exchange: RankTimeout)
 are not caught here either: a broken process group ends the run as before, and
 the Blamer names dead and hung ranks first.
@@ -34,7 +35,6 @@ from typing import TYPE_CHECKING, Any
 
 from acceptance_workload import rules
 from acceptance_workload.control import (
-    STAGE_ERROR_GRACE_SECONDS,
     Blamer,
     Culprit,
     RankTimeout,
@@ -166,32 +166,28 @@ def agree(session: Session, check: CheckName, mine: StageError | None, blamer: B
     else:
         key = f"{base}/verdict"
         try:
-            control.store.wait([key], timedelta(seconds=control.timeout + STAGE_ERROR_GRACE_SECONDS))
+            control.store.wait([key], timedelta(seconds=2 * control.timeout))
         except Exception as e:
             raise RankTimeout(f"{control.describe(0)} did not say how stage {check} ended within "
-                              f"{control.timeout + STAGE_ERROR_GRACE_SECONDS:.0f}s ({type(e).__name__})", [0]) from e
+                              f"{2 * control.timeout:.0f}s ({type(e).__name__})", [0]) from e
         verdict = json.loads(control.store.get(key))
     control._seq = verdict["seq"]
     return [StageError.model_validate(e) for e in verdict["errors"]]
 
 
 def _gather_ends(session: Session, check: CheckName, base: str, blamer: Blamer | None) -> list[dict[str, Any]]:
-    """Rank 0: every rank's end of the stage. A rank still missing STAGE_ERROR_GRACE_SECONDS after one raised is
-    blocked in a collective (StageBroken); missing for the collective timeout, it hangs (RankTimeout)."""
+    """Rank 0: every rank's end of the stage. A rank still missing a collective timeout later hangs: after another
+    rank raised, in a collective it could not be released from (StageBroken), else as any hung rank (RankTimeout)."""
     control = session.control
     keys = {r: f"{base}/{r}" for r in range(session.world_size)}
     deadline = time.monotonic() + control.timeout
-    raised_at: float | None = None
     while True:
         missing = [r for r, k in keys.items() if not control.store.check([k])]
         if not missing:
             return [json.loads(control.store.get(keys[r])) for r in range(session.world_size)]
-        now = time.monotonic()
-        if raised_at is None and control.stage_errors(check):
-            raised_at = now
-        if raised_at is not None and now - raised_at >= STAGE_ERROR_GRACE_SECONDS:
-            raise _broken(session, check, missing, blamer)
-        if now >= deadline:
+        if time.monotonic() >= deadline:
+            if control.stage_errors(check):
+                raise _broken(session, check, missing, blamer)
             raise RankTimeout(f"{control.describe_many(missing)} did not finish stage {check} within "
                               f"{control.timeout:.0f}s", missing)
         time.sleep(POLL_SECONDS)
@@ -205,5 +201,5 @@ def _broken(session: Session, check: CheckName, missing: list[int], blamer: Blam
         culprits = blamer.stopped_culprits() or [Culprit(r, "failed", m)
                                                  for r, m in sorted(blamer.stage_errors(check).items())]
     return StageBroken(f"{describe_culprits(control, culprits)}; {control.describe_many(missing)} did not reach the "
-                       f"end of stage {check} {STAGE_ERROR_GRACE_SECONDS:.0f}s later (blocked in a collective), so the "
-                       "ranks cannot go on together", culprits)
+                       f"end of stage {check} within {control.timeout:.0f}s (a collective it could not be released "
+                       "from), so the ranks cannot go on together", culprits)
