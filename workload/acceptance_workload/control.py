@@ -325,6 +325,8 @@ class Blamer:
         if stopped:
             return stopped
         errors = {r: m for r, m in self.peer_errors().items() if not self.store.check([f"waited/{r}"])}
+        if c.stage is not None:  # a rank that raised inside the running stage and left a collective (stages.py)
+            errors = self.stage_errors(c.stage) | errors
         if errors:
             return [Culprit(r, "failed", msg) for r, msg in sorted(errors.items())]
         counters = {r: self.store.add(f"progress/{r}", 0) for r in range(c.world_size)}
@@ -630,8 +632,6 @@ class Watchdog:
         return Blame(f"{describe_culprits(self.control, silent)}: silent for longer than "
                      f"checks.heartbeatTimeoutSeconds ({self.heartbeat_timeout:.0f}s)"
                      + (f"; rank 0's last step: '{label}'" if label else ""), silent)
-
-
     def _release_after_stage_error(self) -> None:
         """Another rank raised in the stage this rank still runs: end this rank's waits for it (Control.release).
         A rank that still does not reach the stage's end is named by the stage's agreement (stages.py) or, in a

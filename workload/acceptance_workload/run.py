@@ -6,8 +6,10 @@ exits with the code rank 0 decided: 0 passed, 1 a check failed, 2 the run
 could not complete. A hung or dead rank cannot make the run wait forever: the
 control plane's timeouts and the watchdog end it with a report naming the rank
 (a failed `rank_*` result under the check that was running, so its node is in
-failedNodes). When rank 0 itself stops, no report can be written (it hosts the
-store): the other ranks exit 2 and write a termination message naming rank 0.
+failedNodes). An exception a rank raises inside a check's stage is a failed
+`stage_error` result of that check and the next check runs (stages.py). When
+rank 0 itself stops, no report can be written (it hosts the store): the other
+ranks exit 2 and write a termination message naming rank 0.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ the Blamer names dead and hung ranks first.
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 import time
@@ -136,8 +137,12 @@ def guarded(session: Session, check: CheckName, fn: Callable[[], Any], blamer: B
             control.store.set(f"stage-error/{check}/{session.rank}",
                               f"{mine.error} (stage {check}, step '{mine.step}')")
             control.store.add(f"stage-errors/{check}", 1)
-            launch.abort_collectives()
     control.stage = control.abort = None
+    if mine is not None:
+        # Out of the except block, the stage's frames (its models, DDP's reducer: each holds a process group) are
+        # gone; aborted and collected, the groups close their connections, which ends the others' gloo waits.
+        launch.abort_collectives()
+        gc.collect()
     errors = agree(session, check, mine, blamer)
     if errors:
         launch.renew(session, check)
