@@ -111,8 +111,9 @@ class Outcome:
 def guarded(session: Session, check: CheckName, fn: Callable[[], Any], blamer: Blamer | None) -> Outcome:
     """Run `fn` (this rank's part of the check's stage); an error it raises becomes a StageError on every rank.
 
-    The rank that raised aborts its process groups, which ends the gloo collectives other ranks wait in for it;
-    with NCCL each other rank's watchdog aborts its own (Control.release). A collective error on a rank after
+    The rank that raised aborts its process groups, which ends the gloo collectives other ranks wait in for it
+    (not those of a DDP or FSDP model it still held: they wait out the collective timeout, naming it); with NCCL
+    each other rank's watchdog aborts its own (Control.release). A collective error on a rank after
     another raised is that abort, not a fault of its own. Once every rank is at the stage's end, a new process
     group replaces the aborted one and the next check runs on it.
     """
@@ -158,8 +159,8 @@ def _aborted_by_another(control: Any, check: CheckName, error: BaseException) ->
 
 
 def agree(session: Session, check: CheckName, mine: StageError | None, blamer: Blamer | None) -> list[StageError]:
-    """Every rank's end of the stage: rank 0 waits for all (released early only by a broken group), says which
-    ranks raised, and every rank takes up the control plane's sequence where the furthest rank left it."""
+    """Every rank's end of the stage: rank 0 waits for all (at most a collective timeout), says which ranks
+    raised, and every rank takes up the control plane's sequence where the furthest rank left it."""
     control = session.control
     base = f"stage-end/{check}"
     control.store.set(f"{base}/{session.rank}", json.dumps(
