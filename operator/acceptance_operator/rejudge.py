@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from acceptance_workload import latency, localize, nccltests, rules
+from acceptance_workload import latency, localize, nccltests, rules, storage
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.evidence import MAX_FAILURES
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
@@ -244,12 +244,14 @@ class Required:
 
 
 def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized: bool = False,
-                     pairs: bool = True) -> list[Required]:
+                     pairs: bool = True, gated: bool = False) -> list[Required]:
     """Every judged result the enabled checks must produce, per node where it is measured per node.
 
     localized: the localisation stage had to run (localize.wanted on the operator's own judgement);
     pairs: the report has the stage's pair rows. Without them one job-wide result is missing, not one
     per node: a report that left the stage out must not put every node in failedNodes.
+    gated: the volume failed storage_capacity or storage_writable, so nothing was written and no node's view of
+    it (storage_consistency) can be asked for: the nodes that could write are not named for it.
     """
     nodes = sorted(nodes)
     checks = config.checks
@@ -290,10 +292,10 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized:
         out += [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
         if rules.threshold("ddp", "scaling_efficiency", checks.ddp.thresholds) is not None:
             out.append(Required("ddp", "scaling_efficiency"))
-    return out + required_fsdp_storage(config, nodes)
+    return out + required_fsdp_storage(config, nodes, gated)
 
 
-def required_fsdp_storage(config: WorkloadConfig, nodes: list[str]) -> list[Required]:
+def required_fsdp_storage(config: WorkloadConfig, nodes: list[str], gated: bool = False) -> list[Required]:
     """checks.fsdp and checks.storage: the results every run of them must have (storage only with its volume)."""
     out: list[Required] = []
     if config.checks.fsdp.enabled:
@@ -301,7 +303,10 @@ def required_fsdp_storage(config: WorkloadConfig, nodes: list[str]) -> list[Requ
         out += [Required("fsdp", name, n, "every rank's parameters and share of them") for n in nodes
                 for name in ("parameter_checksum", "state_shard_ratio")]
     if config.checks.storage.enabled and config.storage_path:
-        out += [Required("storage", "storage_consistency", n, "every node's view of the volume") for n in nodes]
+        out += [Required("storage", name, n, "every node's room on and access to the volume") for n in nodes
+                for name in storage.GATES]
+        if not gated:
+            out += [Required("storage", "storage_consistency", n, "every node's view of the volume") for n in nodes]
     return out
 
 
@@ -336,7 +341,8 @@ def missing_required(present: set[Key], report: Report, config: WorkloadConfig,
     present = present | {(c, n, node, None) for c, n, node, _ in present}  # a per-node requirement: any GPU's
     out = []
     due = localization_due(report, config)
-    for req in required_results(config, nodes, localized=due, pairs=report.localization is not None):
+    for req in required_results(config, nodes, localized=due, pairs=report.localization is not None,
+                                gated=storage.gated(report.results)):
         if (req.check, req.name, req.node, req.gpu) in present:
             continue
         where = (f" for node {req.node}" if req.node else "") + (f" GPU {req.gpu}" if req.gpu is not None else "")

@@ -112,8 +112,9 @@ def test_workload_run_with_a_hung_rank_reports_the_rank_and_exits_2(tmp_path: Pa
     assert report.failed_nodes == ["node-a"]
 
 
-def test_a_rank_that_fails_ends_the_run_at_once_with_its_error(tmp_path: Path) -> None:
-    """Rank 1's DDP check raises; rank 0, waiting for it inside DDP, reports rank 1's error well before any timeout."""
+def test_a_rank_that_fails_in_a_check_fails_that_check_at_once_with_its_error(tmp_path: Path) -> None:
+    """Rank 1's DDP check raises; rank 0, waiting for it inside DDP, is released well before any timeout and the
+    error is a failed result of the check (stages.py), not a run that could not complete."""
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
     checks.preflight.enabled = checks.gpu.enabled = checks.nccl.enabled = False
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=2, fabric="ethernet", checks=checks,
@@ -125,11 +126,11 @@ def test_a_rank_that_fails_ends_the_run_at_once_with_its_error(tmp_path: Path) -
     t0 = time.monotonic()
     ranks = collect(start(argvs, envs), tmp_path, timeout=90)
     assert time.monotonic() - t0 < 30  # the collective timeout is 60 s: the error travelled, not a timeout
-    assert [r.returncode for r in ranks] == [2, 2], ranks[0].stderr[-3000:]
+    assert [r.returncode for r in ranks] == [1, 1], ranks[0].stderr[-3000:]
     report = Report.model_validate(json.loads((tmp_path / "report.json").read_text()))
-    assert report.error and "rank 1 on node node-a, GPU 1, failed: RuntimeError: CUDA error: an illegal memory" \
-        in report.error
-    assert not report.passed and report.checks_run == ["ddp"]
-    culprit = next(r for r in report.results if r.name == "rank_error")  # the failing rank, as a result
-    assert (culprit.check, culprit.node, culprit.gpu, culprit.passed) == ("ddp", "node-a", 1, False)
+    assert report.error is None and not report.passed and report.checks_run == ["ddp"]
+    [culprit] = [r for r in report.results if not r.passed]  # the failing rank, as a result of its check
+    assert (culprit.check, culprit.name, culprit.node, culprit.gpu) == ("ddp", "stage_error", "node-a", 1)
+    assert culprit.message == ("rank 1 on node node-a, GPU 1, raised in stage ddp (step 'ddp'): "
+                               "RuntimeError: CUDA error: an illegal memory access was encountered")
     assert report.failed_nodes == ["node-a"]

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from acceptance_operator import rejudge
 from acceptance_operator.rejudge import Context, judge_result
-from acceptance_workload import collectives, control, gpubench, latency, localize, nccltests, preflight, rules
+from acceptance_workload import collectives, control, gpubench, latency, localize, nccltests, preflight, rules, stages
 from acceptance_workload.checks import COLLECTIVES, ChecksSpec, PreflightThresholds
 from acceptance_workload.config import WorkloadConfig
-from acceptance_workload.report import Report
+from acceptance_workload.report import CHECK_NAMES, Report
 
 from tests.reports import passing_report
 
@@ -98,6 +98,7 @@ def declared_names() -> set[tuple[str, str]]:
     names |= {("nccl", localize.RESULT), ("nccl", localize.BLOCK_RESULT), ("nccl", "node_all_reduce_busbw")}
     names |= {("nccl", name) for name in latency.RESULTS}
     names |= {(check, kind[0]) for kind in control.CULPRIT_KINDS.values() for check in rules.CULPRIT_CHECKS}
+    names |= {(check, stages.RESULT) for check in CHECK_NAMES}  # an exception in any check's stage
     return names
 
 

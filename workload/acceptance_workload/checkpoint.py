@@ -33,6 +33,25 @@ def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def failure_text(error: BaseException) -> str:
+    """What went wrong, per rank where torch.distributed.checkpoint gathered the ranks' failures ('rank 0: OSError:
+    [Errno 28] No space left on device'), else the error's type and first line; errno names where there is one."""
+    from acceptance_workload.storage import os_error_text
+
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        parts = []
+        for rank, pair in sorted(failures.items()):
+            exc = pair[0] if isinstance(pair, tuple) and pair else pair
+            parts.append(f"rank {rank}: " + (os_error_text(exc) if isinstance(exc, OSError) else
+                                             f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200]}"))
+        return "; ".join(parts)[:600]
+    if isinstance(error, OSError):
+        return os_error_text(error)
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:300] if lines else ''}"
+
+
 def _same(a: Any, b: Any) -> bool:
     import torch
 
@@ -81,8 +100,10 @@ def round_trip(session: Session, fsdp_check: FsdpCheck, path: Path, watchdog: Wa
             load_s = time.perf_counter() - t0
         fresh.load_state_dict(state["model"])
         error = None
-    except Exception as e:
-        error = f"{type(e).__name__}: {str(e)[:300]}"
+    except BaseException as e:  # dcp's CheckpointException is a BaseException: caught, or it ends the process
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        error = f"{'save' if not save_s else 'load'} under {path} failed: {failure_text(e)}"
     want, got = trained.model.state_dict(), fresh.state_dict()
     wrong = [error] if error else [k for k in want if k not in got or not _same(want[k], got[k])]
     size = directory_bytes(path) if session.is_root else None

@@ -43,6 +43,7 @@ HEARTBEAT_SECONDS = 1.0  # how often each rank beats
 HEARTBEAT_WATCH_SECONDS = 3 * HEARTBEAT_SECONDS + 0.5
 STORE_CONNECT_SECONDS = 15
 FINAL_WAIT_SECONDS = 180  # how long other ranks wait for rank 0's verdict: the status writer retries for 120 s
+ABORTED = b'"gpu-acceptance: stage aborted"'  # a key's value that ends a wait for a rank that raised (release)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class RankTimeout(RuntimeError):
         self.ranks = ranks
 
 
+class StageAborted(Exception):
+    """Another rank raised inside the running stage: this rank stops waiting for it and goes to the stage's end."""
+
+
 class Control:
     """Gather / broadcast of JSON values and step counters over a c10d Store.
 
@@ -78,6 +83,10 @@ class Control:
         self.master = master
         self._seq = 0
         self.ranks: list[RankInfo] = []
+        self._waiting: list[str] = []  # the keys the main thread waits for now
+        self.stage: str | None = None  # the check's stage running under stages.guarded (None: between stages)
+        self.abort: Callable[[], None] | None = None  # ends this rank's blocked collectives (stages.guarded sets it)
+        self.last_step = ""  # the step this rank entered last (mark)
 
     def set_ranks(self, ranks: list[RankInfo]) -> None:
         self.ranks = sorted(ranks, key=lambda r: r.rank)
@@ -99,9 +108,19 @@ class Control:
         return f"{kind}/{self._seq}/{name}"
 
     def _wait(self, keys: dict[int, str], what: str) -> None:
-        """Wait for every rank's key; on timeout name the ranks whose key is missing."""
+        """Wait for every rank's key; on timeout name the ranks whose key is missing.
+
+        Inside a stage, a rank that raised never delivers its key: the watchdog then fills the missing keys
+        with ABORTED (release), and this rank leaves the stage (StageAborted) instead of waiting out the timeout.
+        """
+        self._waiting = list(keys.values())
         try:
             self.store.wait(list(keys.values()), timedelta(seconds=self.timeout))
+            if self.stage is not None and self.stage_errors(self.stage) and any(
+                    self.store.get(k) == ABORTED for k in keys.values()):
+                raise StageAborted(f"another rank raised in stage {self.stage}")
+        except StageAborted:
+            raise
         except Exception as e:
             missing = [r for r, k in keys.items() if not self._exists(k)]
             if not missing:
@@ -111,6 +130,18 @@ class Control:
                 f"({type(e).__name__})",
                 missing,
             ) from e
+        finally:
+            self._waiting = []
+
+    def release(self, store: Any) -> None:
+        """From the watchdog's thread (its own connection): another rank raised in the running stage, so the keys
+        this rank's main thread waits for may never come; ABORTED in each missing one ends the wait."""
+        for key in list(self._waiting):
+            if not store.check([key]):
+                store.set(key, ABORTED.decode())
+        abort, self.abort = self.abort, None
+        if abort is not None:
+            abort()
 
     def _exists(self, key: str) -> bool:
         try:
@@ -143,6 +174,7 @@ class Control:
     # liveness -----------------------------------------------------------------
     def mark(self, label: str) -> None:
         """This rank has entered step `label` (one counter per rank, compared on a timeout)."""
+        self.last_step = label
         self.store.set(f"step/{self.rank}", label)
         self.store.add(f"progress/{self.rank}", 1)
 
@@ -157,6 +189,10 @@ class Control:
                 self.store.set(f"waited/{self.rank}", "1")
             self.store.set(f"error/{self.rank}", message[:2000])
             self.store.add("errors", 1)
+
+    def stage_errors(self, stage: str, store: Any = None) -> int:
+        """How many ranks raised inside `stage` (stages.py posts them)."""
+        return int((store or self.store).add(f"stage-errors/{stage}", 0))
 
     def finish(self, code: int, wait: float = 10.0, absent: int = 0, via: Any = None) -> int:
         """End of the run: rank 0 announces the exit code and waits (bounded) for the others to read it.
@@ -238,6 +274,15 @@ class Blamer:
             out.append(Culprit(r, "died", f"{text}, at step '{step}'"))
         return out
 
+    def stage_errors(self, stage: str) -> dict[int, str]:
+        """The errors ranks raised inside `stage`, by rank (stages.py posts them)."""
+        out = {}
+        for r in range(self.control.world_size):
+            key = f"stage-error/{stage}/{r}"
+            if self.store.check([key]):
+                out[r] = self.store.get(key).decode(errors="replace")
+        return out
+
     def final_code(self) -> int | None:
         if not self.store.check(["final"]):
             return None
@@ -291,6 +336,11 @@ class Blamer:
                                    + f", last at step '{self._step(r)}'"))
         return out
 
+    def stopped_culprits(self) -> list[Culprit]:
+        """The ranks whose heartbeat stopped, as culprits (watched for HEARTBEAT_WATCH_SECONDS)."""
+        return [Culprit(r, "stopped", "never beat a heartbeat" if ago is None else f"last heartbeat {ago:.0f}s ago")
+                for r, ago in sorted(self.stopped().items())]
+
     def blame(self, suspects: list[int] | tuple[int, ...] = ()) -> list[Culprit]:
         """The culprits of a hang or failure: dead ranks, else stopped ranks, else failed ranks, else ranks behind,
         else `suspects`.
@@ -304,14 +354,15 @@ class Blamer:
         dead = self.died()
         if dead:
             return dead
-        stopped = self.stopped()
+        stopped = self.stopped_culprits()
         dead = self.died()
         if dead:
             return dead
         if stopped:
-            return [Culprit(r, "stopped", "never beat a heartbeat" if ago is None
-                            else f"last heartbeat {ago:.0f}s ago") for r, ago in sorted(stopped.items())]
+            return stopped
         errors = {r: m for r, m in self.peer_errors().items() if not self.store.check([f"waited/{r}"])}
+        if c.stage is not None:  # a rank that raised inside the running stage and left a collective (stages.py)
+            errors = self.stage_errors(c.stage) | errors
         if errors:
             return [Culprit(r, "failed", msg) for r, msg in sorted(errors.items())]
         counters = {r: self.store.add(f"progress/{r}", 0) for r in range(c.world_size)}
@@ -566,6 +617,7 @@ class Watchdog:
                 culprits = [Culprit(r, "failed", m) for r, m in sorted(errors.items())]
             said = "; ".join(f"{self.control.describe(r)}: {m}" for r, m in sorted(errors.items()))
             return Blame(describe_culprits(self.control, culprits) if culprits else said, culprits)
+        self._release_after_stage_error()
         if self.control.rank != 0:
             return None
         silent = self.blamer.silent(self.heartbeat_timeout)
@@ -576,6 +628,13 @@ class Watchdog:
         return Blame(f"{describe_culprits(self.control, silent)}: silent for longer than "
                      f"checks.heartbeatTimeoutSeconds ({self.heartbeat_timeout:.0f}s)"
                      + (f"; rank 0's last step: '{label}'" if label else ""), silent)
+    def _release_after_stage_error(self) -> None:
+        """Another rank raised in the stage this rank still runs: end this rank's waits for it (Control.release).
+        A rank that still does not reach the stage's end is named by the stage's agreement (stages.py) or, in a
+        collective that did not end, by this watchdog's step deadline, as any hung collective is."""
+        stage = self.control.stage
+        if stage is not None and self.control.stage_errors(stage, self.blamer.store):
+            self.control.release(self.blamer.store)
 
 
 def hard_exit(code: int) -> None:

@@ -426,6 +426,9 @@ def _verdict_section(report: Report, title: str, operator_verdict: str | None) -
     failures = [r for r in report.results if not r.passed]
     if failures:
         parts.append(f'<h2>Failures ({len(failures)})</h2><div id="failures">{results_table(failures)}</div>')
+    for e in report.stage_errors:  # stage_error results: the traceback is their evidence
+        parts.append(f'<details class="stage-error"><summary>Traceback of rank {e.rank} (node {_e(e.node)}, GPU '
+                     f"{e.gpu}) in stage {_e(e.check)}: {_e(e.error)}</summary><pre>{_e(e.traceback)}</pre></details>")
     head = report.headline().parts()
     if head:
         parts.append(f"<p><b>Headline:</b> {_e('; '.join(head))}</p>")

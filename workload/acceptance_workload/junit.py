@@ -19,6 +19,7 @@ from collections import Counter
 
 from acceptance_workload.render import localization_table
 from acceptance_workload.report import CHECK_NAMES, CheckResult, GpuIdentity, Report
+from acceptance_workload.rules import STAGE_ERROR
 
 SUITES_NAME = "gpu-acceptance"
 RUN_CASE = "run"  # the errored testcase of a run that could not complete
@@ -57,6 +58,13 @@ def evidence(r: CheckResult, gpu: GpuIdentity | None = None) -> str:
     return "\n".join(lines)
 
 
+def _traceback(report: Report, r: CheckResult) -> str:
+    """A stage_error's traceback (stages.py), the evidence of an exception a rank raised in the check's stage."""
+    found = next((e for e in report.stage_errors if r.name == STAGE_ERROR and (e.check, e.node, e.gpu) == (
+        r.check, r.node, r.gpu)), None)
+    return "" if found is None else f"\ntraceback (rank {found.rank}):\n{found.traceback}"
+
+
 def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
     return ET.SubElement(suite, "testcase", {"classname": classname, "name": name, "time": "0"})
 
@@ -88,7 +96,7 @@ def junit_xml(report: Report, name: str = "local") -> str:
                 message = r.message or f"{r.name}: {_number(r.value)} {r.unit}".rstrip()
                 ident = report.gpu_identity(r.node, r.gpu)
                 ET.SubElement(case, "failure", {"message": message, "type": "missing" if r.value is None
-                                                else "threshold"}).text = evidence(r, ident)
+                                                else "threshold"}).text = evidence(r, ident) + _traceback(report, r)
             cases.append(case)
         if check in missing:
             case = _case(suite, classname, f"{check} (no result)")

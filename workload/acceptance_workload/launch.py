@@ -13,6 +13,7 @@ without relying on the very collectives under test.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import sys
@@ -246,6 +247,27 @@ def start(env: DistEnv, backend: Literal["nccl", "gloo"], *, rendezvous_timeout:
                             timeout=timedelta(seconds=collective_timeout + PG_TIMEOUT_GRACE_SECONDS))
     return Session(env=env, backend=backend, device=device, control=control, ranks=ranks,
                    collective_timeout=collective_timeout)
+
+
+def abort_collectives() -> None:
+    """Abort every process group of this rank, from any thread: a collective blocked in it (waiting for a rank
+    that raised and left the stage, stages.py) ends with an error, and gloo peers' pending ones too."""
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):
+        dist.distributed_c10d._abort_process_group()
+
+
+def renew(session: Session, name: str) -> None:
+    """A new default process group, every rank at once, after a rank raised inside stage `name` (stages.py): the
+    old one was aborted, or holds a collective some rank left half done."""
+    import torch.distributed as dist
+
+    with contextlib.suppress(Exception):  # already gone when it was aborted
+        dist.destroy_process_group()
+    dist.init_process_group(session.backend, store=dist.PrefixStore(f"pg-after-{name}", session.control.store),
+                            rank=session.rank, world_size=session.world_size,
+                            timeout=timedelta(seconds=session.collective_timeout + PG_TIMEOUT_GRACE_SECONDS))
 
 
 def stop(session: Session | None) -> None:

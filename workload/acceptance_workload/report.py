@@ -179,10 +179,15 @@ class StorageNode(WireModel):
     write_gbps: float | None = Field(None, alias="writeGBps")
     read_gbps: float | None = Field(None, alias="readGBps")
     direct_io: bool | None = Field(None, alias="directIO", description="O_DIRECT was used (else buffered).")
+    free_bytes: int | None = Field(None, description="Bytes free to this node's writes on the volume before the check.")
+    free_inodes: int | None = Field(None, description="Inodes free before the check (null: the filesystem has none).")
+    write_error: str | None = Field(None, description="Why the volume could not be written from this node.")
 
 
 class StorageDetail(WireModel):
     path: str
+    needed_bytes: int | None = Field(None, description="What the check writes at most: storage_capacity's need.")
+    needed_inodes: int | None = None
     nodes: list[StorageNode] = Field(default_factory=list)
     checkpoint_bytes: int | None = None
     checkpoint_save_seconds: float | None = None
@@ -218,6 +223,19 @@ class GpuDetail(WireModel):
     windows: int
     iters: int
     rows: list[GpuRow] = Field(default_factory=list)
+
+
+class StageError(WireModel):
+    """An exception a rank raised inside a check's stage (stages.py): its failed `stage_error` result names it;
+    this keeps the traceback, the evidence."""
+
+    check: CheckName
+    rank: int
+    node: str
+    gpu: int
+    step: str = Field("", description="The step the rank had entered last.")
+    error: str = Field(description="The error's type and the first line of its message.")
+    traceback: str = ""
 
 
 class Environment(WireModel):
@@ -357,6 +375,7 @@ class Report(WireModel):
         """The identity of GPU `gpu` on `node`, where the preflight read it."""
         facts = next((n for n in self.nodes if n.node == node), None)
         return None if facts is None or gpu is None else next((g for g in facts.gpus if g.gpu == gpu), None)
+    stage_errors: list[StageError] = Field(default_factory=list, description="Exceptions raised in checks' stages.")
 
     def missing_checks(self) -> list[CheckName]:
         """Enabled checks that produced no result at all."""

@@ -230,6 +230,7 @@ _GPU_METRICS = (  # name, unit, floor, ratio floor (gpubench.METRICS measures th
     ("d2h_bandwidth", "GB/s", "min_d2h_gbps", "min_host_copy_ratio_to_node_median"),
 )
 _CULPRITS = ("rank_exited", "rank_responding", "rank_error", "rank_progress")  # control.CULPRIT_KINDS
+STAGE_ERROR = "stage_error"  # a rank raised inside the check's stage (stages.py)
 CULPRIT_CHECKS = ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage")  # every check a rank can be blamed in
 
 _ROWS: list[Rule] = [
@@ -306,6 +307,8 @@ _ROWS: list[Rule] = [
     row("fsdp", "state_shard_ratio", "le", "", fixed(MAX_SHARD_RATIO, "sharded evenly, FSDP2's padding allowed")),
     row("fsdp", "peak_memory_ratio", "le", "", field("max_memory_ratio")),
     # storage: the shared volume per node (floors only from the spec), the checkpoint per rank and job-wide
+    row("storage", "storage_writable", "eq", "", fixed(1.0, "the node can write the volume (before and during)")),
+    row("storage", "storage_capacity", "ge", "", fixed(1.0, "free / needed bytes and inodes (the smaller) >= 1")),
     row("storage", "storage_consistency", "eq", "", fixed(1.0, "every node sees the others' files")),
     row("storage", "storage_write_gbps", "ge", "GB/s", field("min_write_gbps")),
     row("storage", "storage_read_gbps", "ge", "GB/s", field("min_read_gbps")),
@@ -317,6 +320,8 @@ _ROWS: list[Rule] = [
     # liveness: a rank the workload blamed, in whichever check it happened
     *(row(check, name, "ge", "", fixed(1.0, "always a failure: the rank stopped, failed or fell behind"),
           kind="culprit") for check in CULPRIT_CHECKS for name in _CULPRITS),
+    *(row(check, STAGE_ERROR, "ge", "", fixed(1.0, "always a failure: a rank raised inside the check's stage"),
+          kind="culprit") for check in CULPRIT_CHECKS),
 ]
 RULES: dict[tuple[str, str], Rule] = {(r.check, r.name): r for r in _ROWS}
 assert len(RULES) == len(_ROWS), "a (check, name) has two rows"

@@ -6,8 +6,10 @@ exits with the code rank 0 decided: 0 passed, 1 a check failed, 2 the run
 could not complete. A hung or dead rank cannot make the run wait forever: the
 control plane's timeouts and the watchdog end it with a report naming the rank
 (a failed `rank_*` result under the check that was running, so its node is in
-failedNodes). When rank 0 itself stops, no report can be written (it hosts the
-store): the other ranks exit 2 and write a termination message naming rank 0.
+failedNodes). An exception a rank raises inside a check's stage is a failed
+`stage_error` result of that check and the next check runs (stages.py). When
+rank 0 itself stops, no report can be written (it hosts the store): the other
+ranks exit 2 and write a termination message naming rank 0.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload import exits, hostload, nodefacts, occupancy
+from acceptance_workload import exits, hostload, nodefacts, occupancy, stages
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig, run_started
 from acceptance_workload.control import (
     Blame,
@@ -204,7 +206,9 @@ class Runner:
             self.checks(session, watchdog)
             self.host_loads(session)
             self.progress("checks done")
-        except Exception as e:
+        except BaseException as e:  # dcp's CheckpointException is a BaseException
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
             watchdog.stop()  # this thread explains the failure; the watchdog must not deliver meanwhile
             code = self._failed(e, session)
         watchdog.stop()
@@ -214,13 +218,17 @@ class Runner:
         launch.stop(session)
         return code
 
-    def _failed(self, error: Exception, session: Session) -> int:
-        """This rank raised: tell the others; rank 0 records who is to blame.
+    def _failed(self, error: BaseException, session: Session) -> int:
+        """This rank raised outside a check's stage or broke the process group: tell the others; rank 0 records
+        who is to blame (an error inside a stage is a failed result of its check instead: stages.py).
 
         A timed-out exchange blames the ranks that did not deliver (or whichever
         stopped beating); any other error blames the ranks that stopped or failed
         (a dead peer breaks the collective), else this rank itself (e.g. a CUDA OOM).
         """
+        if isinstance(error, stages.StageBroken):  # rank 0: a rank raised and the others could not go on
+            self.blame(error.culprits, str(error))
+            return EXIT_ERROR
         waited = isinstance(error, RankTimeout)
         facts = ""
         if waited:
@@ -279,7 +287,7 @@ class Runner:
         return ""
 
     def checks(self, session: Session, watchdog: Watchdog) -> None:
-        """Every enabled check in order (CHECK_NAMES); a failed preflight skips the rest."""
+        """Every enabled check in order (CHECK_NAMES), each under stages.guarded; a failed preflight skips the rest."""
         from acceptance_workload import preflight
 
         cfg = self.config
@@ -287,15 +295,27 @@ class Runner:
         facts = session.control.gather("environment", None if versions is None else versions.__dict__)
         if self.is_root:
             self.report.environment = environment(session, [f for f in facts or [] if f])
-        if cfg.checks.preflight.enabled and not self.preflight(session, watchdog, versions):
-            return
-        if cfg.checks.gpu.enabled:
-            self.gpu(session, watchdog)
-        if cfg.checks.nccl.enabled:
-            self.nccl(session, watchdog)
-        if cfg.checks.ddp.enabled:
-            self.ddp(session, watchdog)
-        self.fsdp_and_storage(session, watchdog)
+        if cfg.checks.preflight.enabled:
+            out = self.guarded(session, "preflight", lambda: self.preflight(session, watchdog, versions))
+            if out.errors and out.value is not False and self.is_root:
+                self.skip_after_preflight(f"preflight failed ({stages.message(out.errors[0])}): later checks not run")
+            if out.errors or not out.value:
+                return
+        stage_of: dict[CheckName, Callable[[Session, Watchdog], None]] = {
+            "gpu": self.gpu, "nccl": self.nccl, "ddp": self.ddp, "fsdp": self.fsdp, "storage": self.storage}
+        for check, stage in stage_of.items():
+            if getattr(cfg.checks, check).enabled:
+                self.guarded(session, check, lambda stage=stage: stage(session, watchdog))
+
+    def guarded(self, session: Session, check: CheckName, stage: Callable[[], Any]) -> stages.Outcome:
+        """One check's stage: an exception a rank raises in it is a failed result of the check (rank 0 keeps it)."""
+        out = stages.guarded(session, check, stage, self.blamer)
+        if out.errors and self.is_root:
+            self.report.results += stages.results(out.errors)
+            self.report.stage_errors += out.errors
+            self.progress(f"{check}: {len(out.errors)} rank(s) raised, the check fails: "
+                          f"{stages.message(out.errors[0])}")
+        return out
 
     def run_stage(self, session: Session, check: CheckName, line: str, measure: Callable[[], Any]) -> Any:
         """One check's stage on every rank: entered, announced, measured; rank 0 keeps its results and skips and
@@ -311,22 +331,25 @@ class Runner:
         self.report.skipped += skipped
         return detail
 
-    def fsdp_and_storage(self, session: Session, watchdog: Watchdog) -> None:
-        """checks.fsdp (sharded training) and checks.storage (the shared volume and a checkpoint on it)."""
-        from acceptance_workload import fsdp, storage
+    def fsdp(self, session: Session, watchdog: Watchdog) -> None:
+        """checks.fsdp: sharded training."""
+        from acceptance_workload import fsdp
+
+        self.report.fsdp = self.run_stage(
+            session, "fsdp", f"fsdp: unsharded baseline, then FSDP2 over {len(session.nodes())} node(s)",
+            lambda: fsdp.run_fsdp(session, self.config, watchdog, progress=self.progress))
+
+    def storage(self, session: Session, watchdog: Watchdog) -> None:
+        """checks.storage: the shared volume and a checkpoint on it."""
+        from acceptance_workload import storage
 
         cfg = self.config
-        if cfg.checks.fsdp.enabled:
-            self.report.fsdp = self.run_stage(
-                session, "fsdp", f"fsdp: unsharded baseline, then FSDP2 over {len(session.nodes())} node(s)",
-                lambda: fsdp.run_fsdp(session, cfg, watchdog, progress=self.progress))
-        if cfg.checks.storage.enabled:
-            self.report.storage = self.run_stage(
-                session, "storage", f"storage: {cfg.storage_path or 'no volume'}",
-                lambda: storage.run_storage(session, cfg, watchdog, progress=self.progress))
-            if self.is_root and not [r for r in self.report.results if r.check == "storage"]:
-                # skipped as a whole (no volume): not a missing check
-                self.report.checks_run = [c for c in self.report.checks_run if c != "storage"]
+        self.report.storage = self.run_stage(
+            session, "storage", f"storage: {cfg.storage_path or 'no volume'}",
+            lambda: storage.run_storage(session, cfg, watchdog, progress=self.progress))
+        if self.is_root and not [r for r in self.report.results if r.check == "storage"]:
+            # skipped as a whole (no volume): not a missing check
+            self.report.checks_run = [c for c in self.report.checks_run if c != "storage"]
 
     def preflight(self, session: Session, watchdog: Watchdog, versions: Any) -> bool:
         """The preflight stage; False when it failed (the later checks are skipped, saying why)."""
@@ -351,11 +374,13 @@ class Runner:
         if not failures:
             return True
         if root:
-            reason = "preflight failed (" + ", ".join(failures[:5]) + "): later checks not run"
-            for check in ("gpu", "nccl", "ddp", "fsdp", "storage"):
-                if getattr(cfg.checks, check).enabled:
-                    self.report.skipped.append(Skip(check=check, name=check, reason=reason))
+            self.skip_after_preflight("preflight failed (" + ", ".join(failures[:5]) + "): later checks not run")
         return False
+
+    def skip_after_preflight(self, reason: str) -> None:
+        for check in ("gpu", "nccl", "ddp", "fsdp", "storage"):
+            if getattr(self.config.checks, check).enabled:
+                self.report.skipped.append(Skip(check=check, name=check, reason=reason))
 
     def gpu(self, session: Session, watchdog: Watchdog) -> None:
         from acceptance_workload import gpubench
@@ -509,4 +534,12 @@ def main(argv: list[str] | None = None) -> int:
         from acceptance_workload.transport import configure_logging
 
         nccl_log = configure_logging(os.environ, env.rank, Path(tempfile.gettempdir()) / "gpu-acceptance")
-    return Runner(config, env, nccl_log).run()
+    try:
+        return Runner(config, env, nccl_log).run()
+    except BaseException as e:  # a bug outside every check's stage: "could not complete", not Python's 1 ("failed")
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        traceback.print_exc()
+        print(f"gpu-acceptance: {env.describe()}: the run ended with the unexpected error above", file=sys.stderr,
+              flush=True)
+        return EXIT_ERROR
