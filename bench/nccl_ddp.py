@@ -89,11 +89,12 @@ def worker() -> int:
     import torch
     from acceptance_workload import launch as joblaunch
     from acceptance_workload import transport
-    from acceptance_workload.control import Blamer, Watchdog, hard_exit
+    from acceptance_workload.control import Blamer, hard_exit
     from acceptance_workload.ddp import run_ddp
     from acceptance_workload.nccl import run_sweeps
     from acceptance_workload.render import ddp_table, nccl_table
     from acceptance_workload.report import Report
+    from acceptance_workload.watchdog import Watchdog
 
     config = WorkloadConfig.from_env()
     env = joblaunch.DistEnv.from_environ()

@@ -12,11 +12,11 @@ from acceptance_workload.bounded_store import BoundedStore
 from acceptance_workload.control import (
     Blamer,
     Control,
-    Heartbeat,
     RankInfo,
     culprit_results,
 )
 from acceptance_workload.report import Report
+from acceptance_workload.watchdog import Heartbeat
 
 WATCH = 0.6  # the Blamer's watch window; heartbeats below beat every 0.1 s
 

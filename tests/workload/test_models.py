@@ -6,8 +6,9 @@ import pytest
 import torch
 from acceptance_workload import models
 from acceptance_workload.checks import DdpCheck
-from acceptance_workload.control import Control, Watchdog
+from acceptance_workload.control import Control
 from acceptance_workload.ddp import Trainer, measure, median_throughputs, window_efficiencies, workload_for
+from acceptance_workload.watchdog import Watchdog
 
 
 def test_resnet50_has_resnet50s_parameter_count() -> None:

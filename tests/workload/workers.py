@@ -16,8 +16,9 @@ from typing import Any
 
 from acceptance_workload import launch
 from acceptance_workload.checks import NcclCheck
-from acceptance_workload.control import Blame, Blamer, Heartbeat, Watchdog, hard_exit
+from acceptance_workload.control import Blame, Blamer, hard_exit
 from acceptance_workload.nccl import OPS, run_sweeps
+from acceptance_workload.watchdog import Heartbeat, Watchdog
 
 
 def small_check(**overrides: Any) -> NcclCheck:

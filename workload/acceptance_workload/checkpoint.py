@@ -22,8 +22,8 @@ from acceptance_workload.checks import FsdpCheck, StorageCheck
 from acceptance_workload.report import CheckResult, StorageDetail
 
 if TYPE_CHECKING:
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Session
+    from acceptance_workload.watchdog import Watchdog
 
 GB = 1e9
 FRESH_SEED = 999

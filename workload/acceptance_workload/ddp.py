@@ -27,8 +27,8 @@ from acceptance_workload.rules import MIN_LOSS_DECREASE  # noqa: F401  (the loss
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Session
+    from acceptance_workload.watchdog import Watchdog
 
 LOSS_WINDOW = 3  # steps averaged at each end
 SEED = 1234

@@ -34,8 +34,8 @@ from acceptance_workload.report import (
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Session
+    from acceptance_workload.watchdog import Watchdog
 
 SEED = 4321
 GIB = 1 << 30

@@ -37,8 +37,8 @@ from acceptance_workload.wire import parse_bytes
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Session
+    from acceptance_workload.watchdog import Watchdog
 
 SEED = 4321
 

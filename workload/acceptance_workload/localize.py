@@ -49,8 +49,8 @@ from acceptance_workload.report import CheckResult, LocalizationDetail, PairRow
 from acceptance_workload.wire import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Group, Session
+    from acceptance_workload.watchdog import Watchdog
 
 RESULT = rules.INTER_NODE
 BLOCK_RESULT = rules.SLOW_BLOCK

@@ -42,8 +42,8 @@ from acceptance_workload.wire import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
 
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Group, Session
+    from acceptance_workload.watchdog import Watchdog
 
 UNSUPPORTED_MARKERS = ("not supported", "unsupported", "not implemented", "no support", "does not support")
 

@@ -40,8 +40,8 @@ from acceptance_workload.report import CheckResult, NcclSweep
 from acceptance_workload.wire import format_bytes
 
 if TYPE_CHECKING:
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Session
+    from acceptance_workload.watchdog import Watchdog
 
 DIR_ENV = "GPU_ACCEPTANCE_NCCL_TESTS_DIR"
 # An image built without nccl-tests (no source tree and no GitHub at build time) has this file in their folder,

@@ -28,8 +28,8 @@ from acceptance_workload.wire import format_bytes
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Session
+    from acceptance_workload.watchdog import Watchdog
 
 # NVML clock event (throttle) reasons that mean the hardware is slowing the GPU down.
 HW_SLOWDOWN = 0x8

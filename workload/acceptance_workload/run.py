@@ -33,9 +33,7 @@ from acceptance_workload.control import (
     Blame,
     Blamer,
     Culprit,
-    Heartbeat,
     RankTimeout,
-    Watchdog,
     culprit_results,
     describe_culprits,
     hard_exit,
@@ -45,6 +43,7 @@ from acceptance_workload.launch import DistEnv, LaunchError, Session
 from acceptance_workload.occupancy import Occupancy
 from acceptance_workload.render import full_text
 from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, HostLoad, Report, Skip
+from acceptance_workload.watchdog import Heartbeat, Watchdog
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = exits.YES, exits.NO, exits.CANNOT  # the rule: exits.py
 MIN_RENDEZVOUS_SECONDS = 600  # pods of a job can start minutes apart (image pulls)

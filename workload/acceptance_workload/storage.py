@@ -46,8 +46,8 @@ from acceptance_workload.wire import parse_bytes
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
-    from acceptance_workload.control import Watchdog
     from acceptance_workload.launch import Session
+    from acceptance_workload.watchdog import Watchdog
 
 GB = 1e9
 PROBE_BYTES = 4096
