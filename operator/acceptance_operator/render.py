@@ -65,7 +65,7 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
     its policy refuses is refused here, the init container gets its image, and a test without spec.image the
     configured workload image.
     """
-    from acceptance_operator.policy import policy_problems
+    from acceptance_operator.policy import policy_problems, written_image_problems
     from acceptance_operator.settings import OperatorSettings
 
     source = "standard input" if path == "-" else path
@@ -76,7 +76,10 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
         return exits.CANNOT
     try:
         settings = OperatorSettings.from_env()
-        test = parse_test(text)
+        try:
+            test = parse_test(text)
+        except RenderError as e:
+            raise RenderError([*written_image_problems(e.spec, settings), *e.lines]) from e
         problems = policy_problems(test, settings)
         if problems:
             raise RenderError(problems)

@@ -20,7 +20,7 @@ import pytest
 
 from tests.apiserver import ApiServer
 from tests.cluster.conftest import StartOperator
-from tests.cluster.operator_harness import Cluster, OperatorProcess, report
+from tests.cluster.operator_harness import Cluster, OperatorProcess, node_actions_env, report
 from tests.cluster.test_real_controllers import REAL_ENV, real_cluster, running_pods  # noqa: F401 (a fixture)
 from tests.devcluster import Controllers
 
@@ -38,7 +38,7 @@ def lifecycle(real_cluster: RealCluster,  # noqa: F811 (the fixture imported abo
     """The operator with node actions on, watching a namespace of its own; the nodes put back as they were after."""
     server, nodes, _ = real_cluster
     namespace = server.create_namespace(f"life-{uuid.uuid4().hex[:6]}")
-    proc = start_operator(server.kubeconfig, [namespace], {**REAL_ENV, "GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    proc = start_operator(server.kubeconfig, [namespace], {**REAL_ENV, **node_actions_env(namespace)})
     cluster = Cluster(server, namespace, proc.log_tail)
     yield cluster, proc
     for name in [t["metadata"]["name"] for t in cluster.server.request("GET", cluster.test_path())["items"]]:
