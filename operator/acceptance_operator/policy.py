@@ -137,12 +137,17 @@ def node_action_problems(test: AcceptanceTest, settings: OperatorSettings) -> li
     image = image_problem(test.spec.image, settings)
     if image:
         out.append(image.split(" (", 1)[0])
+    loose = threshold_problem(test)
+    return [*out, *([loose] if loose else [])]
+
+
+def threshold_problem(test: AcceptanceTest) -> str | None:
+    """The node-action refusal for thresholds looser than the profile's (loosened_thresholds), or None."""
     loose = loosened_thresholds(test)
-    if loose:
-        out.append(f"thresholds looser than profile {test.spec.profile}'s: "
-                   + ", ".join(f"checks.{key.replace('.', '.thresholds.', 1)} {_shown(v)} (profile: {_shown(p)})"
-                               for key, v, p in loose))
-    return out
+    if not loose:
+        return None
+    return f"thresholds looser than profile {test.spec.profile}'s: " + ", ".join(
+        f"checks.{key.replace('.', '.thresholds.', 1)} {_shown(v)} (profile: {_shown(p)})" for key, v, p in loose)
 
 
 def loosened_thresholds(test: AcceptanceTest) -> list[tuple[str, Any, Any]]:

@@ -109,11 +109,7 @@ def conclude(
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     status = obj.get("status") or {}
-    if stop_job:
-        cleanup_child(k, obj, test.spec.backend, manifests.job_name(test), logger)
-    # The workload's identity was only for writing this run's report.
-    for child in manifests.build_rbac(test):
-        cleanup_child(k, obj, child["kind"], child["metadata"]["name"], logger)
+    stop_run(k, obj, test, stop_job, logger)
     run = runs.run_of(test)
     recorded = runs.current_run(status, run.generation)
     start = parse_time(status.get("startTime")) if recorded is not None and recorded.id == run.id else None
@@ -158,6 +154,15 @@ def refused_node_actions(test: AcceptanceTest, state: RunState, summary: Summary
     if not rt.SETTINGS.node_actions or not node_lifecycle.asks_to_change_nodes(test, passed, summary.failed_nodes):
         return []
     return node_action_problems(test, rt.SETTINGS)
+
+
+def stop_run(k: Kube, obj: KubeDict, test: AcceptanceTest, stop_job: bool, logger: logging.Logger) -> None:
+    """Delete the run's job if it still runs (stop_job), and the workload's identity: it was only for writing this
+    run's report."""
+    if stop_job:
+        cleanup_child(k, obj, test.spec.backend, manifests.job_name(test), logger)
+    for child in manifests.build_rbac(test):
+        cleanup_child(k, obj, child["kind"], child["metadata"]["name"], logger)
 
 
 def cleanup_child(k: Kube, obj: KubeDict, kind: str, name: str, logger: logging.Logger) -> None:
