@@ -10,7 +10,12 @@ the same at creation). The privileged ulimit init container runs the
 operator's configured image and no spec field changes it. No other
 privilege-granting pod field (hostPID, hostIPC, privileged, capabilities,
 hostPorts) exists in the spec. A refusal ends the run as InvalidSpec, with one
-`field: problem` line each.
+`field: problem` line each. The workload image is gated the same way
+(userPolicy.allowedImages): it runs with the token that writes the run's results.
+
+Whose verdicts may change nodes is the administrator's choice too
+(node_action_problems): a test that may not still runs and is judged; its
+verdict says why its nodes were not changed.
 """
 
 from __future__ import annotations
