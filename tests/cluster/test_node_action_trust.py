@@ -60,7 +60,7 @@ def test_a_loosened_threshold_or_an_unlisted_namespace_leaves_the_node_gated(gat
     why = ("nodes not changed: thresholds looser than profile h100-sxm's: "
            "checks.ddp.thresholds.minScalingEfficiency 0.01 (profile: 0.9)")
     verdict = run(admin, "loose", node, LOOSE)
-    assert verdict["reason"] == "Passed" and verdict["message"].endswith(f"; {why}"), verdict
+    assert verdict["reason"] == "ChecksPassed" and verdict["message"].endswith(f"; {why}"), verdict
     event = admin.wait_event("loose", "NodeActionSkipped")
     assert event[0] == "Warning" and event[2] == why
     assert UNTESTED["key"] in taint_keys(server, node)
@@ -68,7 +68,7 @@ def test_a_loosened_threshold_or_an_unlisted_namespace_leaves_the_node_gated(gat
     why = (f"nodes not changed: namespace {tenant.ns} is not one whose tests may change nodes (chart value "
            f"nodeActions.namespaces: {admin.ns})")
     verdict = run(tenant, "mine", node, {})
-    assert verdict["reason"] == "Passed" and verdict["message"].endswith(f"; {why}"), verdict
+    assert verdict["reason"] == "ChecksPassed" and verdict["message"].endswith(f"; {why}"), verdict
     assert tenant.wait_event("mine", "NodeActionSkipped")[2] == why
     assert UNTESTED["key"] in taint_keys(server, node)
     assert "gpu-acceptance.io/passed" not in (server.request("GET", f"/api/v1/nodes/{node}")["metadata"]
@@ -83,7 +83,7 @@ def test_a_loosened_threshold_or_an_unlisted_namespace_leaves_the_node_gated(gat
 
     # The same test in the listed namespace with the profile's thresholds lets the node in.
     verdict = run(admin, "trusted", node, {})
-    assert verdict["reason"] == "Passed" and "nodes not changed" not in verdict["message"], verdict
+    assert verdict["reason"] == "ChecksPassed" and "nodes not changed" not in verdict["message"], verdict
     admin.wait(lambda: UNTESTED["key"] not in taint_keys(server, node), "the untested taint to be lifted")
     assert admin.wait_event("trusted", "NodeActionApplied")[2].startswith(
         f"spec.onPass: removed taint {UNTESTED['key']}, labelled gpu-acceptance.io/passed=")
