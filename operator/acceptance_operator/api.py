@@ -19,7 +19,7 @@ from acceptance_workload.evidence import StatusReport
 from acceptance_workload.profiles import ProfileName
 from acceptance_workload.report import CHECK_NAMES, OPT_IN_CHECKS
 from acceptance_workload.wire import WireModel, byte_size, text
-from pydantic import ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from acceptance_operator.kubetypes import (
     MAX_VALUES,
@@ -84,6 +84,15 @@ def _label_key_problem(key: str) -> str | None:
 
 # Variables the operator sets on the workload itself; pod.env / network.env must not replace them.
 RESERVED_ENV = ("GPU_ACCEPTANCE_CONFIG", "NODE_NAME", "POD_NAME", "POD_NAMESPACE", "MASTER_ADDR", "MASTER_PORT")
+# Families of names pod.env / network.env must not set, each with why: the kubelet's pointers to the API server
+# (the workload's client sends its bearer token there) and every setting of the operator and the workload.
+RESERVED_ENV_PREFIXES: dict[str, str] = {
+    "KUBERNETES_SERVICE_": "the kubelet's address of the API server; the workload's client would send its token "
+                           "wherever it points",
+    "KUBERNETES_PORT": "the kubelet's address of the API server; the workload's client would send its token "
+                       "wherever it points",
+    "GPU_ACCEPTANCE_": "the operator's and the workload's own settings",
+}
 # Volumes the operator adds to every GPU pod are named with this prefix.
 RESERVED_VOLUME_PREFIX = "gpu-acceptance-"
 
@@ -103,9 +112,6 @@ MAX_TTL_SECONDS = 2**31 - 1  # ttlSecondsAfterFinished is an int32
 # Kubernetes quantities (resources.cpu, memory, extra), as its resource.Quantity parses them.
 QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
 
-EnvName = text(MAX_ENV_NAME, min_length=1, pattern=r"^[^=]+$")
-EnvValue = text(MAX_ENV_VALUE)
-Env = dict[EnvName, EnvValue]
 Image = text(MAX_IMAGE, min_length=1, pattern=r"^\S+$")
 Quantity = Annotated[
     int | text(64, pattern=QUANTITY),
@@ -113,12 +119,38 @@ Quantity = Annotated[
 ]
 
 
-def _no_reserved_env(env: dict[str, str]) -> dict[str, str]:
-    """The run's identity and rendezvous come from the operator; a user value would silently break them."""
-    taken = [k for k in env if k in RESERVED_ENV]
-    if taken:
-        raise ValueError(f"{', '.join(taken)}: set by the operator for every run; remove it from env")
-    return env
+def reserved_env_problem(name: str) -> str | None:
+    """Why `name` may not be set in pod.env or network.env, or None. The run's identity and rendezvous come from the
+    operator (a user value would silently break them); the API server's address and the project's settings are not
+    the user's to redirect (RESERVED_ENV_PREFIXES)."""
+    if name in RESERVED_ENV:
+        return "set by the operator for every run; remove it from env"
+    for prefix, why in RESERVED_ENV_PREFIXES.items():
+        if name.startswith(prefix):
+            return f"names starting with {prefix} are reserved ({why}); remove it from env"
+    return None
+
+
+def _not_reserved(name: str) -> str:
+    problem = reserved_env_problem(name)
+    if problem:
+        raise ValueError(problem)
+    return name
+
+
+def _reserved_env_rules() -> list[dict[str, str]]:
+    """The same refusal as reserved_env_problem, as CEL rules on the env map (admission): one per family."""
+    names = ", ".join(f"'{n}'" for n in RESERVED_ENV)
+    return [{"rule": f"self.all(k, !(k in [{names}]))",
+             "message": f"{', '.join(RESERVED_ENV)}: set by the operator for every run; remove them from env"},
+            *({"rule": f"self.all(k, !k.startsWith('{prefix}'))",
+               "message": f"names starting with {prefix} are reserved ({why}); remove them from env"}
+              for prefix, why in RESERVED_ENV_PREFIXES.items())]
+
+
+EnvName = Annotated[text(MAX_ENV_NAME, min_length=1, pattern=r"^[^=]+$"), AfterValidator(_not_reserved)]
+EnvValue = text(MAX_ENV_VALUE)
+Env = dict[EnvName, EnvValue]
 
 
 class Placement(WireModel):
@@ -180,9 +212,8 @@ class Network(WireModel):
     gid_index: int | None = Field(None, ge=0, le=255,
                                   description="NCCL_IB_GID_INDEX for roce (default 3, RoCEv2).")
     env: Env = Field(default_factory=dict, max_length=MAX_ENV,
-                     description="Extra or overriding NCCL_*/UCX_* variables.")
-
-    _env_not_reserved = field_validator("env")(_no_reserved_env)
+                     description="Extra or overriding NCCL_*/UCX_* variables.",
+                     json_schema_extra={"x-kubernetes-validations": _reserved_env_rules()})
 
 
 class Pod(WireModel):
@@ -191,7 +222,8 @@ class Pod(WireModel):
                               "the image the operator is configured with (chart value ulimitInit.image).")
     host_network: bool = Field(False, description="Run the GPU pods in the node's network namespace; only where "
                                "the operator allows it (chart value userPolicy.allowHostNetwork).")
-    env: Env = Field(default_factory=dict, max_length=MAX_ENV)
+    env: Env = Field(default_factory=dict, max_length=MAX_ENV,
+                     json_schema_extra={"x-kubernetes-validations": _reserved_env_rules()})
     volumes: list[Volume] = Field(default_factory=list, max_length=MAX_LIST,
                                   description="hostPath volumes only where the operator allows them "
                                   "(chart value userPolicy.allowHostPath).")
@@ -202,8 +234,6 @@ class Pod(WireModel):
         None, description="Default: the per-test ServiceAccount the operator creates. Another one only where "
         "the operator allows it (chart value userPolicy.allowServiceAccountName)."
     )
-
-    _env_not_reserved = field_validator("env")(_no_reserved_env)
 
     @field_validator("volumes")
     @classmethod

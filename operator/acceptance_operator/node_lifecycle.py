@@ -50,12 +50,34 @@ def hardware_verdict(profile: str | None) -> bool:
     return not is_smoke(profile or "")
 
 
+def asks_to_change_nodes(test: AcceptanceTest, passed: bool, failed_nodes: list[str]) -> bool:
+    """Whether this verdict would change nodes if allowed: a hardware pass with spec.onPass, or a hardware failure
+    that blames nodes with spec.onFailure (or spec.onPass.label, which a failed node loses)."""
+    if not hardware_verdict(test.spec.profile):
+        return False
+    if passed:
+        return test.spec.on_pass.enabled()
+    return bool(failed_nodes) and (test.spec.on_failure != "none" or test.spec.on_pass.label)
+
+
+def not_changed(refused: list[str]) -> str:
+    """The verdict's and the event's words for a run whose node actions its standing refused (policy.py)."""
+    return f"nodes not changed: {'; '.join(refused)}"
+
+
 def after_verdict(k: Kube, obj: KubeDict, test: AcceptanceTest, *, passed: bool, summary: Summary,
-                  report: Report | None, now: datetime, allowed: bool, metrics: OperatorMetrics) -> None:
+                  report: Report | None, now: datetime, allowed: bool, metrics: OperatorMetrics,
+                  refused: list[str] | None = None) -> None:
     """What the run's verdict does to its nodes: spec.onFailure on the blamed ones, spec.onPass and the last-pass
-    gauge on the ones a pass measured. `allowed`: the operator's node actions are on (nodeActions.enabled)."""
+    gauge on the ones a pass measured. `allowed`: the operator's node actions are on (nodeActions.enabled);
+    `refused`: why this run may not change nodes even so (policy.node_action_problems; told in an event)."""
     if not hardware_verdict(test.spec.profile):
         return
+    held = bool(allowed and refused and asks_to_change_nodes(test, passed, summary.failed_nodes))
+    if held:
+        kopf.warn(obj, reason="NodeActionSkipped", message=clip_message(not_changed(refused or []), 1000))
+        if not passed:
+            return
     if not passed:
         _on_failure(k, obj, test, summary.failed_nodes, allowed)
         return
@@ -65,7 +87,7 @@ def after_verdict(k: Kube, obj: KubeDict, test: AcceptanceTest, *, passed: bool,
     for node in nodes:
         metrics.set_last_pass(node, now.timestamp())
     on_pass = test.spec.on_pass
-    if not nodes or not on_pass.enabled():
+    if not nodes or not on_pass.enabled() or held:  # held: a pass still sets the last-pass gauge
         return
     if not allowed:
         kopf.warn(obj, reason="NodeActionSkipped", message=(

@@ -24,7 +24,9 @@ class _PlainDumper(yaml.SafeDumper):
 
 def notes(test: AcceptanceTest) -> list[str]:
     """What the operator does beyond creating these objects (a sweep, node actions), as YAML comment lines."""
+    from acceptance_operator.conditions import is_smoke
     from acceptance_operator.node_actions import PASSED_LABEL, describe
+    from acceptance_operator.policy import threshold_problem
 
     spec, out = test.spec, []
     if spec.sweep:
@@ -41,6 +43,9 @@ def notes(test: AcceptanceTest) -> list[str]:
         what += [f"label {PASSED_LABEL}=<UTC date>"] if spec.on_pass.label else []
         out.append(f"onPass: each node a passed run measured: {'; '.join(what)} "
                    "(needs the chart value nodeActions.enabled)")
+    if out and (spec.on_failure != "none" or spec.on_pass.enabled()) and not is_smoke(spec.profile):
+        loose = threshold_problem(test)  # the namespace and image are the operator's settings to judge
+        out += [f"nodes not changed by this test: {loose}"] if loose else []
     return [f"# {line}\n" for line in out]
 
 
@@ -65,7 +70,7 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
     its policy refuses is refused here, the init container gets its image, and a test without spec.image the
     configured workload image.
     """
-    from acceptance_operator.policy import policy_problems
+    from acceptance_operator.policy import policy_problems, written_image_problems
     from acceptance_operator.settings import OperatorSettings
 
     source = "standard input" if path == "-" else path
@@ -76,7 +81,10 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
         return exits.CANNOT
     try:
         settings = OperatorSettings.from_env()
-        test = parse_test(text)
+        try:
+            test = parse_test(text)
+        except RenderError as e:
+            raise RenderError([*written_image_problems(e.spec, settings), *e.lines]) from e
         problems = policy_problems(test, settings)
         if problems:
             raise RenderError(problems)

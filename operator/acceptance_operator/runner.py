@@ -9,6 +9,7 @@ import kopf
 
 from acceptance_operator.calm import CalmFilter
 from acceptance_operator.ports import unbindable_ports
+from acceptance_operator.settings import OperatorSettings
 
 
 class _QuietEvents(logging.Filter):
@@ -45,7 +46,7 @@ def run_operator(
         "starting: %s, metrics port %s, health port %s, node actions %s, unschedulable grace %ss",
         f"namespaces {', '.join(namespace)}" if namespace else "all namespaces",
         metrics_port or "off", health_port or "off",
-        "on" if handlers.SETTINGS.node_actions else "off", f"{handlers.SETTINGS.unschedulable_grace_seconds:g}",
+        node_actions_text(handlers.SETTINGS), f"{handlers.SETTINGS.unschedulable_grace_seconds:g}",
     )
     kopf.run(
         standalone=True,
@@ -54,3 +55,10 @@ def run_operator(
         liveness_endpoint=f"http://0.0.0.0:{health_port}/healthz" if health_port else None,
     )
     return 0
+
+
+def node_actions_text(settings: OperatorSettings) -> str:
+    """'off', or 'on for tests in NS, ...' (nodeActions.namespaces): whose verdicts may change nodes."""
+    if not settings.node_actions:
+        return "off"
+    return f"on for tests in {', '.join(settings.node_action_namespaces) or 'no namespace'}"

@@ -31,6 +31,12 @@ under a plain `kopf run -m acceptance_operator.handlers`:
   under a ServiceAccount they name (spec.pod.serviceAccountName).
 - GPU_ACCEPTANCE_ALLOW_HOST_NETWORK (false): let tests run their pods in the
   node's network namespace (spec.pod.hostNetwork).
+- GPU_ACCEPTANCE_ALLOWED_IMAGES (empty): comma-separated images a test may
+  name in spec.image besides the configured workload image (always allowed):
+  repository prefixes or digests (policy.image_allowed says how they match).
+- GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES (default: POD_NAMESPACE, the operator's
+  own; outside a pod: none): comma-separated namespaces whose tests may change
+  nodes (spec.onPass, spec.onFailure) when node actions are on.
 
 Importing this module needs no kopf (`gpu-acceptance render` applies the same settings).
 """
@@ -42,7 +48,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, GROUP
+from acceptance_operator.api import DEFAULT_IMAGE, DEFAULT_OPERATOR_IMAGE, GROUP
 from acceptance_operator.assessment import Timing
 from acceptance_operator.backends import BACKENDS
 from acceptance_operator.manifests import LABEL_TEST
@@ -82,6 +88,12 @@ def _env_bool(name: str, default: bool) -> bool:
     raise ValueError(f"{name}={raw!r}: use true or false")
 
 
+def _env_list(name: str, default: str = "") -> tuple[str, ...]:
+    """A comma-separated list (spaces around items ignored); unset or empty: `default`, read the same way."""
+    raw = os.environ.get(name, "").strip() or default
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
 @dataclass
 class OperatorSettings:
     unschedulable_grace_seconds: float = 600.0
@@ -96,6 +108,8 @@ class OperatorSettings:
     allow_host_path: bool = False
     allow_service_account_name: bool = False
     allow_host_network: bool = False
+    allowed_images: tuple[str, ...] = ()
+    node_action_namespaces: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -116,7 +130,18 @@ class OperatorSettings:
             allow_service_account_name=_env_bool("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME",
                                                  cls.allow_service_account_name),
             allow_host_network=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_NETWORK", cls.allow_host_network),
+            allowed_images=_env_list("GPU_ACCEPTANCE_ALLOWED_IMAGES"),
+            node_action_namespaces=_env_list("GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES",
+                                             os.environ.get("POD_NAMESPACE", "")),
         )
+
+    def workload_image(self) -> str:
+        """The image a test that names none runs: the chart's workloadImage, else this version's."""
+        return self.default_image or DEFAULT_IMAGE
+
+    def image_entries(self) -> tuple[str, ...]:
+        """What spec.image may name (policy.image_allowed): the configured workload image and allowedImages."""
+        return (self.workload_image(), *self.allowed_images)
 
     def timing(self) -> Timing:
         """The assessment's patience: the three graces, as the pure core takes them."""

@@ -22,9 +22,10 @@ from acceptance_operator.api import (
 class RenderError(Exception):
     """A manifest that cannot be rendered; `lines` say what is wrong, one field each."""
 
-    def __init__(self, lines: list[str]):
+    def __init__(self, lines: list[str], spec: Any = None):
         super().__init__("\n".join(lines))
         self.lines = lines
+        self.spec = spec  # the spec as written, when the document was an object that did not validate
 
 
 def _wire_path(loc: tuple[Any, ...], data: Any, error_type: str) -> str:
@@ -153,7 +154,7 @@ def parse_test(text: str) -> AcceptanceTest:
     try:
         test = AcceptanceTest.model_validate(data)
     except ValidationError as e:
-        raise RenderError(validation_messages(e, data)) from e
+        raise RenderError(validation_messages(e, data), data.get("spec")) from e
     name = test.metadata.name
     if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
         raise RenderError([f"metadata.name: {name!r} is not a valid name: lowercase letters, digits, "

@@ -41,6 +41,11 @@ FAST_ENV = {
 }
 
 
+def node_actions_env(*namespaces: str) -> dict[str, str]:
+    """The operator's settings for changing nodes, for the tests of these namespaces (as the chart's nodeActions)."""
+    return {"GPU_ACCEPTANCE_NODE_ACTIONS": "true", "GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES": ",".join(namespaces)}
+
+
 def now_ts(delta: float = 0) -> str:
     return (datetime.now(timezone.utc) + timedelta(seconds=delta)).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -202,3 +202,36 @@ def test_user_policy_refuses_host_path_service_account_and_host_network_at_admis
         assert create("hostnet-ok", {"hostNetwork": True})["_status"] == 201
     finally:
         helm("uninstall", release, "-n", namespace, env=helm_env)
+
+
+def test_allowed_images_are_enforced_at_admission_as_the_operator_judges_them(
+    acceptance_crd: ApiServer, namespace: str, helm_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The chart's image rule in the real API server, on the table that drives policy.image_allowed's unit test: the
+    two spellings of the same four kinds of entries agree."""
+    from tests.unit.test_policy import ENTRIES, IMAGE_CASES
+
+    apiserver, release = acceptance_crd, release_name()
+    path = f"/apis/gpu-acceptance.io/v1alpha1/namespaces/{namespace}/acceptancetests"
+    created = iter(range(1000))
+
+    def create(image: str) -> dict:
+        body = {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+                "metadata": {"name": f"image-{next(created)}"}, "spec": {"image": image}}
+        return apiserver.request("POST", path, body, expect=None)
+
+    values = {"watchNamespaces": [namespace], "userPolicy": {"allowedImages": list(ENTRIES)}}
+    helm("install", release, str(CHART), "-n", namespace, "--skip-crds", *values_file(values, tmp_path), env=helm_env)
+    try:
+        answer = wait_for(lambda: (a := create("evil.example/fake:1"))["_status"] != 201 and a,
+                          "the ValidatingAdmissionPolicy to refuse an image outside allowedImages", timeout=60)
+        assert answer["_status"] == 403, answer
+        assert ("spec.image: evil.example/fake:1 is not an image this operator allows (an administrator can allow "
+                "it with the chart value userPolicy.allowedImages)") in answer["message"], answer["message"]
+        for image, allowed in IMAGE_CASES:
+            assert create(image)["_status"] == (201 if allowed else 403), image
+        workload = by_kind(render({}))["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert create(workload.replace("/operator:", "/workload:"))["_status"] == 201  # the configured one
+        assert create("")["_status"] == 422  # not an image at all: the CRD's own bound
+    finally:
+        helm("uninstall", release, "-n", namespace, env=helm_env)

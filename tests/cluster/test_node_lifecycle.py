@@ -20,7 +20,7 @@ import pytest
 
 from tests.apiserver import ApiServer
 from tests.cluster.conftest import StartOperator
-from tests.cluster.operator_harness import Cluster, OperatorProcess, report
+from tests.cluster.operator_harness import Cluster, OperatorProcess, node_actions_env, report
 from tests.cluster.test_real_controllers import REAL_ENV, real_cluster, running_pods  # noqa: F401 (a fixture)
 from tests.devcluster import Controllers
 
@@ -38,7 +38,7 @@ def lifecycle(real_cluster: RealCluster,  # noqa: F811 (the fixture imported abo
     """The operator with node actions on, watching a namespace of its own; the nodes put back as they were after."""
     server, nodes, _ = real_cluster
     namespace = server.create_namespace(f"life-{uuid.uuid4().hex[:6]}")
-    proc = start_operator(server.kubeconfig, [namespace], {**REAL_ENV, "GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    proc = start_operator(server.kubeconfig, [namespace], {**REAL_ENV, **node_actions_env(namespace)})
     cluster = Cluster(server, namespace, proc.log_tail)
     yield cluster, proc
     for name in [t["metadata"]["name"] for t in cluster.server.request("GET", cluster.test_path())["items"]]:
@@ -209,3 +209,31 @@ def play_sweep(cluster: Cluster, controllers: Controllers) -> None:
         return (cluster.status("nightly").get("phase") or "Running") in ("Succeeded", "Failed")
 
     cluster.wait(step, "the sweep to end", timeout=240)
+
+
+def test_a_pass_with_a_loosened_threshold_leaves_the_gate_and_the_profiles_thresholds_lift_it(
+        lifecycle: tuple[Cluster, OperatorProcess], real_cluster: RealCluster):  # noqa: F811
+    """Issue 36 on the dev cluster: the same passing test on a gated node, first with a floor loosened below its
+    profile's (judged, but the node stays gated, and the verdict and an event say why), then as the profile has it."""
+    cluster, _ = lifecycle
+    server, nodes, _ = real_cluster
+    node = nodes[0]
+    taint(server, node)
+    loose = {**single_node_test(node), "checks": {"ddp": {"thresholds": {"minScalingEfficiency": 0.01}}}}
+    why = ("nodes not changed: thresholds looser than profile h100-sxm's: "
+           "checks.ddp.thresholds.minScalingEfficiency 0.01 (profile: 0.9)")
+    for name, spec in (("admit-loose", loose), ("admit", single_node_test(node))):
+        cluster.create_test(name, spec)
+        (pod,) = running_pods(cluster, name, 1)
+        assert pod["spec"]["nodeName"] == node
+        cluster.write_report(name, report(1, nodes=(node,)), place_pods=False)
+        cluster.wait_phase(name, "Succeeded", timeout=120)
+        if name == "admit-loose":
+            assert cluster.condition(name, "Succeeded")["message"].endswith(f"; {why}")
+            assert cluster.wait_event(name, "NodeActionSkipped")[2] == why
+            assert UNTESTED in node_of(server, node)["spec"]["taints"]  # still gated
+            assert "gpu-acceptance.io/passed" not in (node_of(server, node)["metadata"].get("labels") or {})
+            cluster.delete_test(name)
+            cluster.wait(lambda: not gpu_pods(server, cluster.ns), "the loose run's pod to go", timeout=120)
+    cluster.wait(lambda: not node_of(server, node)["spec"].get("taints"), f"{node}'s gate to be lifted")
+    assert "nodes not changed" not in cluster.condition("admit", "Succeeded")["message"]

@@ -25,9 +25,11 @@ RELEASE_NAMESPACE = "gpu-acceptance-system"
 LABELS = {"gpu-acceptance.io/test": "gate", "gpu-acceptance.io/generation": "1"}
 
 
-def install_chart_rbac(server: ApiServer) -> tuple[str, dict[str, str]]:
-    """Apply the chart's identity and RBAC (nodeActions on); return the ServiceAccount and the operator's env."""
-    objects = by_kind(render({"nodeActions": {"enabled": True}}, namespace=RELEASE_NAMESPACE))
+def install_chart_rbac(server: ApiServer, namespace: str) -> tuple[str, dict[str, str]]:
+    """Apply the chart's identity and RBAC (nodeActions on for the tests of `namespace`); return the ServiceAccount
+    and the operator's env."""
+    objects = by_kind(render({"nodeActions": {"enabled": True, "namespaces": [namespace]}},
+                             namespace=RELEASE_NAMESPACE))
     server.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                   "metadata": {"name": RELEASE_NAMESPACE}}, expect=(201, 409))
     rbac = objects["ServiceAccount"] + objects["ClusterRole"] + objects["ClusterRoleBinding"]
@@ -42,14 +44,15 @@ def install_chart_rbac(server: ApiServer) -> tuple[str, dict[str, str]]:
 def test_lifecycle_with_the_charts_rbac_only(pytorch_only_apiserver: ApiServer, start_operator: StartOperator,
                                              tmp_path: Path):
     server = pytorch_only_apiserver
-    account, chart_env = install_chart_rbac(server)
+    namespace = f"rbac-{uuid.uuid4().hex[:6]}"
+    account, chart_env = install_chart_rbac(server, namespace)
     token = server.token_for_service_account(RELEASE_NAMESPACE, account, create=False)
     kubeconfig = server.kubeconfig_for_token(token, tmp_path / "operator.kubeconfig")
     # The chart's environment, with the test's short report grace.
     env = {k: v for k, v in chart_env.items() if k.startswith("GPU_ACCEPTANCE_")}
     proc = start_operator(kubeconfig, None, {**env, "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "1"})
 
-    namespace = server.create_namespace(f"rbac-{uuid.uuid4().hex[:6]}")
+    namespace = server.create_namespace(namespace)
     cluster = Cluster(server, namespace, proc.log_tail)
     bad_node = f"gpu-rbac-{uuid.uuid4().hex[:6]}"
     pool = [f"{bad_node}-pool-{i}" for i in range(2)]

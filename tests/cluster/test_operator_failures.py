@@ -17,7 +17,8 @@ from tests.cluster.conftest import StartOperator
 from tests.cluster.operator_harness import Cluster, OperatorProcess
 
 LABELS = {"gpu-acceptance.io/test": "broken", "gpu-acceptance.io/generation": "1"}
-SHORT_GRACE = {"GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "2"}
+# registry.invalid/: the image that cannot be pulled is one the operator allows (userPolicy.allowedImages).
+SHORT_GRACE = {"GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "2", "GPU_ACCEPTANCE_ALLOWED_IMAGES": "registry.invalid/"}
 
 
 def failed(cluster: Cluster, name: str, reason: str) -> dict:

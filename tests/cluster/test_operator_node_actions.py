@@ -10,7 +10,7 @@ import pytest
 
 from tests.apiserver import ApiServer
 from tests.cluster.conftest import StartOperator
-from tests.cluster.operator_harness import Cluster, report
+from tests.cluster.operator_harness import Cluster, node_actions_env, report
 
 
 @pytest.fixture
@@ -43,7 +43,7 @@ def run_to_failure(cluster: Cluster, on_failure: str, good: str, bad: str) -> No
 @pytest.mark.parametrize("action", ["label", "taint", "cordon"])
 def test_blamed_node_is_marked(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperator,
                                nodes: tuple[str, str], action: str):
-    proc = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace], node_actions_env(namespace))
     cluster = Cluster(acceptance_crd, namespace, proc.log_tail)
     good, bad = nodes
     taints = node(acceptance_crd, bad)["spec"]["taints"]  # ours plus what admission added (not-ready)
@@ -75,7 +75,7 @@ def test_node_actions_off_means_skipped_with_an_event(cluster: Cluster, acceptan
 
 def test_passing_run_touches_no_node(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperator,
                                      nodes: tuple[str, str]):
-    proc = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace], node_actions_env(namespace))
     cluster = Cluster(acceptance_crd, namespace, proc.log_tail)
     good, bad = nodes
     cluster.create_test("blame", {"nodes": 2, "onFailure": "cordon"})
@@ -95,7 +95,7 @@ def pass_on(cluster: Cluster, name: str, nodes: tuple[str, ...], spec: dict) -> 
 
 def test_a_pass_uncordons_only_what_the_operator_cordoned(acceptance_crd: ApiServer, namespace: str,
                                                           start_operator: StartOperator, nodes: tuple[str, str]):
-    proc = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace], node_actions_env(namespace))
     cluster = Cluster(acceptance_crd, namespace, proc.log_tail)
     good, bad = nodes
     run_to_failure(cluster, "cordon", good, bad)  # the operator cordons bad, and says so on the node
@@ -135,7 +135,7 @@ def test_on_pass_without_node_actions_is_skipped_with_an_event_and_the_gauge_sur
 
 def test_a_validated_node_that_fails_loses_its_passed_label(acceptance_crd: ApiServer, namespace: str,
                                                             start_operator: StartOperator, nodes: tuple[str, str]):
-    proc = start_operator(acceptance_crd.kubeconfig, [namespace], {"GPU_ACCEPTANCE_NODE_ACTIONS": "true"})
+    proc = start_operator(acceptance_crd.kubeconfig, [namespace], node_actions_env(namespace))
     cluster = Cluster(acceptance_crd, namespace, proc.log_tail)
     good, bad = nodes
     pass_on(cluster, "first", (good, bad), {"onPass": {"label": True}})

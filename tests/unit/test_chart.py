@@ -163,6 +163,17 @@ def test_operator_env_defaults() -> None:
         f"ghcr.io/gpu-acceptance/operator:{CHART_META['appVersion']}"
     assert env["GPU_ACCEPTANCE_ALLOW_HOST_PATH"] == env["GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME"] == "false"
     assert env["GPU_ACCEPTANCE_ALLOW_HOST_NETWORK"] == "false"
+    # Only the configured workload image; node actions for the tests of the release's namespace only.
+    assert env["GPU_ACCEPTANCE_ALLOWED_IMAGES"] == ""
+    assert env["GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES"] == "gpu-acceptance-system"
+
+
+def test_allowed_images_and_node_action_namespaces_reach_the_operator() -> None:
+    env = env_of(operator_container(render({
+        "userPolicy": {"allowedImages": ["mirror.local/gpu/", "sha256:" + "a" * 64]},
+        "nodeActions": {"enabled": True, "namespaces": ["ops", "burn-in"]}})))
+    assert env["GPU_ACCEPTANCE_ALLOWED_IMAGES"] == "mirror.local/gpu/,sha256:" + "a" * 64
+    assert env["GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES"] == "ops,burn-in"
 
 
 def test_user_policy_and_init_image_reach_the_operator() -> None:
@@ -220,21 +231,47 @@ def test_user_policy_is_enforced_at_admission_where_the_cluster_serves_the_api()
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [{
         "apiGroups": ["gpu-acceptance.io"], "apiVersions": ["v1alpha1"], "operations": ["CREATE"],
         "resources": ["acceptancetests"]}]
-    fields = [v["message"].split(":")[0] for v in policy["spec"]["validations"]]
-    assert fields == ["spec.pod.volumes", "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
+    fields = [(v.get("message") or v["messageExpression"].strip("'")).split(":")[0]
+              for v in policy["spec"]["validations"]]
+    assert fields == ["spec.image", "spec.pod.volumes", "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
 
     host_allowed = user_policy(by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": False,
                                                   "allowHostNetwork": False}}, api_versions=VAP_API)))
     (policy,) = host_allowed["ValidatingAdmissionPolicy"]
-    assert [v["message"].split(":")[0] for v in policy["spec"]["validations"]] == [
-        "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
+    assert [v.get("message", "spec.image").split(":")[0] for v in policy["spec"]["validations"]] == [
+        "spec.image", "spec.pod.serviceAccountName", "spec.pod.hostNetwork"]
     network_only = user_policy(by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True,
                                                               "allowHostNetwork": False}}, api_versions=VAP_API)))
     (policy,) = network_only["ValidatingAdmissionPolicy"]
-    assert [v["message"].split(":")[0] for v in policy["spec"]["validations"]] == ["spec.pod.hostNetwork"]
+    assert [v.get("message", "spec.image").split(":")[0] for v in policy["spec"]["validations"]] == [
+        "spec.image", "spec.pod.hostNetwork"]
     every = user_policy(by_kind(render({"userPolicy": {"allowHostPath": True, "allowServiceAccountName": True,
                                                        "allowHostNetwork": True}}, api_versions=VAP_API)))
-    assert "ValidatingAdmissionPolicy" not in every and "ValidatingAdmissionPolicyBinding" not in every
+    (policy,) = every["ValidatingAdmissionPolicy"]  # spec.image is always gated
+    assert [v["expression"] for v in policy["spec"]["validations"]] == [
+        "!has(object.spec.image) || object.spec.image == "
+        f"'ghcr.io/gpu-acceptance/workload:{CHART_META['appVersion']}'"]
+
+
+def test_allowed_images_become_the_admission_policys_image_rule() -> None:
+    """One CEL alternative per entry, by its kind (policy.image_allowed): the test of these alternatives against the
+    API server is tests/cluster/test_chart.py's."""
+    digest = "sha256:" + "0" * 64
+    (policy,) = user_policy(by_kind(render({
+        "workloadImage": "mirror.local/workload:2",
+        "userPolicy": {"allowedImages": ["registry.example/gpu/", "mirror.example/workload", "pinned.example/w:1.2",
+                                         f"exact.example/w@{digest}", digest]}},
+        api_versions=VAP_API)))["ValidatingAdmissionPolicy"]
+    rule = policy["spec"]["validations"][0]
+    assert rule["expression"] == " || ".join([
+        "!has(object.spec.image)", "object.spec.image == 'mirror.local/workload:2'",
+        "object.spec.image.startsWith('registry.example/gpu/')",
+        "object.spec.image == 'mirror.example/workload' || object.spec.image.startsWith('mirror.example/workload:') "
+        "|| object.spec.image.startsWith('mirror.example/workload@')",
+        "object.spec.image == 'pinned.example/w:1.2'", f"object.spec.image == 'exact.example/w@{digest}'",
+        f"object.spec.image.endsWith('@{digest}')"])
+    assert rule["messageExpression"].endswith("remove spec.image to run mirror.local/workload:2'")
+    assert "userPolicy.allowedImages" in rule["messageExpression"] and rule["reason"] == "Forbidden"
 
 
 def user_policy(kinds: dict[str, list[dict]], suffix: str = "-user-policy") -> dict[str, list[dict]]:
@@ -435,6 +472,10 @@ def test_grafana_dashboard_covers_what_the_issue_asks_and_uses_its_datasource_va
         ({"userPolicy": {"allowHostPath": "yes", "allowServiceAccountName": False}}, "/userPolicy/allowHostPath"),
         ({"userPolicy": {"allowHostNetwork": 1}}, "/userPolicy/allowHostNetwork"),
         ({"userPolicy": {"allowHostPaths": True}}, "userPolicy"),
+        ({"userPolicy": {"allowedImages": ["evil.example/x:1' || true || '"]}}, "/userPolicy/allowedImages/0"),
+        ({"userPolicy": {"allowedImages": ["a,b"]}}, "/userPolicy/allowedImages/0"),
+        ({"userPolicy": {"allowedImages": "mirror.local/"}}, "/userPolicy/allowedImages"),
+        ({"nodeActions": {"enabled": True, "namespaces": ["GPU Ops"]}}, "/nodeActions/namespaces/0"),
         ({"ulimitInit": {"image": 5}}, "/ulimitInit/image"),
         ({"grafana": {"dashboards": {"enabled": "yes"}}}, "/grafana/dashboards/enabled"),
         ({"grafana": {"dashboards": {"enabled": True, "namespace": "Monitoring"}}}, "/grafana/dashboards/namespace"),

@@ -173,7 +173,32 @@ def test_map_keys_are_checked_with_cel(schema: dict[str, Any]):
     assert env["maxProperties"] == api.MAX_ENV
     assert env["additionalProperties"] == {"type": "string", "maxLength": api.MAX_ENV_VALUE}
     assert {r["rule"] for r in env["x-kubernetes-validations"]} == {
-        f"self.all(k, size(k) <= {api.MAX_ENV_NAME})", "self.all(k, k.matches('^[^=]+$'))"}
+        f"self.all(k, size(k) <= {api.MAX_ENV_NAME})", "self.all(k, k.matches('^[^=]+$'))",
+        *(r["rule"] for r in RESERVED_RULES)}
+
+
+RESERVED_RULES = [
+    {"rule": "self.all(k, !(k in ['GPU_ACCEPTANCE_CONFIG', 'NODE_NAME', 'POD_NAME', 'POD_NAMESPACE', 'MASTER_ADDR', "
+             "'MASTER_PORT']))",
+     "message": "GPU_ACCEPTANCE_CONFIG, NODE_NAME, POD_NAME, POD_NAMESPACE, MASTER_ADDR, MASTER_PORT: set by the "
+                "operator for every run; remove them from env"},
+    {"rule": "self.all(k, !k.startsWith('KUBERNETES_SERVICE_'))",
+     "message": "names starting with KUBERNETES_SERVICE_ are reserved (the kubelet's address of the API server; the "
+                "workload's client would send its token wherever it points); remove them from env"},
+    {"rule": "self.all(k, !k.startsWith('KUBERNETES_PORT'))",
+     "message": "names starting with KUBERNETES_PORT are reserved (the kubelet's address of the API server; the "
+                "workload's client would send its token wherever it points); remove them from env"},
+    {"rule": "self.all(k, !k.startsWith('GPU_ACCEPTANCE_'))",
+     "message": "names starting with GPU_ACCEPTANCE_ are reserved (the operator's and the workload's own settings); "
+                "remove them from env"},
+]
+
+
+@pytest.mark.parametrize("field", ["spec.pod.env", "spec.network.env"])
+def test_reserved_env_names_are_refused_by_the_schema(schema: dict[str, Any], field: str):
+    """Admission refuses what the model refuses: the API server's address, the project's settings, the run's own."""
+    rules = at(schema, field)["x-kubernetes-validations"]
+    assert [r for r in rules if r in RESERVED_RULES] == RESERVED_RULES
 
 
 def test_cel_rules_carry_the_cross_field_constraints(schema: dict[str, Any]):

@@ -7,7 +7,7 @@ import pytest
 import yaml
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import PASSED_RUN_ANNOTATION
-from acceptance_operator.node_lifecycle import hardware_verdict, node_seen, restore_from_test
+from acceptance_operator.node_lifecycle import asks_to_change_nodes, hardware_verdict, node_seen, restore_from_test
 from acceptance_operator.render import render
 from acceptance_operator.spec_input import RenderError, parse_test
 
@@ -60,6 +60,20 @@ def test_render_says_what_the_operator_does_to_nodes():
 def test_only_a_hardware_verdict_acts_on_nodes():
     assert hardware_verdict("h100-sxm") and hardware_verdict(None)
     assert not hardware_verdict("cpu-smoke")  # a smoke verdict never acts on nodes
+
+
+@pytest.mark.parametrize(("spec", "passed", "failed", "asks"), [
+    ({}, True, [], False), ({}, False, ["n1"], False),  # nothing asked
+    ({"onPass": {"label": True}}, True, [], True),
+    ({"onPass": {"label": True}}, False, ["n1"], True),  # a failed node loses the label
+    ({"onPass": {"removeTaints": ["gpu-acceptance.io/untested"]}}, False, ["n1"], False),  # a failure lifts nothing
+    ({"onFailure": "taint"}, False, ["n1"], True), ({"onFailure": "taint"}, False, [], False),  # none blamed
+    ({"onFailure": "taint"}, True, [], False),
+    ({"onPass": {"label": True}, "onFailure": "cordon", "profile": "cpu-smoke"}, True, [], False),
+])
+def test_which_verdicts_ask_to_change_nodes(spec: dict, passed: bool, failed: list[str], asks: bool):
+    """Only these say "nodes not changed: <why>" when their standing refuses node actions (policy.py)."""
+    assert asks_to_change_nodes(parse_test(manifest(spec)), passed, failed) is asks
 
 
 def passed_test(profile: str = "h100-sxm", phase: str = "Succeeded", sweep: bool = False) -> dict:

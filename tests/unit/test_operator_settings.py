@@ -90,3 +90,21 @@ def test_settings_import_no_kopf():
     code = ("import sys, acceptance_operator.settings, acceptance_operator.policy, acceptance_operator.manifests; "
             "sys.exit('kopf' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_allowed_images_and_node_action_namespaces(monkeypatch):
+    """Comma-separated lists; the namespaces default to the operator's own (POD_NAMESPACE), outside a pod to none."""
+    for var in ("GPU_ACCEPTANCE_ALLOWED_IMAGES", "GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES", "POD_NAMESPACE",
+                "GPU_ACCEPTANCE_DEFAULT_IMAGE"):
+        monkeypatch.delenv(var, raising=False)
+    s = OperatorSettings.from_env()
+    assert (s.allowed_images, s.node_action_namespaces) == ((), ())
+    assert s.image_entries() == (f"ghcr.io/gpu-acceptance/workload:{__version__}",)
+    monkeypatch.setenv("POD_NAMESPACE", "gpu-acceptance-system")
+    assert OperatorSettings.from_env().node_action_namespaces == ("gpu-acceptance-system",)
+    monkeypatch.setenv("GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES", " ops, burn-in ,")
+    monkeypatch.setenv("GPU_ACCEPTANCE_ALLOWED_IMAGES", "registry.local/gpu/,sha256:" + "a" * 64)
+    monkeypatch.setenv("GPU_ACCEPTANCE_DEFAULT_IMAGE", "registry.local/workload:dev")
+    s = OperatorSettings.from_env()
+    assert s.node_action_namespaces == ("ops", "burn-in")
+    assert s.image_entries() == ("registry.local/workload:dev", "registry.local/gpu/", "sha256:" + "a" * 64)

@@ -171,3 +171,44 @@ def test_the_liveness_bounds_are_shown_and_enforced(tmp_path: Path):
     low = render(write(tmp_path, bad("{checks: {heartbeatTimeoutSeconds: 5}}")))
     assert low.returncode != 0
     assert "spec.checks.heartbeatTimeoutSeconds: Input should be greater than or equal to 10" in low.stderr
+
+
+ISSUE_36 = """apiVersion: gpu-acceptance.io/v1alpha1
+kind: AcceptanceTest
+metadata: {name: tenant-admit}
+spec:
+  image: evil.example/fake:1
+  checks: {ddp: {thresholds: {minScalingEfficiency: 0.01}}}
+  pod: {env: {KUBERNETES_SERVICE_HOST: 203.0.113.9}}
+  onPass: {removeTaints: [gpu-acceptance.io/untested], label: true}
+"""
+
+
+def test_a_tenants_admission_attempt_is_refused_image_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The manifest of issue 36: an image of the user's choice and the API server's address redirected are refused,
+    each in its line (the allowed images: the operator's workload image unless GPU_ACCEPTANCE_ALLOWED_IMAGES says)."""
+    for var in ("GPU_ACCEPTANCE_ALLOWED_IMAGES", "GPU_ACCEPTANCE_DEFAULT_IMAGE"):
+        monkeypatch.delenv(var, raising=False)
+    proc = render(write(tmp_path, ISSUE_36))
+    assert proc.returncode == 1 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert lines[0].endswith("is not a valid AcceptanceTest:")
+    assert lines[1].startswith("  spec.image: 'evil.example/fake:1' is not an image this operator allows ")
+    assert "userPolicy.allowedImages" in lines[1]
+    assert lines[2].startswith("  spec.pod.env.KUBERNETES_SERVICE_HOST: names starting with KUBERNETES_SERVICE_ are "
+                               "reserved")
+    assert len(lines) == 3
+    allowed = render(write(tmp_path, ISSUE_36), env={"GPU_ACCEPTANCE_ALLOWED_IMAGES": "evil.example/"})
+    assert allowed.returncode == 1 and "spec.image" not in allowed.stderr
+    assert "KUBERNETES_SERVICE_HOST" in allowed.stderr
+
+
+def test_render_says_when_a_tests_thresholds_keep_it_from_changing_nodes(tmp_path: Path):
+    manifest = ISSUE_36.replace("  image: evil.example/fake:1\n", "").replace(
+        "  pod: {env: {KUBERNETES_SERVICE_HOST: 203.0.113.9}}\n", "")
+    proc = render(write(tmp_path, manifest))
+    assert proc.returncode == 0, proc.stderr
+    assert ("# nodes not changed by this test: thresholds looser than profile h100-sxm's: "
+            "checks.ddp.thresholds.minScalingEfficiency 0.01 (profile: 0.9)\n") in proc.stdout
+    proc = render(write(tmp_path, manifest.replace("0.01", "0.95")))
+    assert proc.returncode == 0 and "nodes not changed" not in proc.stdout

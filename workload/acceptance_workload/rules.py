@@ -366,6 +366,53 @@ def key(check: str, name: str) -> str | None:
     return None if found is None else found.key
 
 
+def _looser(r: Rule, th: Any, base: Any, run: Run) -> bool:
+    """Whether row `r` judges more leniently with thresholds `th` than with `base` (the profile's), in the direction
+    of its comparison: a lower floor, a higher ceiling, an older version, another required text, no threshold where
+    the profile has one. A requirement the profile does not make is never looser."""
+    ours, theirs = r.threshold.derive(th, run), r.threshold.derive(base, run)
+    if r.threshold.expect is not None:
+        want, have = r.threshold.expect(th, run), r.threshold.expect(base, run)
+        if have is not None and want != have:
+            if r.kind != "version" or want is None:
+                return True
+            from acceptance_workload.preflight import version_tuple
+
+            return version_tuple(want) < version_tuple(have)
+    if r.kind == "inter_node":  # the row's field is the ratio to the others' median, a floor of its own
+        ours, theirs = inter_node_ratio(th), inter_node_ratio(base)
+    if theirs is None:
+        return False
+    if ours is None:
+        return True
+    return ours < theirs if r.comparison == "ge" else ours > theirs if r.comparison == "le" else ours != theirs
+
+
+def loosened(check: str, thresholds: Any, profile: Any, run: Run | None = None) -> list[tuple[str, Any, Any]]:
+    """The thresholds of `check` that judge more leniently than the profile's: (key, value, the profile's value),
+    one per field ("ddp.minScalingEfficiency", 0.01, 0.9). `thresholds` and `profile` are the check's thresholds
+    resolved with and without the spec's overrides, for the same run (run nodes, GPUs, fabric).
+
+    The direction of each field is its rows' comparison in RULES, so a new row needs nothing here. A field no row
+    reads has no direction: set to anything but the profile's value, it counts as looser (fail closed).
+    """
+    run = run or Run()
+    out: dict[str, tuple[str, Any, Any]] = {}
+    read: set[str] = set()
+    for r in _ROWS:
+        if r.check != check or r.threshold.attr is None:
+            continue
+        read.add(r.threshold.attr)
+        if r.key not in out and _looser(r, thresholds, profile, run):
+            out[r.key] = (r.key, getattr(thresholds, r.threshold.attr), getattr(profile, r.threshold.attr))
+    for attr, info in THRESHOLD_MODELS[check].model_fields.items():
+        ours, theirs = getattr(thresholds, attr), getattr(profile, attr)
+        if attr not in read and ours != theirs:
+            key = f"{check}.{info.alias or attr}"
+            out[key] = (key, ours, theirs)
+    return list(out.values())
+
+
 def thresholds_of(config: WorkloadConfig, check: str) -> Any:
     """The resolved thresholds model of one check in a run's configuration."""
     return getattr(config.checks, check).thresholds

@@ -49,3 +49,13 @@ app.kubernetes.io/component: operator
 {{- define "gpu-acceptance.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
+
+{{/* The workload image of tests that name none: workloadImage, else the workload image of the chart's appVersion. */}}
+{{- define "gpu-acceptance.workloadImage" -}}
+{{- .Values.workloadImage | default (printf "ghcr.io/gpu-acceptance/workload:%s" .Chart.AppVersion) }}
+{{- end }}
+
+{{/* Namespaces whose tests may change nodes: nodeActions.namespaces, else the release's. */}}
+{{- define "gpu-acceptance.nodeActionNamespaces" -}}
+{{- .Values.nodeActions.namespaces | default (list .Release.Namespace) | join "," }}
+{{- end }}

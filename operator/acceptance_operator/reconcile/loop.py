@@ -17,7 +17,7 @@ from acceptance_operator.calm import describe_error
 from acceptance_operator.conditions import INVALID_SPEC, RunState, is_finished
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
-from acceptance_operator.policy import policy_problems
+from acceptance_operator.policy import policy_problems, written_image_problems
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.delete import delete_children
 from acceptance_operator.reconcile.follow import follow_run
@@ -52,7 +52,8 @@ def reconcile(k: Kube, namespace: str, name: str, now: datetime, logger: logging
         test = effective(parse_test(obj))
         lines = policy_problems(test, rt.SETTINGS)
     except ValidationError as e:
-        lines = spec_input.validation_messages(e, {"spec": obj.get("spec") or {}})
+        lines = [*written_image_problems(obj.get("spec"), rt.SETTINGS),
+                 *spec_input.validation_messages(e, {"spec": obj.get("spec") or {}})]
     schedule = test.spec.schedule if test is not None else None
     current = runs.current_run(status, generation)
     due = runs.due(current, is_finished(obj), generation, rerun_of(obj), schedule,

@@ -20,6 +20,7 @@ from acceptance_operator.backends import backend_of
 from acceptance_operator.conditions import RunState, clip_message, conditions_for, is_smoke
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
+from acceptance_operator.policy import node_action_problems
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.runtime import conditions_of, inputs, timestamp
 from acceptance_operator.verdict import measured_nodes
@@ -108,15 +109,14 @@ def conclude(
     meta = obj["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     status = obj.get("status") or {}
-    if stop_job:
-        cleanup_child(k, obj, test.spec.backend, manifests.job_name(test), logger)
-    # The workload's identity was only for writing this run's report.
-    for child in manifests.build_rbac(test):
-        cleanup_child(k, obj, child["kind"], child["metadata"]["name"], logger)
+    stop_run(k, obj, test, stop_job, logger)
     run = runs.run_of(test)
     recorded = runs.current_run(status, run.generation)
     start = parse_time(status.get("startTime")) if recorded is not None and recorded.id == run.id else None
     summary = summary or Summary(result="Failed" if state.phase == "Failed" else "Passed")
+    refused = refused_node_actions(test, state, summary) if act_on_nodes else []
+    if refused:
+        state = replace(state, message=f"{state.message}; {node_lifecycle.not_changed(refused)}")
     end = ended or now
     entry = runs.history_entry(run, start or end, end, summary, state.reason)
     history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
@@ -143,7 +143,26 @@ def conclude(
         rt.METRICS.set_nodes(measured_nodes(report))
     if act_on_nodes:  # spec.onFailure / spec.onPass and the last-pass gauge (node_lifecycle.py)
         node_lifecycle.after_verdict(k, obj, test, passed=state.phase == "Succeeded", summary=summary, report=report,
-                                     now=now, allowed=rt.SETTINGS.node_actions, metrics=rt.METRICS)
+                                     now=now, allowed=rt.SETTINGS.node_actions, metrics=rt.METRICS,
+                                     refused=refused)
+
+
+def refused_node_actions(test: AcceptanceTest, state: RunState, summary: Summary) -> list[str]:
+    """Why this verdict's node actions are refused (policy.node_action_problems), where node actions are on and
+    the verdict asks for them; the verdict and an event say it as "nodes not changed: <why>"."""
+    passed = state.phase == "Succeeded"
+    if not rt.SETTINGS.node_actions or not node_lifecycle.asks_to_change_nodes(test, passed, summary.failed_nodes):
+        return []
+    return node_action_problems(test, rt.SETTINGS)
+
+
+def stop_run(k: Kube, obj: KubeDict, test: AcceptanceTest, stop_job: bool, logger: logging.Logger) -> None:
+    """Delete the run's job if it still runs (stop_job), and the workload's identity: it was only for writing this
+    run's report."""
+    if stop_job:
+        cleanup_child(k, obj, test.spec.backend, manifests.job_name(test), logger)
+    for child in manifests.build_rbac(test):
+        cleanup_child(k, obj, child["kind"], child["metadata"]["name"], logger)
 
 
 def cleanup_child(k: Kube, obj: KubeDict, kind: str, name: str, logger: logging.Logger) -> None:
