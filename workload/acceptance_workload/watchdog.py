@@ -155,8 +155,7 @@ class Watchdog:
         heartbeat timeout."""
         dead = self.blamer.died()
         if dead:
-            with self._lock:
-                label = self._label
+            label = self.control.last_step  # the stage or step this rank entered last (a step's label outlives it)
             # Rank 0 dead (its guard said so; torchrun's agent keeps the store up): no report will come, as when
             # the store it hosts is unreachable.
             return Blame(describe_culprits(self.control, dead)
@@ -176,8 +175,7 @@ class Watchdog:
         silent = self.blamer.silent(self.heartbeat_timeout)
         if not silent:
             return None
-        with self._lock:
-            label = self._label
+        label = self.control.last_step
         return Blame(f"{describe_culprits(self.control, silent)}: silent for longer than "
                      f"checks.heartbeatTimeoutSeconds ({self.heartbeat_timeout:.0f}s)"
                      + (f"; rank 0's last step: '{label}'" if label else ""), silent)
