@@ -93,13 +93,13 @@ def probe(test: TestRef, *, kubeconfig: str | None = None, seconds: float = PROB
     API server answered and the pod may read it; else why the report could not be delivered, naming the address."""
     from kubernetes.client.exceptions import ApiException
 
-    from acceptance_workload.status import describe_refusal
+    from acceptance_workload.status import core_api, describe_refusal
 
     address = api_server(kubeconfig)
     if not test.evidence:
         return None  # nothing to read: the delivery says why it cannot deliver (status.patch_report)
     try:
-        core = core or _quick_core(kubeconfig)
+        core = core or core_api(kubeconfig)  # no urllib3 retries of its own: this loop retries
     except Exception as e:
         return f"no client configuration to reach the API server: {type(e).__name__}: {str(e)[:300]}"
     name, deadline, attempt = test.evidence[0], time.monotonic() + seconds, 0
@@ -123,17 +123,6 @@ def probe(test: TestRef, *, kubeconfig: str | None = None, seconds: float = PROB
         if log:
             log(f"reaching the API server at {address}: attempt {attempt} failed ({why}); retrying")
         time.sleep(min(left, 2.0))
-
-
-def _quick_core(kubeconfig: str | None) -> Any:
-    """A CoreV1Api whose requests fail at once (no urllib3 retries of its own): the caller's loop retries."""
-    from kubernetes import client
-
-    from acceptance_workload.kubeclient import configuration
-
-    cfg = configuration(kubeconfig)
-    cfg.retries = 0
-    return client.CoreV1Api(client.ApiClient(cfg))
 
 
 def reach_stage(session: Any, test: TestRef, report: Report, progress: Callable[[str], None]) -> bool:
