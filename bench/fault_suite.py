@@ -14,8 +14,11 @@ Each scenario runs `gpu-acceptance local --json` as a user would, on a node name
 last GPU, another process holding most of the last GPU's memory (gpu-in-use),
 NCCL_P2P_DISABLE=1 in the environment, SIGSTOP of the last rank's process once
 the NCCL sweep or DDP has started (default settings: its heartbeat must name
-it within 90 s of the stop), SIGKILL of it, one GPU fewer visible than the
-test expects. The sim* scenarios split the GPUs into 2, 3 or 4 simulated nodes
+it within 90 s of the stop), SIGKILL of it (in DDP: named with the signal
+within 10 s), one GPU fewer visible than the test expects, a 32 MiB tmpfs as
+the shared volume of checks.fsdp + checks.storage (storage_capacity must
+fail; needs root), every host CPU kept busy by other processes (the failure
+must say "host CPUs"). The sim* scenarios split the GPUs into 2, 3 or 4 simulated nodes
 (`--simulate-nodes`, NCCL's network path between them) and run only the NCCL
 all_reduce sweep and the inter-node localisation; simN-slowed saturates the
 last simulated node's GPUs with another process. Nothing inside the workload
@@ -94,6 +97,13 @@ class Ctx:
     def last(self) -> int:
         return self.gpus - 1
 
+    @property
+    def tiny(self) -> Path:
+        """The mount point of the tiny-volume scenario's tmpfs."""
+        path = self.tmp / "tiny-volume"
+        path.mkdir(exist_ok=True)
+        return path
+
 
 @dataclass
 class Outcome:
@@ -155,6 +165,7 @@ class Scenario:
     victim: Callable[[Ctx], int] = lambda c: 0  # with simulated nodes: the node slowed
     result: str | None = None  # the failed result that must name the GPU (e.g. gpu_in_use)
     within: float | None = None  # the run must end (its verdict written) this long after the fault
+    says: str | None = None  # the failure must say this (in a failed result's name or message, or the error)
 
     def node(self, ctx: Ctx) -> str:
         return f"sim-node-{self.victim(ctx)}" if self.nodes > 1 else NODE
@@ -221,6 +232,32 @@ def _hog(gpus: Callable[[Ctx], list[int]]) -> Callable[[Ctx], Callable[[], None]
     return setup
 
 
+def _tiny_volume(ctx: Ctx) -> Callable[[], None]:
+    """A 32 MiB tmpfs as the shared volume (root): far less than the checkpoint of checks.fsdp's model."""
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(ctx.tiny)], check=True)
+
+    def stop() -> None:
+        subprocess.run(["umount", str(ctx.tiny)], check=False)
+    return stop
+
+
+def _tiny_volume_args(ctx: Ctx) -> list[str]:
+    path = ctx.tmp / "storage.yaml"
+    path.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    fsdp: {enabled: true}\n    storage: {enabled: true}\n")
+    return ["-f", str(path), "--storage", str(ctx.tiny)]
+
+
+def _busy_host(ctx: Ctx) -> Callable[[], None]:
+    """One busy-looping process per CPU of this host, for the whole run: a neighbour that takes every CPU."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
+
+    def stop() -> None:
+        for p in spinners:
+            p.kill()
+            p.wait()
+    return stop
+
+
 def _sim_args(nodes: int) -> Callable[[Ctx], list[str]]:
     def args(ctx: Ctx) -> list[str]:
         path = ctx.tmp / "sim.yaml"
@@ -261,6 +298,12 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              within=90),
     Scenario("rank-exits", "SIGKILL of the last rank during the NCCL sweep", rank=lambda c: c.last,
              gpu=lambda c: c.last, args=_timeout_manifest, inject=_signal_rank(signal.SIGKILL, 3.0)),
+    Scenario("rank-killed-ddp", "SIGKILL of the last rank during DDP (default timeouts)", rank=lambda c: c.last,
+             gpu=lambda c: c.last, inject=_signal_rank(signal.SIGKILL, 3.0, "ddp"), within=10, says="SIGKILL"),
+    Scenario("tiny-volume", "checks.fsdp + checks.storage on a 32 MiB tmpfs (root)", args=_tiny_volume_args,
+             setup=_tiny_volume, says="storage_capacity"),
+    Scenario("busy-host", "one busy-looping process per host CPU for the whole run", setup=_busy_host,
+             says="host CPUs"),
     Scenario("missing-gpu", "one GPU fewer visible than the test expects",
              env=lambda c: {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(c.gpus - 1))}, gpu_only=True),
     _sim(2, slowed=False), _sim(2, slowed=True), _sim(3, slowed=False), _sim(3, slowed=True),
@@ -332,7 +375,8 @@ def judge(s: Scenario, ctx: Ctx, index: int, code: int, report_file: Path, secon
     report = json.loads(report_file.read_text()) if report_file.exists() else {}
     failed_nodes = report.get("failedNodes", [])
     bad = [r for r in report.get("results", []) if not r.get("passed")]
-    reasons = ([report["error"]] if report.get("error") else []) + [r.get("message", "") for r in bad]
+    reasons = ([report["error"]] if report.get("error") else []) + [f"{r.get('name')}: {r.get('message', '')}"
+                                                                     for r in bad]
     verdict = "PASSED" if report.get("passed") else ("FAILED" if report else f"no report (exit {code})")
     gpu, rank, node = s.gpu(ctx), s.rank(ctx), s.node(ctx)
     named = []
@@ -348,9 +392,11 @@ def judge(s: Scenario, ctx: Ctx, index: int, code: int, report_file: Path, secon
         want = [f"GPU {gpu}" + (f" ({s.result})" if s.result else "")] if gpu is not None and rank is None else []
         want += [f"rank {rank}"] if rank is not None else []
         blamed = failed_nodes == [node] if s.nodes > 1 else node in failed_nodes
-        detected = verdict == "FAILED" and blamed and all(w in named for w in want)
+        said = s.says is None or any(s.says in text for text in reasons)
+        detected = verdict == "FAILED" and blamed and all(w in named for w in want) and said
         expected = f"FAILED, {'exactly ' if s.nodes > 1 else ''}{node}" + (f", {' and '.join(want)}" if want else "")
         expected += f", within {s.within:.0f} s of the fault" if s.within else ""
+        expected += f", saying {s.says!r}" if s.says else ""
     return Outcome(scenario=s.name, run=index, fault=s.fault, expected=expected, verdict=verdict, exit_code=code,
                    failed_nodes=failed_nodes, named=", ".join(named) or "-", detected=detected,
                    seconds=round(seconds, 1), reasons=[r[:400] for r in reasons[:4]])

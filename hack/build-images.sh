@@ -5,6 +5,7 @@
 #
 #   hack/build-images.sh [operator|workload|all]   (default all)
 #   hack/build-images.sh prune                      remove what earlier builds left (dangling layers, build cache)
+#   hack/build-images.sh runtime-check              a RUN step and a container on the Debian base: the OCI runtime
 #
 # BASE=public|debian|auto (default auto): the Dockerfiles' public base images (python:3.12-slim, pytorch/pytorch),
 #   or bases made here from Debian packages (debootstrap, cached under ~/.cache/gpu-acceptance/images) with Python
@@ -12,6 +13,8 @@
 # NCCL_TESTS_SRC=DIR: an nccl-tests source tree for the workload's nccl-tests stage (it needs nvcc, so a CUDA devel
 #   BUILD_IMAGE). Without one the stage is skipped, and the log, the image's label io.gpu-acceptance.nccl-tests and
 #   /opt/nccl-tests/bin/SKIPPED say so (`--check-install --nccl-tests` then fails with that reason).
+# OCI_RUNTIME: the runtime of RUN steps and install checks (default runc where installed, whatever containers.conf
+#   or CONTAINERS_CONF chooses: crun cannot run on hybrid-cgroup hosts).
 # IMAGE_REGISTRY (default ghcr.io/gpu-acceptance), VERSION (default appVersion), FORCE=1 (rebuild even when the
 #   inputs are unchanged: an image whose label io.gpu-acceptance.inputs matches the hash of its files, base and
 #   build arguments is kept, so its revision label names the commit it was built at, whose files were the same).
@@ -38,9 +41,26 @@ WORKLOAD_FILES=(Dockerfile.workload pyproject.toml README.md operator workload h
 log() { printf '[build-images] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-if command -v podman >/dev/null; then ctl=podman; build=(podman build)
-elif command -v buildah >/dev/null; then ctl=buildah; build=(buildah bud)
+if command -v podman >/dev/null; then ctl=podman
+elif command -v buildah >/dev/null; then ctl=buildah
 else die "neither podman nor buildah is installed (Debian: apt-get install podman)"; fi
+
+# The OCI runtime of every RUN step and install check, chosen here whatever containers.conf (or CONTAINERS_CONF)
+# says: OCI_RUNTIME if set, else runc where it is installed (hack/install-tools.sh installs it; the real node runs
+# it too), else the engine's default. crun refuses hosts whose cgroups are hybrid ("cgroups in hybrid mode not
+# supported, drop all controllers from cgroupv2"), and a fresh machine may have crun installed and chosen.
+oci_runtime() {
+  if [ -n "${OCI_RUNTIME:-}" ]; then
+    command -v "$OCI_RUNTIME" >/dev/null || die "OCI_RUNTIME=$OCI_RUNTIME is not installed"
+    command -v "$OCI_RUNTIME"
+  elif command -v runc >/dev/null; then command -v runc
+  fi
+}
+runtime=$(oci_runtime)
+runtime_args=()
+[ -z "$runtime" ] || runtime_args=(--runtime "$runtime")
+if [ "$ctl" = podman ]; then build=(podman "${runtime_args[@]}" build "${runtime_args[@]}")
+else build=(buildah bud "${runtime_args[@]}"); fi
 
 # A command in a container of the image. Its rlimits stay within this shell's own (nofile), and nproc within
 # CONTAINER_NPROC (default 32768): a container runtime asking for more than the hard limits (podman's defaults
@@ -51,9 +71,11 @@ run_image() { # IMAGE COMMAND [ARGS...]
   local nproc=${CONTAINER_NPROC:-32768}
   [ "$(ulimit -Hu)" = unlimited ] || [ "$(ulimit -Hu)" -ge "$nproc" ] || nproc=$(ulimit -Hu)
   local limits=(--ulimit "nofile=$(ulimit -Sn):$(ulimit -Hn)" --ulimit "nproc=$nproc:$nproc")
-  if [ "$ctl" = podman ]; then podman run --rm "${limits[@]}" --entrypoint "$1" "$image" "${@:2}"; return; fi
+  if [ "$ctl" = podman ]; then
+    podman "${runtime_args[@]}" run --rm "${limits[@]}" --entrypoint "$1" "$image" "${@:2}"; return
+  fi
   local c status=0; c=$(buildah from --pull=never "$image")
-  buildah run "$c" -- "$@" || status=$?
+  buildah run "${runtime_args[@]}" "$c" -- "$@" || status=$?
   buildah rm "$c" >/dev/null
   return "$status"
 }
@@ -192,6 +214,18 @@ workload_image() {
   fi
 }
 
+# What a build needs of the OCI runtime, in seconds: a RUN step on the Debian base, then a container of the result.
+runtime_check() {
+  debian_image
+  local dir tag=localhost/gpu-acceptance/runtime-check:latest
+  dir=$(mktemp -d)
+  printf 'FROM %s\nRUN echo "built with a RUN step" >/built\n' "$DEBIAN_IMAGE" >"$dir/Containerfile"
+  "${build[@]}" --pull=never --layers=false -t "$tag" "$dir"
+  rm -rf "$dir"
+  run_image "$tag" cat /built
+  "$ctl" rmi "$tag" >/dev/null
+}
+
 # Dangling images (a rebuilt tag's old image, failed builds' layers) and stopped containers; tagged images stay.
 prune() {
   "$ctl" image prune -f >/dev/null 2>&1 || true
@@ -201,11 +235,13 @@ prune() {
 what=${1:-all}
 case "$what" in
   prune) prune; exit 0 ;;
+  runtime-check) log "OCI runtime: ${runtime:-the default of $ctl}"; runtime_check; exit 0 ;;
   operator | workload | all) ;;
-  -h | --help) sed -n '2,22p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) die "unknown target $what (see --help)" ;;
 esac
 trap 'rm -rf "${tmp_conf:-}"' EXIT
+log "OCI runtime: ${runtime:-the default of $ctl}"
 build_mounts
 choose_base
 [ "$what" = workload ] || operator_image

@@ -9,12 +9,14 @@ ImagePullBackOff, Error), and end with what to do.
 from __future__ import annotations
 
 import re
+import signal
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from acceptance_workload import delivery
+from acceptance_workload.deaths import exit_code_signal, signal_name
 
 from acceptance_operator.backends import controller_of, job_state
 from acceptance_operator.conditions import (
@@ -46,6 +48,8 @@ _UNTOLERATED = re.compile(r"(\d+) node\(s\) had untolerated taint \{([^:}]+)")
 # Taints the node lifecycle controller puts on a node that stopped being Ready: no toleration is the answer.
 NOT_READY_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready")
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9](?:[A-Za-z0-9./_-]*[A-Za-z0-9])?)")
+# What a controller, the kubelet or a person sends to stop a pod: a container ended by one was stopped, not killed.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 @dataclass(frozen=True)
@@ -88,13 +92,27 @@ def pod_phases(pods: list[KubeDict]) -> str:
     return ", ".join(f"{n} {phase}" for phase, n in sorted(counts.items()))
 
 
+def _terminated(status: KubeDict) -> KubeDict | None:
+    return (status.get("state") or {}).get("terminated") or (status.get("lastState") or {}).get("terminated")
+
+
+def _signal(term: KubeDict) -> int | None:
+    """The signal that ended a container: its exit code is 128 + N (137: SIGKILL, 139: SIGSEGV)."""
+    code = term.get("exitCode")
+    return exit_code_signal(code) if isinstance(code, int) else None
+
+
 def container_failure(pod: KubeDict) -> str | None:
-    """What ended a pod's container with an error, e.g. 'container pytorch exited with code 137 (OOMKilled)'."""
+    """What ended a pod's container with an error, e.g. 'container pytorch exited with code 137 (OOMKilled), killed
+    by SIGKILL (signal 9)'."""
     for what, s in _statuses(pod):
-        term = (s.get("state") or {}).get("terminated") or (s.get("lastState") or {}).get("terminated")
+        term = _terminated(s)
         if term and (term.get("exitCode", 0) != 0 or term.get("reason") == "OOMKilled"):
             reason = term.get("reason") or "Error"
             text = f"{what} {s.get('name', '?')} exited with code {term.get('exitCode', '?')} ({reason})"
+            sig = _signal(term)
+            if sig is not None:
+                text += f", killed by {signal_name(sig)} (signal {sig})"
             if reason == "OOMKilled":
                 text += ": it ran out of memory; raise spec.resources.memory or lower the checks' sizes/batch"
             elif term.get("message"):
@@ -131,8 +149,7 @@ def report_not_delivered(pods: list[KubeDict]) -> Finding | None:
     not delivered (delivery.not_delivered): its error, and what its checks said, quoted as unverified."""
     for pod in sorted(pods, key=_launcher):  # rank 0's own pod first; an MPIJob's launcher may carry its log
         for what, s in _statuses(pod):
-            term = (s.get("state") or {}).get("terminated") or (s.get("lastState") or {}).get("terminated") or {}
-            found = delivery.parse(term.get("message"))
+            found = delivery.parse((_terminated(s) or {}).get("message"))
             if found is None:
                 continue
             said = (f" The pod's own summary of its checks, UNVERIFIED (the operator has no report to judge, and "
@@ -146,10 +163,24 @@ def report_not_delivered(pods: list[KubeDict]) -> Finding | None:
     return None
 
 
+def killed_on_node(pod: KubeDict) -> bool:
+    """Its container was OOMKilled, or killed by a signal nobody sends to stop a pod (SIGKILL, SIGSEGV, SIGBUS...),
+    and the pod was not deleted (a deletion ends containers with SIGTERM, then SIGKILL): it died on its node."""
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    for _, s in _statuses(pod):
+        term = _terminated(s) or {}
+        sig = _signal(term)
+        if term.get("reason") == "OOMKilled" or (sig is not None and sig not in STOP_SIGNALS):
+            return True
+    return False
+
+
 def culprit_nodes(pods: list[KubeDict], gpu_pods: int = 0) -> list[str]:
     """The nodes a failed job without a report can be blamed on: where the failure was local.
 
-    Pods that failed while others did not; or, when every pod failed (one
+    Pods killed on their node (killed_on_node: the OOM killer, a signal), even
+    when alone; else pods that failed while others did not; or, when every pod failed (one
     rank's death takes the others down with it), the one that failed strictly
     first. A single pod, or pods that all failed at the same moment, point at
     something common to all (image, command, spec): nobody is blamed then.
@@ -160,6 +191,9 @@ def culprit_nodes(pods: list[KubeDict], gpu_pods: int = 0) -> list[str]:
     be gone; 0 counts the pods given.
     """
     pods = [p for p in pods if not _launcher(p)]
+    killed = sorted({n for p in pods if killed_on_node(p) and (n := _node(p))})
+    if killed:
+        return killed
     failed = [(_finished_at(p), n) for p in pods if container_failure(p) and (n := _node(p))]
     total = max(gpu_pods, len(pods))
     if not failed or total < 2:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from acceptance_workload.guard import MODULE as GUARD_MODULE
+
 from acceptance_operator.api import (
     DEFAULT_OPERATOR_IMAGE,
     AcceptanceTest,
@@ -57,10 +59,12 @@ def torchrun_command(test: AcceptanceTest) -> list[str]:
 
     One node (every sweep run) needs no rendezvous between pods: `--standalone` keeps it inside the pod
     (localhost), so a single-node run depends on no Service DNS name (a cluster without DNS, hostNetwork pods).
+    Each rank runs under its guard (acceptance_workload.guard), which tells rank 0 at once how a rank died:
+    torchrun would only stop the others.
     """
     standalone = ["--standalone"] if test.spec.nodes == 1 else []
     return ["torchrun", *standalone, f"--rdzv-conf=timeout={test.spec.timeout_seconds}", "--max-restarts=0",
-            "-m", "acceptance_workload"]
+            "-m", GUARD_MODULE]
 
 
 def build_pytorchjob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
@@ -111,7 +115,8 @@ def mpi_exported_env(test: AcceptanceTest) -> list[str]:
 
 
 def mpirun_command(test: AcceptanceTest) -> list[str]:
-    """mpirun over nodes x gpusPerNode slots, gpusPerNode ranks per worker, each sourcing its pod's env first."""
+    """mpirun over nodes x gpusPerNode slots, gpusPerNode ranks per worker, each sourcing its pod's env first and
+    running under its guard (acceptance_workload.guard: rank 0 learns at once how a rank died)."""
     spec = test.spec
     cmd = ["mpirun", "--allow-run-as-root", "--tag-output",
            "-np", str(spec.nodes * spec.gpus_per_node),
@@ -120,7 +125,7 @@ def mpirun_command(test: AcceptanceTest) -> list[str]:
         cmd += ["--mca", "plm_rsh_args", f"-p {HOST_NETWORK_SSHD_PORT} -o ConnectionAttempts=10"]
     for name in mpi_exported_env(test):
         cmd += ["-x", name]
-    cmd += ["sh", "-c", f". {POD_ENV_FILE} && exec python -m acceptance_workload"]
+    cmd += ["sh", "-c", f". {POD_ENV_FILE} && exec python -m {GUARD_MODULE}"]
     return cmd
 
 

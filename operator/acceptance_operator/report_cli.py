@@ -69,7 +69,7 @@ def _namespace(given: str | None) -> str:
 
 
 def for_node(report: Report, node: str) -> Report:
-    """The part of the report measured on `node` (its results, sweeps, per-GPU rows and DDP ranks)."""
+    """The part of the report measured on `node` (its results, sweeps, per-GPU rows, DDP ranks and node facts)."""
     ddp = report.ddp.model_copy(update={"ranks": [r for r in report.ddp.ranks if r.node == node]}) \
         if report.ddp else None
     gpu = report.gpu.model_copy(update={"rows": [r for r in report.gpu.rows if r.node == node]}) \
@@ -77,6 +77,7 @@ def for_node(report: Report, node: str) -> Report:
     return report.model_copy(update={
         "results": [r for r in report.results if r.node == node],
         "nccl": [s for s in report.nccl if s.node == node], "ddp": ddp, "gpu": gpu,
+        "nodes": [n for n in report.nodes if n.node == node],
         "failed_nodes": [n for n in report.failed_nodes if n == node]})
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from acceptance_operator.diagnosis import (
+    culprit_nodes,
     failed_pod,
     job_failure,
     job_state,
@@ -245,3 +247,38 @@ def test_a_node_is_lost_only_once_it_stays_not_ready_past_the_grace():
     assert lost_nodes(live, {"n2": unknown}, T0 + timedelta(seconds=59), 60) is None
     finding, nodes = lost_nodes(live, {"n2": unknown}, T0 + timedelta(seconds=60), 60)
     assert nodes == ["n2"] and finding.reason == "NodeNotReady"
+
+
+@pytest.mark.parametrize(("code", "reason", "said"), [
+    (137, "Error", "exited with code 137 (Error), killed by SIGKILL (signal 9)"),
+    (139, "Error", "exited with code 139 (Error), killed by SIGSEGV (signal 11)"),
+    (134, "Error", "exited with code 134 (Error), killed by SIGABRT (signal 6)"),
+    (135, "Error", "exited with code 135 (Error), killed by SIGBUS (signal 7)"),
+    (137, "OOMKilled", "exited with code 137 (OOMKilled), killed by SIGKILL (signal 9): it ran out of memory"),
+    (1, "Error", "exited with code 1 (Error)"),
+])
+def test_a_container_killed_by_a_signal_is_named_with_the_signal(code, reason, said):
+    """Exit code 128 + N is the signal N: the verdict spells it as the workload's launcher does (deaths.py)."""
+    pods = [pod("t-g1-worker-0", "Failed", node="gpu-7", containers=[terminated(code=code, reason=reason)])]
+    message = failed_pod(pods).message
+    assert f"pod t-g1-worker-0 on node gpu-7: container pytorch {said}" in message, message
+    if code < 128:
+        assert "killed by" not in message
+
+
+@pytest.mark.parametrize(("code", "reason", "deleted", "blamed"), [
+    (137, "Error", False, ["gpu-7"]),  # SIGKILL on the node: its node, though it is the only pod
+    (139, "Error", False, ["gpu-7"]),  # SIGSEGV
+    (137, "OOMKilled", False, ["gpu-7"]),
+    (137, "Error", True, []),  # deleted: the deletion's SIGKILL after its grace, not a death on the node
+    (143, "Error", False, []),  # SIGTERM: stopped by someone
+    (2, "Error", False, []),  # the workload's own exit: node or spec, cannot tell from one pod
+])
+def test_a_pod_killed_on_its_node_is_blamed_even_alone(code, reason, deleted, blamed):
+    killed = pod("t-g1-master-0", "Failed", node="gpu-7", containers=[terminated(code=code, reason=reason)])
+    if deleted:
+        killed["metadata"]["deletionTimestamp"] = "2025-01-01T12:01:00Z"
+    assert culprit_nodes([killed], gpu_pods=1) == blamed
+    # With a healthy peer that failed at the same moment (torchrun's peers end with it), the killed one is named.
+    peer = pod("t-g1-worker-0", "Failed", node="gpu-1", containers=[terminated(code=1)])
+    assert culprit_nodes([killed, peer], gpu_pods=2) == blamed

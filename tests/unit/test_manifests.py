@@ -395,7 +395,7 @@ def test_pytorchjob_master_and_workers():
         container = main_container(replica["template"]["spec"])
         assert container["name"] == "pytorch"
         assert container["command"] == ["torchrun", "--rdzv-conf=timeout=1800", "--max-restarts=0",
-                                        "-m", "acceptance_workload"]
+                                        "-m", "acceptance_workload.guard"]
         assert {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"} in container["ports"]
     # Master and Worker pods are built alike but are separate objects (no shared, mutable state).
     master, worker = (r["template"] for r in replicas.values())
@@ -411,7 +411,7 @@ def test_torchrun_accepts_the_command_line():
     env = {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "8", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "t-g3-master-0",
            "PET_MASTER_PORT": "23456"}
     args = torchrun_args(command, env)
-    assert args.module and args.training_script == "acceptance_workload"
+    assert args.module and args.training_script == "acceptance_workload.guard"
     assert args.rdzv_conf == "timeout=3600" and args.max_restarts == 0
     assert (args.nnodes, args.nproc_per_node, args.node_rank) == ("2", "8", 1)
     assert (args.master_addr, args.master_port) == ("t-g3-master-0", 23456)
@@ -458,7 +458,7 @@ def test_mpirun_command_covers_every_slot_and_exports_the_env():
     assert cmd[0] == "mpirun" and "--allow-run-as-root" in cmd
     assert cmd[cmd.index("-np") + 1] == "16"
     assert cmd[cmd.index("--map-by") + 1] == "ppr:8:node"
-    assert cmd[-3:-1] == ["sh", "-c"] and cmd[-1].endswith("exec python -m acceptance_workload")
+    assert cmd[-3:-1] == ["sh", "-c"] and cmd[-1].endswith("exec python -m acceptance_workload.guard")
     exported = {cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"}
     env = env_of(container)
     assert env["MASTER_ADDR"] == "t-g3-worker-0.t-g3.lab.svc" and env["MASTER_PORT"] == "29500"
@@ -481,7 +481,7 @@ def test_mpi_workers_run_sshd_and_publish_their_pod_identity(tmp_path: Path):
     pod_env = {"PATH": os.environ["PATH"], "NODE_NAME": "gpu-node-7", "POD_NAME": "t-g3-worker-1",
                "POD_NAMESPACE": "gpu"}
     subprocess.run(["sh", "-c", start], env=pod_env, check=True, timeout=10)
-    rank = rank_cmd[-1].replace(manifests.POD_ENV_FILE, env_file).replace("python -m acceptance_workload", "env")
+    rank = rank_cmd[-1].replace(manifests.POD_ENV_FILE, env_file).replace("python -m acceptance_workload.guard", "env")
     # A rank started by sshd sees none of the pod's variables until it sources the file.
     out = subprocess.run(["sh", "-c", rank], env={"PATH": os.environ["PATH"]}, capture_output=True, text=True,
                          check=True, timeout=10).stdout.splitlines()

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
+from acceptance_workload.bounded_store import BoundedStore
 from acceptance_workload.control import (
     Blamer,
-    BoundedStore,
     Control,
     Heartbeat,
     RankInfo,
@@ -129,3 +129,28 @@ def test_bounded_store_passes_calls_and_errors_through() -> None:
     assert store.get("k") == b"v" and store.check(["k"]) and store.add("n", 2) == 2
     with pytest.raises(Exception, match=r"(?i)timeout"):
         store.wait(["missing"], timedelta(seconds=0.1))
+
+
+def test_a_rank_whose_process_ended_is_named_with_its_launchers_words_before_its_silence(tmp_path) -> None:
+    """Its launcher or guard wrote its end (deaths.py): named at once, not after watching heartbeats; and the
+    node's directory is passed into the store, where a rank 0 on another node reads it."""
+    from acceptance_workload import deaths
+
+    control, _, beats = _world()
+    try:
+        beats[3].stop()
+        control.mark("ddp")  # rank 0's step; rank 3's own
+        control.store.set("step/3", "ddp window 2")
+        deaths.record(tmp_path, 3, "killed by SIGKILL (signal 9); pid 77")
+        started = time.monotonic()
+        culprits = Blamer(control, control.store, watch_seconds=WATCH, deaths_dir=str(tmp_path)).blame()
+        assert time.monotonic() - started < WATCH  # no heartbeat watch needed
+        assert [(c.rank, c.kind) for c in culprits] == [(3, "died")]
+        results = culprit_results(control, "ddp", culprits)
+        assert [(r.check, r.name, r.node, r.gpu) for r in results] == [("ddp", "rank_exited", "node-b", 1)]
+        assert results[0].message == ("rank 3 on node node-b, GPU 1, died: killed by SIGKILL (signal 9); pid 77, "
+                                      "at step 'ddp window 2'")
+        elsewhere = Blamer(control, control.store, watch_seconds=WATCH, deaths_dir="")  # rank 0 on another node
+        assert [(c.rank, c.kind) for c in elsewhere.died()] == [(3, "died")]
+    finally:
+        _stop_all(beats)

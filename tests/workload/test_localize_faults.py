@@ -234,7 +234,8 @@ def test_a_node_killed_during_or_after_the_stage_is_named_within_the_timeout(
     assert code == 2 and report is not None and not report.passed, stderr[-3000:]
     assert report.failed_nodes == ["sim-node-1"], stderr[-3000:]
     blamed = [(r.check, r.name, r.node) for r in report.results if r.name.startswith("rank_")]
-    assert blamed == [(check, "rank_responding", "sim-node-1")], blamed
-    assert report.error and "stopped responding" in report.error
-    assert report.finished_at is not None  # the report came within the collective timeout (plus a busy host's slack)
-    assert report.finished_at.timestamp() - killed[0] < FROZEN_TIMEOUT + 60
+    # The launcher saw the death: named with its signal at once (test_dead_rank.py), not as a silent rank.
+    assert blamed == [(check, "rank_exited", "sim-node-1")], blamed
+    assert report.error and "killed by SIGKILL" in report.error
+    assert report.finished_at is not None
+    assert report.finished_at.timestamp() - killed[0] < 10

@@ -8,10 +8,13 @@ collective stuck in the main thread does not stop it; a frozen or dead process
 does). Rank 0's watchdog names a rank whose beat stays unchanged for
 checks.heartbeatTimeoutSeconds, in whatever step, however long that step may
 take; the other ranks name rank 0 when the store it hosts stays silent as long.
-When a step does not finish in time, or a rank fails, the Blamer names
-the culprits in this order: ranks whose heartbeat stopped, ranks that reported
-an error, ranks alive but behind the others. No culprit at all means every rank
-is alive and at the same step: the collective itself hung (fabric, NCCL, GPU).
+A rank whose process ended is named at once, with its exit code or signal,
+from what the process that started it wrote down (deaths.py: the local
+launcher, in pods each rank's guard). When a step does not finish in time, or
+a rank fails, the Blamer names the culprits in this order: ranks whose process
+ended, ranks whose heartbeat stopped, ranks that reported an error, ranks alive
+but behind the others. No culprit at all means every rank is alive and at the
+same step: the collective itself hung (fabric, NCCL, GPU).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import sys
 import threading
 import time
@@ -27,6 +29,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
+
+from acceptance_workload import deaths
+from acceptance_workload.bounded_store import BoundedStore
 
 if TYPE_CHECKING:
     from acceptance_workload.report import CheckName, CheckResult
@@ -191,10 +196,12 @@ class Blamer:
     blocked (NCCL's communicator setup waits on the store).
     """
 
-    def __init__(self, control: Control, store: Any, watch_seconds: float = HEARTBEAT_WATCH_SECONDS):
+    def __init__(self, control: Control, store: Any, watch_seconds: float = HEARTBEAT_WATCH_SECONDS,
+                 deaths_dir: str | None = None):
         self.control = control
         self.store = store
         self.watch_seconds = watch_seconds
+        self.deaths_dir = os.environ.get(deaths.DEATHS_ENV) if deaths_dir is None else deaths_dir
         self._seen: dict[int, tuple[float | None, float]] = {}  # rank -> (its last beat, when it changed here)
 
     @classmethod
@@ -209,6 +216,26 @@ class Blamer:
             key = f"error/{r}"
             if r != self.control.rank and self.store.check([key]):
                 out[r] = self.store.get(key).decode(errors="replace")
+        return out
+
+    def died(self) -> list[Culprit]:
+        """Ranks whose process ended, as their launcher or guard wrote it down (deaths.py), with their last step.
+
+        A death written into this node's directory goes into the store too: a guard takes seconds to get there
+        itself (it imports torch only then), and rank 0 may be on another node.
+        """
+        told = deaths.from_store(self.store, self.control.world_size)
+        local = deaths.read(self.deaths_dir)
+        for r in sorted(set(local) - set(told)):  # this node's guards wrote it: rank 0 may be on another node
+            deaths.tell_store(self.store, r, local[r])
+        ended = {**told, **local}
+        ended = {r: text for r, text in ended.items() if r != self.control.rank and r < self.control.world_size}
+        out = []
+        for r, text in sorted(ended.items()):
+            step = "?"
+            with contextlib.suppress(Exception):
+                step = self._step(r)
+            out.append(Culprit(r, "died", f"{text}, at step '{step}'"))
         return out
 
     def final_code(self) -> int | None:
@@ -265,13 +292,22 @@ class Blamer:
         return out
 
     def blame(self, suspects: list[int] | tuple[int, ...] = ()) -> list[Culprit]:
-        """The culprits of a hang or failure: stopped ranks, else failed ranks, else ranks behind, else `suspects`.
+        """The culprits of a hang or failure: dead ranks, else stopped ranks, else failed ranks, else ranks behind,
+        else `suspects`.
 
         Only the first kind found is blamed: when a rank dies, its peers' errors
         (connection closed) and their waiting are its consequences, not causes.
+        Its launcher may write its end down while the heartbeats are watched
+        (its peers can see a closed connection first): the deaths are read again then.
         """
         c = self.control
+        dead = self.died()
+        if dead:
+            return dead
         stopped = self.stopped()
+        dead = self.died()
+        if dead:
+            return dead
         if stopped:
             return [Culprit(r, "stopped", "never beat a heartbeat" if ago is None
                             else f"last heartbeat {ago:.0f}s ago") for r, ago in sorted(stopped.items())]
@@ -300,9 +336,10 @@ class Blamer:
                      f"seen from {c.describe(c.rank)}", [])
 
 
-CulpritKind = Literal["stopped", "failed", "behind"]
+CulpritKind = Literal["died", "stopped", "failed", "behind"]
 # One row per kind of culprit: the result's name, and what the sentence says it did.
 CULPRIT_KINDS: dict[CulpritKind, tuple[str, str]] = {
+    "died": ("rank_exited", "died"),
     "stopped": ("rank_responding", "stopped responding"),
     "failed": ("rank_error", "failed"),
     "behind": ("rank_progress", "is alive but fell behind"),
@@ -342,8 +379,9 @@ def describe_culprit(control: Control, culprit: Culprit) -> str:
     if culprit.rank < len(control.ranks):
         info = control.ranks[culprit.rank]
         where = f" on node {info.node}, GPU {info.gpu},"
-    sep = ": " if culprit.kind == "failed" else " "
-    detail = culprit.detail if culprit.kind == "failed" else f"({culprit.detail})"
+    said = culprit.kind in ("failed", "died")  # its own words, or its launcher's
+    sep = ": " if said else " "
+    detail = culprit.detail if said else f"({culprit.detail})"
     return f"rank {culprit.rank}{where} {what}{sep}{detail}"
 
 
@@ -381,58 +419,6 @@ def own_connection(control: Control) -> Any:
     client = dist.TCPStore(host, port, None, False, timedelta(seconds=STORE_CONNECT_SECONDS),
                            wait_for_workers=False)
     return dist.PrefixStore("gpu-acceptance", client)
-
-
-class BoundedStore:
-    """A store client whose calls give up after a time limit instead of blocking for good.
-
-    A frozen rank 0 (SIGSTOP) keeps the store's socket open but never answers,
-    and a client call then blocks for ever, whatever the store's own timeout.
-    Calls run one at a time on a daemon thread; while one is stuck, the next
-    ones time out too (the store is unreachable), so the watchdog still acts.
-    """
-
-    def __init__(self, store: Any, seconds: float):
-        self.store = store
-        self.seconds = seconds
-        self._calls: queue.Queue = queue.Queue()
-        threading.Thread(target=self._serve, name="gpu-acceptance-store", daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            fn, args, box, done = self._calls.get()
-            try:
-                box.append((True, fn(*args)))
-            except Exception as e:
-                box.append((False, e))
-            done.set()
-
-    def _call(self, name: str, *args: Any, limit: float | None = None) -> Any:
-        box: list[tuple[bool, Any]] = []
-        done = threading.Event()
-        self._calls.put((getattr(self.store, name), args, box, done))
-        limit = self.seconds if limit is None else limit
-        if not done.wait(limit):
-            raise TimeoutError(f"the rendezvous store did not answer '{name}' within {limit:.0f}s")
-        ok, value = box[0]
-        if not ok:
-            raise value
-        return value
-
-    def set(self, key: str, value: str) -> None:
-        self._call("set", key, value)
-
-    def get(self, key: str) -> bytes:
-        return self._call("get", key)
-
-    def add(self, key: str, amount: int) -> int:
-        return self._call("add", key, amount)
-
-    def check(self, keys: list[str]) -> bool:
-        return self._call("check", keys)
-
-    def wait(self, keys: list[str], timeout: timedelta) -> None:
-        self._call("wait", keys, timeout, limit=timeout.total_seconds() + self.seconds)
 
 
 class Heartbeat:
@@ -561,7 +547,17 @@ class Watchdog:
                 return
 
     def _look(self) -> Blame | None:
-        """One look at the others: a rank that failed, or (rank 0) one silent for the heartbeat timeout."""
+        """One look at the others: a rank whose process ended, one that failed, or (rank 0) one silent for the
+        heartbeat timeout."""
+        dead = self.blamer.died()
+        if dead:
+            with self._lock:
+                label = self._label
+            # Rank 0 dead (its guard said so; torchrun's agent keeps the store up): no report will come, as when
+            # the store it hosts is unreachable.
+            return Blame(describe_culprits(self.control, dead)
+                         + (f"; rank 0's last step: '{label}'" if label and self.control.rank == 0 else ""), dead,
+                         store_reachable=all(c.rank != 0 for c in dead))
         errors = self.blamer.peer_errors()
         if errors:
             try:

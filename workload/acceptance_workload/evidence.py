@@ -6,11 +6,10 @@ person needs first: the verdict as the workload saw it, the failures with
 their evidence, the headline numbers and one short row per node. Everything
 else (every result, every NCCL sweep row, the DDP ranks) goes into evidence
 shards: ConfigMaps the operator creates for the run, one for the job-wide part
-and one per group of NODES_PER_SHARD nodes (their results, sweeps, per-GPU rows and DDP ranks), each a
-partial Report, which the
-workload may write by name only. `assemble` puts the full Report back
-together; it is what the operator judges and what `gpu-acceptance report`
-prints.
+and one per group of NODES_PER_SHARD nodes (their results, sweeps, per-GPU rows, DDP ranks and node facts:
+GPU serials, firmware, host load), each a partial Report, which the workload may write by name only.
+`assemble` puts the full Report back together; it is what the operator judges and what `gpu-acceptance
+report` prints.
 
 Pure: no Kubernetes imports; status.py writes, the operator and CLI read.
 """
@@ -164,7 +163,8 @@ def compact(report: Report, evidence: list[str]) -> StatusReport:
 
 
 def _node_groups(report: Report, groups: int) -> list[list[str]]:
-    nodes = sorted({*report.environment.hostnames, *(r.node for r in report.results if r.node)})
+    nodes = sorted({*report.environment.hostnames, *(r.node for r in report.results if r.node),
+                    *(n.node for n in report.nodes)})
     per = max(NODES_PER_SHARD, math.ceil(len(nodes) / groups)) if nodes else NODES_PER_SHARD
     return [nodes[k * per:(k + 1) * per] for k in range(groups)]
 
@@ -188,6 +188,7 @@ def _partial(report: Report, nodes: set[str] | None) -> Report:
         "skipped": report.skipped if nodes is None else [],
         "nccl": [s for s in report.nccl if mine(s.node if s.scope == "node" else None)],
         "ddp": ddp, "gpu": gpu, "fsdp": fsdp, "storage": storage,
+        "nodes": [n for n in report.nodes if nodes is not None and n.node in nodes],
         "failed_nodes": report.failed_nodes if nodes is None else [],
     }, deep=True)
 
@@ -276,6 +277,7 @@ def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
     for part in each:
         full.results += part.results
         full.nccl += part.nccl
+        full.nodes += part.nodes
         if full.ddp and part.ddp:
             full.ddp.ranks += part.ddp.ranks
         if full.gpu and part.gpu:

@@ -26,6 +26,7 @@ from typing import Any
 
 from acceptance_workload import latency, localize
 from acceptance_workload.checks import Collective
+from acceptance_workload.html_nodes import nodes_section
 from acceptance_workload.render import CPU_BANNER, human_bytes, verdict_line
 from acceptance_workload.report import CheckResult, NcclSweep, Report
 
@@ -565,6 +566,7 @@ def render_html(report: Report, title: str = "GPU acceptance report", operator_v
     if report.ddp and report.ddp.ranks:
         body.append(f'<h2>DDP</h2><figure id="{DDP_PLOT_ID}" class="plot">{ddp_figure(plt, report)}</figure>')
     body.append(_passed_section(report))
+    body.append(nodes_section(report))
     if report.skipped:
         items = "".join(f"<li>{_e(s.check)} {_e(s.name)}: {_e(s.reason)}</li>" for s in report.skipped)
         body.append(f"<h2>Not measured</h2><ul>{items}</ul>")

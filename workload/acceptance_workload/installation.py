@@ -42,6 +42,15 @@ def _torch_distributed() -> str:
     return ",".join(backends)
 
 
+def _numpy() -> str:
+    """numpy, and torch able to use it: without it torch warns "Failed to initialize NumPy" at import."""
+    import numpy
+    import torch
+
+    torch.from_numpy(numpy.zeros(1))  # raises when torch's numpy bridge failed to initialise
+    return numpy.__version__
+
+
 def _nccl() -> str:
     import torch
 
@@ -118,6 +127,7 @@ def check_installation(args: list[str]) -> int:
         ("pydantic", _version("pydantic")),
         ("torch", _version("torch")),
         ("torch.distributed", _torch_distributed),
+        ("numpy", _numpy),
         ("nccl", _nccl),
         ("nvidia-ml-py (pynvml)", lambda: (importlib.import_module("pynvml"), "present")[1]),
         ("kubernetes client", _version("kubernetes")),

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 
 from acceptance_workload.render import localization_table
-from acceptance_workload.report import CHECK_NAMES, CheckResult, Report
+from acceptance_workload.report import CHECK_NAMES, CheckResult, GpuIdentity, Report
 
 SUITES_NAME = "gpu-acceptance"
 RUN_CASE = "run"  # the errored testcase of a run that could not complete
@@ -36,8 +36,8 @@ def _number(v: float | None) -> str:
     return "missing" if v is None else f"{v:g}"
 
 
-def evidence(r: CheckResult) -> str:
-    """The failure's body: every field a person needs to judge the result again."""
+def evidence(r: CheckResult, gpu: GpuIdentity | None = None) -> str:
+    """The failure's body: every field a person needs to judge the result again, and the GPU's identity."""
     sign = {"ge": ">=", "le": "<=", "eq": "==", "info": "(not judged)"}[r.comparison]
     lines = [f"value: {_number(r.value)} {r.unit}".rstrip()]
     if r.threshold is not None and r.comparison != "info":
@@ -48,6 +48,10 @@ def evidence(r: CheckResult) -> str:
             lines.append(f"{label}: {text}")
     if r.gpu is not None:
         lines.append(f"gpu: {r.gpu}")
+    if gpu is not None:
+        lines += [f"gpu {label}: {text}" for label, text in (
+            ("serial", gpu.serial), ("bus id", gpu.bus_id), ("uuid", gpu.uuid), ("vbios", gpu.vbios),
+            ("inforom", gpu.inforom)) if text]
     if r.message:
         lines.append(f"detail: {r.message}")
     return "\n".join(lines)
@@ -82,8 +86,9 @@ def junit_xml(report: Report, name: str = "local") -> str:
             case = _case(suite, classname, case_name(r))
             if not r.passed:
                 message = r.message or f"{r.name}: {_number(r.value)} {r.unit}".rstrip()
+                ident = report.gpu_identity(r.node, r.gpu)
                 ET.SubElement(case, "failure", {"message": message, "type": "missing" if r.value is None
-                                                else "threshold"}).text = evidence(r)
+                                                else "threshold"}).text = evidence(r, ident)
             cases.append(case)
         if check in missing:
             case = _case(suite, classname, f"{check} (no result)")

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from acceptance_workload import exits, occupancy
+from acceptance_workload import deaths, exits, occupancy
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, WorkloadConfig, run_started
 from acceptance_workload.exports import ExportError, write_exports
@@ -321,21 +321,54 @@ def may_end(proc: subprocess.Popen) -> bool:
     return state not in ("T", "t")
 
 
+class Deaths:
+    """The ranks that ended while rank 0 runs, written down at once for rank 0's watchdog (deaths.py).
+
+    Only this launcher sees how a rank ended (a signal, an exit code, the OOM
+    killer); rank 0 names it within seconds from this, not after the heartbeat timeout.
+    A rank that leaves with one of the workload's own exit codes decided so itself
+    and told the others why (or rank 0 decided): that is not a death.
+    """
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="gpu-acceptance-deaths-")
+        self.oom = deaths.OomWatch()
+        self.seen: set[int] = set()
+
+    def look(self, procs: list[subprocess.Popen]) -> None:
+        for rank, proc in enumerate(procs[1:], start=1):
+            code = proc.poll()
+            # 0, 1, 2: the workload's own exit (it said why through the store, or rank 0 decided): not a death.
+            if code is None or code in (exits.YES, exits.NO, exits.CANNOT) or rank in self.seen:
+                continue
+            self.seen.add(rank)
+            text = deaths.describe_death(code, proc.pid, self.oom)
+            print(f"gpu-acceptance local: rank {rank} {text}", file=sys.stderr, flush=True)
+            deaths.record(self.directory, rank, text)
+
+    def close(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
 def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.executable,
                   deadline_seconds: float | None = None, launched: float | None = None) -> int:
-    """Start every rank, stream rank 0's output, wait for all; rank 0's exit code is the run's."""
+    """Start every rank, stream rank 0's output, tell rank 0 of any other rank's end, wait for all; rank 0's exit
+    code is the run's."""
     port = free_port()
     logs = [None] + [tempfile.TemporaryFile(mode="w+") for _ in range(world - 1)]  # noqa: SIM115 (closed below)
     procs = []
+    dead = Deaths()
     for rank in range(world):
         out = None if rank == 0 else logs[rank]
-        procs.append(subprocess.Popen([python, "-m", "acceptance_workload"],
-                                      env=child_env(config, rank, world, port, launched),
+        env = child_env(config, rank, world, port, launched)
+        env[deaths.DEATHS_ENV] = dead.directory
+        procs.append(subprocess.Popen([python, "-m", "acceptance_workload"], env=env,
                                       stdout=subprocess.DEVNULL if rank else None, stderr=out,
                                       stdin=subprocess.DEVNULL))
     deadline = time.monotonic() + (deadline_seconds or config.timeout_seconds)
     try:
         while procs[0].poll() is None and time.monotonic() < deadline:
+            dead.look(procs)
             time.sleep(0.2)
         if procs[0].poll() is None:
             print(f"gpu-acceptance local: rank 0 did not finish within {deadline_seconds or config.timeout_seconds}s",
@@ -356,6 +389,7 @@ def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.execu
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        dead.close()
     code = procs[0].returncode
     if code not in (0, 1, 2):
         for rank, log in enumerate(logs):

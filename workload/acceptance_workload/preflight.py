@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload import binding, mig, rules
+from acceptance_workload import binding, hostload, mig, nodefacts, rules
 from acceptance_workload.checks import PreflightThresholds
 from acceptance_workload.occupancy import Occupancy, judge_in_use, nvml_init
 from acceptance_workload.render import human_bytes
-from acceptance_workload.report import CheckResult, Skip
+from acceptance_workload.report import CheckResult, NodeFacts, Skip
 from acceptance_workload.rules import Run
 from acceptance_workload.wire import format_bytes
 
@@ -473,6 +473,7 @@ def own_gpu_handle(nvml: Any, device_index: int) -> Any:
 class PreflightOutcome:
     results: list[CheckResult] = field(default_factory=list)
     skipped: list[Skip] = field(default_factory=list)
+    nodes: list[NodeFacts] = field(default_factory=list)  # each node's identity facts and host load (nodefacts.py)
 
     def failed_nodes(self) -> list[str]:
         return sorted({r.node for r in self.results if not r.passed and r.node})
@@ -539,16 +540,25 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
 
 def run_preflight(session: Session, config: WorkloadConfig, watchdog: Watchdog,
                   versions: Versions | None, occupancy: Occupancy | None = None) -> PreflightOutcome | None:
-    """Every rank's part, gathered on rank 0 (None elsewhere)."""
+    """Every rank's part, gathered on rank 0 (None elsewhere), with each node's facts (nodefacts, hostload)."""
+    local_rank, node = session.env.local_rank, session.env.node
     with watchdog.step("preflight"):
-        mine = local_preflight(config, session.env.node, session.env.local_rank, session.device, versions,
-                               occupancy=occupancy)
+        mine = local_preflight(config, node, local_rank, session.device, versions, occupancy=occupancy)
+        load = None
+        if local_rank == 0:
+            with contextlib.suppress(Exception):  # host load is context: never a reason the preflight fails
+                load = hostload.measure()
+                mine.results.append(hostload.host_result(load, node))
+        facts = nodefacts.rank_facts(local_rank, versions, gpus=config.mode != "cpu-smoke", host_load=load)
     gathered = session.control.gather("preflight", {
-        "results": [r.to_wire() for r in mine.results], "skipped": [s.to_wire() for s in mine.skipped]})
+        "results": [r.to_wire() for r in mine.results], "skipped": [s.to_wire() for s in mine.skipped],
+        "facts": facts})
     if gathered is None:
         return None
     out = PreflightOutcome()
     for part in gathered:
         out.results += [CheckResult.model_validate(r) for r in part["results"]]
         out.skipped += [Skip.model_validate(s) for s in part["skipped"]]
+    out.nodes = nodefacts.merge((info.node, part.get("facts")) for info, part in zip(session.ranks, gathered,
+                                                                                         strict=True))
     return out

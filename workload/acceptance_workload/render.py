@@ -221,15 +221,40 @@ def localization_table(report: Report) -> str:
     return head + "\n" + _table(rows)
 
 
+def nodes_table(report: Report) -> str:
+    """Each node's versions and adapters, each GPU as a technician finds it, and the host's load by stage."""
+    if not report.nodes:
+        return ""
+    rows = [["NODE", "DRIVER", "CUDA", "NCCL", "ADAPTERS (firmware)"]]
+    gpus = [["NODE", "GPU", "SERIAL", "BUS ID", "UUID", "VBIOS", "INFOROM"]]
+    loads = [["NODE", "STAGE", "SECONDS", "CPUS", "BUSY", "OUTSIDE", "STEAL", "LOAD", "SATURATED", "BUSIEST OUTSIDE"]]
+    for n in report.nodes:
+        nics = ", ".join(f"{a.name} {a.firmware}" if a.firmware else a.name for a in n.nics)
+        rows.append([n.node, n.driver_version or "-", n.cuda_version or "-", n.nccl_version or "-", nics or "-"])
+        gpus += [[n.node, str(g.gpu), g.serial or "-", g.bus_id or "-", g.uuid or "-", g.vbios or "-", g.inforom or "-"]
+                 for g in n.gpus]
+        loads += [[n.node, h.stage, f"{h.seconds:.1f}", f"{h.cpus:g}", f"{h.busy:.0%}", f"{h.outside:.0%}",
+                   f"{h.steal:.0%}", "-" if h.load1 is None else f"{h.load1:.1f}", "YES" if h.saturated else "no",
+                   ", ".join(f"{p.pid} {p.command} ({p.cpus:.1f})" for p in h.busiest[:3]) or "-"]
+                  for h in n.host_load]
+    parts = ["# nodes: versions and network adapters\n" + _table(rows)]
+    if len(gpus) > 1:
+        parts.append("# GPUs as a technician finds them\n" + _table(gpus))
+    if len(loads) > 1:
+        parts.append("# host load: the CPUs the run may use, and the share used outside the run\n" + _table(loads))
+    return "\n\n".join(parts)
+
+
 def full_text(report: Report) -> str:
-    """The per-GPU table, sweep tables, localisation, DDP, FSDP and storage, then the verdict table (at the end)."""
+    """The per-GPU table, sweep tables, localisation, DDP, FSDP, storage and the nodes' facts, then the verdict
+    table (at the end)."""
     parts = [gpu_table(report)] if report.gpu else []
     parts += [nccl_table(s) for s in report.nccl]
     if report.localization:
         parts.append(localization_table(report))
     if report.ddp:
         parts.append(ddp_table(report))
-    parts += [t for t in (fsdp_table(report), storage_table(report)) if t]
+    parts += [t for t in (fsdp_table(report), storage_table(report), nodes_table(report)) if t]
     parts.append(verdict_table(report))
     return "\n\n".join(parts) + "\n"
 

@@ -233,6 +233,68 @@ class Environment(WireModel):
     transports: list[Transport] = Field(default_factory=list, description="Transports NCCL reported using.")
 
 
+class GpuIdentity(WireModel):
+    """One GPU as a technician finds it in the rack and in nvidia-smi; None where NVML does not say."""
+
+    gpu: int = Field(description="The GPU index results use on its node (the rank's local GPU).")
+    uuid: str | None = None
+    serial: str | None = Field(None, description="The board serial number (printed on the GPU).")
+    bus_id: str | None = Field(None, description="PCI bus id, e.g. 00000000:1B:00.0.")
+    vbios: str | None = Field(None, alias="vbiosVersion")
+    inforom: str | None = Field(None, alias="inforomVersion", description="InfoROM image version.")
+
+    def label(self) -> str:
+        """'serial 1652922012345, bus 00000000:1B:00.0' ('unknown' where NVML did not say)."""
+        return f"serial {self.serial or 'unknown'}, bus {self.bus_id or 'unknown'}"
+
+
+class Nic(WireModel):
+    """A network adapter of a node: an RDMA device (sysfs fw_ver) or a network interface's PCI device."""
+
+    name: str
+    firmware: str | None = None
+    board_id: str | None = None
+    pci: str | None = Field(None, description="PCI address of the adapter.")
+    driver: str | None = None
+
+
+class HostProcess(WireModel):
+    """A process outside the run that kept the host's CPUs busy."""
+
+    pid: int
+    command: str = Field(description="Its command name (comm).")
+    cpus: float = Field(description="CPUs' worth of time it used over the window (1.0: one CPU all the time).")
+
+
+class HostLoad(WireModel):
+    """How busy the CPUs this run may use were over a window, and how much of that was outside the run."""
+
+    stage: str = Field(description="When: preflight (a short window of its own), or the check it spans.")
+    seconds: float
+    cpus: float = Field(description="CPUs the run may use (the container's cpuset, capped by its CPU quota).")
+    host_cpus: int | None = None
+    load1: float | None = Field(None, description="1-minute load average of the host.")
+    busy: float = Field(description="Share of those CPUs' time that was not idle.")
+    steal: float = Field(0.0, description="Share taken by the hypervisor (steal).")
+    outside: float = Field(description="Share used outside the run: busy time less the run's own processes'.")
+    outside_processes: int = Field(0, description="Processes outside the run using >= 10% of a CPU (visible ones).")
+    busiest: list[HostProcess] = Field(default_factory=list)
+    saturated: bool = False
+
+
+class NodeFacts(WireModel):
+    """One node as a technician finds it: versions, adapters' firmware, each GPU's identity, the host's load."""
+
+    node: str
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    cuda_driver_version: str | None = None
+    nccl_version: str | None = None
+    nics: list[Nic] = Field(default_factory=list)
+    gpus: list[GpuIdentity] = Field(default_factory=list)
+    host_load: list[HostLoad] = Field(default_factory=list)
+
+
 @dataclass(frozen=True)
 class Tally:
     """How many checks passed and failed; an enabled check with no result counts as one failed check."""
@@ -289,6 +351,12 @@ class Report(WireModel):
     ddp: DdpDetail | None = None
     fsdp: FsdpDetail | None = None
     storage: StorageDetail | None = None
+    nodes: list[NodeFacts] = Field(default_factory=list, description="Each node's identity facts and host load.")
+
+    def gpu_identity(self, node: str | None, gpu: int | None) -> GpuIdentity | None:
+        """The identity of GPU `gpu` on `node`, where the preflight read it."""
+        facts = next((n for n in self.nodes if n.node == node), None)
+        return None if facts is None or gpu is None else next((g for g in facts.gpus if g.gpu == gpu), None)
 
     def missing_checks(self) -> list[CheckName]:
         """Enabled checks that produced no result at all."""

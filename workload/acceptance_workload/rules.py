@@ -229,7 +229,7 @@ _GPU_METRICS = (  # name, unit, floor, ratio floor (gpubench.METRICS measures th
     ("h2d_bandwidth", "GB/s", "min_h2d_gbps", "min_host_copy_ratio_to_node_median"),
     ("d2h_bandwidth", "GB/s", "min_d2h_gbps", "min_host_copy_ratio_to_node_median"),
 )
-_CULPRITS = ("rank_responding", "rank_error", "rank_progress")  # control.CULPRIT_KINDS
+_CULPRITS = ("rank_exited", "rank_responding", "rank_error", "rank_progress")  # control.CULPRIT_KINDS
 CULPRIT_CHECKS = ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage")  # every check a rank can be blamed in
 
 _ROWS: list[Rule] = [
@@ -262,6 +262,9 @@ _ROWS: list[Rule] = [
     row("preflight", "memory_limit", "eq", "bytes",
         from_run(lambda r: r.memory_limit, "spec.resources.memory in bytes, whole pages")),
     row("preflight", "mig_mode", "eq", "", Threshold(_mig, "mig_mode", doc="migMode: 0 disabled, 1 enabled")),
+    # the host's CPUs (hostload.py): recorded, never judged; a saturated host is named on timing failures
+    row("preflight", "host_cpu_outside", "le", "share",
+        from_run(lambda _r: None, "recorded, not judged: context for timing failures (docs/thresholds.md)")),
     # gpu: each GPU against the profile's floor, and against the median GPU of its node
     *(row("gpu", name, "ge", unit, field(floor)) for name, unit, floor, _ in _GPU_METRICS),
     *(row("gpu", name + RATIO_SUFFIX, "ge", "", field(ratio), kind="ratio", of=name)

@@ -20,13 +20,12 @@ import tempfile
 import threading
 import time
 import traceback
-import warnings
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload import exits, occupancy
+from acceptance_workload import exits, hostload, nodefacts, occupancy
 from acceptance_workload.config import CONFIG_ENV, WorkloadConfig, run_started
 from acceptance_workload.control import (
     Blame,
@@ -43,7 +42,7 @@ from acceptance_workload.control import (
 from acceptance_workload.launch import DistEnv, LaunchError, Session
 from acceptance_workload.occupancy import Occupancy
 from acceptance_workload.render import full_text
-from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, Report, Skip
+from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, HostLoad, Report, Skip
 from acceptance_workload.status import TERMINATION_LOG
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = exits.YES, exits.NO, exits.CANNOT  # the rule: exits.py
@@ -83,6 +82,7 @@ class Runner:
         self._code: int | None = None
         self._absent: set[int] = set()  # ranks known to be gone: rank 0 does not wait for them at the end
         self.occupancy: Occupancy | None = None  # this rank's GPU before its CUDA context (gpu_in_use)
+        self.hostwatch: hostload.Watch | None = None  # local rank 0: the host's load stage by stage
         self._t0 = run_started()  # progress lines say how far into the run they are (where a run's time goes)
         self.termination_log: str = TERMINATION_LOG  # where Kubernetes reads the container's termination message
         self.unreachable = False  # the API server could not be reached before the checks (delivery.probe)
@@ -107,6 +107,9 @@ class Runner:
                 return self._code
             r = self.report
             r.finished_at = now()
+            with contextlib.suppress(Exception):  # context for the failures: never a reason the report is lost
+                hostload.annotate(r)  # a timing failure on a saturated host says so
+                nodefacts.annotate(r)  # a failure naming a GPU gives its serial and bus id
             r.finalize()
             code = exit_code(r)
             sys.stdout.write(full_text(r))
@@ -144,7 +147,7 @@ class Runner:
         """Rank 0: the run could not complete; the culprits' nodes become failed results of the running check."""
         if self.session is not None:
             self.report.results += culprit_results(self.session.control, self.stage, culprits)
-        self._absent.update(c.rank for c in culprits if c.kind == "stopped")  # no acknowledgement will come
+        self._absent.update(c.rank for c in culprits if c.kind in ("died", "stopped"))  # none will ack
         if self.report.error is None:
             self.report.error = message
 
@@ -210,6 +213,8 @@ class Runner:
             return self.deliver()
         session = self.session
         control = session.control
+        if self.env.local_rank == 0:
+            self.hostwatch = hostload.Watch()
         Heartbeat.connect(control).start()  # beats until the process ends
         self.blamer = Blamer.connect(control)
         watchdog = Watchdog(control, self.blamer, on_fatal=self._on_fatal, on_final=self._on_final,
@@ -217,6 +222,7 @@ class Runner:
         code: int | None = None
         try:
             self.checks(session, watchdog)
+            self.host_loads(session)
             self.progress("checks done")
         except Exception as e:
             watchdog.stop()  # this thread explains the failure; the watchdog must not deliver meanwhile
@@ -272,6 +278,19 @@ class Runner:
         """Every rank starts a check: culprits go under it, and a rank silent before its first step says so."""
         self.stage = stage
         session.control.mark(stage)
+        if self.hostwatch is not None:
+            self.hostwatch.mark(stage)
+
+    def host_loads(self, session: Session) -> None:
+        """Each node's host load stage by stage (its local rank 0's Watch), into the report's node facts."""
+        loads = None
+        if self.hostwatch is not None:
+            self.hostwatch.mark(None)
+            loads = [h.to_wire() for h in self.hostwatch.loads]
+        gathered = session.control.gather("host load", loads)
+        if gathered is not None:
+            nodefacts.add_loads(self.report, ((info.node, [HostLoad.model_validate(h) for h in part])
+                                              for info, part in zip(session.ranks, gathered, strict=True) if part))
 
     def _gpu_facts(self) -> str:
         """This rank's GPU before the run and now, for the message of an error it raised ('' on CPU)."""
@@ -346,6 +365,7 @@ class Runner:
             assert out is not None
             self.report.results += out.results
             self.report.skipped += out.skipped
+            self.report.nodes = out.nodes
             bad = out.failures()
             failures = [f"{r.name} on {r.node or 'the job'}" + (f" GPU {r.gpu}" if r.gpu is not None else "")
                         for r in bad]
@@ -508,7 +528,6 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     # Before torch (and NCCL) start: GPU indices as nvidia-smi numbers them, NCCL's log to a file we parse.
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
-    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")  # numpy is not used
     nccl_log = None
     if config.mode == "gpu":
         from acceptance_workload.transport import configure_logging

@@ -1,0 +1,121 @@
+"""`python -m acceptance_workload.guard`: a rank's parent in a pod, which tells rank 0 how the rank ended.
+
+torchrun's agent and mpirun see a rank die, but tell nobody: they stop the
+other ranks (rank 0 with them, before it could write a report), and the
+heartbeat would name the rank only after checks.heartbeatTimeoutSeconds, as
+"stopped responding", without the signal. So in pods the launcher starts this
+instead of the rank. It starts `python -m acceptance_workload` with the same
+environment and passes signals on. When the rank ends by a signal or an exit
+code that is not the workload's own (0, 1, 2), it writes that end where rank
+0's watchdog looks (deaths.py): the node's deaths directory (rank 0 on this
+node reads it at once) and the rendezvous store (rank 0 on another node reads
+it there), then waits, bounded, until rank 0 has announced the run's outcome,
+so that its launcher does not stop the others before rank 0 has named it. It
+then ends as the rank ended (the same signal), as its launcher would have seen.
+
+`gpu-acceptance local` needs no guard: its launcher is the ranks' parent and
+writes the deaths directory itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from datetime import timedelta
+from pathlib import Path
+
+from acceptance_workload import deaths, exits
+
+MODULE = "acceptance_workload.guard"  # what the pods' launchers start (job_builders.py)
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
+STORE_CONNECT_SECONDS = 15
+
+
+def node_deaths_dir(environ: dict[str, str]) -> str:
+    """The deaths directory every rank of this node agrees on: one per launcher process (torchrun's agent,
+    mpirun's daemon), which is every guard's parent; DEATHS_ENV when the environment names one."""
+    given = environ.get(deaths.DEATHS_ENV)
+    if given:
+        return given
+    path = Path(tempfile.gettempdir()) / f"gpu-acceptance-deaths-{os.getppid()}"
+    path.mkdir(exist_ok=True)
+    return str(path)
+
+
+def tell_store(rank: int, text: str, master: tuple[str, int], wait_seconds: float) -> None:
+    """Write the rank's end into the rendezvous store, then wait until rank 0 announces the outcome ('final').
+
+    torch is imported only now (a second or more): a healthy run never pays it here.
+    """
+    import torch.distributed as dist
+
+    client = dist.TCPStore(master[0], master[1], None, False, timedelta(seconds=STORE_CONNECT_SECONDS),
+                           wait_for_workers=False)
+    store = dist.PrefixStore("gpu-acceptance", client)
+    deaths.tell_store(store, rank, text)
+    if rank != 0:  # rank 0 dead: nobody will announce an outcome
+        store.wait(["final"], timedelta(seconds=wait_seconds))
+
+
+def end_as(code: int) -> int:
+    """Leave as the rank left: killed by the same signal (its launcher reports it so), else its exit code."""
+    if code < 0:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with contextlib.suppress(OSError, ValueError):  # SIGKILL's action cannot be set, nor need be
+            signal.signal(-code, signal.SIG_DFL)
+        with contextlib.suppress(OSError):
+            os.kill(os.getpid(), -code)
+        return 128 - code
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    from acceptance_workload.control import FINAL_WAIT_SECONDS
+    from acceptance_workload.launch import DistEnv, LaunchError
+
+    env = dict(os.environ)
+    env[deaths.DEATHS_ENV] = node_deaths_dir(env)
+    oom = deaths.OomWatch()
+    stopped: list[int] = []  # signals the guard got: its launcher (or the kubelet) is stopping the job
+    children: list[subprocess.Popen] = []
+
+    def forward(sig: int, _frame: object) -> None:
+        stopped.append(sig)
+        for child in children:
+            with contextlib.suppress(OSError):
+                child.send_signal(sig)
+
+    for sig in FORWARDED:  # before the rank starts: a stop right away must reach it too
+        signal.signal(sig, forward)
+    child = subprocess.Popen([sys.executable, "-m", "acceptance_workload", *(sys.argv[1:] if argv is None else argv)],
+                             env=env)
+    children.append(child)
+    if stopped:
+        forward(stopped[0], None)
+    code = child.wait()
+    if code in (exits.YES, exits.NO, exits.CANNOT) or stopped:  # its own exit, or stopped with the job: no death
+        return end_as(code)
+    text = deaths.describe_death(code, child.pid, oom)
+    try:
+        me = DistEnv.from_environ(env)
+    except LaunchError:
+        return end_as(code)
+    rank = me.rank
+    print(f"gpu-acceptance: rank {rank} {text}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):
+        deaths.record(env[deaths.DEATHS_ENV], rank, text)
+    try:
+        tell_store(rank, text, (me.master_addr, me.master_port), FINAL_WAIT_SECONDS)
+    except Exception as e:  # the store is gone (rank 0 ended) or never came up: nobody left to tell
+        print(f"gpu-acceptance: rank {rank}'s end could not be written to the rendezvous store: "
+              f"{type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    return end_as(code)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
