@@ -2,7 +2,7 @@
 
 A pure function of the test's report, its child job, the job's pods and their
 scheduling events, the clock and the operator's settings, so every path a run
-can take (passed, failed checks, job failed, report missing, unschedulable,
+can take (passed, failed checks, job failed, report missing or not delivered, unschedulable,
 image pull stuck, node lost, no controller, timeout) is unit-tested without a cluster. The handlers read
 the inputs and apply the outcome.
 """
@@ -173,12 +173,16 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
 
 def _finished(obs: Observation, state: JobState, now: datetime, timing: Timing,
               report_problem: str | None) -> Assessment:
-    """The job ended without a report: wait a grace for it, then say why (timeout, failure, missing report)."""
+    """The job ended without a report: wait a grace for it, then say why (a pod that says it could not deliver
+    it, timeout, failure, missing report)."""
     job_text = f"{obs.job_kind} {obs.job_name}"
     waited = (now - state.since).total_seconds() if state.since else timing.report_grace_seconds
     if waited < timing.report_grace_seconds:
         return Assessment(RunState("Running", "AwaitingReport",
                                    f"{job_text} is {state.state}; waiting for the workload's report"))
+    undelivered = diagnosis.report_not_delivered(obs.pods)
+    if undelivered is not None:  # before Timeout: the checks ended; their report could not reach the operator
+        return _failed(undelivered.reason, undelivered.message)
     if state.state == "Succeeded":
         why = f" ({report_problem})" if report_problem else ""
         return _failed(

@@ -31,6 +31,9 @@ PASSED = "ChecksPassed"
 SMOKE_PASSED = "SmokePassed"
 CHECKS_FAILED = "ChecksFailed"
 REPORT_MISSING = "ReportMissing"
+# The run's pods ended, and rank 0's termination message says its report could not be delivered (why, and what its
+# checks said: unverified, never a verdict).
+REPORT_NOT_DELIVERED = "ReportNotDelivered"
 REPORT_REJECTED = "ReportRejected"  # a report that does not describe this run (CPU smoke, other nodes, ...)
 JOB_FAILED = "JobFailed"
 UNSCHEDULABLE = "Unschedulable"
@@ -45,8 +48,8 @@ REGRESSED = "Regressed"  # passed its thresholds, but fell under the baseline ru
 NO_NODES = "NoNodes"  # a sweep found no schedulable node matching placement.nodeSelector
 PODS_REFUSED = "PodsRefused"  # the backend's controller could not create the run's pods (its FailedCreate events)
 FAILURE_REASONS: tuple[str, ...] = (
-    CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE, TIMEOUT, NODE_NOT_READY,
-    BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES, PODS_REFUSED,
+    CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_NOT_DELIVERED, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE,
+    TIMEOUT, NODE_NOT_READY, BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES, PODS_REFUSED,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
 BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)

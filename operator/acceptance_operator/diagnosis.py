@@ -15,10 +15,18 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from acceptance_workload import delivery
 from acceptance_workload.deaths import exit_code_signal, signal_name
 
 from acceptance_operator.backends import controller_of, job_state
-from acceptance_operator.conditions import BACKEND_NOT_RUNNING, JOB_FAILED, NODE_NOT_READY, PODS_REFUSED, UNSCHEDULABLE
+from acceptance_operator.conditions import (
+    BACKEND_NOT_RUNNING,
+    JOB_FAILED,
+    NODE_NOT_READY,
+    PODS_REFUSED,
+    REPORT_NOT_DELIVERED,
+    UNSCHEDULABLE,
+)
 from acceptance_operator.jobstate import parse_time
 from acceptance_operator.manifests import LABEL_ROLE, ROLE_LAUNCHER
 
@@ -133,6 +141,25 @@ def failed_pod(pods: list[KubeDict]) -> Finding | None:
         failure = container_failure(pod)
         if failure:
             return Finding(JOB_FAILED, f"{_where(pod)}: {failure}")
+    return None
+
+
+def report_not_delivered(pods: list[KubeDict]) -> Finding | None:
+    """A pod whose container's termination message (or the log tail Kubernetes kept instead) says its report was
+    not delivered (delivery.not_delivered): its error, and what its checks said, quoted as unverified."""
+    for pod in sorted(pods, key=_launcher):  # rank 0's own pod first; an MPIJob's launcher may carry its log
+        for what, s in _statuses(pod):
+            found = delivery.parse((_terminated(s) or {}).get("message"))
+            if found is None:
+                continue
+            said = (f" The pod's own summary of its checks, UNVERIFIED (the operator has no report to judge, and "
+                    f"never passes a run on it): {'; '.join(found.checks_said.splitlines())}"
+                    if found.checks_said else "")
+            return Finding(REPORT_NOT_DELIVERED, (
+                f"the run's report was not delivered: {_where(pod)}, {what} {s.get('name', '?')}: {found.error} -> "
+                "the test pods must reach the API server (and each other): a NetworkPolicy denying egress, or a "
+                "pod network without a route to it, stops them; see docs/troubleshooting.md#reportnotdelivered, "
+                f"then run the test again (the rerun annotation).{said}"))
     return None
 
 

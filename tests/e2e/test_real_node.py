@@ -1,8 +1,9 @@
 """End to end on a real kubelet: the chart's operator (the built image, in its pod) runs cpu-smoke AcceptanceTests
 whose workload pods run the built workload image, exactly as the operator renders them, and deliver the report
-with their own ServiceAccount token. A pod deleted mid-run fails the run naming its node; `helm uninstall` leaves
-nothing stuck. MPIJob is not run here: see docs/install.md (the launcher reaches the workers' sshd by their DNS
-names, and this node has no cluster DNS).
+with their own ServiceAccount token. A pod deleted mid-run fails the run naming its node; pods that cannot reach
+the API server end ReportNotDelivered within two minutes; `helm uninstall` leaves nothing stuck. MPIJob is not
+run here: see docs/install.md (the launcher reaches the workers' sshd by their DNS names, and this node has no
+cluster DNS).
 """
 
 from __future__ import annotations
@@ -173,6 +174,33 @@ def test_a_pod_deleted_mid_run_fails_the_run_naming_its_node(operator_release: R
     assert obj["status"]["summary"]["failedNodes"] == [], obj["status"]["summary"]
     labels = get_json(node, "node", node.node)["metadata"].get("labels") or {}
     assert "gpu-acceptance.io/status" not in labels  # onFailure: label is not applied by a smoke run
+
+
+def test_a_run_whose_pods_cannot_reach_the_api_server_ends_report_not_delivered_within_two_minutes(
+        operator_release: RealNode, test_namespace: str) -> None:
+    """examples/cpu-smoke.yaml as it ships, without hostNetwork: on this node a pod on the bridge has no route to
+    the API server (it listens on the host's loopback; the `kubernetes` Service's address is routed for the host's
+    own processes only), as under a NetworkPolicy denying egress. Rank 0 finds out before its checks, the pod exits
+    2 saying so first, and the operator names it, quoting the pod's summary as unverified."""
+    node, name = operator_release, "smoke-cut-off"
+    test = smoke_test(name, "Job")
+    del test["spec"]["pod"]["hostNetwork"]
+    t0 = time.monotonic()
+    apply(node, test_namespace, test)
+    obj = finished(node, test_namespace, name, timeout=240)
+    took = time.monotonic() - t0
+    reason, message = succeeded_reason(obj)
+    assert (obj["status"]["phase"], reason) == ("Failed", "ReportNotDelivered"), message
+    assert "(API server https://10.0.0.1:443)" in message, message
+    assert "UNVERIFIED" in message and "the API server at https://10.0.0.1:443 could not be reached" in message
+    assert obj["status"]["summary"]["result"] == "Failed" and not obj["status"].get("report")
+    assert took < 120, f"ReportNotDelivered after {took:.0f}s"
+    (pod,) = run_pods(node, test_namespace, name)
+    status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == WORKLOAD_CONTAINERS["Job"])
+    # The pod's code is torchrun's: its agent exits 1 for any failed worker (the workload's own process exits 2,
+    # tests/workload/test_delivery.py); the termination message is the workload's, and leads with the failure.
+    assert status["state"]["terminated"]["exitCode"] != 0, status
+    assert status["state"]["terminated"]["message"].startswith("report NOT delivered: "), status
 
 
 def test_helm_uninstall_leaves_nothing_stuck(operator_release: RealNode, test_namespace: str) -> None:

@@ -354,3 +354,49 @@ def test_a_report_of_another_run_of_this_generation_is_stale():
     assert assess(reported(report, run_id="g2-r2"), T0, TIMING).state.reason == "ChecksPassed"
 
 
+
+
+def _undelivered_pods(message: str) -> list[dict]:
+    return [pod("t-g2-worker-0", "Failed", node="gpu-7", containers=[terminated(code=2, message=message)]),
+            pod("t-g2-worker-1", "Failed", node="gpu-8", containers=[terminated(code=2)])]
+
+
+def test_a_run_whose_pod_could_not_deliver_its_report_is_report_not_delivered_quoting_it_unverified():
+    from acceptance_workload.delivery import not_delivered
+
+    said = passing_report(CONFIG)
+    message = not_delivered("could not write evidence ConfigMap t-evidence-0 within 120s (9 attempts); last error: "
+                            "ConnectTimeoutError", "https://10.96.0.1:443", said)
+    failed = job(name="t-g2", conditions=[("Failed", "True", "PyTorchJobFailed", "2 Workers failed", T0)])
+    waiting_for_it = assess(obs(job=failed, pods=_undelivered_pods(message)), T0 + timedelta(seconds=10), TIMING)
+    assert waiting_for_it.state.reason == "AwaitingReport"  # a report may still be read within the grace
+    a = assess(obs(job=failed, pods=_undelivered_pods(message)), T0 + timedelta(seconds=31), TIMING)
+    assert (a.state.phase, a.state.reason) == ("Failed", "ReportNotDelivered"), a.state.message
+    assert a.state.message.startswith(
+        "the run's report was not delivered: pod t-g2-worker-0 on node gpu-7, container pytorch: could not write "
+        "evidence ConfigMap t-evidence-0 within 120s (9 attempts); last error: ConnectTimeoutError (API server "
+        "https://10.96.0.1:443) -> the test pods must reach the API server"), a.state.message
+    assert "summary of its checks, UNVERIFIED" in a.state.message and "PASSED: " in a.state.message
+    # It never passes on the pod's word, and blames no node (nothing says a node is at fault).
+    assert a.summary.result == "Failed" and a.summary.passed == 0 and a.summary.failed_nodes == []
+    assert a.report is None
+    # The same pods stopped at the deadline while still delivering: the delivery, not the clock, is the news.
+    at_deadline = job(name="t-g2", conditions=[("Failed", "True", "DeadlineExceeded", "deadline", T0)])
+    a = assess(obs(job=at_deadline, pods=_undelivered_pods(message)), T0 + timedelta(seconds=31), TIMING)
+    assert a.state.reason == "ReportNotDelivered"
+
+
+def test_the_line_found_in_a_log_tail_counts_and_a_plain_failure_stays_job_failed():
+    """FallbackToLogsOnError: a container that wrote no termination message (an MPIJob's launcher) gives its log's
+    tail, where rank 0's line may be among others."""
+    failed = job(name="t-g2", conditions=[("Failed", "True", "PyTorchJobFailed", "failed", T0)])
+    tail = ("[gpu-acceptance] nccl done\ngpu-acceptance: report NOT delivered: HTTP 403 Forbidden (API server "
+            "https://10.0.0.1:443); the checks said: FAILED: 60/69 checks passed\nfailed nodes: gpu-7\n")
+    a = assess(obs(job=failed, pods=_undelivered_pods(tail)), T0 + timedelta(seconds=31), TIMING)
+    assert a.state.reason == "ReportNotDelivered"
+    assert "HTTP 403 Forbidden (API server https://10.0.0.1:443) ->" in a.state.message
+    assert a.state.message.endswith("UNVERIFIED (the operator has no report to judge, and never passes a run on "
+                                    "it): FAILED: 60/69 checks passed; failed nodes: gpu-7")
+    assert a.summary.failed_nodes == []  # the pod's own blame is not taken either
+    plain = _undelivered_pods("FAILED: 60/69 checks passed")
+    assert assess(obs(job=failed, pods=plain), T0 + timedelta(seconds=31), TIMING).state.reason == "JobFailed"

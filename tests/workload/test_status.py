@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from acceptance_workload import delivery
 from acceptance_workload.config import CONFIG_ENV, TestRef, WorkloadConfig
 from acceptance_workload.evidence import EVIDENCE_KEY, STATUS_KEY, StatusReport, assemble, split
 from acceptance_workload.local import cpu_smoke_checks
@@ -224,3 +225,16 @@ def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespa
     full = assemble(status, {name: _evidence(apiserver, namespace, name) for name in EVIDENCE})
     assert [s.collective for s in full.nccl] == ["all_reduce", "broadcast"]
     assert full.environment.hostnames == ["cpu-node"] and full.uid == obj["metadata"]["uid"]
+
+
+def test_the_probe_passes_with_the_per_test_account_and_names_a_refusal(apiserver, namespace, own_test) -> None:
+    """Against the real API server, with the per-test ServiceAccount's token: its own run's evidence ConfigMap is
+    readable (the probe passes at once); another's is refused, and the probe says so without waiting."""
+    obj, kubeconfig = own_test
+    ref = TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1, evidence=EVIDENCE)
+    assert delivery.probe(ref, kubeconfig=str(kubeconfig)) is None
+    apiserver.request("POST", f"/api/v1/namespaces/{namespace}/configmaps",
+                      {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "someone-elses"}})
+    why = delivery.probe(ref.model_copy(update={"evidence": ["someone-elses"]}), kubeconfig=str(kubeconfig))
+    assert why is not None and why.startswith(f"the API server at {delivery.api_server(str(kubeconfig))} answered, "
+                                              "but ConfigMap someone-elses failed: HTTP 403 Forbidden"), why

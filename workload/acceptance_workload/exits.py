@@ -14,8 +14,9 @@ Every command answers one question, and its exit code says how:
 - 2 (CANNOT): it could not answer: bad arguments, a file it cannot read or
   write (including a manifest `local` cannot use), no such test, the API server
   unreachable or refusing, a port it cannot bind, a run that ended without a
-  report, or any unexpected error (cli.main turns one into 2 rather than
-  Python's 1, which would read as "a check failed").
+  report, a workload whose report could not be delivered, or any unexpected
+  error (cli.main turns one into 2 rather than Python's 1, which would read as
+  "a check failed").
 
 README.md ("Exit codes") says the same for users; tests/unit/test_exit_codes.py holds both to it.
 """

@@ -43,6 +43,7 @@ from acceptance_workload.launch import DistEnv, LaunchError, Session
 from acceptance_workload.occupancy import Occupancy
 from acceptance_workload.render import full_text
 from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, HostLoad, Report, Skip
+from acceptance_workload.status import TERMINATION_LOG
 from acceptance_workload.watchdog import Heartbeat, Watchdog
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = exits.YES, exits.NO, exits.CANNOT  # the rule: exits.py
@@ -84,6 +85,8 @@ class Runner:
         self.occupancy: Occupancy | None = None  # this rank's GPU before its CUDA context (gpu_in_use)
         self.hostwatch: hostload.Watch | None = None  # local rank 0: the host's load stage by stage
         self._t0 = run_started()  # progress lines say how far into the run they are (where a run's time goes)
+        self.termination_log: str = TERMINATION_LOG  # where Kubernetes reads the container's termination message
+        self.unreachable = False  # the API server could not be reached before the checks (delivery.probe)
 
     @property
     def is_root(self) -> bool:
@@ -96,7 +99,10 @@ class Runner:
 
     # delivery ------------------------------------------------------------------
     def deliver(self) -> int:
-        """Finalize and deliver the report once (rank 0); later calls return the same exit code."""
+        """Finalize and deliver the report once (rank 0); later calls return the same exit code.
+
+        A report that could not be delivered is exit 2, and the termination message leads with why (the
+        operator's evidence of last resort: delivery.not_delivered), also while the delivery is still retried."""
         with self._lock:
             if self._code is not None:
                 return self._code
@@ -111,16 +117,30 @@ class Runner:
             sys.stdout.flush()
             if self.config.report_file:
                 Path(self.config.report_file).write_text(json.dumps(r.to_wire(), indent=2) + "\n")
-            from acceptance_workload.status import StatusWriteError, patch_report, write_termination_log
+            from acceptance_workload import delivery
+            from acceptance_workload.status import DEFAULT_DEADLINE_SECONDS, StatusWriteError, patch_report
+            from acceptance_workload.status import write_termination_log as termination
 
-            write_termination_log(r)
-            if self.config.test is not None:
-                try:
-                    patch_report(self.config.test, r, log=self.progress)
-                    self.progress(f"report written to acceptancetests/{self.config.test.name}")
-                except StatusWriteError as e:
-                    print(f"gpu-acceptance: {e}", file=sys.stderr, flush=True)
-                    code = EXIT_ERROR
+            test = self.config.test
+            if test is None:
+                termination(r, self.termination_log)
+                self._code = code
+                return code
+            address = delivery.api_server()
+            termination(delivery.not_delivered(delivery.IN_FLIGHT, address, r), self.termination_log)
+            seconds = delivery.delivery_seconds(self.config.timeout_seconds, time.time() - self._t0,
+                                                delivery.MIN_DELIVERY_SECONDS if self.unreachable
+                                                else DEFAULT_DEADLINE_SECONDS)
+            try:
+                patch_report(test, r, log=self.progress, deadline_seconds=seconds)
+                termination(r, self.termination_log)
+                self.progress(f"report delivered into the evidence ConfigMaps {', '.join(test.evidence)} of "
+                              f"acceptancetests/{test.name} in namespace {test.namespace}")
+            except StatusWriteError as e:
+                message = delivery.not_delivered(str(e), address, r)
+                termination(message, self.termination_log)
+                print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
+                code = EXIT_ERROR
             self._code = code
             return code
 
@@ -286,14 +306,18 @@ class Runner:
         return ""
 
     def checks(self, session: Session, watchdog: Watchdog) -> None:
-        """Every enabled check in order (CHECK_NAMES), each under stages.guarded; a failed preflight skips the rest."""
-        from acceptance_workload import preflight
+        """Every enabled check in order (CHECK_NAMES), each under stages.guarded; a failed preflight skips the
+        rest, and so does an API server the report cannot reach (delivery.reach_stage)."""
+        from acceptance_workload import delivery, preflight
 
         cfg = self.config
         versions = preflight.collect_versions() if session.env.local_rank == 0 else None
         facts = session.control.gather("environment", None if versions is None else versions.__dict__)
         if self.is_root:
             self.report.environment = environment(session, [f for f in facts or [] if f])
+        if cfg.test is not None and not delivery.reach_stage(session, cfg.test, self.report, self.progress):
+            self.unreachable = True  # no check runs; the delivery is tried briefly
+            return
         if cfg.checks.preflight.enabled:
             out = self.guarded(session, "preflight", lambda: self.preflight(session, watchdog, versions))
             if out.errors and out.value is not False and self.is_root:

@@ -6,12 +6,13 @@ then the job-wide ConfigMap with its evidence and the compact status part
 (evidence.STATUS_KEY) in one write. That write is last, so when the operator
 finds the status part, the run's evidence is complete; the operator judges it
 and writes every field of the AcceptanceTest's status itself. The writes use
-the per-test ServiceAccount (kubeclient.api_client: KUBECONFIG when set, else
+the per-test ServiceAccount (kubeclient.configuration: KUBECONFIG when set, else
 the pod's in-cluster config), whose Role names exactly those ConfigMaps and
 grants nothing on AcceptanceTests. Conflicts, throttling and server errors are
 retried with backoff for a bounded time; a refusal (403, 404, 422) is final
-and said plainly. The Kubernetes client is imported only here, only when a
-report is written: the workload runs without it otherwise.
+and said plainly. The Kubernetes client is imported only when a report is
+written (here) or its delivery probed (delivery.probe): the workload runs
+without it otherwise.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from typing import Any
 
 from acceptance_workload.config import TestRef
 from acceptance_workload.evidence import STATUS_KEY, deliveries
-from acceptance_workload.kubeclient import api_client
 from acceptance_workload.render import summary
 from acceptance_workload.report import Report
 
 RETRY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 DEFAULT_DEADLINE_SECONDS = 120.0
+CONNECT_TIMEOUT, REQUEST_TIMEOUT = 10.0, 30.0  # seconds, of one request (never more than the deadline leaves)
 # What one write may hold: a ConfigMap's data is at most 1 MiB (the API server refuses more). A larger piece is
 # refused here with its size, instead of a request the API server drops (a closed connection, retried until the
 # deadline). The status part is kept far under that: the operator copies it into the test's status, which shares
@@ -45,9 +46,15 @@ class StatusWriteError(RuntimeError):
 
 
 def core_api(kubeconfig: str | None = None) -> Any:
+    """A CoreV1Api whose requests fail at once (no urllib3 retries of its own): _retrying retries them, within
+    the delivery's deadline (urllib3's own retries of a blackholed address took minutes per request)."""
     from kubernetes import client
 
-    return client.CoreV1Api(api_client(kubeconfig))
+    from acceptance_workload.kubeclient import configuration
+
+    cfg = configuration(kubeconfig)
+    cfg.retries = 0
+    return client.CoreV1Api(client.ApiClient(cfg))
 
 
 def _describe(test: TestRef) -> str:
@@ -70,8 +77,8 @@ def patch_report(test: TestRef, report: Report, *, core: Any = None,
     deadline = time.monotonic() + deadline_seconds
     for name, data in writes:
         _retrying(f"evidence ConfigMap {name} of {_describe(test)}", test, deadline, deadline_seconds, sleep, log,
-                  lambda name=name, data=data: core.patch_namespaced_config_map(
-                      name, test.namespace, {"data": data}, _request_timeout=30))
+                  lambda timeout, name=name, data=data: core.patch_namespaced_config_map(
+                      name, test.namespace, {"data": data}, _request_timeout=timeout))
 
 
 def too_large(test: TestRef, writes: list[tuple[str, dict[str, str]]]) -> None:
@@ -89,19 +96,22 @@ def too_large(test: TestRef, writes: list[tuple[str, dict[str, str]]]) -> None:
 
 
 def _retrying(what: str, test: TestRef, deadline: float, deadline_seconds: float,
-              sleep: Callable[[float], None], log: Callable[[str], None] | None, call: Callable[[], Any]) -> None:
-    """Run `call`; conflicts, throttling, server and connection errors are retried until `deadline`."""
+              sleep: Callable[[float], None], log: Callable[[str], None] | None,
+              call: Callable[[tuple[float, float]], Any]) -> None:
+    """Run `call` with its (connect, read) timeouts, never past `deadline`; conflicts, throttling, server and
+    connection errors are retried until `deadline`."""
     from kubernetes.client.exceptions import ApiException
 
     attempt = 0
     while True:
         attempt += 1
+        left = max(1.0, deadline - time.monotonic())
         try:
-            call()
+            call((min(CONNECT_TIMEOUT, left), min(REQUEST_TIMEOUT, left)))
             return
         except ApiException as e:
             if e.status not in RETRY_STATUS:
-                raise StatusWriteError(_refusal(what, test, e.status, e.reason, e.body)) from e
+                raise StatusWriteError("writing " + describe_refusal(what, test, e)) from e
             why = f"HTTP {e.status} {e.reason}"
         except Exception as e:  # connection refused / reset / timeout: the API server may be restarting
             why = f"{type(e).__name__}: {e}"
@@ -115,7 +125,9 @@ def _retrying(what: str, test: TestRef, deadline: float, deadline_seconds: float
         sleep(pause)
 
 
-def _refusal(what: str, test: TestRef, status: int, reason: str, body: Any) -> str:
+def describe_refusal(what: str, test: TestRef, e: Any) -> str:
+    """'<what> failed: HTTP 403 Forbidden: <what to check>. <the API server's words>' for an ApiException."""
+    status, reason, body = e.status, e.reason, e.body
     text = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
     hint = {
         401: "the ServiceAccount token was not accepted",
@@ -124,16 +136,17 @@ def _refusal(what: str, test: TestRef, status: int, reason: str, body: Any) -> s
         404: "the evidence ConfigMap does not exist (any more): the test was deleted, or a new run replaced this one",
         422: "the API server rejected the write",
     }.get(status, "the API server refused the patch")
-    return f"writing {what} failed: HTTP {status} {reason}: {hint}. {text[:500]}"
+    return f"{what} failed: HTTP {status} {reason}: {hint}. {text[:500]}"
 
 
-def write_termination_log(report: Report, path: str | os.PathLike = TERMINATION_LOG) -> bool:
-    """A short summary where Kubernetes reads the container's termination message, if that file is writable."""
+def write_termination_log(report: Report | str, path: str | os.PathLike = TERMINATION_LOG) -> bool:
+    """A short summary (or the given text) where Kubernetes reads the container's termination message, if that
+    file is writable."""
     p = Path(path)
     if not (p.exists() and os.access(p, os.W_OK)):
         return False
     try:
-        p.write_text(summary(report) + "\n")
+        p.write_text((report if isinstance(report, str) else summary(report)) + "\n")
         return True
     except OSError:
         return False
