@@ -24,10 +24,10 @@ from acceptance_workload import latency, localize, nccltests, rules, storage
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.evidence import MAX_FAILURES
 from acceptance_workload.gpubench import METRICS as GPU_METRICS
-from acceptance_workload.preflight import version_tuple
 from acceptance_workload.render import threshold_text, value_text
 from acceptance_workload.report import CHECK_NAMES, CheckResult, Comparison, DdpRank, Report, judge
 from acceptance_workload.rules import RATIO_SUFFIX
+from acceptance_workload.wire import version_tuple
 
 from acceptance_operator.runs import report_run
 

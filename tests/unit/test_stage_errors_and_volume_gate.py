@@ -11,11 +11,11 @@ import errno
 import pytest
 from acceptance_operator.rejudge import rejudge
 from acceptance_workload import rules, stages
-from acceptance_workload.checkpoint import failure_text
+from acceptance_workload.checkpoint import failure_text, os_error_text
 from acceptance_workload.checks import StorageCheck
 from acceptance_workload.junit import junit_xml
 from acceptance_workload.report import CHECK_NAMES, CheckResult, StageError, StorageDetail, StorageNode
-from acceptance_workload.storage import GATES, MARGIN_BYTES, gated, judge_gate, os_error_text
+from acceptance_workload.storage import GATES, MARGIN_BYTES, gated, judge_gate
 
 from tests.reports import node_names, passing_report
 from tests.unit.test_rejudge import config, facts, find

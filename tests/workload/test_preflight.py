@@ -18,9 +18,9 @@ from acceptance_workload.preflight import (
     memlock_check,
     shm_check,
     version_checks,
-    version_tuple,
 )
 from acceptance_workload.profiles import PROFILES
+from acceptance_workload.wire import version_tuple
 
 H100 = PROFILES["h100-sxm"].preflight
 

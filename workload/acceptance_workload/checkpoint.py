@@ -11,6 +11,7 @@ the slowest rank's I/O decides, as in a real job's checkpoint.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from collections.abc import Collection
@@ -33,11 +34,17 @@ def directory_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def os_error_text(e: OSError) -> str:
+    """'ENOSPC (errno 28): No space left on device: /mnt/v/x.bin': the errno's name, number, text and the path."""
+    name = errno.errorcode.get(e.errno or 0, "")
+    head = f"{name} (errno {e.errno})" if name else type(e).__name__
+    where = f": {e.filename}" if e.filename else ""
+    return f"{head}: {e.strerror or e}{where}"
+
+
 def failure_text(error: BaseException) -> str:
     """What went wrong, per rank where torch.distributed.checkpoint gathered the ranks' failures ('rank 0: OSError:
     [Errno 28] No space left on device'), else the error's type and first line; errno names where there is one."""
-    from acceptance_workload.storage import os_error_text
-
     failures = getattr(error, "failures", None)
     if isinstance(failures, dict) and failures:
         parts = []

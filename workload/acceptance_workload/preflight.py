@@ -24,7 +24,7 @@ from acceptance_workload.occupancy import Occupancy, judge_in_use, nvml_init
 from acceptance_workload.render import human_bytes
 from acceptance_workload.report import CheckResult, NodeFacts, Skip
 from acceptance_workload.rules import Run
-from acceptance_workload.wire import format_bytes
+from acceptance_workload.wire import format_bytes, version_tuple
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
@@ -44,17 +44,6 @@ MEMLOCK_HINT = (
     "runtime's default (containerd: LimitMEMLOCK=infinity in its systemd unit, or default_ulimits = "
     '["memlock=-1:-1"] in CRI-O; Docker: --default-ulimit memlock=-1:-1) and restart it on the node'
 )
-
-
-def version_tuple(text: str) -> tuple[int, ...]:
-    """'535.104.05' -> (535, 104, 5); non-numeric tails are ignored ('12.4+cu' -> (12, 4))."""
-    out = []
-    for part in str(text).split("."):
-        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
-        if not digits:
-            break
-        out.append(int(digits))
-    return tuple(out)
 
 
 def _result(name: str, value: float | None, th: PreflightThresholds, *, run: Run | None = None,

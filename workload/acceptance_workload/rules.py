@@ -73,7 +73,7 @@ from acceptance_workload.checks import (
     StorageThresholds,
 )
 from acceptance_workload.report import ESTIMATED_SUFFIX, CheckName, CheckResult, Comparison, judge
-from acceptance_workload.wire import WireModel, parse_bytes
+from acceptance_workload.wire import WireModel, parse_bytes, version_tuple
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
@@ -376,7 +376,6 @@ def _looser(r: Rule, th: Any, base: Any, run: Run) -> bool:
         if have is not None and want != have:
             if r.kind != "version" or want is None:
                 return True
-            from acceptance_workload.preflight import version_tuple
 
             return version_tuple(want) < version_tuple(have)
     if r.kind == "inter_node":  # the row's field is the ratio to the others' median, a floor of its own

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload import rules
+from acceptance_workload.checkpoint import os_error_text
 from acceptance_workload.checks import StorageCheck
 from acceptance_workload.report import CheckResult, Skip, StorageDetail, StorageNode
 from acceptance_workload.wire import parse_bytes
@@ -161,14 +162,6 @@ def odd_nodes(views: dict[str, frozenset[str]]) -> set[str]:
 def gated(results: Iterable[CheckResult]) -> bool:
     """Whether the volume failed a gate (GATES), so that the check wrote nothing and measured nothing else."""
     return any(r.check == "storage" and r.name in GATES and not r.passed for r in results)
-
-
-def os_error_text(e: OSError) -> str:
-    """'ENOSPC (errno 28): No space left on device: /mnt/v/x.bin': the errno's name, number, text and the path."""
-    name = errno.errorcode.get(e.errno or 0, "")
-    head = f"{name} (errno {e.errno})" if name else type(e).__name__
-    where = f": {e.filename}" if e.filename else ""
-    return f"{head}: {e.strerror or e}{where}"
 
 
 def human(n: float) -> str:

@@ -96,3 +96,14 @@ ByteSize = byte_size()
 def text(max_length: int, *, min_length: int = 0, pattern: str | None = None) -> Any:
     """A string with the bounds the schema (maxLength, pattern) and the model both enforce."""
     return Annotated[str, StringConstraints(min_length=min_length or None, max_length=max_length, pattern=pattern)]
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """'535.104.05' -> (535, 104, 5); non-numeric tails are ignored ('12.4+cu' -> (12, 4))."""
+    out = []
+    for part in str(text).split("."):
+        digits = "".join(c for c in part if c.isdigit()) if part[:1].isdigit() else ""
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
