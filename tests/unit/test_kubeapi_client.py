@@ -44,8 +44,26 @@ def test_one_rule_picks_the_configuration_for_operator_and_workload(monkeypatch)
     loaded = []
     monkeypatch.setattr(config, "load_incluster_config", lambda client_configuration: loaded.append("in-cluster"))
     monkeypatch.setattr(config, "load_kube_config", lambda config_file, client_configuration: loaded.append(
-        config_file or "KUBECONFIG or ~/.kube/config"))
+        config_file or "~/.kube/config"))
     kubeclient.configuration(None, pod)
     kubeclient.configuration("/a", pod)
     kubeclient.configuration(None, {**pod, "KUBECONFIG": "/b"})
-    assert loaded == ["in-cluster", "/a", "KUBECONFIG or ~/.kube/config"]
+    kubeclient.configuration(None, {})
+    assert loaded == ["in-cluster", "/a", "/b", "~/.kube/config"]
+
+
+def test_the_kubeconfig_named_by_kubeconfig_now_is_read_not_the_one_at_the_clients_import(monkeypatch, tmp_path):
+    """kubernetes.config fixes its default path when it is imported (imported above, before KUBECONFIG is set):
+    the workload's delivery must read the file KUBECONFIG names when it delivers."""
+    import yaml
+    from acceptance_workload.kubeclient import configuration
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(path))
+    assert configuration().host == "https://127.0.0.1:1"

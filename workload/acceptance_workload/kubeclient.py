@@ -34,8 +34,8 @@ def configuration(kubeconfig: str | None = None, environ: Mapping[str, str] = os
     where = source(kubeconfig, environ)
     if where == "in-cluster":
         config.load_incluster_config(client_configuration=cfg)
-    else:  # a KUBECONFIG list (a:b) is merged by the client itself
-        config.load_kube_config(config_file=kubeconfig or None, client_configuration=cfg)
+    else:  # a KUBECONFIG list (a:b) is merged by the client itself; read now, not the client's import-time copy
+        config.load_kube_config(config_file=kubeconfig or environ.get("KUBECONFIG") or None, client_configuration=cfg)
     return cfg
 
 
