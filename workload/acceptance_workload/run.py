@@ -47,6 +47,7 @@ from acceptance_workload.status import TERMINATION_LOG
 from acceptance_workload.watchdog import Heartbeat, Watchdog
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = exits.YES, exits.NO, exits.CANNOT  # the rule: exits.py
+ROOT_DEATH_WAIT_SECONDS = 3.0  # a broken collective may come before the word that rank 0 died (its guard writes it)
 MIN_RENDEZVOUS_SECONDS = 600  # pods of a job can start minutes apart (image pulls)
 
 
@@ -266,6 +267,11 @@ class Runner:
             if lost is not None:  # rank 0 is gone: nobody will announce an exit code to wait for
                 self._orphaned(root_unreachable(session.control, message, lost))
                 hard_exit(EXIT_ERROR)
+            root_death = self._root_death()
+            if root_death:  # its guard said so (torchrun's agent keeps the store up): no report will come
+                self._orphaned(Blame(describe_culprits(session.control, root_death), root_death,
+                                     store_reachable=False))
+                hard_exit(EXIT_ERROR)
             return EXIT_ERROR
         culprits: list[Culprit] = []
         if self.blamer is not None:
@@ -280,6 +286,20 @@ class Runner:
             message = f"{describe_culprits(session.control, culprits)}; {message}"
         self.blame(culprits, message)
         return EXIT_ERROR
+
+    def _root_death(self) -> list[Culprit]:
+        """Rank 0's death as its guard or launcher wrote it down, waited for briefly: a collective broken by that
+        death can reach this rank before the word of it does (deaths.py)."""
+        deadline = time.monotonic() + ROOT_DEATH_WAIT_SECONDS
+        while self.blamer is not None:
+            with contextlib.suppress(Exception):
+                dead = [c for c in self.blamer.died() if c.rank == 0]
+                if dead:
+                    return dead
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        return []
 
     def enter(self, stage: CheckName, session: Session) -> None:
         """Every rank starts a check: culprits go under it, and a rank silent before its first step says so."""
