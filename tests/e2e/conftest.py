@@ -20,7 +20,7 @@ RELEASE = "gpu-acceptance"
 RELEASE_NAMESPACE = "gpu-acceptance-system"
 
 
-def _cannot_run(why: str) -> None:
+def cannot_run(why: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"the end-to-end tests cannot run: {why}", pytrace=False)
     pytest.skip(f"no real node: {why}")
@@ -34,17 +34,17 @@ def _images_missing() -> list[str]:
 def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
     missing = missing_tools()
     if missing:
-        _cannot_run(f"missing {', '.join(missing)} (make tools installs them)")
+        cannot_run(f"missing {', '.join(missing)} (make tools installs them)")
     absent = _images_missing()
     if absent:
-        _cannot_run(f"images not built: {', '.join(absent)} (make images)")
+        cannot_run(f"images not built: {', '.join(absent)} (make images)")
     # The control plane starts empty every session; containerd's image store (tests.realnode.IMAGE_STORE) is kept.
     node = RealNode(tmp_path_factory.mktemp("real-node"))
     try:
         node.up()
     except RealNodeError as e:
         node.down(quiet=True)
-        _cannot_run(str(e))
+        cannot_run(str(e))
     try:
         yield node
     finally:
