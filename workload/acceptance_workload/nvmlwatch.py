@@ -297,5 +297,6 @@ class _FieldError(Exception):
     """A field value NVML answered with an error code of its own (e.g. NOT_SUPPORTED for memory temperature)."""
 
     def __init__(self, code: int):
-        super().__init__(f"NVML field value returned {code}")
+        said = {NOT_SUPPORTED: "Not Supported", 2: "Invalid Argument", 15: "GPU is lost"}.get(code, "error")
+        super().__init__(f"NVML_FI_DEV_MEMORY_TEMP: {said} (NVML return {code})")
         self.value = code

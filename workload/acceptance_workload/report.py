@@ -236,6 +236,7 @@ class SoakDetail(WireModel):
     all_reduce_bytes: int
     all_reduces: int = Field(0, description="all_reduce operations each rank ran beside its GEMMs.")
     nvml: bool = Field(description="False on a CPU smoke run: nothing was watched.")
+    note: str | None = Field(None, description="Why the series are missing, where the evidence had to drop them.")
     gpus: list[SoakGpu] = Field(default_factory=list)
 
 

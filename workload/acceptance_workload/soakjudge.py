@@ -20,7 +20,8 @@ from acceptance_workload.nvmlwatch import MINUTE_SECONDS, NVLINK_COUNTERS, Minut
 from acceptance_workload.report import CheckResult, SoakEvent, SoakGpu, SoakSeries
 
 SETTLE_MINUTES = 2  # the "first minutes" each GPU is compared with: at most half of the run's minutes
-MAX_POINTS = 240  # points of each plotted series per GPU, whatever the duration (docs/benchmarks.md)
+MAX_POINTS = 120  # points of each plotted series per GPU, whatever the duration (docs/benchmarks.md)
+BYTES_PER_GPU = 10_000  # what one GPU's soak evidence (series, events, results) stays under, whatever the duration
 MAX_EVENTS = 50  # events kept per GPU in the evidence (the rest counted)
 # What an XID means (NVIDIA's XID catalogue, shortened); any XID during the load fails the GPU.
 XID_MEANINGS: dict[int, str] = {
@@ -113,6 +114,11 @@ class _Judge:
         self.results.append(r)
         return r
 
+    def unreadable(self, name: str, reading: str, watched: Watched, text: str) -> None:
+        """A reading NVML does not give: a failure where the judgement needs it, else only in the detail's list."""
+        if needed(reading, self.th, watched):
+            self.add(name, None, f"{text}: {watched.unsupported[reading]}")
+
     def event(self, t: float, kind: str, text: str) -> None:
         self.events.append(SoakEvent(t=round(t, 1), kind=kind, text=text))
 
@@ -148,7 +154,7 @@ def judge_tflops(j: _Judge, per_minute: list[float | None], watched: Watched | N
 
 def judge_throttle(j: _Judge, watched: Watched) -> None:
     if "clock_event_reasons" in watched.unsupported:
-        j.add("throttle", None, f"clock event reasons cannot be read: {watched.unsupported['clock_event_reasons']}")
+        j.unreadable("throttle", "clock_event_reasons", watched, "clock event reasons cannot be read")
         return
     total, first = 0.0, None
     for m in watched.minutes:
@@ -168,7 +174,7 @@ def judge_throttle(j: _Judge, watched: Watched) -> None:
 
 def judge_temperature(j: _Judge, watched: Watched, name: str, gauge: str, what: str) -> None:
     if gauge in watched.unsupported:
-        j.add(name, None, f"{what} temperature cannot be read: {watched.unsupported[gauge]}")
+        j.unreadable(name, gauge, watched, f"{what} temperature cannot be read")
         return
     peaks = [(m.peak(gauge), m.index) for m in watched.minutes if m.peak(gauge) is not None]
     if not peaks:
@@ -192,33 +198,37 @@ def growth(watched: Watched, key: str) -> list[tuple[int, float]]:
     return out
 
 
-def judge_counter(j: _Judge, watched: Watched, name: str, keys: list[str], what: str, rate: bool) -> None:
+def judge_counter(j: _Judge, watched: Watched, name: str, keys: list[str], what: str, rate: bool,
+                  reading: str = "") -> None:
     """Growth of `keys` (one result): per minute (rate: the largest growth of one key in one minute) or in all."""
-    unsupported = [k for k in keys if k in watched.unsupported]
+    unsupported = [k for k in (reading, *keys) if k in watched.unsupported]
     if unsupported:
-        j.add(name, None, f"{what} cannot be read ({', '.join(unsupported[:4])}): "
-              f"{watched.unsupported[unsupported[0]]}")
+        j.unreadable(name, unsupported[0], watched, f"{what} cannot be read ({', '.join(unsupported[:4])})")
         return
-    worst: tuple[float, int, str] | None = None
-    total = 0.0
+    limit = rules.threshold("soak", name, j.th) if rate else 0.0
+    grown: list[tuple[int, float, str]] = []  # (minute, growth, counter)
     for key in keys:
         for minute, grew in growth(watched, key):
-            total += grew
+            grown.append((minute, grew, key))
             j.event(minute * MINUTE_SECONDS, name, f"{key} +{grew:g} in minute {minute}")
-            if worst is None or grew > worst[0]:
-                worst = (grew, minute, key)
-    value = (worst[0] if worst else 0.0) if rate else total
-    if worst is None:
+    if not grown:
         j.add(name, 0.0, f"no {what} during the load")
         return
-    grew, minute, key = worst
-    j.add(name, value, f"{key} grew {grew:g} in minute {minute}" + ("" if rate else f" ({total:g} in all)")
-          + _at(watched, minute))
+    total = sum(g for _, g, _ in grown)
+    worst = max(grown, key=lambda g: (g[1], -g[0]))
+    over = sorted(g for g in grown if limit is None or g[1] > limit)
+    first = over[0] if over else worst
+    text = f"{first[2]} grew {first[1]:g} in minute {first[0]}{_at(watched, first[0])}"
+    if rate and worst != first:
+        text += f"; most in one minute: {worst[2]} +{worst[1]:g} in minute {worst[0]}"
+    if not rate:
+        text += f" ({total:g} in all)"
+    j.add(name, worst[1] if rate else total, text)
 
 
 def judge_xid(j: _Judge, watched: Watched) -> None:
     if "xid" in watched.unsupported:
-        j.add("xid", None, f"XID events cannot be watched: {watched.unsupported['xid']}")
+        j.unreadable("xid", "xid", watched, "XID events cannot be watched")
         return
     for t, code in watched.xids:
         j.event(t, "xid", f"{xid_text(code)} at t={t:.0f}s (minute {int(t // MINUTE_SECONDS)})")
@@ -248,7 +258,7 @@ def judge_readings(j: _Judge, watched: Watched, minutes: int) -> None:
 def needed(reading: str, th: SoakThresholds, watched: Watched) -> bool:
     """Whether the judgement needs `reading` (clocks and power are plotted, not judged)."""
     if reading.startswith("nvlink"):
-        return th.max_nvlink_errors_per_minute is not None and bool(watched.links)
+        return th.max_nvlink_errors_per_minute is not None and (bool(watched.links) or reading == "nvlink")
     return {"gpu_temp_c": th.max_gpu_temperature_c is not None,
             "mem_temp_c": th.max_memory_temperature_c is not None,
             "clock_event_reasons": bool(th.fail_on_throttle),
@@ -273,7 +283,7 @@ def judge_gpu(th: SoakThresholds, who: Who, windows: list[Window], watched: Watc
         judge_counter(j, watched, "pcie_replays", ["pcie_replays"], "PCIe replay", rate=True)
         judge_counter(j, watched, "ecc_uncorrected", ["ecc_uncorrected"], "uncorrected ECC error", rate=False)
         judge_counter(j, watched, "pending_row_remaps", ["pending_row_remap", "remapped_rows_uncorrectable"],
-                      "new pending row remap", rate=False)
+                      "new pending row remap", rate=False, reading="row_remaps")
         judge_xid(j, watched)
         judge_readings(j, watched, minutes)
     events = sorted(j.events, key=lambda e: e.t)
@@ -331,7 +341,8 @@ def _downsample(bins: list[Minute]) -> list[Minute]:
 
 
 def _r(v: float | None, digits: int = 1) -> float | None:
-    return None if v is None else round(v, digits)
+    """Rounded (whole numbers as ints on the wire: an hour of 8 GPUs must fit its evidence ConfigMap)."""
+    return None if v is None else (round(v) if digits == 0 else round(v, digits))
 
 
 def series(watched: Watched | None, windows: list[Window]) -> SoakSeries:
@@ -341,18 +352,18 @@ def series(watched: Watched | None, windows: list[Window]) -> SoakSeries:
     if watched is not None:
         width = watched.bin_seconds
         for b in _downsample(watched.bins):
-            out.t.append(round((b.index + 1) * width, 1))
+            out.t.append(_r((b.index + 1) * width, 0) or 0.0)
             out.sm_clock_mhz.append(_r(b.mean("sm_clock_mhz"), 0))
             out.mem_clock_mhz.append(_r(b.mean("mem_clock_mhz"), 0))
-            out.power_w.append(_r(b.peak("power_w")))
-            out.gpu_temp_c.append(_r(b.peak("gpu_temp_c")))
-            out.mem_temp_c.append(_r(b.peak("mem_temp_c")))
+            out.power_w.append(_r(b.peak("power_w"), 0))
+            out.gpu_temp_c.append(_r(b.peak("gpu_temp_c"), 0))
+            out.mem_temp_c.append(_r(b.peak("mem_temp_c"), 0))
     k = max(1, math.ceil(len(windows) / MAX_POINTS))
     for i in range(0, len(windows), k):
         group = windows[i:i + k]
         flops, secs = sum(w.flops for w in group), sum(w.gemm_seconds for w in group)
-        out.tflops_t.append(round(group[-1].end, 1))
-        out.tflops.append(_r(flops / secs / 1e12 if secs > 0 else None, 2))
+        out.tflops_t.append(round(group[-1].end))
+        out.tflops.append(None if secs <= 0 else float(f"{flops / secs / 1e12:.4g}"))
     return out
 
 
