@@ -255,15 +255,19 @@ def judge_readings(j: _Judge, watched: Watched, minutes: int) -> None:
           f"every reading the judgement needs, in all {minutes} minute(s)")
 
 
+# The result each NVML reading is judged in (a reading no row with a threshold judges is plotted, not needed).
+ROW_OF_READING = {"gpu_temp_c": "gpu_temperature", "mem_temp_c": "memory_temperature", "clock_event_reasons":
+                  "throttle", "pcie_replays": "pcie_replays", "ecc_uncorrected": "ecc_uncorrected",
+                  "row_remaps": "pending_row_remaps", "xid": "xid", "nvlink": "nvlink_errors"}
+
+
 def needed(reading: str, th: SoakThresholds, watched: Watched) -> bool:
-    """Whether the judgement needs `reading` (clocks and power are plotted, not judged)."""
-    if reading.startswith("nvlink"):
-        return th.max_nvlink_errors_per_minute is not None and (bool(watched.links) or reading == "nvlink")
-    return {"gpu_temp_c": th.max_gpu_temperature_c is not None,
-            "mem_temp_c": th.max_memory_temperature_c is not None,
-            "clock_event_reasons": bool(th.fail_on_throttle),
-            "pcie_replays": th.max_pcie_replays_per_minute is not None,
-            "ecc_uncorrected": True, "row_remaps": True, "xid": True}.get(reading, False)
+    """Whether the judgement needs `reading`: its row has a threshold (clocks and power are plotted, not judged);
+    a link's counters where the GPU has active links."""
+    row = ROW_OF_READING.get("nvlink" if reading.startswith("nvlink") else reading)
+    if row is None or rules.threshold("soak", row, th) is None:
+        return False
+    return not reading.startswith("nvlink L") or bool(watched.links)
 
 
 def judge_gpu(th: SoakThresholds, who: Who, windows: list[Window], watched: Watched | None, duration: float,
