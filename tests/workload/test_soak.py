@@ -217,6 +217,36 @@ def test_a_shard_over_budget_drops_the_soak_series_and_says_so() -> None:
     assert part.soak.note == "series dropped: the shard was too large" and len(part.soak.gpus) == 64
 
 
+def thermal_report() -> Report:
+    """The thermal scenario as rank 0 assembles it: GPU 1 throttles and slows from minute 2."""
+    watched = watch_replay("thermal")
+    verdicts = [soakjudge.judge_gpu(SOAK, Who(g, "node-a", g), steady(slow_from=2 if g else None), w, 300)
+                for g, w in enumerate(watched)]
+    return Report(mode="gpu", checks_run=["soak"], results=[r for v in verdicts for r in v.results],
+                  soak=SoakDetail(duration_seconds=300, sample_seconds=1, gemm_size=8192, all_reduce_bytes=256 << 20,
+                                  all_reduces=1000, nvml=True, gpus=[v.detail for v in verdicts])).finalize()
+
+
+def test_html_plots_every_gpu_with_its_events_and_junit_has_a_case_per_gpu() -> None:
+    from acceptance_workload.html_report import render_html
+    from acceptance_workload.junit import junit_xml
+
+    report = thermal_report()
+    page = render_html(report)
+    for g in (0, 1):
+        figure = page.split(f'id="soak-node-a-gpu{g}"')[1].split("</figure>")[0]
+        assert figure.count("<svg") == 4 and figure.count("<polyline") >= 4  # TFLOP/s, clocks, temps, power
+    assert page.index('id="soak-node-a-gpu1"') < page.index('id="soak-node-a-gpu0"')  # the failed GPU first
+    gpu1 = page.split('id="soak-node-a-gpu1"')[1].split("</figure>")[0]
+    assert 'class="soak-event"' in gpu1 and "hardware thermal slowdown in minute 2" in gpu1
+    assert "soak-event" not in page.split('id="soak-node-a-gpu0"')[1].split("</figure>")[0]
+    xml = junit_xml(report)
+    assert xml.count('name="soak [node node-a, GPU ') == 2
+    case1 = xml.split('name="soak [node node-a, GPU 1]"')[1].split("</testcase>")[0]
+    assert "<failure" in case1 and "hardware thermal slowdown from minute 2" in case1
+    assert "<failure" not in xml.split('name="soak [node node-a, GPU 0]"')[1].split("</testcase>")[0]
+
+
 def test_progress_line_names_the_worst_gpu() -> None:
     line = soakjudge.worst_line([(Who(0, "node-a", 0), [700.0, 701.0, 699.0], 70.0),
                                  (Who(1, "node-a", 3), [700.0, 705.0, 612.0], 83.0)])
@@ -251,4 +281,4 @@ def test_local_cpu_soak_runs_end_to_end(tmp_path: Path) -> None:
     html = (tmp_path / "report.html").read_text()
     assert "soak-gpu" in html and "<svg" in html
     junit = (tmp_path / "junit.xml").read_text()
-    assert 'name="soak vm GPU 1"' in junit or "soak" in junit
+    assert junit.count('name="soak [node ') == 2 and "<failure" not in junit
