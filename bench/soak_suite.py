@@ -44,7 +44,8 @@ def gpu_count() -> int:
 def run_once(out: Path, name: str, seconds: int, hog_at: float | None, last_gpu: int) -> dict:
     """One local run; with hog_at, the hog starts that long after the soak's first log line."""
     report, html, log = out / f"{name}.json", out / f"{name}.html", out / f"{name}.log"
-    cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", "--quick", "--soak", str(seconds), "--json", str(report), "--html", str(html)]
+    cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", "--quick", "--soak", str(seconds),
+           "--json", str(report), "--html", str(html)]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     hog: subprocess.Popen | None = None
