@@ -8,7 +8,6 @@ builders read them. Spec fields are camelCase on the wire.
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -21,6 +20,7 @@ from acceptance_workload.report import CHECK_NAMES, OPT_IN_CHECKS
 from acceptance_workload.wire import WireModel, byte_size, text
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from acceptance_operator import podmeta
 from acceptance_operator.kubetypes import (
     MAX_VALUES,
     Affinity,
@@ -68,19 +68,8 @@ MAX_REMOVE_TAINTS = 16  # spec.onPass.removeTaints
 RESERVED_TAINT_DOMAINS = ("kubernetes.io", "k8s.io")
 
 SHM_PATH = "/dev/shm"
-# Label values (nodeSelector): at most 63 characters, alphanumeric at both ends, [-_.] inside.
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-
-def _label_key_problem(key: str) -> str | None:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return f"key {key!r}: prefix must be a DNS subdomain"
-    if len(name) > 63 or not _LABEL_NAME.match(name):
-        return f"key {key!r}: name must be 1-63 characters, alphanumeric at both ends, [-_.] inside"
-    return None
+_LABEL_VALUE = podmeta.LABEL_VALUE_RE  # label values (nodeSelector): at most 63 characters, alphanumeric at both ends
+_label_key_problem = podmeta.key_problem
 
 # Variables the operator sets on the workload itself; pod.env / network.env must not replace them.
 RESERVED_ENV = ("GPU_ACCEPTANCE_CONFIG", "NODE_NAME", "POD_NAME", "POD_NAMESPACE", "MASTER_ADDR", "MASTER_PORT")
@@ -234,6 +223,17 @@ class Pod(WireModel):
         None, description="Default: the per-test ServiceAccount the operator creates. Another one only where "
         "the operator allows it (chart value userPolicy.allowServiceAccountName)."
     )
+    labels: dict[podmeta.PodKey, podmeta.PodLabelValue] = Field(
+        default_factory=dict, max_length=podmeta.MAX_POD_METADATA, description="Labels of every pod (the MPIJob "
+        "launcher too). Keys under gpu-acceptance.io, kubernetes.io, k8s.io, x-k8s.io, kubeflow.org are refused.",
+        json_schema_extra={"x-kubernetes-validations": [*podmeta.key_rules("label"), podmeta.LABEL_VALUE_RULE]})
+    annotations: dict[podmeta.PodKey, podmeta.AnnotationValue] = Field(
+        default_factory=dict, max_length=podmeta.MAX_POD_METADATA, description="Annotations of every GPU pod, "
+        "e.g. k8s.v1.cni.cncf.io/networks (Multus) or networking.gke.io/interfaces; reserved keys as for labels.",
+        json_schema_extra={"x-kubernetes-validations": podmeta.key_rules("annotation")})
+    runtime_class_name: podmeta.RuntimeClassName | None = Field(
+        None, description="RuntimeClass of every GPU pod, e.g. nvidia where the NVIDIA runtime is not the "
+        "node's default (k3s, RKE2).")
 
     @field_validator("volumes")
     @classmethod

@@ -387,6 +387,10 @@ def _pod_spec(test: AcceptanceTest, containers: list[dict[str, Any]], *, gpu: bo
         out["priorityClassName"] = place.priority_class_name
     if place.scheduler_name:
         out["schedulerName"] = place.scheduler_name
+    if gpu and pod.runtime_class_name:
+        # GPU pods only: under the NVIDIA runtime the launcher, which requests no GPU, would see every GPU of
+        # its node (the image's NVIDIA_VISIBLE_DEVICES=all).
+        out["runtimeClassName"] = pod.runtime_class_name
     if gpu and pod.host_network:
         out["hostNetwork"] = True
         out["dnsPolicy"] = "ClusterFirstWithHostNet"  # Service names still resolve (MASTER_ADDR)
@@ -434,7 +438,14 @@ def _gpu_container(test: AcceptanceTest, name: str, command: list[str], env: lis
 
 
 def _template(test: AcceptanceTest, role: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"labels": {**test_labels(test), LABEL_ROLE: role}}, "spec": pod_spec}
+    """A pod template: spec.pod.labels on every pod, the operator's on top (their keys are reserved, so none is
+    replaced); spec.pod.annotations on GPU pods only: they attach networks and devices (Multus, GKE) that the
+    GPU-less MPIJob launcher neither needs nor requests (an SR-IOV network without its VF would not start it)."""
+    pod = test.spec.pod
+    meta: dict[str, Any] = {"labels": {**pod.labels, **test_labels(test), LABEL_ROLE: role}}
+    if role == ROLE_GPU and pod.annotations:
+        meta["annotations"] = dict(pod.annotations)
+    return {"metadata": meta, "spec": pod_spec}
 
 
 def _run_policy(test: AcceptanceTest) -> dict[str, Any]:
