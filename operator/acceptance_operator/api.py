@@ -20,7 +20,7 @@ from acceptance_workload.report import CHECK_NAMES, OPT_IN_CHECKS
 from acceptance_workload.wire import WireModel, byte_size, text
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
-from acceptance_operator import podmeta
+from acceptance_operator import efa, podmeta
 from acceptance_operator.envnames import (  # noqa: F401
     RESERVED_ENV,
     RESERVED_ENV_PREFIXES,
@@ -167,6 +167,9 @@ class Network(WireModel):
     gpu_direct_rdma: bool = Field(True, alias="gpuDirectRDMA", description="GPUDirect RDMA between NIC and GPU.")
     gid_index: int | None = Field(None, ge=0, le=255,
                                   description="NCCL_IB_GID_INDEX for roce (default 3, RoCEv2).")
+    efa_devices: int | None = Field(
+        None, ge=1, le=efa.MAX_EFA_DEVICES, description="fabric efa: vpc.amazonaws.com/efa devices per pod (all of "
+        "the node's); default: the instance type's in placement.nodeSelector (p5/p5e 32, p5en 16, p4d 4).")
     env: Env = Field(default_factory=dict, max_length=MAX_ENV,
                      description="Extra or overriding NCCL_*/UCX_* variables.",
                      json_schema_extra={"x-kubernetes-validations": _reserved_env_rules()})
@@ -394,6 +397,10 @@ class AcceptanceTestSpec(WireModel):
                              "(e.g. {persistentVolumeClaim: {claimName: NAME}}) or disable checks.storage")
         if self.network.fabric == "ethernet" and self.checks.nccl.require_transport in ("IB", "IB_GDR"):
             raise ValueError("checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet")
+        problem = efa.efa_problem(self.network.fabric, self.network.efa_devices, self.placement.node_selector,
+                                  self.resources.extra)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -422,6 +429,7 @@ SPEC_CEL_RULES: list[dict[str, str]] = [
         "message": "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet",
         "fieldPath": ".checks.nccl.requireTransport",
     },
+    *efa.CEL_RULES,
 ]
 
 

@@ -24,6 +24,7 @@ from acceptance_workload import evidence
 from acceptance_workload.config import CONFIG_ENV, PodLimits, TestRef, WorkloadConfig
 from acceptance_workload.profiles import cpu_smoke_checks
 
+from acceptance_operator import efa
 from acceptance_operator.api import (
     API_VERSION,
     DEFAULT_IMAGE,
@@ -316,7 +317,7 @@ def needs_ipc_lock(test: AcceptanceTest) -> bool:
     uses sockets, and inside one node NVLink/shared memory: nothing is
     registered with a NIC, so no capability is added.
     """
-    return test.spec.nodes > 1 and test.spec.network.fabric in ("infiniband", "roce")
+    return test.spec.nodes > 1 and test.spec.network.fabric in ("infiniband", "roce", "efa")
 
 
 def _gpu_resources(test: AcceptanceTest) -> dict[str, Any]:
@@ -331,6 +332,9 @@ def _gpu_resources(test: AcceptanceTest) -> dict[str, Any]:
     if r.memory is not None:
         amounts["memory"] = r.memory
     amounts.update(r.extra)
+    efa_devices = efa.device_count(test.spec.network.efa_devices, test.spec.placement.node_selector)
+    if test.spec.network.fabric == "efa" and efa_devices and not is_smoke(test.spec.profile):
+        amounts[efa.EFA_RESOURCE] = efa_devices  # every EFA interface of the node (efa.py)
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 

@@ -142,6 +142,10 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
         ({"pod": {"labels": {"team": "GPU platform"}}}, ["spec.pod.labels", "label values are at most 63"]),
         ({"pod": {"labels": {"Bad_Prefix/x": "v"}}}, ["spec.pod.labels", "keys are [prefix/]name"]),
         ({"pod": {"runtimeClassName": "Nvidia"}}, ["spec.pod.runtimeClassName", "should match"]),
+        ({"nodes": 2, "network": {"fabric": "efa"}}, ["spec.network", "network.efaDevices: set the EFA devices"]),
+        ({"network": {"fabric": "roce", "efaDevices": 4}}, ["spec.network.efaDevices", "only for network.fabric efa"]),
+        ({"network": {"fabric": "efa", "efaDevices": 4}, "resources": {"extra": {"vpc.amazonaws.com/efa": 4}}},
+         ["spec.resources.extra", "comes from network.efaDevices"]),
     ],
     ids=["nodes-0", "unknown-backend", "negative-size", "negative-quantity", "not-a-size", "misspelled-field",
          "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "cel-storage-no-volume",
@@ -149,7 +153,7 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
          "env-too-many", "gpu-in-extra", "empty-image", "max-bytes", "iters", "batch-size", "anti-affinity-5",
          "toleration-effect", "volume-two-sources", "cel-kubernetes-taint", "remove-taints-17", "skip-busy-string",
          "cel-reserved-annotation", "cel-reserved-label", "cel-runtime-annotation", "cel-label-value",
-         "cel-label-key", "runtime-class-name"],
+         "cel-label-key", "runtime-class-name", "cel-efa-no-count", "cel-efa-devices-on-roce", "cel-efa-in-extra"],
 )
 def test_invalid_spec_is_rejected_by_the_server(server: ApiServer, namespace: str, spec: dict, fragments: list[str]):
     proc = apply(server, namespace, manifest(spec), check=False)
@@ -176,6 +180,10 @@ def test_cel_rules_allow_what_they_should(server: ApiServer, namespace: str):
     # Key rules and the GPU rule pass ordinary maps.
     apply(server, namespace, manifest({"pod": {"env": {"NCCL_ALGO": "Ring", "x.y-z": "1"}},
                                        "resources": {"extra": {"rdma/ib": 1, "nvidia.com/hostdev": "8"}}}, "maps"))
+    # EFA with a count, or with an instance type whose count is known.
+    apply(server, namespace, manifest({"network": {"fabric": "efa", "efaDevices": 16}}, "efa-count"))
+    apply(server, namespace, manifest({"network": {"fabric": "efa"}, "placement": {
+        "nodeSelector": {"node.kubernetes.io/instance-type": "p5en.48xlarge"}}}, "efa-type"))
     # Pod metadata of other domains (Multus, GKE), one's own labels, and a runtime class pass.
     apply(server, namespace, manifest({"pod": {
         "labels": {"team": "gpu-platform", "example.com/cost": "ml-42", "empty": ""},
