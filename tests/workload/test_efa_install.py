@@ -89,6 +89,12 @@ def test_no_plugin_fails_saying_how_to_get_one(tmp_path: Path, stack: tuple[Path
     line = lines["aws-ofi-nccl plugin"]
     assert line.startswith("MISSING") and "libnccl-net.so" in line and "libnccl-net-ofi.so" in line
     assert "AWS_OFI_NCCL_SRC" in line
+    # an image built without the plugin says why (its SKIPPED file)
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "SKIPPED").write_text("built without the aws-ofi-nccl plugin (no source tree given)\n")
+    _, lines = check(tmp_path, libs, bins, GPU_ACCEPTANCE_AWS_OFI_NCCL_DIR=str(tmp_path / "plugin"))
+    assert "this image was built without the aws-ofi-nccl plugin (no source tree given)" in (
+        lines["aws-ofi-nccl plugin"])
 
 
 def test_the_ofi_name_and_nccl_net_plugin_are_found(tmp_path: Path, stack: tuple[Path, Path]):

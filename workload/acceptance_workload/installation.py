@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from acceptance_workload import exits
 
@@ -99,6 +100,7 @@ def _shared_library(soname: str) -> Callable[[], str]:
 # AWS EFA (network.fabric efa): NCCL reaches EFA only through a network plugin, aws-ofi-nccl, over libfabric's efa
 # provider. Without them NCCL falls back to sockets (the run then fails its transport check); this says so at build.
 NET_PLUGIN_ENV = "NCCL_NET_PLUGIN"
+PLUGIN_DIR_ENV = "GPU_ACCEPTANCE_AWS_OFI_NCCL_DIR"  # the image's plugin folder (Dockerfile.workload)
 # The names aws-ofi-nccl installs (libnccl-net.so, and libnccl-net-ofi.so for NCCL_NET_PLUGIN=ofi).
 NET_PLUGIN_FILES = ("libnccl-net.so", "libnccl-net-ofi.so")
 # NCCL's plugin entry points, newest first; the struct's first member is the network's name.
@@ -136,8 +138,10 @@ def _efa_plugin() -> str:
         if network.lower() not in LIBFABRIC_NETWORKS:
             raise RuntimeError(f"{name} is the NCCL network plugin {network!r}, not aws-ofi-nccl's libfabric one")
         return f"{name} ({symbol}, network {network!r})"
-    raise FileNotFoundError("no aws-ofi-nccl plugin on the library path (" + "; ".join(tried) + "): build the image "
-                            "with AWS_OFI_NCCL_SRC (hack/build-images.sh) or add the plugin's lib folder to "
+    skipped = Path(os.environ.get(PLUGIN_DIR_ENV, "/nonexistent")) / "SKIPPED"
+    why = f"this image was {skipped.read_text().strip()}; " if skipped.is_file() else ""
+    raise FileNotFoundError(f"no aws-ofi-nccl plugin on the library path ({'; '.join(tried)}): {why}build the "
+                            "image with AWS_OFI_NCCL_SRC (hack/build-images.sh) or add the plugin's lib folder to "
                             "LD_LIBRARY_PATH")
 
 
