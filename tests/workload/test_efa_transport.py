@@ -10,6 +10,8 @@ import pytest
 from acceptance_workload import rules
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import WorkloadConfig
+from acceptance_workload.preflight import ib_checks
+from acceptance_workload.profiles import PROFILES
 from acceptance_workload.transport import classify, judge, parse_file, parse_lines
 
 from tests.workload.test_transport import NODE_A_IB
@@ -96,3 +98,32 @@ def test_no_log_line_fails_closed():
     empty = parse_file(FIXTURES / "absent.log")
     (result,) = judge(efa_required(), {"p5-a": empty}, multi_node=True)
     assert not result.passed and result.value is None and "p5-a" in result.message
+
+
+def fake_efa_port(root: Path, dev: str, state: str, rate: str = "100 Gb/sec (4X EDR)") -> None:
+    port = root / "sys" / "class" / "infiniband" / dev / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "state").write_text(state + "\n")
+    (port / "rate").write_text(rate + "\n")
+    (port / "link_layer").write_text("Unspecified\n")
+
+
+def test_efa_ports_must_be_active_but_are_not_held_to_the_ib_rate(tmp_path: Path):
+    """An EFA device carries a share of its node's bandwidth: the 400 Gb/s IB port floor would fail every healthy
+    p5; its state is judged, a DOWN device named."""
+    th = PROFILES["h100-sxm"].preflight
+    fake_efa_port(tmp_path, "rdmap79s0", "4: ACTIVE")
+    fake_efa_port(tmp_path, "rdmap80s0", "1: DOWN")
+    results, _ = ib_checks(th, "p5-a", fabric="efa", nodes=2, sys_root=tmp_path)
+    by = {(r.name, r.observed.split()[0]): r for r in results}
+    assert by[("ib_port_rate", "rdmap79s0:1")].passed and by[("ib_port_rate", "rdmap79s0:1")].threshold is None
+    assert by[("ib_port_state", "rdmap79s0:1")].passed
+    down = by[("ib_port_state", "rdmap80s0:1")]
+    assert not down.passed and down.node == "p5-a"
+    ib, _ = ib_checks(th, "gpu-a", fabric="infiniband", nodes=2, sys_root=tmp_path)
+    assert not next(r for r in ib if r.name == "ib_port_rate").passed  # the same port on IB: held to 400 Gb/s
+
+
+def test_an_efa_pod_without_devices_says_to_request_them(tmp_path: Path):
+    (result,), _ = ib_checks(PROFILES["h100-sxm"].preflight, "p5-a", fabric="efa", nodes=2, sys_root=tmp_path)
+    assert not result.passed and "network.efaDevices: vpc.amazonaws.com/efa" in result.message
