@@ -13,6 +13,10 @@
 # NCCL_TESTS_SRC=DIR: an nccl-tests source tree for the workload's nccl-tests stage (it needs nvcc, so a CUDA devel
 #   BUILD_IMAGE). Without one the stage is skipped, and the log, the image's label io.gpu-acceptance.nccl-tests and
 #   /opt/nccl-tests/bin/SKIPPED say so (`--check-install --nccl-tests` then fails with that reason).
+# AWS_OFI_NCCL_SRC=DIR: an aws-ofi-nccl source tree for the workload's plugin stage (AWS EFA, network.fabric efa; it
+#   needs nvcc, so a CUDA devel BUILD_IMAGE, and libfabric: Debian's, or LIBFABRIC_HOME's in the base). Without one
+#   the stage is skipped: the label io.gpu-acceptance.aws-ofi-nccl=skip and /opt/aws-ofi-nccl/SKIPPED say so, and
+#   `--check-install --efa` fails in the image.
 # OCI_RUNTIME: the runtime of RUN steps and install checks (default runc where installed, whatever containers.conf
 #   or CONTAINERS_CONF chooses: crun cannot run on hybrid-cgroup hosts).
 # IMAGE_REGISTRY (default ghcr.io/gpu-acceptance), VERSION (default appVersion), FORCE=1 (rebuild even when the
@@ -192,6 +196,7 @@ print(f"ok: {len(mods)} operator modules import")'
 
 workload_image() {
   local tag=$IMAGE_REGISTRY/workload:$VERSION base_id="" nccl=(--build-arg NCCL_TESTS=skip) src_mount=()
+  local efa=(--build-arg AWS_OFI_NCCL=skip)
   [ ${#workload_base[@]} -eq 0 ] || base_id=$(image_id "$TORCH_IMAGE")
   if [ -n "${NCCL_TESTS_SRC:-}" ]; then
     [ -f "$NCCL_TESTS_SRC/src/common.h" ] || die "NCCL_TESTS_SRC=$NCCL_TESTS_SRC is not an nccl-tests source tree"
@@ -201,16 +206,29 @@ workload_image() {
     log "no nccl-tests source tree (NCCL_TESTS_SRC): skipping the nccl-tests stage; the image's label" \
       "io.gpu-acceptance.nccl-tests=skip says so, and checks.nccl.crossCheck cannot run with it"
   fi
+  if [ -n "${AWS_OFI_NCCL_SRC:-}" ]; then
+    grep -qs aws-ofi-nccl "$AWS_OFI_NCCL_SRC/configure.ac" ||
+      die "AWS_OFI_NCCL_SRC=$AWS_OFI_NCCL_SRC is not an aws-ofi-nccl source tree"
+    efa=(--build-arg AWS_OFI_NCCL=build --build-arg AWS_OFI_NCCL_SRC=/run/aws-ofi-nccl-src)
+    src_mount+=(-v "$(realpath "$AWS_OFI_NCCL_SRC"):/run/aws-ofi-nccl-src:ro")
+  fi
   # shellcheck disable=SC2046
-  build_if_changed "$tag" "$(inputs_hash "$VERSION $BASE $base_id ${nccl[*]} ${NCCL_TESTS_SRC:-}" \
-    "${WORKLOAD_FILES[@]}")" -f "$repo/Dockerfile.workload" "${workload_base[@]}" "${nccl[@]}" "${src_mount[@]}" \
-    $(common_args) "$repo"
+  build_if_changed "$tag" "$(inputs_hash "$VERSION $BASE $base_id ${nccl[*]} ${NCCL_TESTS_SRC:-} ${efa[*]} \
+    ${AWS_OFI_NCCL_SRC:-}" "${WORKLOAD_FILES[@]}")" -f "$repo/Dockerfile.workload" "${workload_base[@]}" \
+    "${nccl[@]}" "${efa[@]}" "${src_mount[@]}" $(common_args) "$repo"
   log "install check inside $tag"
   run_image "$tag" python -m acceptance_workload --check-install --rdma --mpi || die "$tag is incomplete"
   if [ -z "${NCCL_TESTS_SRC:-}" ]; then
     run_image "$tag" python -m acceptance_workload --check-install --nccl-tests >/dev/null &&
       die "--check-install --nccl-tests passed in $tag, built without nccl-tests"
     log "as expected, --check-install --nccl-tests fails in $tag: $(label_of "$tag" io.gpu-acceptance.nccl-tests)"
+  fi
+  if [ -n "${AWS_OFI_NCCL_SRC:-}" ]; then
+    run_image "$tag" python -m acceptance_workload --check-install --efa || die "$tag lacks the EFA plugin stack"
+  else
+    run_image "$tag" python -m acceptance_workload --check-install --efa >/dev/null &&
+      die "--check-install --efa passed in $tag, built without the aws-ofi-nccl plugin"
+    log "as expected, --check-install --efa fails in $tag: $(label_of "$tag" io.gpu-acceptance.aws-ofi-nccl)"
   fi
 }
 

@@ -18,6 +18,13 @@
 #                                         NVCC_GENCODE: the GPU architectures (default: nccl-tests' list for the
 #                                         CUDA version); NCCL_TESTS_BUILDDIR: keep the objects there (default: a
 #                                         temp folder). Dockerfile.workload runs it in its CUDA devel stage.
+#   hack/install-workload.sh aws-ofi-nccl OUT SRC
+#                                         the aws-ofi-nccl plugin (NCCL's network over AWS EFA) from the source tree
+#                                         SRC (or AWS_OFI_NCCL_SRC; nothing is cloned), against libfabric (Debian's
+#                                         libfabric-dev, or the EFA installer's at LIBFABRIC_HOME) and the CUDA of
+#                                         nvcc, into OUT (OUT/lib/libnccl-net*.so). Dockerfile.workload runs it in its
+#                                         CUDA devel stage; the system step then installs libfabric's runtime
+#                                         (AWS_OFI_NCCL=build) and the python step checks --efa
 #   hack/install-workload.sh nccl-home    prints that NCCL's folder (include/, lib/libnccl.so.2)
 #   hack/install-workload.sh --check      what `make workload-install-check` runs (no Docker engine in CI): stage
 #                                         the files the Dockerfile copies, run the python step into a throwaway
@@ -39,6 +46,9 @@ RDMA_PACKAGES=(libibverbs1 ibverbs-providers librdmacm1)
 # What apt-get install pulls in for them on Debian/Ubuntu; --check unpacks these too (it installs nothing).
 RDMA_DEPENDENCIES=(libnl-3-200 libnl-route-3-200)
 APT_PACKAGES=(openmpi-bin openssh-server openssh-client "${RDMA_PACKAGES[@]}")
+# libfabric for the aws-ofi-nccl plugin (image built with AWS_OFI_NCCL=build): the library and fi_info.
+EFA_PACKAGES=(libfabric1 libfabric-bin)
+EFA_BUILD_PACKAGES=(libfabric-dev libhwloc-dev autoconf automake libtool make)
 # nccl-tests for the cross-check: a release pinned by tag and commit (a moved tag fails the build).
 NCCL_TESTS_REPO=https://github.com/NVIDIA/nccl-tests
 NCCL_TESTS_TAG=v2.19.6
@@ -52,8 +62,10 @@ system() {
   [ "$(id -u)" = 0 ] || die "the system step installs packages with apt-get: run it as root"
   command -v apt-get >/dev/null || die "apt-get not found: the base image must be Debian or Ubuntu based"
   export DEBIAN_FRONTEND=noninteractive
+  local packages=("${APT_PACKAGES[@]}")
+  if [ "${AWS_OFI_NCCL:-skip}" = build ] && [ -z "${LIBFABRIC_HOME:-}" ]; then packages+=("${EFA_PACKAGES[@]}"); fi
   apt-get update
-  apt-get install -y --no-install-recommends "${APT_PACKAGES[@]}"
+  apt-get install -y --no-install-recommends "${packages[@]}"
   rm -rf /var/lib/apt/lists/*
   # mpi-operator mounts the job's SSH key pair and runs `sshd -De` on the workers; mpirun on the launcher
   # connects to them by their (new every run) DNS names, so host keys are not pinned.
@@ -70,15 +82,19 @@ python_step() {
   [ -f "$src/pyproject.toml" ] || die "$src has no pyproject.toml"
   # shellcheck disable=SC2086  # PIP_INSTALL_ARGS is a list of words
   "$python" -m pip install --disable-pip-version-check ${PIP_INSTALL_ARGS---no-cache-dir} "${src}[workload]"
-  local mpi=() nccl=()
+  local mpi=() nccl=() efa=()
   if command -v mpirun >/dev/null; then mpi=(--mpi); fi
+  # An image built with the aws-ofi-nccl plugin (no SKIPPED file in its folder) must have it, and libfabric's efa.
+  if [ -n "${GPU_ACCEPTANCE_AWS_OFI_NCCL_DIR:-}" ] && [ ! -f "$GPU_ACCEPTANCE_AWS_OFI_NCCL_DIR/SKIPPED" ]; then
+    efa=(--efa)
+  fi
   if [ -n "${GPU_ACCEPTANCE_NCCL_TESTS_DIR:-}" ]; then nccl=(--nccl-tests); fi
   # An image built without nccl-tests (Dockerfile.workload's nccl-tests-skip stage) says why in this file.
   if [ -f "${GPU_ACCEPTANCE_NCCL_TESTS_DIR:-/nonexistent}/SKIPPED" ]; then
     log "nccl-tests not installed: $(cat "$GPU_ACCEPTANCE_NCCL_TESTS_DIR/SKIPPED")"
     nccl=()
   fi
-  (cd / && "$python" -m acceptance_workload --check-install --rdma "${mpi[@]}" "${nccl[@]}") ||
+  (cd / && "$python" -m acceptance_workload --check-install --rdma "${mpi[@]}" "${nccl[@]}" "${efa[@]}") ||
     die "the installed workload is incomplete"
 }
 
@@ -149,6 +165,28 @@ nccl_tests() {
   done
   rm -rf "$work"
   log "nccl-tests: ${NCCL_TESTS_BINARIES[*]} in $out"
+}
+
+aws_ofi_nccl() {
+  local out=${1:?usage: install-workload.sh aws-ofi-nccl OUT SRC} src=${2:-${AWS_OFI_NCCL_SRC:-}} nvcc work
+  [ -n "$src" ] || die "aws-ofi-nccl needs a source tree (SRC or AWS_OFI_NCCL_SRC): this step clones nothing"
+  grep -qs 'aws-ofi-nccl' "$src/configure.ac" || die "$src is not an aws-ofi-nccl source tree (no configure.ac naming it)"
+  nvcc=$(find_nvcc) || die "nvcc not found (PATH, CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}): the plugin needs a CUDA devel image"
+  local libfabric=${LIBFABRIC_HOME:-/usr}
+  if [ -z "${LIBFABRIC_HOME:-}" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${EFA_BUILD_PACKAGES[@]}"
+  fi
+  [ -f "$libfabric/include/rdma/fabric.h" ] || die "no libfabric headers under $libfabric/include: set LIBFABRIC_HOME"
+  work=$(mktemp -d "${TMPDIR:-/tmp}/aws-ofi-nccl.XXXXXX")
+  cp -a "$src/." "$work/src"  # the source tree is mounted read-only
+  log "building aws-ofi-nccl from $src against $libfabric and $(dirname "$(dirname "$nvcc")")"
+  (cd "$work/src" && { [ -x configure ] || ./autogen.sh; } &&
+    ./configure --prefix="$out" --with-libfabric="$libfabric" --with-cuda="$(dirname "$(dirname "$nvcc")")" \
+      --enable-platform-aws --disable-tests && make -j"$(nproc)" && make install) >"$work/build.log" 2>&1 ||
+    { tail -30 "$work/build.log" >&2; die "aws-ofi-nccl build failed"; }
+  compgen -G "$out/lib/libnccl-net*.so" >/dev/null || die "the build installed no $out/lib/libnccl-net*.so"
+  rm -rf "$work"
+  log "aws-ofi-nccl: $(cd "$out/lib" && ls libnccl-net*.so | paste -sd' ') in $out/lib"
 }
 
 # The installed workload, not the checkout: run from an empty folder with no PYTHONPATH.
@@ -222,8 +260,9 @@ case "${1:-}" in
   system) system ;;
   python) python_step "$(cd "${2:-$repo}" && pwd)" ;;
   nccl-tests) nccl_tests "${2:-}" "${3:-}" ;;
+  aws-ofi-nccl) aws_ofi_nccl "${2:-}" "${3:-}" ;;
   nccl-home) nccl_home ;;
   --check) check ;;
-  -h | --help | "") sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
+  -h | --help | "") sed -n '2,39p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' ;;
   *) die "unknown step $1 (see --help)" ;;
 esac

@@ -8,7 +8,6 @@ builders read them. Spec fields are camelCase on the wire.
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -21,6 +20,14 @@ from acceptance_workload.report import CHECK_NAMES, OPT_IN_CHECKS
 from acceptance_workload.wire import WireModel, byte_size, text
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from acceptance_operator import efa, podmeta
+from acceptance_operator.envnames import (  # noqa: F401
+    RESERVED_ENV,
+    RESERVED_ENV_PREFIXES,
+    _not_reserved,
+    _reserved_env_rules,
+    reserved_env_problem,
+)
 from acceptance_operator.kubetypes import (
     MAX_VALUES,
     Affinity,
@@ -68,31 +75,9 @@ MAX_REMOVE_TAINTS = 16  # spec.onPass.removeTaints
 RESERVED_TAINT_DOMAINS = ("kubernetes.io", "k8s.io")
 
 SHM_PATH = "/dev/shm"
-# Label values (nodeSelector): at most 63 characters, alphanumeric at both ends, [-_.] inside.
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = podmeta.LABEL_VALUE_RE  # label values (nodeSelector): at most 63 characters, alphanumeric at both ends
+_label_key_problem = podmeta.key_problem
 
-
-def _label_key_problem(key: str) -> str | None:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        return f"key {key!r}: prefix must be a DNS subdomain"
-    if len(name) > 63 or not _LABEL_NAME.match(name):
-        return f"key {key!r}: name must be 1-63 characters, alphanumeric at both ends, [-_.] inside"
-    return None
-
-# Variables the operator sets on the workload itself; pod.env / network.env must not replace them.
-RESERVED_ENV = ("GPU_ACCEPTANCE_CONFIG", "NODE_NAME", "POD_NAME", "POD_NAMESPACE", "MASTER_ADDR", "MASTER_PORT")
-# Families of names pod.env / network.env must not set, each with why: the kubelet's pointers to the API server
-# (the workload's client sends its bearer token there) and every setting of the operator and the workload.
-RESERVED_ENV_PREFIXES: dict[str, str] = {
-    "KUBERNETES_SERVICE_": "the kubelet's address of the API server; the workload's client would send its token "
-                           "wherever it points",
-    "KUBERNETES_PORT": "the kubelet's address of the API server; the workload's client would send its token "
-                       "wherever it points",
-    "GPU_ACCEPTANCE_": "the operator's and the workload's own settings",
-}
 # Volumes the operator adds to every GPU pod are named with this prefix.
 RESERVED_VOLUME_PREFIX = "gpu-acceptance-"
 
@@ -117,35 +102,6 @@ Quantity = Annotated[
     int | text(64, pattern=QUANTITY),
     WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "maxLength": 64, "pattern": QUANTITY}),
 ]
-
-
-def reserved_env_problem(name: str) -> str | None:
-    """Why `name` may not be set in pod.env or network.env, or None. The run's identity and rendezvous come from the
-    operator (a user value would silently break them); the API server's address and the project's settings are not
-    the user's to redirect (RESERVED_ENV_PREFIXES)."""
-    if name in RESERVED_ENV:
-        return "set by the operator for every run; remove it from env"
-    for prefix, why in RESERVED_ENV_PREFIXES.items():
-        if name.startswith(prefix):
-            return f"names starting with {prefix} are reserved ({why}); remove it from env"
-    return None
-
-
-def _not_reserved(name: str) -> str:
-    problem = reserved_env_problem(name)
-    if problem:
-        raise ValueError(problem)
-    return name
-
-
-def _reserved_env_rules() -> list[dict[str, str]]:
-    """The same refusal as reserved_env_problem, as CEL rules on the env map (admission): one per family."""
-    names = ", ".join(f"'{n}'" for n in RESERVED_ENV)
-    return [{"rule": f"self.all(k, !(k in [{names}]))",
-             "message": f"{', '.join(RESERVED_ENV)}: set by the operator for every run; remove them from env"},
-            *({"rule": f"self.all(k, !k.startsWith('{prefix}'))",
-               "message": f"names starting with {prefix} are reserved ({why}); remove them from env"}
-              for prefix, why in RESERVED_ENV_PREFIXES.items())]
 
 
 EnvName = Annotated[text(MAX_ENV_NAME, min_length=1, pattern=r"^[^=]+$"), AfterValidator(_not_reserved)]
@@ -211,6 +167,9 @@ class Network(WireModel):
     gpu_direct_rdma: bool = Field(True, alias="gpuDirectRDMA", description="GPUDirect RDMA between NIC and GPU.")
     gid_index: int | None = Field(None, ge=0, le=255,
                                   description="NCCL_IB_GID_INDEX for roce (default 3, RoCEv2).")
+    efa_devices: int | None = Field(
+        None, ge=1, le=efa.MAX_EFA_DEVICES, description="fabric efa: vpc.amazonaws.com/efa devices per pod (all of "
+        "the node's); default: the instance type's in placement.nodeSelector (p5/p5e 32, p5en 16, p4d 4).")
     env: Env = Field(default_factory=dict, max_length=MAX_ENV,
                      description="Extra or overriding NCCL_*/UCX_* variables.",
                      json_schema_extra={"x-kubernetes-validations": _reserved_env_rules()})
@@ -234,6 +193,17 @@ class Pod(WireModel):
         None, description="Default: the per-test ServiceAccount the operator creates. Another one only where "
         "the operator allows it (chart value userPolicy.allowServiceAccountName)."
     )
+    labels: dict[podmeta.PodKey, podmeta.PodLabelValue] = Field(
+        default_factory=dict, max_length=podmeta.MAX_POD_METADATA, description="Labels of every pod (the MPIJob "
+        "launcher too). Keys under gpu-acceptance.io, kubernetes.io, k8s.io, x-k8s.io, kubeflow.org are refused.",
+        json_schema_extra={"x-kubernetes-validations": [*podmeta.key_rules("label"), podmeta.LABEL_VALUE_RULE]})
+    annotations: dict[podmeta.PodKey, podmeta.AnnotationValue] = Field(
+        default_factory=dict, max_length=podmeta.MAX_POD_METADATA, description="Annotations of every GPU pod, "
+        "e.g. k8s.v1.cni.cncf.io/networks (Multus) or networking.gke.io/interfaces; reserved keys as for labels.",
+        json_schema_extra={"x-kubernetes-validations": podmeta.key_rules("annotation")})
+    runtime_class_name: podmeta.RuntimeClassName | None = Field(
+        None, description="RuntimeClass of every GPU pod, e.g. nvidia where the NVIDIA runtime is not the "
+        "node's default (k3s, RKE2).")
 
     @field_validator("volumes")
     @classmethod
@@ -427,6 +397,10 @@ class AcceptanceTestSpec(WireModel):
                              "(e.g. {persistentVolumeClaim: {claimName: NAME}}) or disable checks.storage")
         if self.network.fabric == "ethernet" and self.checks.nccl.require_transport in ("IB", "IB_GDR"):
             raise ValueError("checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet")
+        problem = efa.efa_problem(self.network.fabric, self.network.efa_devices, self.placement.node_selector,
+                                  self.resources.extra)
+        if problem:
+            raise ValueError(problem)
         return self
 
 
@@ -455,6 +429,7 @@ SPEC_CEL_RULES: list[dict[str, str]] = [
         "message": "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet",
         "fieldPath": ".checks.nccl.requireTransport",
     },
+    *efa.CEL_RULES,
 ]
 
 

@@ -24,6 +24,7 @@ from acceptance_workload import evidence
 from acceptance_workload.config import CONFIG_ENV, PodLimits, TestRef, WorkloadConfig
 from acceptance_workload.profiles import cpu_smoke_checks
 
+from acceptance_operator import efa
 from acceptance_operator.api import (
     API_VERSION,
     DEFAULT_IMAGE,
@@ -316,7 +317,7 @@ def needs_ipc_lock(test: AcceptanceTest) -> bool:
     uses sockets, and inside one node NVLink/shared memory: nothing is
     registered with a NIC, so no capability is added.
     """
-    return test.spec.nodes > 1 and test.spec.network.fabric in ("infiniband", "roce")
+    return test.spec.nodes > 1 and test.spec.network.fabric in ("infiniband", "roce", "efa")
 
 
 def _gpu_resources(test: AcceptanceTest) -> dict[str, Any]:
@@ -331,6 +332,9 @@ def _gpu_resources(test: AcceptanceTest) -> dict[str, Any]:
     if r.memory is not None:
         amounts["memory"] = r.memory
     amounts.update(r.extra)
+    efa_devices = efa.device_count(test.spec.network.efa_devices, test.spec.placement.node_selector)
+    if test.spec.network.fabric == "efa" and efa_devices and not is_smoke(test.spec.profile):
+        amounts[efa.EFA_RESOURCE] = efa_devices  # every EFA interface of the node (efa.py)
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
@@ -387,6 +391,10 @@ def _pod_spec(test: AcceptanceTest, containers: list[dict[str, Any]], *, gpu: bo
         out["priorityClassName"] = place.priority_class_name
     if place.scheduler_name:
         out["schedulerName"] = place.scheduler_name
+    if gpu and pod.runtime_class_name:
+        # GPU pods only: under the NVIDIA runtime the launcher, which requests no GPU, would see every GPU of
+        # its node (the image's NVIDIA_VISIBLE_DEVICES=all).
+        out["runtimeClassName"] = pod.runtime_class_name
     if gpu and pod.host_network:
         out["hostNetwork"] = True
         out["dnsPolicy"] = "ClusterFirstWithHostNet"  # Service names still resolve (MASTER_ADDR)
@@ -434,7 +442,14 @@ def _gpu_container(test: AcceptanceTest, name: str, command: list[str], env: lis
 
 
 def _template(test: AcceptanceTest, role: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
-    return {"metadata": {"labels": {**test_labels(test), LABEL_ROLE: role}}, "spec": pod_spec}
+    """A pod template: spec.pod.labels on every pod, the operator's on top (their keys are reserved, so none is
+    replaced); spec.pod.annotations on GPU pods only: they attach networks and devices (Multus, GKE) that the
+    GPU-less MPIJob launcher neither needs nor requests (an SR-IOV network without its VF would not start it)."""
+    pod = test.spec.pod
+    meta: dict[str, Any] = {"labels": {**pod.labels, **test_labels(test), LABEL_ROLE: role}}
+    if role == ROLE_GPU and pod.annotations:
+        meta["annotations"] = dict(pod.annotations)
+    return {"metadata": meta, "spec": pod_spec}
 
 
 def _run_policy(test: AcceptanceTest) -> dict[str, Any]:

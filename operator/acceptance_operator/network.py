@@ -1,12 +1,13 @@
 """spec.network as the NCCL/UCX environment of every workload process.
 
 One place maps the fabric to variables, so the manifests, the docs and the
-tests agree on what an InfiniBand, RoCE or Ethernet test sets.
+tests agree on what an InfiniBand, RoCE, Ethernet or EFA test sets.
 """
 
 from __future__ import annotations
 
 from acceptance_operator.api import Network
+from acceptance_operator.efa import efa_env
 
 # GPUDirect RDMA is used when the NIC and the GPU share at most a PCIe host
 # bridge (same CPU socket). NCCL's own default (PXB) needs a shared PCIe switch,
@@ -26,6 +27,8 @@ def fabric_env(network: Network) -> dict[str, str]:
     env: dict[str, str] = {}
     if network.fabric == "ethernet":
         env["NCCL_IB_DISABLE"] = "1"
+    elif network.fabric == "efa":
+        env.update(efa_env(network.gpu_direct_rdma))  # the plugin finds the devices: no HCA list, no GDR level
     else:
         if network.hcas:
             env["NCCL_IB_HCA"] = ",".join(network.hcas)

@@ -10,7 +10,9 @@ the same at creation). The privileged ulimit init container runs the
 operator's configured image and no spec field changes it. No other
 privilege-granting pod field (hostPID, hostIPC, privileged, capabilities,
 hostPorts) exists in the spec. A refusal ends the run as InvalidSpec, with one
-`field: problem` line each. The workload image is gated the same way
+`field: problem` line each. spec.pod.labels, spec.pod.annotations and
+spec.pod.runtimeClassName are not gated: their reserved keys are refused for
+everyone, and podmeta.py says why the rest grants nothing. The workload image is gated the same way
 (userPolicy.allowedImages): it runs with the token that writes the run's results.
 
 Whose verdicts may change nodes is the administrator's choice too

@@ -133,12 +133,27 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
         ({"onPass": {"removeTaints": [f"k{i}" for i in range(17)]}},
          ["spec.onPass.removeTaints", "must have at most 16 items"]),
         ({"skipBusyNodes": "yes"}, ["spec.skipBusyNodes", "must be of type boolean"]),
+        ({"pod": {"annotations": {"k8s.v1.cni.cncf.io/networks": "ok", "kueue.x-k8s.io/queue-name": "q"}}},
+         ["spec.pod.annotations", "annotation keys under gpu-acceptance.io, kubernetes.io, k8s.io, x-k8s.io, "
+          "kubeflow.org are reserved"]),
+        ({"pod": {"labels": {"gpu-acceptance.io/test": "other"}}}, ["spec.pod.labels", "label keys under"]),
+        ({"pod": {"annotations": {"io.kubernetes.cri-o.Devices": "/dev/mem"}}},
+         ["spec.pod.annotations", "the container runtime's own"]),
+        ({"pod": {"labels": {"team": "GPU platform"}}}, ["spec.pod.labels", "label values are at most 63"]),
+        ({"pod": {"labels": {"Bad_Prefix/x": "v"}}}, ["spec.pod.labels", "keys are [prefix/]name"]),
+        ({"pod": {"runtimeClassName": "Nvidia"}}, ["spec.pod.runtimeClassName", "should match"]),
+        ({"nodes": 2, "network": {"fabric": "efa"}}, ["spec.network", "network.efaDevices: set the EFA devices"]),
+        ({"network": {"fabric": "roce", "efaDevices": 4}}, ["spec.network.efaDevices", "only for network.fabric efa"]),
+        ({"network": {"fabric": "efa", "efaDevices": 4}, "resources": {"extra": {"vpc.amazonaws.com/efa": 4}}},
+         ["spec.resources.extra", "comes from network.efaDevices"]),
     ],
     ids=["nodes-0", "unknown-backend", "negative-size", "negative-quantity", "not-a-size", "misspelled-field",
          "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "cel-storage-no-volume",
          "storage-two-sources", "fsdp-layers", "env-value-300k", "env-key-long",
          "env-too-many", "gpu-in-extra", "empty-image", "max-bytes", "iters", "batch-size", "anti-affinity-5",
-         "toleration-effect", "volume-two-sources", "cel-kubernetes-taint", "remove-taints-17", "skip-busy-string"],
+         "toleration-effect", "volume-two-sources", "cel-kubernetes-taint", "remove-taints-17", "skip-busy-string",
+         "cel-reserved-annotation", "cel-reserved-label", "cel-runtime-annotation", "cel-label-value",
+         "cel-label-key", "runtime-class-name", "cel-efa-no-count", "cel-efa-devices-on-roce", "cel-efa-in-extra"],
 )
 def test_invalid_spec_is_rejected_by_the_server(server: ApiServer, namespace: str, spec: dict, fragments: list[str]):
     proc = apply(server, namespace, manifest(spec), check=False)
@@ -165,6 +180,16 @@ def test_cel_rules_allow_what_they_should(server: ApiServer, namespace: str):
     # Key rules and the GPU rule pass ordinary maps.
     apply(server, namespace, manifest({"pod": {"env": {"NCCL_ALGO": "Ring", "x.y-z": "1"}},
                                        "resources": {"extra": {"rdma/ib": 1, "nvidia.com/hostdev": "8"}}}, "maps"))
+    # EFA with a count, or with an instance type whose count is known.
+    apply(server, namespace, manifest({"network": {"fabric": "efa", "efaDevices": 16}}, "efa-count"))
+    apply(server, namespace, manifest({"network": {"fabric": "efa"}, "placement": {
+        "nodeSelector": {"node.kubernetes.io/instance-type": "p5en.48xlarge"}}}, "efa-type"))
+    # Pod metadata of other domains (Multus, GKE), one's own labels, and a runtime class pass.
+    apply(server, namespace, manifest({"pod": {
+        "labels": {"team": "gpu-platform", "example.com/cost": "ml-42", "empty": ""},
+        "annotations": {"k8s.v1.cni.cncf.io/networks": "ipoib-network", "mykubernetes.io/x": "free text {json}",
+                        "networking.gke.io/interfaces": '[{"interfaceName":"eth0","network":"default"}]'},
+        "runtimeClassName": "nvidia"}}, "podmeta"))
 
 
 def missing_from(sent: Any, stored: Any, path: str = "spec") -> list[str]:
@@ -221,10 +246,15 @@ def test_pod_templates_pass_core_pod_validation(server: ApiServer, namespace: st
     """Each replica's template as a Pod, through the API server's own validation and admission (dry run)."""
     test = stored_test(server, namespace, example)
     job = build_children(test)[-1]
+    if test.spec.pod.runtime_class_name:  # the RuntimeClass admission plugin refuses a pod naming a missing one
+        server.kubectl("apply", "-f", "-", input=json.dumps({
+            "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+            "metadata": {"name": test.spec.pod.runtime_class_name}, "handler": "nvidia"}))
     for role, template, restart in pod_templates(job):
         pod = {"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": f"{job['metadata']['name']}-{role.lower()}-0",
-                            "labels": template["metadata"]["labels"]},
+                            "labels": template["metadata"]["labels"],
+                            "annotations": template["metadata"].get("annotations", {})},
                "spec": {**template["spec"], "restartPolicy": restart}}
         proc = server.kubectl("create", "--dry-run=server", "--validate=strict", "-n", namespace, "-f", "-",
                               input=json.dumps(pod), check=False)

@@ -106,6 +106,34 @@ def test_job_runs_one_pod_per_fake_gpu_node(real: Cluster, real_cluster: tuple[A
               "the Job controller to mark accept-g1 Complete", timeout=120)
 
 
+@pytest.mark.parametrize("backend", ["Job", "JobSet", pytest.param("PyTorchJob", marks=pytest.mark.slow)])
+def test_pod_labels_annotations_and_runtime_class_reach_the_real_pods(
+        real: Cluster, real_cluster: tuple[ApiServer, list[str], Controllers], backend: str,
+        request: pytest.FixtureRequest):
+    """spec.pod's metadata and runtime class on the pods the backend's real controllers make (the RuntimeClass
+    admission plugin refuses a pod naming a missing class: the administrator's object, made here)."""
+    server, _, controllers = real_cluster
+    controller = {"JobSet": "jobset_controller", "PyTorchJob": "training_operator"}.get(backend)
+    if controller:
+        controllers = request.getfixturevalue(controller)
+    server.kubectl("apply", "-f", "-", input='{"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", '
+                   '"metadata": {"name": "nvidia"}, "handler": "nvidia"}')
+    annotations = {"k8s.v1.cni.cncf.io/networks": "ipoib-network", "networking.gke.io/default-interface": "eth0"}
+    name = f"meta-{backend.lower()}"
+    real.create_test(name, {"backend": backend, "nodes": 2, "pod": {
+        "labels": {"team": "gpu-platform"}, "annotations": annotations, "runtimeClassName": "nvidia"}})
+    pods = running_pods(real, name, 2)
+    for pod in pods:
+        assert pod["metadata"]["labels"]["team"] == "gpu-platform"
+        assert pod["metadata"]["labels"]["gpu-acceptance.io/test"] == name
+        assert annotations.items() <= pod["metadata"]["annotations"].items()
+        assert pod["spec"]["runtimeClassName"] == "nvidia"
+    nodes = tuple(sorted(p["spec"]["nodeName"] for p in pods))
+    real.write_report(name, report(1, nodes=nodes), place_pods=False)
+    real.wait_phase(name, "Succeeded", timeout=120)
+    controllers.exit_pods(pods, 0)
+
+
 def test_unschedulable_quotes_the_real_scheduler(real: Cluster,
                                                  real_cluster: tuple[ApiServer, list[str], Controllers]):
     _, gpu_nodes, _ = real_cluster

@@ -43,7 +43,7 @@ def test_classify_each_via_token() -> None:
     assert classify("NET/IB/0") == "IB"
     assert classify("NET/IBext_v8/2/GDRDMA") == "IB_GDR"
     assert classify("NET/Socket/0") == "SOCKET"
-    assert classify("NET/AWS Libfabric/0") is None
+    assert classify("NET/AWS Libfabric/0") == "OFI"  # AWS EFA: test_efa_transport.py
 
 
 def test_parse_counts_connections_networks_and_devices() -> None:

@@ -45,11 +45,14 @@ def test_dockerfile_copies_exactly_what_the_check_stages() -> None:
 
 def test_dockerfile_installs_only_through_the_script_on_a_cuda_pytorch_base() -> None:
     assert re.search(r"^ARG BASE_IMAGE=pytorch/pytorch:\S+-cuda\S+$", DOCKERFILE, flags=re.M)
-    build, skip, run = instructions("RUN")
+    build, skip, efa_build, efa_skip, run = instructions("RUN")
     assert build == ("PYTHON=python bash /build/hack/install-workload.sh nccl-tests /opt/nccl-tests/bin "
                      "${NCCL_TESTS_SRC}")
     assert skip.startswith("mkdir -p /opt/nccl-tests/bin && echo ")  # the skip stage: only the reason
-    assert run.split("&&")[0].strip() == "bash hack/install-workload.sh system"
+    # the aws-ofi-nccl plugin (network.fabric efa): built by the script from a given source tree, or skipped
+    assert efa_build == "bash /build/hack/install-workload.sh aws-ofi-nccl /opt/aws-ofi-nccl ${AWS_OFI_NCCL_SRC}"
+    assert efa_skip.startswith("mkdir -p /opt/aws-ofi-nccl/lib && echo ")
+    assert run.split("&&")[0].strip() == "AWS_OFI_NCCL=${AWS_OFI_NCCL} bash hack/install-workload.sh system"
     assert "hack/install-workload.sh python /opt/gpu-acceptance" in run
     assert "pip install" not in DOCKERFILE
     assert instructions("CMD") == ['["python", "-m", "acceptance_workload"]']

@@ -18,8 +18,9 @@ COLLECTIVES: tuple[Collective, ...] = (
     "all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv",
 )
 # How NCCL moved data, as its INFO log says: NVLink/PCIe peer-to-peer, shared
-# memory, InfiniBand/RoCE verbs with or without GPUDirect RDMA, or TCP sockets.
-Transport = Literal["P2P", "SHM", "IB", "IB_GDR", "SOCKET"]
+# memory, InfiniBand/RoCE verbs with or without GPUDirect RDMA, libfabric through the aws-ofi-nccl plugin (OFI:
+# AWS EFA), or TCP sockets.
+Transport = Literal["P2P", "SHM", "IB", "IB_GDR", "OFI", "SOCKET"]
 DType = Literal["float32", "bfloat16", "float16"]
 MigMode = Literal["disabled", "enabled"]
 CudaGraphs = Literal["auto", "always", "never"]
@@ -227,7 +228,7 @@ class NcclCheck(WireModel):
     require_transport: Transport | None = Field(
         None,
         description="Transport NCCL must use between nodes; default: IB_GDR or IB from spec.network "
-        "for multi-node tests on infiniband or roce.",
+        "for multi-node tests on infiniband or roce, OFI (libfabric, the aws-ofi-nccl plugin) on efa.",
     )
     localize: Localize = Field(
         "onFailure", description="Inter-node localisation after the job-wide sweep: pairs of nodes, each suspect "

@@ -31,7 +31,7 @@ def run_started(environ: Mapping[str, str] | None = None) -> float:
         return float((os.environ if environ is None else environ)[STARTED_ENV])
     return time.time()
 
-Fabric = Literal["infiniband", "roce", "ethernet"]
+Fabric = Literal["infiniband", "roce", "ethernet", "efa"]
 Mode = Literal["gpu", "cpu-smoke"]
 
 
@@ -110,6 +110,8 @@ class WorkloadConfig(WireModel):
             return self.checks.nccl.require_transport
         if self.nodes > 1 and self.fabric in ("infiniband", "roce"):
             return "IB_GDR" if self.gpu_direct_rdma else "IB"
+        if self.nodes > 1 and self.fabric == "efa":
+            return "OFI"  # NCCL's network through the aws-ofi-nccl plugin over libfabric's efa provider
         return None
 
     def to_env(self) -> str:

@@ -2,7 +2,8 @@
 
 Run at the end of hack/install-workload.sh (so an image build fails on a
 missing piece instead of the first acceptance run) and by the
-workload-install-check make target.
+workload-install-check make target. Options add groups: --mpi, --rdma,
+--nccl-tests, --efa (the aws-ofi-nccl plugin and libfabric's efa provider).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import os
 import shutil
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from acceptance_workload import exits
 
@@ -95,6 +97,79 @@ def _shared_library(soname: str) -> Callable[[], str]:
     return get
 
 
+# AWS EFA (network.fabric efa): NCCL reaches EFA only through a network plugin, aws-ofi-nccl, over libfabric's efa
+# provider. Without them NCCL falls back to sockets (the run then fails its transport check); this says so at build.
+NET_PLUGIN_ENV = "NCCL_NET_PLUGIN"
+PLUGIN_DIR_ENV = "GPU_ACCEPTANCE_AWS_OFI_NCCL_DIR"  # the image's plugin folder (Dockerfile.workload)
+# The names aws-ofi-nccl installs (libnccl-net.so, and libnccl-net-ofi.so for NCCL_NET_PLUGIN=ofi).
+NET_PLUGIN_FILES = ("libnccl-net.so", "libnccl-net-ofi.so")
+# NCCL's plugin entry points, newest first; the struct's first member is the network's name.
+NET_PLUGIN_SYMBOLS = tuple(f"ncclNetPlugin_v{v}" for v in range(12, 1, -1))
+LIBFABRIC = "libfabric.so.1"
+FI_INFO_DIRS = ("/opt/amazon/efa/bin",)  # the EFA installer's libfabric
+LIBFABRIC_NETWORKS = ("libfabric", "aws libfabric")
+
+
+def net_plugin_candidates(environ: dict[str, str]) -> list[str]:
+    """The files NCCL would load as its network plugin: NCCL_NET_PLUGIN's (a name X: libnccl-net-X.so; a file name
+    or path as given), else aws-ofi-nccl's two names."""
+    given = environ.get(NET_PLUGIN_ENV, "").strip()
+    if not given:
+        return list(NET_PLUGIN_FILES)
+    return [given] if given.endswith(".so") or "/" in given else [f"libnccl-net-{given}.so"]
+
+
+def _efa_plugin() -> str:
+    """The aws-ofi-nccl plugin loads as NCCL loads it (dlopen through LD_LIBRARY_PATH and ld.so.cache) and is a
+    libfabric network."""
+    import ctypes
+
+    tried = []
+    for name in net_plugin_candidates(dict(os.environ)):
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError as e:
+            tried.append(f"{name}: {str(e).split(':')[-1].strip() or e}")
+            continue
+        symbol = next((s for s in NET_PLUGIN_SYMBOLS if hasattr(lib, s)), None)
+        if symbol is None:
+            raise RuntimeError(f"{name} loads but is no NCCL network plugin (no ncclNetPlugin_v* symbol)")
+        network = (ctypes.c_char_p.in_dll(lib, symbol).value or b"").decode(errors="replace")
+        if network.lower() not in LIBFABRIC_NETWORKS:
+            raise RuntimeError(f"{name} is the NCCL network plugin {network!r}, not aws-ofi-nccl's libfabric one")
+        return f"{name} ({symbol}, network {network!r})"
+    skipped = Path(os.environ.get(PLUGIN_DIR_ENV, "/nonexistent")) / "SKIPPED"
+    why = f"this image was {skipped.read_text().strip()}; " if skipped.is_file() else ""
+    raise FileNotFoundError(f"no aws-ofi-nccl plugin on the library path ({'; '.join(tried)}): {why}build the "
+                            "image with AWS_OFI_NCCL_SRC (hack/build-images.sh) or add the plugin's lib folder to "
+                            "LD_LIBRARY_PATH")
+
+
+def _libfabric() -> str:
+    import ctypes
+
+    try:
+        ctypes.CDLL(LIBFABRIC)
+    except OSError as e:
+        raise FileNotFoundError(f"{LIBFABRIC} does not load ({e}); install libfabric with the efa provider "
+                                "(the EFA installer's /opt/amazon/efa, or Debian's libfabric1)") from None
+    return "loads"
+
+
+def _efa_provider() -> str:
+    """libfabric lists the efa provider (`fi_info -l`): it is built in, whether or not this machine has EFA."""
+    import subprocess
+
+    fi_info = _which("fi_info", *(f"{d}/fi_info" for d in FI_INFO_DIRS))()
+    done = subprocess.run([fi_info, "-l"], capture_output=True, text=True, timeout=60, check=False)
+    providers = {line.strip().rstrip(":") for line in done.stdout.splitlines() if line.strip().endswith(":")}
+    if "efa" not in providers:
+        listed = ", ".join(sorted(providers)) or "none"
+        raise RuntimeError(f"libfabric has no efa provider ({fi_info} -l lists: {listed}); install the EFA "
+                           "installer's libfabric")
+    return f"{fi_info}: efa"
+
+
 def _nccl_tests(collective: str) -> Callable[[], str]:
     """nccl-tests' binary is where the workload looks (nccltests.find_binary) and loads: `-h` prints its usage.
 
@@ -138,6 +213,9 @@ def check_installation(args: list[str]) -> int:
                    ("ssh host key", lambda: _host_key())]
     if "--rdma" in args:
         probes += [(soname, _shared_library(soname)) for soname in RDMA_LIBRARIES]
+    if "--efa" in args:  # network.fabric efa: aws-ofi-nccl over libfabric's efa provider
+        probes += [("aws-ofi-nccl plugin", _efa_plugin), ("libfabric", _libfabric),
+                   ("libfabric efa provider", _efa_provider)]
     if "--nccl-tests" in args:  # the cross-check's binaries (checks.nccl.crossCheck)
         from acceptance_workload.checks import COLLECTIVES
 

@@ -19,13 +19,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
 from acceptance_workload import deaths, exits, occupancy
 from acceptance_workload.checks import ChecksSpec, SoakCheck
-from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, WorkloadConfig, run_started
+from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, Fabric, WorkloadConfig, run_started
 from acceptance_workload.exports import ExportError, write_exports
 from acceptance_workload.exports import require as require_exports
 from acceptance_workload.launch import free_port
@@ -83,8 +83,8 @@ def read_manifest(path: str) -> dict[str, Any]:
         raise ManifestError(f"{path}: spec.profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
     network = spec.get("network") or {}
     fabric = network.get("fabric")
-    if fabric is not None and fabric not in ("infiniband", "roce", "ethernet"):
-        raise ManifestError(f"{path}: spec.network.fabric: {fabric!r} is not one of infiniband, roce, ethernet")
+    if fabric is not None and fabric not in get_args(Fabric):
+        raise ManifestError(f"{path}: spec.network.fabric: {fabric!r} is not one of {', '.join(get_args(Fabric))}")
     gpus = spec.get("gpusPerNode")
     if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
         raise ManifestError(f"{path}: spec.gpusPerNode: expected a whole number >= 1, got {gpus!r}")
@@ -141,7 +141,7 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
     profile: ProfileName = args.profile or manifest.get("profile") or detected_profile(args.cpu)
     if profile not in PROFILE_NAMES:
         raise ManifestError(f"--profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
-    if nodes == 1 and checks.nccl.require_transport in ("IB", "IB_GDR", "SOCKET"):
+    if nodes == 1 and checks.nccl.require_transport in ("IB", "IB_GDR", "OFI", "SOCKET"):
         print(f"note: requireTransport {checks.nccl.require_transport} is between nodes; a local run has one node, "
               "so it is not required here", file=sys.stderr)
         checks = checks.model_copy(update={"nccl": checks.nccl.model_copy(update={"require_transport": None})})

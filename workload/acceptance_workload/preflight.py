@@ -159,9 +159,11 @@ def ib_checks(th: PreflightThresholds, node: str, *, fabric: str, nodes: int, sy
             return [], [Skip(check="preflight", name="ib_ports",
                              reason=f"no RDMA device visible on node {node}; a single-node test does not use one")]
         where = f" matching NCCL_IB_HCA={hca_filter}" if hca_filter else ""
+        ask = ("the EFA devices (network.efaDevices: vpc.amazonaws.com/efa) and check the EFA device plugin"
+               if fabric == "efa" else "the RDMA device resource (spec.resources.extra) and check the device plugin")
         return [_result("ib_ports", None, th, node=node,
                         message=f"no RDMA port{where} under /sys/class/infiniband in the pod on node {node}: "
-                        "request the RDMA device resource (spec.resources.extra) and check the device plugin")], []
+                        f"request {ask}")], []
     results = []
     run = Run(nodes=nodes, fabric=fabric)  # a single-node run sends nothing over the fabric: recorded, not judged
     note = "" if nodes > 1 else " (single node: not judged)"

@@ -109,7 +109,12 @@ INTER_NODE_RATIO_TO_MEDIAN = 0.75
 # and a loaded host. Between nodes over IB/RoCE: an estimate (no real fabric measured here); over ethernet (NCCL's
 # sockets) reported, not judged. CPU smoke (gloo on shared cores): loose.
 NVLINK_LATENCY_US = 100.0
-NETWORK_LATENCY_US: dict[str, float | None] = {"infiniband": 250.0, "roce": 250.0, "ethernet": None}
+NETWORK_LATENCY_US: dict[str, float | None] = {"infiniband": 250.0, "roce": 250.0, "ethernet": None, "efa": None}
+# AWS EFA (network.fabric efa) between 8-GPU nodes: p5 (H100) and p5e (H200) have 32 EFA devices, 3200 Gb/s = 400 GB/s
+# a node, the line rate of 8x NDR 400G; EFA's SRD reaches less than InfiniBand in the public runs (docs/thresholds.md),
+# so the all_reduce floor is an estimate well under the IB one: a node with half its EFA devices (~200) fails it, a
+# healthy p5 pair is expected above it. Other profiles (p4d's 4 x 100 Gb/s, p6) have no EFA floor: reported, not judged.
+EFA_NET_BUSBW: dict[str, float] = {"h100-sxm": 250.0, "h200-sxm": 250.0}
 CPU_LATENCY_US = 200_000.0
 
 
@@ -376,6 +381,8 @@ def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
     p = PROFILES[profile]
     nccl_defaults = nccl_for_gpu_count(p.nccl_multi_node if nodes > 1 else p.nccl_single_node, nodes, gpus_per_node)
     nccl_defaults = latency_for(nccl_defaults, nodes, gpus_per_node, fabric)
+    if fabric == "efa" and nodes > 1:
+        nccl_defaults = efa_floors(nccl_defaults, profile, gpus_per_node)
     ddp_defaults = p.ddp.get(checks.ddp.model, DdpThresholds())
     gpu_defaults = _gpu_defaults(p.gpu, checks.gpu)
     if not _default_ddp_workload(checks.ddp):
@@ -401,6 +408,16 @@ def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
             "soak": checks.soak.model_copy(update={"thresholds": _overlay(p.soak, checks.soak.thresholds)}),
         }
     )
+
+
+def efa_floors(table: NcclThresholds, profile: ProfileName, gpus_per_node: int) -> NcclThresholds:
+    """The job-wide busbw floors of a multi-node run over EFA: EFA_NET_BUSBW for 8-GPU p5/p5e nodes, none else."""
+    net = EFA_NET_BUSBW.get(profile) if gpus_per_node == PROFILE_GPUS_PER_NODE else None
+    share = 0.9  # all_gather / reduce_scatter reach about what all_reduce does (as _hopper_like)
+    return table.model_copy(update={
+        "all_reduce_busbw_gbps": net,
+        "all_gather_busbw_gbps": None if net is None else float(round(net * share)),
+        "reduce_scatter_busbw_gbps": None if net is None else float(round(net * share))})
 
 
 def _fsdp_defaults(profile: FsdpThresholds, fsdp: FsdpCheck, nodes: int = 1,

@@ -256,7 +256,11 @@ _ROWS: list[Rule] = [
         when_flag("require_unlimited_memlock", run=lambda r: r.rdma, doc="1 when required and the run uses RDMA")),
     row("preflight", "ib_ports", "ge", "ports", fixed(1.0, "at least one RDMA port on a multi-node fabric")),
     row("preflight", "ib_port_state", "eq", "", from_run(lambda r: 1.0 if r.nodes > 1 else None, "1 on >1 node")),
-    row("preflight", "ib_port_rate", "ge", "Gb/s", field("min_ib_rate_gbps", run=_multi_node)),
+    # An EFA device's port rate is its own share (100-400 Gb/s by generation), not the node's: the busbw floors
+    # judge an EFA fabric's bandwidth.
+    row("preflight", "ib_port_rate", "ge", "Gb/s", field(
+        "min_ib_rate_gbps", run=lambda r: r.nodes > 1 and r.fabric != "efa",
+        doc="min_ib_rate_gbps on >1 node, not on efa")),
     row("preflight", "gpu_health", "ge", "", fixed(1.0, "NVML must answer")),
     # CPU/GPU binding and the pod's limits (binding.py), MIG (mig.py)
     row("preflight", "cpu_affinity", "ge", "share", when_flag("require_numa_local_cpus")),

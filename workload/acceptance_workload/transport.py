@@ -5,8 +5,10 @@ NCCL prints one line per connection it sets up, e.g.
   `NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct` (through host shared memory)
   `NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/IB/0/GDRDMA`  (InfiniBand/RoCE, GPUDirect RDMA)
   `NCCL INFO Channel 00/0 : 7[7] -> 8[0] [send] via NET/Socket/0`     (TCP sockets)
-An InfiniBand test whose inter-node connections went through sockets has not
-tested the fabric: it fails with that reason. The log goes to a per-rank file
+  `NCCL INFO Channel 03/0 : 19[201d0] -> 26[201c0] [send] via NET/AWS Libfabric/0/GDRDMA`
+      (AWS EFA through the aws-ofi-nccl plugin; newer plugins name the network "Libfabric")
+An InfiniBand or EFA test whose inter-node connections went through sockets has not
+tested the fabric: it fails with that reason, naming the node whose NCCL fell back. The log goes to a per-rank file
 (NCCL_DEBUG_FILE), set before the first communicator exists.
 """
 
@@ -24,10 +26,20 @@ from acceptance_workload import rules
 from acceptance_workload.checks import Transport
 from acceptance_workload.report import CheckResult
 
-_VIA = re.compile(r"NCCL INFO Channel \d+(?:/\d+)?\s*:\s*\d+\[\d+\]\s*->\s*\d+\[\d+\].*?\bvia (\S+)")
-_USING_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
+# The plugin's network name may hold a space ("AWS Libfabric"): the only one known to, so it is spelled out.
+_VIA = re.compile(r"NCCL INFO Channel \d+(?:/\d+)?\s*:\s*\d+\[\w+\]\s*->\s*\d+\[\w+\].*?\bvia "
+                  r"(NET/AWS Libfabric\S*|\S+)")
+_USING_NETWORK = re.compile(r"NCCL INFO Using network (AWS Libfabric|\S+)")
 _IB_DEVICES = re.compile(r"NCCL INFO NET/IB\S* : Using (.+?)(?: ; OOB|$)")
-NET_TRANSPORTS: frozenset[Transport] = frozenset({"IB", "IB_GDR", "SOCKET"})
+NET_TRANSPORTS: frozenset[Transport] = frozenset({"IB", "IB_GDR", "OFI", "SOCKET"})
+# The network plugin names NCCL reports for each RDMA transport family ("Using network IB", "... Libfabric").
+RDMA_NETWORKS: dict[str, tuple[str, ...]] = {"IB": ("ib",), "OFI": ("aws libfabric", "libfabric", "ofi")}
+# What to check when a node's NCCL fell back to sockets, by the transport required.
+FALLBACK_HINTS: dict[str, str] = {
+    "IB": "check the RDMA devices in the pod, NCCL_IB_HCA and memlock",
+    "OFI": "check that the pod got its vpc.amazonaws.com/efa devices, that the image has the aws-ofi-nccl plugin "
+           "and libfabric's efa provider (python -m acceptance_workload --check-install --efa) and FI_PROVIDER=efa",
+}
 LOCAL_TRANSPORTS: frozenset[Transport] = frozenset({"P2P", "SHM"})
 
 
@@ -45,6 +57,8 @@ def classify(via: str) -> Transport | None:
             return "SOCKET"
         if net.startswith("ib"):  # IB, IBext, IBext_v8: the verbs transport (InfiniBand and RoCE)
             return "IB_GDR" if "GDRDMA" in parts[2:] else "IB"
+        if net.startswith(RDMA_NETWORKS["OFI"]):  # AWS Libfabric, Libfabric: the aws-ofi-nccl plugin (EFA)
+            return "OFI"
     return None
 
 
@@ -58,7 +72,7 @@ class TransportLog:
     other_nets: set[str] = field(default_factory=set)  # e.g. an EFA plugin
 
     def transports(self) -> list[Transport]:
-        order: list[Transport] = ["P2P", "SHM", "IB_GDR", "IB", "SOCKET"]
+        order: list[Transport] = ["P2P", "SHM", "IB_GDR", "IB", "OFI", "SOCKET"]
         return [t for t in order if self.connections.get(t)]
 
     def net(self) -> Counter[str]:
@@ -135,10 +149,12 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
                              message="transports NCCL used: " + (_describe(total.connections) or "none"))]
     results = []
     inter = required in NET_TRANSPORTS
-    fell_back = fallen_to_sockets(per_node) if required in ("IB", "IB_GDR") else []
+    family = rdma_family(required)
+    fell_back = fallen_to_sockets(per_node, family) if family else []
     for node, log in per_node.items():
         relevant = log.net() if inter else log.local()
-        excused = bool(fell_back) and node not in fell_back and chose_ib(log) and relevant.get("SOCKET", 0) > 0
+        excused = (bool(fell_back) and node not in fell_back and chose_network(log, family)
+                   and relevant.get("SOCKET", 0) > 0)
         if excused:  # this node's NCCL chose IB; its socket connections are to the nodes that fell back
             relevant = Counter({t: n for t, n in relevant.items() if t != "SOCKET"})
         allowed = {"IB": {"IB", "IB_GDR"}}.get(required, {required})
@@ -154,35 +170,43 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
             value = used / total
             msg = f"{required} required between {'nodes' if inter else 'GPUs of a node'}; saw {_describe(relevant)}"
             if "SOCKET" in relevant and required != "SOCKET":
-                msg += "; NCCL fell back to TCP sockets: check the RDMA devices in the pod, NCCL_IB_HCA and memlock"
+                msg += f"; NCCL fell back to TCP sockets: {FALLBACK_HINTS.get(family or 'IB')}"
             elif required == "IB_GDR" and "IB" in relevant:
                 msg += "; GPUDirect RDMA not used: check nvidia-peermem / dma-buf and NCCL_NET_GDR_LEVEL"
         if log.networks and inter:
             msg += f" (NCCL: using network {', '.join(sorted(log.networks))})"
         if excused:
-            msg += (f"; its {log.net()['SOCKET']} socket connection(s) not counted: this node's NCCL chose IB, and "
-                    f"{', '.join(fell_back[:5])} fell back to sockets")
+            msg += (f"; its {log.net()['SOCKET']} socket connection(s) not counted: this node's NCCL chose "
+                    f"{family}, and {', '.join(fell_back[:5])} fell back to sockets")
         results.append(rules.judged("nccl", "transport", value, rules.transport_threshold(required),
                                     observed=",".join(log.transports()) or "none", expected=required,
                                     message=msg, node=node))
     return results
 
 
-def chose_ib(log: TransportLog) -> bool:
-    """NCCL on this node said `Using network IB` (or an IB plugin): its own side of the fabric works."""
-    return any(n.lower().startswith("ib") for n in log.networks)
+def rdma_family(required: Transport | None) -> str | None:
+    """The RDMA network family a required transport belongs to (IB for IB and IB_GDR, OFI), or None."""
+    return {"IB": "IB", "IB_GDR": "IB", "OFI": "OFI"}.get(required or "")
 
 
-def fallen_to_sockets(per_node: dict[str, TransportLog]) -> list[str]:
-    """Nodes whose NCCL chose sockets while other nodes' chose IB: the ones to name for a socket fallback.
+def chose_network(log: TransportLog, family: str | None = "IB") -> bool:
+    """NCCL on this node said `Using network IB` (or an IB plugin; `... Libfabric` for OFI): its own side of the
+    fabric works."""
+    names = RDMA_NETWORKS.get(family or "", ())
+    return bool(names) and any(n.lower().startswith(names) for n in log.networks)
 
-    A socket connection between an IB node and a fallen node shows in both logs;
-    only the node whose own NCCL gave up on IB is the culprit. When no node chose
-    IB, nothing tells them apart and every node's own connections decide.
+
+def fallen_to_sockets(per_node: dict[str, TransportLog], family: str = "IB") -> list[str]:
+    """Nodes whose NCCL chose sockets while other nodes' chose the RDMA network (IB, or libfabric for OFI): the
+    ones to name for a socket fallback.
+
+    A socket connection between an RDMA node and a fallen node shows in both logs;
+    only the node whose own NCCL gave up on the RDMA network is the culprit. When no
+    node chose it, nothing tells them apart and every node's own connections decide.
     """
-    if not any(chose_ib(log) for log in per_node.values()):
+    if not any(chose_network(log, family) for log in per_node.values()):
         return []
-    return sorted(n for n, log in per_node.items() if log.networks and not chose_ib(log))
+    return sorted(n for n, log in per_node.items() if log.networks and not chose_network(log, family))
 
 
 INTRA_NODE_HINTS: dict[str, str] = {
