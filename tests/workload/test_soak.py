@@ -129,6 +129,14 @@ def test_nvlink_crc_growth_fails_naming_link_counter_and_minute() -> None:
     assert "nvlink L2 crc_flit grew 150 in minute 1" in r.message and r.value == 180  # minute 2's 60 samples x 3
 
 
+def test_nvlink_totals_are_judged_where_the_driver_has_no_per_link_counter() -> None:
+    results = judge("nvlink_totals")
+    r = one_failure(results, "nvlink_errors")
+    assert r.gpu == 1 and "nvlink all replay grew 40 in minute 1" in r.message and r.value == 120
+    ok = next(x for x in results if x.name == "nvlink_errors" and x.gpu == 0)
+    assert ok.passed and ok.value == 0
+
+
 def test_new_pending_remap_and_pcie_replays_fail() -> None:
     remap = one_failure(judge("remap"), "pending_row_remaps")
     assert remap.gpu == 0 and "minute 0" in remap.message

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 WINDOW_SECONDS = 30.0  # one window of the load; two make a judged minute
 PROGRESS_SECONDS = 30.0  # the progress is written at most this often
 ROUND_SECONDS = 0.25  # GEMM time each rank aims a round at
+WARM_UP_SECONDS = 15.0  # untimed rounds first (GPU): K grows x1.25 a round, from 1 to ~200 in ~6 s
+CPU_WARM_UP_SECONDS = 1.0
 ALL_REDUCE_BYTES = {"cuda": 256 << 20, "cpu": 1 << 20}
 MAX_ALL_REDUCES = {"cuda": 256, "cpu": 2}  # per round
 NOT_ON_CPU = ("not applicable on a CPU smoke run: no GPU and no NVML to watch; clocks, throttling, temperatures, "
@@ -76,16 +78,12 @@ class Load:
         self._last_flops = 0.0
 
     def warm_up(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while True:
-            self.gemm()
-            if time.monotonic() >= deadline:
-                break
-        self._sync()
-
-    def _sync(self) -> None:
-        if self.kind == "cuda":
-            self.torch.cuda.synchronize(self.device)
+        """Rounds for `seconds`, not timed: the clocks settle under the power limit and the all_reduces per round
+        grow to their steady number, so the first judged minutes are already the load the others are."""
+        start = time.monotonic()
+        over = False
+        while not over:
+            _, over, _ = self.round(time.monotonic() - start >= seconds, False)
 
     def round(self, stop_window: bool, done: bool) -> tuple[float, bool, bool]:
         """One round: K all_reduces beside G GEMMs, then the agreement; (GEMM seconds, window over, soak over)."""
@@ -113,7 +111,8 @@ class Load:
             for h in handles:
                 h.wait()
             tail = time.perf_counter() - t - gemm
-        proposal = self.k + 1 if tail <= 0.1 * gemm else max(1, int(self.k * gemm / (gemm + tail)))
+        proposal = max(self.k + 1, int(self.k * 1.25)) if tail <= 0.1 * gemm else max(
+            1, int(self.k * gemm / (gemm + tail)))
         ctrl = torch.tensor([float(stop_window), float(done), -float(min(proposal, MAX_ALL_REDUCES[self.kind]))],
                             device=self.device)
         dist.all_reduce(ctrl, op=dist.ReduceOp.MAX)
@@ -190,8 +189,9 @@ def run_soak(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     cpu = session.device.type != "cuda"
     watch, unwatched = (None, None) if cpu else open_watch(session, check.sample_seconds, duration)
     load = Load(session, config.checks.gpu.gemm_size)
-    with watchdog.step("soak warm-up"):
-        load.warm_up(0.0 if cpu else config.checks.gpu.gemm_warmup_seconds)
+    warm = CPU_WARM_UP_SECONDS if cpu else max(WARM_UP_SECONDS, config.checks.gpu.gemm_warmup_seconds)
+    with watchdog.step("soak warm-up", timeout=warm + session.collective_timeout):
+        load.warm_up(warm)
     control.allgather("soak start", None)
     t0 = time.monotonic()
     if watch is not None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from acceptance_workload import rules
 from acceptance_workload.checks import SoakThresholds
-from acceptance_workload.nvmlwatch import MINUTE_SECONDS, NVLINK_COUNTERS, Minute, Watched, nvlink_key
+from acceptance_workload.nvmlwatch import MINUTE_SECONDS, Minute, Watched
 from acceptance_workload.report import CheckResult, SoakEvent, SoakGpu, SoakSeries
 
 SETTLE_MINUTES = 2  # the "first minutes" each GPU is compared with: at most half of the run's minutes
@@ -267,7 +267,7 @@ def needed(reading: str, th: SoakThresholds, watched: Watched) -> bool:
     row = ROW_OF_READING.get("nvlink" if reading.startswith("nvlink") else reading)
     if row is None or rules.threshold("soak", row, th) is None:
         return False
-    return not reading.startswith("nvlink L") or bool(watched.links)
+    return not reading.startswith("nvlink ") or reading in watched.nvlink_keys
 
 
 def judge_gpu(th: SoakThresholds, who: Who, windows: list[Window], watched: Watched | None, duration: float,
@@ -281,7 +281,7 @@ def judge_gpu(th: SoakThresholds, who: Who, windows: list[Window], watched: Watc
         judge_throttle(j, watched)
         judge_temperature(j, watched, "gpu_temperature", "gpu_temp_c", "GPU")
         judge_temperature(j, watched, "memory_temperature", "mem_temp_c", "memory")
-        links = [nvlink_key(link, c) for link in watched.links for c in NVLINK_COUNTERS]
+        links = watched.nvlink_keys
         if links or "nvlink" in watched.unsupported:
             judge_counter(j, watched, "nvlink_errors", links or ["nvlink"], "NVLink error", rate=True)
         judge_counter(j, watched, "pcie_replays", ["pcie_replays"], "PCIe replay", rate=True)
