@@ -255,6 +255,15 @@ def test_html_plots_every_gpu_with_its_events_and_junit_has_a_case_per_gpu() -> 
     assert "<failure" not in xml.split('name="soak [node node-a, GPU 0]"')[1].split("</testcase>")[0]
 
 
+def test_the_log_shows_every_gpu_minute_by_minute() -> None:
+    rows = soakjudge.minute_table([(Who(0, "node-a", 0), [700.1, 699.0, None, 612.3]),
+                                   (Who(1, "node-a", 1), [701.0] * 4)])
+    assert rows[0].split()[-4:] == ["0", "1", "2", "3"]
+    assert rows[1].split()[-4:] == ["700.1", "699", "-", "612.3"]
+    long = soakjudge.minute_table([(Who(0, "n", 0), [700.0] * 240)])
+    assert len(long[0].split()) == 3 + 30 and long[0].split()[4] == "8"  # every 8th minute of 240
+
+
 def test_progress_line_names_the_worst_gpu() -> None:
     line = soakjudge.worst_line([(Who(0, "node-a", 0), [700.0, 701.0, 699.0], 70.0),
                                  (Who(1, "node-a", 3), [700.0, 705.0, 612.0], 83.0)])
@@ -286,6 +295,7 @@ def test_local_cpu_soak_runs_end_to_end(tmp_path: Path) -> None:
     assert len(report.soak.gpus) == 2 and all(g.series.tflops for g in report.soak.gpus)
     assert report.soak.duration_seconds == 30 and time.monotonic() - started >= 30
     assert "soak: 3" in out.stderr and "worst GPU so far" in out.stderr
+    assert "soak: TFLOP/s by minute      0" in out.stderr and "soak: vm GPU 1 " in out.stderr
     html = (tmp_path / "report.html").read_text()
     assert "soak-gpu" in html and "<svg" in html
     junit = (tmp_path / "junit.xml").read_text()

@@ -207,6 +207,10 @@ def run_soak(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     gathered = control.gather("soak", mine)
     if gathered is None:
         return None
+    if progress:  # the per-minute view in the log: every GPU's TFLOP/s minute by minute
+        for line in soakjudge.minute_table([(Who(i.rank, i.node, i.gpu), part["minutes"])
+                                            for i, part in zip(session.ranks, gathered, strict=True)]):
+            progress(f"soak: {line}")
     return _assemble(session, config, gathered, cpu)
 
 

@@ -126,7 +126,7 @@ class _Judge:
 def judge_tflops(j: _Judge, per_minute: list[float | None], watched: Watched | None) -> None:
     """The GPU's median minute (recorded) and its slowest minute against its settled first minutes."""
     values = [v for v in per_minute if v is not None]
-    j.add("tflops", statistics.median(values) if values else None,
+    j.add("tflops", float(f"{statistics.median(values):.4g}") if values else None,
           f"median minute {statistics.median(values):.4g} TFLOP/s over {len(values)} minute(s)" if values
           else "no minute of GEMM was measured")
     settle = max(1, min(SETTLE_MINUTES, len(per_minute) // 2))
@@ -369,6 +369,21 @@ def series(watched: Watched | None, windows: list[Window]) -> SoakSeries:
         out.tflops_t.append(round(group[-1].end))
         out.tflops.append(None if secs <= 0 else float(f"{flops / secs / 1e12:.4g}"))
     return out
+
+
+def minute_table(gpus: list[tuple[Who, list[float | None]]], width: int = 30) -> list[str]:
+    """Each GPU's TFLOP/s minute by minute as text (the log's per-minute view; a long soak shows every k-th
+    minute so a line stays within `width` columns of numbers)."""
+    count = max((len(m) for _, m in gpus), default=0)
+    step = max(1, math.ceil(count / width))
+    shown = list(range(0, count, step))
+    head = "TFLOP/s by minute " + " ".join(f"{m:>6}" for m in shown)
+    rows = [head]
+    for who, minutes in gpus:
+        cells = " ".join(f"{'-' if (v := minutes[m] if m < len(minutes) else None) is None else f'{v:.4g}':>6}"
+                         for m in shown)
+        rows.append(f"{who.label():<17} {cells}")
+    return rows
 
 
 def worst_line(gpus: list[tuple[Who, list[float | None], float | None]]) -> str | None:
