@@ -264,6 +264,23 @@ def test_the_log_shows_every_gpu_minute_by_minute() -> None:
     assert len(long[0].split()) == 3 + 30 and long[0].split()[4] == "8"  # every 8th minute of 240
 
 
+@pytest.mark.parametrize("scenario", ["healthy", "thermal", "xid79", "nvlink", "unsupported"])
+def test_the_operator_judges_every_soak_result_as_the_workload_did(scenario: str) -> None:
+    """The operator's re-judging (rejudge.py, through the same rule table) reaches the workload's verdicts."""
+    from acceptance_operator.rejudge import Context, judge_result
+    from acceptance_workload.checks import ChecksSpec
+    from acceptance_workload.config import WorkloadConfig
+
+    config = WorkloadConfig.build(checks=ChecksSpec.model_validate({"soak": {"enabled": True}}), nodes=1,
+                                  gpus_per_node=2, profile="h200-sxm")
+    assert config.checks.soak.thresholds == SOAK
+    results = judge(scenario, duration=60 if scenario == "unsupported" else 300)
+    context = Context(config, Report(mode="gpu", checks_run=["soak"], results=results))
+    for r in results:
+        again = judge_result(r, context)
+        assert (again.passed, again.threshold, again.comparison) == (r.passed, r.threshold, r.comparison), r
+
+
 def test_progress_line_names_the_worst_gpu() -> None:
     line = soakjudge.worst_line([(Who(0, "node-a", 0), [700.0, 701.0, 699.0], 70.0),
                                  (Who(1, "node-a", 3), [700.0, 705.0, 612.0], 83.0)])
