@@ -216,7 +216,8 @@ def run_soak(session: Session, config: WorkloadConfig, watchdog: Watchdog,
 
 def _load(session: Session, load: Load, watchdog: Watchdog, t0: float, duration: float, watch: Watch | None,
           progress: Progress) -> list[Window]:
-    """Windows of load until the duration has passed; after each, the ranks share their latest minute's numbers."""
+    """Windows of load until the duration has passed; after each, every rank hands rank 0 its latest minute's numbers
+    for the progress (the ranks stay in step through the load's own all_reduces)."""
     windows: list[Window] = []
     done = False
     step_limit = WINDOW_SECONDS + session.collective_timeout
@@ -226,9 +227,9 @@ def _load(session: Session, load: Load, watchdog: Watchdog, t0: float, duration:
         windows.append(window)
         minute = soakjudge.minute_tflops(windows, soakjudge.minute_count(window.end))
         temperature = watch.peek()[0] if watch is not None else None
-        shared = session.control.allgather(f"soak window {len(windows) - 1} done",
-                                           {"minutes": minutes_so_far(minute), "temperature": temperature})
-        if session.is_root:
+        shared = session.control.gather(f"soak window {len(windows) - 1} done",  # rank 0's progress alone
+                                        {"minutes": minutes_so_far(minute), "temperature": temperature})
+        if shared is not None:
             worst = soakjudge.worst_line([(Who(i.rank, i.node, i.gpu), s["minutes"], s["temperature"])
                                           for i, s in zip(session.ranks, shared, strict=True)])
             progress.update(window.end, worst)
