@@ -307,7 +307,8 @@ def test_local_cpu_soak_runs_end_to_end(tmp_path: Path) -> None:
     soak = [r for r in report.results if r.check == "soak"]
     assert {r.name for r in soak} == {"tflops", "tflops_ratio_to_first_minutes", "tflops_ratio_to_node_median"}
     assert all(r.value and r.value > 0 for r in soak if r.name == "tflops")
-    assert [s.reason for s in report.skipped if s.check == "soak"][0].startswith("not applicable on a CPU smoke run")
+    (skip,) = [s for s in report.skipped if s.check == "soak"]
+    assert skip.name == "nvml" and skip.reason.startswith("not applicable on a CPU smoke run")
     assert report.soak is not None and not report.soak.nvml and report.soak.all_reduces > 0
     assert len(report.soak.gpus) == 2 and all(g.series.tflops for g in report.soak.gpus)
     assert report.soak.duration_seconds == 30 and time.monotonic() - started >= 30
