@@ -34,6 +34,8 @@ BAD_REASONS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40
                0x80: "power brake slowdown"}
 XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+# Answers that will not change by asking again: not supported, no permission, a function this driver lacks.
+PERMANENT = {NOT_SUPPORTED, 4, 13}  # NVML_ERROR_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND
 TIMEOUT = 10  # NVML_ERROR_TIMEOUT
 MAX_XIDS = 1000
 
@@ -161,7 +163,7 @@ class Watch:
         try:
             self.nvml.nvmlDeviceGetNvLinkErrorCounter(self.handle, w.links[0], 0)
         except Exception as e:
-            self.nvlink_totals = _code(e) == NOT_SUPPORTED
+            self.nvlink_totals = _code(e) in PERMANENT
         w.nvlink_keys = ([f"nvlink all {c}" for c in NVLINK_TOTAL_FIELDS] if self.nvlink_totals else
                          [nvlink_key(link, c) for link in w.links for c in NVLINK_COUNTERS])
 
@@ -171,14 +173,14 @@ class Watch:
             values = self.nvml.nvmlDeviceGetFieldValues(self.handle, list(NVLINK_TOTAL_FIELDS.values()))
         except Exception as e:
             for key in self.watched.nvlink_keys:
-                if _code(e) == NOT_SUPPORTED:
+                if _code(e) in PERMANENT:
                     self.watched.unsupported.setdefault(key, _why(e))
                 elif minute is not None:
                     minute.missing[key] = minute.missing.get(key, 0) + 1
             return
         for name, v in zip(names, values, strict=False):
             key = f"nvlink all {name}"
-            if int(v.nvmlReturn) == NOT_SUPPORTED:
+            if int(v.nvmlReturn) in PERMANENT:
                 self.watched.unsupported.setdefault(key, f"NVML_FI_DEV_NVLINK_{name.upper()}_ERROR_COUNT_TOTAL: "
                                                          "Not Supported")
             elif int(v.nvmlReturn) == 0 and key not in self.watched.unsupported:
@@ -193,7 +195,7 @@ class Watch:
         try:
             return read()
         except Exception as e:
-            if _code(e) == NOT_SUPPORTED:
+            if _code(e) in PERMANENT:
                 self.watched.unsupported[name] = _why(e)
             elif minute is not None:
                 minute.missing[name] = minute.missing.get(name, 0) + 1
