@@ -281,6 +281,76 @@ def test_the_operator_judges_every_soak_result_as_the_workload_did(scenario: str
         assert (again.passed, again.threshold, again.comparison) == (r.passed, r.threshold, r.comparison), r
 
 
+class _ApiServer:
+    """An HTTP server on loopback standing in for the API server: it records every request and answers 200."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        seen = self.requests = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_PATCH(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                seen.append((self.command, self.path, json.loads(body)))
+                answer = b'{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}'
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def kubeconfig(self, path: Path) -> Path:
+        import yaml
+
+        address = f"http://127.0.0.1:{self.server.server_address[1]}"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": address}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        return path
+
+
+def test_progress_is_logged_every_window_and_written_at_most_every_30_s(tmp_path: Path, monkeypatch, capfd) -> None:
+    """Into the job-wide evidence ConfigMap; a write that fails is said and never raised (the load goes on)."""
+    from acceptance_workload.config import TestRef, WorkloadConfig
+    from acceptance_workload.soak import Progress
+
+    api = _ApiServer()
+    monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path / "kubeconfig")))
+    test = TestRef(name="burn", namespace="ns", evidence=["burn-r1-job", "burn-r1-n0"])
+    lines: list[str] = []
+    progress = Progress(WorkloadConfig(test=test), lines.append, 300)
+    for elapsed, worst in ((30.2, "n GPU 0: 700 TFLOP/s (1.00 of its first minutes), 70 C"), (45.0, "b"),
+                           (60.5, "n GPU 3: 612 TFLOP/s (0.87 of its first minutes), 83 C")):
+        progress.update(elapsed, worst)
+        deadline = time.monotonic() + 20
+        while progress.writing and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert lines[0] == "soak: 30/300 s; worst GPU so far n GPU 0: 700 TFLOP/s (1.00 of its first minutes), 70 C"
+    assert len(lines) == 3
+    assert [(m, p) for m, p, _ in api.requests] == [("PATCH", "/api/v1/namespaces/ns/configmaps/burn-r1-job")] * 2
+    written = [json.loads(body["data"][evidence.PROGRESS_KEY]) for _, _, body in api.requests]
+    assert [(w["check"], w["elapsedSeconds"], w["totalSeconds"]) for w in written] == [("soak", 30, 300),
+                                                                                      ("soak", 60, 300)]
+    assert written[1]["worst"].startswith("n GPU 3: 612 TFLOP/s") and written[1]["updated"].endswith("Z")
+    api.server.shutdown()
+    api.server.server_close()
+    progress.update(95.0, "c")  # the API server is gone
+    deadline = time.monotonic() + 30
+    while progress.writing and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not progress.writing and "gpu-acceptance: soak progress not written: " in capfd.readouterr().err
+
+
 def test_progress_line_names_the_worst_gpu() -> None:
     line = soakjudge.worst_line([(Who(0, "node-a", 0), [700.0, 701.0, 699.0], 70.0),
                                  (Who(1, "node-a", 3), [700.0, 705.0, 612.0], 83.0)])
