@@ -51,7 +51,7 @@ class Minute:
     index: int
     samples: int = 0
     gauges: dict[str, list[float]] = field(default_factory=dict)  # name -> [count, sum, max]
-    counters: dict[str, float] = field(default_factory=dict)  # the last value read in this minute
+    counters: dict[str, float] = field(default_factory=dict)  # counters that changed in this minute: their last value
     throttle: dict[str, float] = field(default_factory=dict)  # bad reason -> seconds seen
     first_throttle: dict[str, float] = field(default_factory=dict)  # bad reason -> when first seen
     missing: dict[str, int] = field(default_factory=dict)  # reading -> samples it failed in
@@ -126,6 +126,7 @@ class Watch:
         self._t0 = 0.0
         self._last: float | None = None
         self.nvlink_totals = False
+        self._known: dict[str, float] = {}  # each counter's last value read
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpu-acceptance-nvml-watch", daemon=True)
@@ -152,6 +153,7 @@ class Watch:
             self.events = None
             self.watched.unsupported["xid"] = _why(e)
         self.watched.start = self._counters(None)
+        self._known = dict(self.watched.start)
         return self
 
     def _nvlink_keys(self) -> None:
@@ -285,7 +287,9 @@ class Watch:
                     if reasons & bit:
                         minute.throttle[name] = minute.throttle.get(name, 0.0) + dt
                         minute.first_throttle.setdefault(name, round(t, 1))
-            minute.counters.update(self._counters(minute))
+            for key, value in self._counters(minute).items():  # only what changed: a week of minutes stays small
+                if self._known.get(key) != value:
+                    minute.counters[key] = self._known[key] = value
 
     def _wait(self) -> None:
         """The pause between samples: the XID event set's wait (an XID is recorded when it comes), else a sleep."""
