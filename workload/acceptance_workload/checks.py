@@ -427,7 +427,8 @@ class SoakThresholds(WireModel):
 class SoakCheck(WireModel):
     """Burn-in: every GPU at full GEMM load while the ranks keep all_reduce traffic, watched through NVML."""
 
-    enabled: bool = Field(False, description="Off unless asked for: it runs for durationSeconds after the other checks.")
+    enabled: bool = Field(False, description="Off unless asked for: it runs for durationSeconds after the other "
+                                             "checks.")
     duration_seconds: int = Field(3600, ge=10, le=7 * 86_400, description="How long the load runs, seconds.")
     sample_seconds: float = Field(1.0, ge=0.1, le=60, description="NVML sampling period of each GPU, seconds.")
     thresholds: SoakThresholds = Field(default_factory=SoakThresholds)
