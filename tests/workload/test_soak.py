@@ -131,7 +131,7 @@ def test_nvlink_crc_growth_fails_naming_link_counter_and_minute() -> None:
 
 def test_nvlink_crc_growth_while_the_traffic_starts_is_recorded_not_judged() -> None:
     """Healthy H200 links count thousands of CRC data errors in the soak's first minute and none after it
-    (docs/benchmarks-data/h200x4-soak-2026-11-28): growth in the settling minutes passes, said in the result."""
+    (docs/benchmarks-data/h200-soak-2026-11-28): growth in the settling minutes passes, said in the result."""
     results = judge("nvlink_settling")
     assert not failed(results)
     for gpu in (0, 1):

@@ -21,7 +21,7 @@ from acceptance_workload.report import CheckResult, SoakEvent, SoakGpu, SoakSeri
 
 SETTLE_MINUTES = 2  # the "first minutes" each GPU is compared with: at most half of the run's minutes
 # NVLink CRC counters that grow on healthy links while the soak's all_reduce traffic starts: on 4 healthy H200s
-# (docs/benchmarks-data/h200x4-soak-2026-11-28) every GPU's links counted ~5,000-6,200 crc_data errors in minute 0,
+# (docs/benchmarks-data/h200-soak-2026-11-28) every GPU's links counted ~5,000-6,200 crc_data errors in minute 0,
 # up to 335 in minute 1 and none after. Their growth in the settling minutes is recorded, not judged; replay and
 # recovery counters are judged from minute 0.
 SETTLING_COUNTERS = ("crc_flit", "crc_data")
