@@ -47,6 +47,7 @@ INVALID_SPEC = "InvalidSpec"
 REGRESSED = "Regressed"  # passed its thresholds, but fell under the baseline run (spec.baseline)
 NO_NODES = "NoNodes"  # a sweep found no schedulable node matching placement.nodeSelector
 PODS_REFUSED = "PodsRefused"  # the backend's controller could not create the run's pods (its FailedCreate events)
+QUEUED = "Queued"  # in progress (Pending): Kueue has not admitted the run's job (spec.queueName)
 FAILURE_REASONS: tuple[str, ...] = (
     CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_NOT_DELIVERED, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE,
     TIMEOUT, NODE_NOT_READY, BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES, PODS_REFUSED,
