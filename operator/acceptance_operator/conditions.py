@@ -158,5 +158,7 @@ def conditions_for(
     elif state.phase == "Failed":
         out = set_condition(out, SUCCEEDED, "False", state.reason, state.message, generation, now)
     else:
-        out = set_condition(out, SUCCEEDED, "Unknown", "InProgress", state.message, generation, now)
+        # Queued shows in the Reason column (the Succeeded condition's): the run waits for Kueue, not for itself.
+        reason = QUEUED if state.reason == QUEUED else "InProgress"
+        out = set_condition(out, SUCCEEDED, "Unknown", reason, state.message, generation, now)
     return out
