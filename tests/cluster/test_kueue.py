@@ -1,7 +1,8 @@
 """spec.queueName through the real Kueue controller: a ClusterQueue with quota for one test (8 nvidia.com/gpu), a
 LocalQueue, two tests. The second is Queued (Reason Queued, Kueue's own message) while the first runs, longer than
 its timeoutSeconds, and is not timed out: its deadlines count from its admission. Once the first ends, Kueue admits
-the second, whose pods run and whose report is judged. A queued test deleted leaves no Workload.
+the second, whose pods run and whose report is judged. A queued test changed (a new run) or deleted leaves
+no Workload of its queued run.
 
 A cluster of its own (tests/devcluster.py with Kueue, tests/devcluster.Controllers.start_kueue): the Job backend, so
 the pods come from the real Job controller once Kueue unsuspends the Job, are bound by the real scheduler to kwok
@@ -128,15 +129,21 @@ def test_second_test_waits_queued_past_its_timeout_then_runs_and_is_judged(
     assert any(c["type"] == "Admitted" and c["status"] == "True" for c in workload["status"]["conditions"])
 
 
-def test_a_queued_test_deleted_leaves_no_workload(queued: Cluster,
-                                                  kueue_cluster: tuple[ApiServer, list[str], Controllers]):
+def test_a_queued_test_changed_or_deleted_leaves_no_workload(queued: Cluster,
+                                                             kueue_cluster: tuple[ApiServer, list[str], Controllers]):
     spec = {"backend": "Job", "nodes": 1, "queueName": QUEUE}
     queued.create_test("holder", spec)
     running_pods(queued, "holder", 1)
     queued.create_test("waiter", spec)
     wait_queued(queued, "waiter")
-    job = queued.job("Job", "waiter-g1")
-    assert len(workloads_of(queued, job)) == 1
+    first = queued.job("Job", "waiter-g1")
+    assert len(workloads_of(queued, first)) == 1
+    # A new generation runs the test again: the queued run's Job goes, and its Workload with it; the new run queues.
+    queued.patch_spec("waiter", {"timeoutSeconds": 1200})
+    queued.wait(lambda: queued.job("Job", "waiter-g1") is None and not workloads_of(queued, first),
+                "the first run's Job and its Workload to be deleted", timeout=60)
+    second = queued.wait_job("Job", "waiter-g2")
+    queued.wait(lambda: len(workloads_of(queued, second)) == 1, "the new run's Workload", timeout=60)
     queued.delete_test("waiter")
-    queued.wait(lambda: queued.job("Job", "waiter-g1") is None and not workloads_of(queued, job),
+    queued.wait(lambda: queued.job("Job", "waiter-g2") is None and not workloads_of(queued, second),
                 "the queued test's Job and its Workload to be deleted", timeout=60)
