@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from acceptance_operator.backends import BACKENDS
 
 from tests.apiserver import ASSETS_SCRIPT, ApiServer, ApiServerError
 from tests.processes import die_with_parent, free_ports, kill_group, tail
@@ -83,10 +84,9 @@ KUEUE_NAMESPACE = "kueue-system"  # Kueue's own namespace (its Configuration's d
 # Without its internal cert manager Kueue v0.12 loads a metrics serving certificate from this fixed folder (where a
 # pod would mount it; cmd/kueue/main.go), even with its metrics server off: any valid pair will do.
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
-# Kueue's integrations for the operator's backends (backends.py's kueue_framework), and the resources their
-# webhooks admit: the dev cluster registers only these and Kueue's own (kueue.x-k8s.io) of Kueue's webhooks.
-KUEUE_FRAMEWORKS = {"batch/job": "jobs", "jobset.x-k8s.io/jobset": "jobsets", "kubeflow.org/pytorchjob": "pytorchjobs",
-                    "kubeflow.org/mpijob": "mpijobs"}
+# Kueue's integration for each of the operator's backends (the backend table's), and the resources their webhooks
+# admit: the dev cluster registers only these and Kueue's own (kueue.x-k8s.io) of Kueue's webhooks.
+KUEUE_FRAMEWORKS = {b.kueue_framework: b.plural for b in BACKENDS.values()}
 
 
 def kueue_dir() -> Path:
