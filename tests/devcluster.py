@@ -308,7 +308,8 @@ class Controllers:
 
     def _spawn(self, name: str, args: list[str], binary: Path | None = None,
                env: dict[str, str] | None = None) -> None:
-        assert self.server.dir is not None and self.binaries is not None
+        # `binary`: a controller from elsewhere than the core ones' folder (a Controllers that only starts Kueue)
+        assert self.server.dir is not None and (binary is not None or self.binaries is not None)
         log = open(self.server.dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         self._log_starts[name] = log.seek(0, os.SEEK_END)
         # Each talks to this cluster whatever the caller's KUBECONFIG (mpi-operator prefers the variable to its flag).
