@@ -42,8 +42,10 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
             observation, delivered = observe_run(k, test, status, fresh=True, judged=observation.judged)
             outcome = assess(observation, now, timing())
     except ApiException as e:
-        # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout.
-        if start_time is None or (now - start_time).total_seconds() < test.spec.timeout_seconds:
+        # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout (not one that
+        # names a Kueue queue: it may have waited there for longer, and its deadline counts from its admission).
+        if start_time is None or test.spec.queue_name or \
+                (now - start_time).total_seconds() < test.spec.timeout_seconds:
             raise
         job_text = f"{test.spec.backend} {manifests.job_name(test)}"
         conclude(k, obj, test, RunState("Failed", TIMEOUT, (
