@@ -31,11 +31,12 @@ install: ## pip-install the project (operator, report + dev extras) and the work
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator and mpi-operator, the real node's kubelet and pause (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
+tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator, mpi-operator and Kueue, the real node's kubelet and pause (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null
 	@bash hack/envtest-assets.sh controllers >/dev/null
+	@bash hack/envtest-assets.sh kueue >/dev/null
 	@bash hack/envtest-assets.sh real-node >/dev/null
 
 images: ## build the operator and workload images with podman/buildah (a Debian base where no registry is reachable; NCCL_TESTS_SRC=DIR builds nccl-tests), tagged as the chart expects; unchanged inputs are not rebuilt
@@ -61,9 +62,10 @@ dev-cluster-restart: ## restart the dev cluster's API server (an outage of DOWN 
 dev-cluster-down: ## stop the dev cluster and remove its folder (etcd data included)
 	$(PYTHON) -m tests.apiserver down --wipe --dir $(DEV_CLUSTER_DIR)
 
-real-node: ## the dev cluster's control plane + containerd + a kubelet running the built images (make images first); writes .real-node/kubeconfig and .real-node/values.yaml
+real-node: ## the dev cluster's control plane + containerd + a kubelet running the built images (make images first); writes .real-node/kubeconfig and .real-node/values.yaml; KUEUE=1 starts Kueue too
 	assets=$$(bash hack/envtest-assets.sh assets); \
-	PATH="$(TOOLS_BIN):$$PATH" KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.realnode up --dir $(REAL_NODE_DIR)
+	PATH="$(TOOLS_BIN):$$PATH" KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.realnode up --dir $(REAL_NODE_DIR) \
+	  $(if $(KUEUE),--kueue)
 
 real-node-down: ## stop the real node (pods, kubelet, containerd, control plane) and remove its folder and its containerd image store
 	$(PYTHON) -m tests.realnode down --dir $(REAL_NODE_DIR)

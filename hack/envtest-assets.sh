@@ -3,6 +3,8 @@
 # binaries) and fetches the pinned backend CRDs (Kubeflow's PyTorchJob and
 # MPIJob, JobSet) from their Go modules, into a
 # cache outside the repo that later runs reuse. Prints the assets folder.
+# `kueue` builds the Kueue controller (sigs.k8s.io/kueue/cmd/kueue) and copies its CRDs and webhook manifests beside
+# it (tests/devcluster.py starts it for spec.queueName's tests); it is not one of `controllers` (few tests need it).
 #
 # KUBEBUILDER_ASSETS, when it names a folder holding kube-apiserver and etcd,
 # is used as is (controller-runtime's convention).
@@ -14,6 +16,9 @@ TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.6.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.8.2}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
+# v0.12.3: its Workload API is kueue.x-k8s.io/v1beta1 (what the operator reads), it is built against Kubernetes 1.32
+# libraries (the dev cluster serves 1.33) and against the training-operator and mpi-operator APIs of our CRDs.
+KUEUE_VERSION=${KUEUE_VERSION:-v0.12.3}
 
 cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptance}
 assets=${cache_root}/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
@@ -22,6 +27,7 @@ controllers=${cache_root}/dev-controllers/k8s-${K8S_VERSION}-training-${TRAINING
 # The real node's Go-built parts (make real-node): the kubelet of the API server's version and the pause program
 # its sandboxes run (hack/real-node.sh builds the pause image from it).
 real_node=${cache_root}/real-node/k8s-${K8S_VERSION}
+kueue=${cache_root}/dev-controllers/kueue-${KUEUE_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
@@ -171,6 +177,17 @@ func main() {
 GO
 }
 
+# The Kueue controller, its CRDs (config/components/crd/bases) and its webhook configurations (the manifests the
+# dev cluster rewrites to reach a host process by URL) from the module at KUEUE_VERSION.
+build_kueue() {
+  mkdir -p "$kueue/crds"
+  [ -x "$kueue/kueue" ] || build_go_module kueue "sigs.k8s.io/kueue@${KUEUE_VERSION}" sigs.k8s.io/kueue/cmd/kueue "$kueue"
+  local dir; dir=$(module_dir "sigs.k8s.io/kueue@${KUEUE_VERSION}")
+  cp "$dir"/config/components/crd/bases/*.yaml "$kueue/crds/"
+  cp "$dir/config/components/webhook/manifests.yaml" "$kueue/webhooks.yaml"
+  chmod 0644 "$kueue"/crds/*.yaml "$kueue/webhooks.yaml"
+}
+
 fetch_backend_crds() {
   mkdir -p "$crds"
   local to mpi jobset
@@ -204,11 +221,15 @@ case "${1:-assets}" in
     for name in "${@:-${ALL_CONTROLLERS[@]}}"; do build_controller "$name"; done
     echo "$controllers"
     ;;
+  kueue)
+    [ -x "$kueue/kueue" ] && [ -f "$kueue/webhooks.yaml" ] || build_kueue
+    echo "$kueue"
+    ;;
   real-node)
     mkdir -p "$real_node"
     k8s_binary_current kubelet "$real_node" || build_k8s_binary kubelet "$real_node"
     [ -x "$real_node/pause" ] || build_pause
     echo "$real_node"
     ;;
-  *) echo "usage: $0 [assets|crds|controllers [NAME...]|real-node]" >&2; exit 2 ;;
+  *) echo "usage: $0 [assets|crds|controllers [NAME...]|kueue|real-node]" >&2; exit 2 ;;
 esac

@@ -614,7 +614,7 @@ def stop_recorded(directory: Path, name: str) -> None:
         pid_file.unlink()
 
 
-CONTROLLER_NAMES = ("mpi-operator", "training-operator", "jobset-controller", "kwok", "kube-scheduler",
+CONTROLLER_NAMES = ("kueue", "mpi-operator", "training-operator", "jobset-controller", "kwok", "kube-scheduler",
                     "kube-controller-manager")
 
 

@@ -16,7 +16,7 @@ Library use::
 
 The backends' controllers start on demand (each is used by few tests): ``start_jobset()``,
 ``start_training_operator()`` (PyTorchJob), ``start_mpi_operator()`` (MPIJob); ``stop_one(name)`` stops one (a
-backend whose controller is not running).
+backend whose controller is not running). ``start_kueue()`` adds Kueue (spec.queueName's tests only).
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import yaml
+from acceptance_operator.backends import BACKENDS
 
 from tests.apiserver import ASSETS_SCRIPT, ApiServer, ApiServerError
 from tests.processes import die_with_parent, free_ports, kill_group, tail
@@ -74,6 +77,24 @@ JOBSET_WEBHOOKS = (
      ["CREATE", "UPDATE"], False),
     (False, "vpod.kb.io", "/validate--v1-pod", "", "pods", ["CREATE"], True),
 )
+
+
+KUEUE = "kueue"
+KUEUE_NAMESPACE = "kueue-system"  # Kueue's own namespace (its Configuration's default)
+# Without its internal cert manager Kueue v0.12 loads a metrics serving certificate from this fixed folder (where a
+# pod would mount it; cmd/kueue/main.go), even with its metrics server off: any valid pair will do.
+KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
+# Kueue's integration for each of the operator's backends (the backend table's), and the resources their webhooks
+# admit: the dev cluster registers only these and Kueue's own (kueue.x-k8s.io) of Kueue's webhooks.
+KUEUE_FRAMEWORKS = {b.kueue_framework: b.plural for b in BACKENDS.values()}
+
+
+def kueue_dir() -> Path:
+    """The cached Kueue controller (binary `kueue`), its CRDs (crds/) and webhook manifests (webhooks.yaml)."""
+    proc = subprocess.run(["bash", str(ASSETS_SCRIPT), KUEUE], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ApiServerError(f"{ASSETS_SCRIPT} kueue failed:\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
 
 
 def controllers_dir(*names: str) -> Path:
@@ -193,6 +214,61 @@ class Controllers:
                        "leading (holding its Lease)", timeout)
         return self
 
+    def start_kueue(self, *, timeout: float = 120.0) -> Controllers:
+        """Kueue (built from sigs.k8s.io/kueue at the pinned version) with its CRDs, as a host process.
+
+        In a cluster Kueue runs as a Deployment whose webhooks a Service fronts and whose certificate its internal
+        cert manager writes into a Secret and patches into the webhook configurations. Here there is no pod network
+        and no Service to reach a host process through, so, as for the JobSet controller: internalCertManagement is
+        off, the webhook server listens on 127.0.0.1 under a self-signed certificate, and the dev cluster registers
+        Kueue's webhook configurations (from its module's manifests) with URLs to it. Only the webhooks of Kueue's own
+        kinds and of the operator's backends are registered, the backends' with an objectSelector on the queue-name
+        label, so jobs of tests without a queue never wait on Kueue. VisibilityOnDemand (an aggregated API server) is
+        off: nothing here uses it.
+        """
+        folder = kueue_dir()
+        assert self.server.dir is not None
+        self.server.install_crds(sorted((folder / "crds").glob("*.yaml")))
+        self.server.request("POST", "/api/v1/namespaces", _namespace(KUEUE_NAMESPACE), expect=(201, 409))
+        certs = _serving_cert(self.server.dir / "kueue-certs")
+        for name in ("tls.crt", "tls.key"):
+            _ensure_marker(KUEUE_METRICS_CERTS / name, certs / name)
+        (port,) = free_ports(1)
+        config = self.server.dir / "kueue-config.yaml"
+        config.write_text(yaml.safe_dump({
+            "apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "namespace": KUEUE_NAMESPACE,
+            "health": {"healthProbeBindAddress": "0"}, "metrics": {"bindAddress": "0"},
+            "webhook": {"host": "127.0.0.1", "port": port, "certDir": str(certs)},
+            "leaderElection": {"leaderElect": False}, "internalCertManagement": {"enable": False},
+            "manageJobsWithoutQueueName": False, "integrations": {"frameworks": sorted(KUEUE_FRAMEWORKS)}}))
+        self._spawn(KUEUE, [f"--config={config}", "--feature-gates=VisibilityOnDemand=false"],
+                    binary=folder / KUEUE)
+        self._wait_for(KUEUE, lambda: _listening(port), "serving its webhooks", timeout)
+        self._register_kueue_webhooks(folder / "webhooks.yaml", port, (certs / "tls.crt").read_bytes())
+        return self
+
+    def _register_kueue_webhooks(self, manifests: Path, port: int, ca: bytes) -> None:
+        bundle = base64.b64encode(ca).decode()
+        backends = set(KUEUE_FRAMEWORKS.values())
+        for config in yaml.safe_load_all(manifests.read_text()):
+            hooks = []
+            for hook in config.get("webhooks") or []:
+                rule = hook["rules"][0]
+                own = "kueue.x-k8s.io" in rule["apiGroups"]
+                if not own and not backends & set(rule["resources"]):
+                    continue
+                path = hook["clientConfig"]["service"]["path"]
+                hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
+                if not own:
+                    hook["objectSelector"] = {"matchExpressions": [
+                        {"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}]}
+                hooks.append(hook)
+            name = f"kueue-{config['metadata']['name']}"
+            body = {**config, "metadata": {"name": name}, "webhooks": hooks}
+            plural = config["kind"].lower() + "s"
+            self.server.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/{plural}/{name}", expect=(200, 404))
+            self.server.request("POST", f"/apis/admissionregistration.k8s.io/v1/{plural}", body)
+
     def log_of(self, name: str) -> str:
         """What the controller logged since it was last started (its log file gathers every start's lines)."""
         assert self.server.dir is not None
@@ -232,7 +308,8 @@ class Controllers:
 
     def _spawn(self, name: str, args: list[str], binary: Path | None = None,
                env: dict[str, str] | None = None) -> None:
-        assert self.server.dir is not None and self.binaries is not None
+        # `binary`: a controller from elsewhere than the core ones' folder (a Controllers that only starts Kueue)
+        assert self.server.dir is not None and (binary is not None or self.binaries is not None)
         log = open(self.server.dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         self._log_starts[name] = log.seek(0, os.SEEK_END)
         # Each talks to this cluster whatever the caller's KUBECONFIG (mpi-operator prefers the variable to its flag).

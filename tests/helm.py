@@ -42,6 +42,7 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [("", "namespaces", v) for v in ("list", "watch")]
     + [("", "nodes", "get")]  # the node under a pod that is not Ready: NodeNotReady
     + [("", "nodes", v) for v in ("list", "watch")]  # the nodes a sweep tests
+    + [("kueue.x-k8s.io", "workloads", "list")]  # spec.queueName: Kueue's admission of the run's job, by label
 )
 # Granted only with nodeActions.enabled=true.
 NODE_ACTION_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset([("", "nodes", "patch")])

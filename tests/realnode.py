@@ -162,7 +162,9 @@ class RealNode:
     def socket(self) -> Path:
         return STATE_DIR.parent / "containerd.sock"
 
-    def up(self, *, images: list[str] | None = None, timeout: float = 120.0) -> RealNode:
+    def up(self, *, images: list[str] | None = None, timeout: float = 120.0, kueue: bool = False) -> RealNode:
+        """Start it all; `kueue`: Kueue too (tests/devcluster.Controllers.start_kueue), only when asked, so the
+        other tests' start time is unchanged."""
         missing = missing_tools()
         if missing:
             raise RealNodeError(f"cannot start a real node here: missing {', '.join(missing)}")
@@ -175,7 +177,9 @@ class RealNode:
         self.server.install_crds(backend_crd_paths() + repo_crd_paths())
         from tests.devcluster import Controllers
 
-        Controllers(self.server, detached=True).start().start_jobset().start_training_operator()
+        controllers = Controllers(self.server, detached=True).start().start_jobset().start_training_operator()
+        if kueue:
+            controllers.start_kueue()
         self._start_containerd()
         self._import_pause(assets / "pause")
         for image in images if images is not None else built_images():
@@ -399,11 +403,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dir", default=".real-node", type=Path)
     parser.add_argument("--keep-images", action="store_true",
                         help="down: keep containerd's image store for the next up (default: wipe the folder)")
+    parser.add_argument("--kueue", action="store_true", help="up: start Kueue too (tests with spec.queueName)")
     args = parser.parse_args(argv)
     node = RealNode(args.dir)
     try:
         if args.command == "up":
-            node.up()
+            node.up(kueue=args.kueue)
         elif args.keep_images:
             node.down()
         else:

@@ -35,6 +35,7 @@ from acceptance_operator.kubetypes import (
     LabelValue,
     Name,
     Path,
+    QueueName,
     Toleration,
     Volume,
     VolumeMount,
@@ -328,9 +329,11 @@ class AcceptanceTestSpec(WireModel):
     storage: Storage | None = Field(None, description="The shared volume checks.storage tests (cross-node "
                                     "consistency, throughput, a distributed checkpoint).")
     timeout_seconds: int = Field(3600, ge=60, le=MAX_TIMEOUT_SECONDS,
-                                 description="The whole run, scheduling included.")
+                                 description="The whole run, scheduling included (from Kueue's admission).")
     ttl_seconds_after_finished: int = Field(86400, ge=0, le=MAX_TTL_SECONDS,
                                             description="Child job cleanup after it finishes.")
+    queue_name: QueueName | None = Field(None, description="Kueue LocalQueue (in the test's namespace) that admits "
+                                         "the run: Pending with Reason Queued until then (docs/install.md).")
     on_failure: OnFailure = Field(
         "none",
         description="What to do with the nodes a failed report blames: label (gpu-acceptance.io/status=failed), "

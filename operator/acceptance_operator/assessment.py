@@ -21,6 +21,7 @@ from acceptance_operator.conditions import (
     CHECKS_FAILED,
     JOB_FAILED,
     PASSED,
+    QUEUED,
     REGRESSED,
     REPORT_MISSING,
     REPORT_REJECTED,
@@ -29,6 +30,7 @@ from acceptance_operator.conditions import (
     RunState,
 )
 from acceptance_operator.jobstate import JobState
+from acceptance_operator.queueing import Admission
 from acceptance_operator.rejudge import Rejudged, RunFacts, rejudge
 from acceptance_operator.verdict import regressions, report_for_generation, summarize, verdict_message
 
@@ -81,6 +83,25 @@ class Observation:
     # raw_report then has nothing. None: raw_report, a whole report (or none), is judged here.
     judged: Rejudged | None = None
     gpu_pods: int = 0  # how many GPU pods the run has (spec.nodes); 0: as many as `pods` holds
+    admission: Admission | None = None  # Kueue's admission of the job (spec.queueName); None: no queue
+
+
+def queued(obs: Observation) -> bool:
+    """Kueue has not let the run's job run (yet, or again): the run waits, and no deadline counts."""
+    return obs.admission is not None and not obs.admission.admitted
+
+
+def admitted_at(obs: Observation) -> datetime | None:
+    """When Kueue admitted the run's job (None: no queue, or the time is not known)."""
+    return obs.admission.since if obs.admission is not None else None
+
+
+def clock_start(obs: Observation) -> datetime | None:
+    """Where spec.timeoutSeconds counts from: the run's start, or Kueue's admission of its job if later."""
+    admitted = admitted_at(obs)
+    if obs.start_time is None or admitted is None:
+        return obs.start_time
+    return max(obs.start_time, admitted)
 
 
 def pod_nodes(pods: list[KubeDict]) -> frozenset[str]:
@@ -97,9 +118,10 @@ def _ended_at_deadline(state: JobState, obs: Observation) -> bool:
     """The job ended no earlier than spec.timeoutSeconds after the run started: its activeDeadlineSeconds (the
     same number, counted from the job's own later start) ended it, whatever its controller's words (a JobSet says
     only that its Job failed; the Job's DeadlineExceeded stays on the Job)."""
-    if state.since is None or obs.start_time is None:
+    start = clock_start(obs)
+    if state.since is None or start is None:
         return False
-    return (state.since - obs.start_time).total_seconds() >= obs.timeout_seconds
+    return (state.since - start).total_seconds() >= obs.timeout_seconds
 
 
 def _verdict(report: Report, obs: Observation) -> Assessment:
@@ -152,11 +174,14 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
 
     if state.finished:
         return _finished(obs, state, now, timing, report_problem)
+    if obs.admission is not None and not obs.admission.admitted:  # queued(obs): waits for Kueue, no deadline counts
+        return Assessment(RunState("Pending", QUEUED, obs.admission.message))
     stalled = _stalled(obs, now, timing)
     if stalled is not None:
         return stalled
 
-    if obs.start_time is not None and (now - obs.start_time).total_seconds() >= obs.timeout_seconds:
+    start = clock_start(obs)
+    if start is not None and (now - start).total_seconds() >= obs.timeout_seconds:
         return _failed(
             TIMEOUT,
             f"no verdict within spec.timeoutSeconds={obs.timeout_seconds}: {diagnosis.progress(job, obs.pods)}",
@@ -218,11 +243,13 @@ def _stalled(obs: Observation, now: datetime, timing: Timing) -> Assessment | No
     if pending is not None:
         return _failed(pending.reason, pending.message, stop_job=True)
 
-    refused = diagnosis.pods_refused(job, obs.pods, obs.events, obs.gpu_pods, now, timing.unschedulable_grace_seconds)
+    refused = diagnosis.pods_refused(job, obs.pods, obs.events, obs.gpu_pods, now, timing.unschedulable_grace_seconds,
+                                     not_before=admitted_at(obs))
     if refused is not None:
         return _failed(refused.reason, refused.message, stop_job=True)
 
-    idle = diagnosis.backend_not_running(job, obs.pods, now, timing.unschedulable_grace_seconds)
+    idle = diagnosis.backend_not_running(job, obs.pods, now, timing.unschedulable_grace_seconds,
+                                         not_before=admitted_at(obs))
     if idle is not None:
         return _failed(idle.reason, idle.message, stop_job=True)
     return None
@@ -234,19 +261,23 @@ def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | Non
     Watch events wake the operator for every change in the cluster; this is
     for what no event announces: the run's timeout, the report grace after the
     job ended, and the patience for pods that cannot be scheduled or started.
-    None when no deadline lies ahead (a finished run).
+    None when no deadline lies ahead (a finished run, or one Kueue has not admitted: its job's unsuspension is an
+    event).
     """
+    if queued(obs):
+        return None
     deadlines: list[datetime] = []
-    if obs.start_time is not None:
-        deadlines.append(obs.start_time + timedelta(seconds=obs.timeout_seconds))
+    if (start := clock_start(obs)) is not None:
+        deadlines.append(start + timedelta(seconds=obs.timeout_seconds))
     state = diagnosis.job_state(obs.job)
     if state.finished and state.since is not None:
         deadlines.append(state.since + timedelta(seconds=timing.report_grace_seconds))
     stuck = diagnosis.stuck_pod(obs.pods)
     if stuck is not None and stuck[1] is not None:
         deadlines.append(stuck[1] + timedelta(seconds=timing.unschedulable_grace_seconds))
-    unstarted = diagnosis.unstarted_since(obs.job, obs.pods) or diagnosis.missing_pods_since(obs.job, obs.pods,
-                                                                                             obs.gpu_pods)
+    admitted = admitted_at(obs)
+    unstarted = (diagnosis.unstarted_since(obs.job, obs.pods, not_before=admitted)
+                 or diagnosis.missing_pods_since(obs.job, obs.pods, obs.gpu_pods, not_before=admitted))
     if unstarted is not None:
         deadlines.append(unstarted + timedelta(seconds=timing.unschedulable_grace_seconds))
     for node in obs.nodes.values():

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance_operator import job_builders, manifests
+from acceptance_operator import job_builders, manifests, queueing
 from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest, Backend
 from acceptance_operator.jobstate import JobState, batch_job_state, jobset_state, kubeflow_state
 
@@ -38,6 +38,10 @@ class BackendSpec:
     controller: str
     build: Builder  # (test, init_image=...) -> the job, plus any object that goes with it (named like the job)
     read_state: Callable[[KubeDict | None], JobState]
+    # Where the job says it is suspended (spec.queueName: created so, Kueue unsuspends it on admission), and the
+    # name of Kueue's integration that manages it (Kueue's configuration: integrations.frameworks).
+    suspend: tuple[str, ...]
+    kueue_framework: str
     # Kinds the builder adds beside the job, named like it and deleted with it (the Job backend's Service).
     companions: tuple[str, ...] = ()
 
@@ -61,17 +65,19 @@ def _one(build: Callable[..., KubeDict]) -> Builder:
 BACKENDS: dict[str, BackendSpec] = {b.kind: b for b in (
     BackendSpec("PyTorchJob", manifests.PYTORCHJOB_API_VERSION, "pytorchjobs", "pytorchjobs.kubeflow.org",
                 "the Kubeflow training-operator (v1.7 or later)", "the Kubeflow training-operator",
-                _one(job_builders.build_pytorchjob), kubeflow_state),
+                _one(job_builders.build_pytorchjob), kubeflow_state, ("spec", "runPolicy", "suspend"),
+                "kubeflow.org/pytorchjob"),
     BackendSpec("MPIJob", manifests.MPIJOB_API_VERSION, "mpijobs", "mpijobs.kubeflow.org",
                 "the Kubeflow mpi-operator (v0.4 or later, which serves kubeflow.org/v2beta1)",
-                "the Kubeflow mpi-operator", _one(job_builders.build_mpijob), kubeflow_state),
+                "the Kubeflow mpi-operator", _one(job_builders.build_mpijob), kubeflow_state,
+                ("spec", "runPolicy", "suspend"), "kubeflow.org/mpijob"),
     BackendSpec("Job", manifests.BATCH_JOB_API_VERSION, "jobs", None,
                 "nothing: Job is built into Kubernetes (1.27 or later)",
                 "kube-controller-manager's Job controller", job_builders.build_indexed_job, batch_job_state,
-                companions=("Service",)),
+                ("spec", "suspend"), "batch/job", companions=("Service",)),
     BackendSpec("JobSet", manifests.JOBSET_API_VERSION, "jobsets", "jobsets.jobset.x-k8s.io",
                 "the JobSet controller (sigs.k8s.io/jobset v0.5 or later)", "the JobSet controller",
-                job_builders.build_jobset, jobset_state),
+                job_builders.build_jobset, jobset_state, ("spec", "suspend"), "jobset.x-k8s.io/jobset"),
 )}
 
 
@@ -91,13 +97,21 @@ def controller_of(kind: str) -> str:
     return spec.controller if spec else f"the controller for {kind}"
 
 
+def _run_objects(test: AcceptanceTest, init_image: str) -> list[KubeDict]:
+    """What the backend's builder makes for the run, the job last: with spec.queueName, queued for Kueue."""
+    backend = BACKENDS[test.spec.backend]
+    objects = backend.build(test, init_image=init_image)
+    queueing.enqueue(objects[-1], test.spec.queue_name, backend.suspend)
+    return objects
+
+
 def build_job(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> KubeDict:
     """The run's job for spec.backend alone (builders put it last, after what goes with it)."""
-    return BACKENDS[test.spec.backend].build(test, init_image=init_image)[-1]
+    return _run_objects(test, init_image)[-1]
 
 
 def build_children(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[KubeDict]:
     """Everything to create for one run, in creation order: RBAC first, so the pods start with their identity;
     the job last, after what it needs (the Job backend's Service). `init_image` runs the ulimit init container."""
-    run = BACKENDS[test.spec.backend].build(test, init_image=init_image)
+    run = _run_objects(test, init_image)
     return [*manifests.build_rbac(test), *manifests.build_evidence(test), *run]

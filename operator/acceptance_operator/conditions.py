@@ -47,6 +47,7 @@ INVALID_SPEC = "InvalidSpec"
 REGRESSED = "Regressed"  # passed its thresholds, but fell under the baseline run (spec.baseline)
 NO_NODES = "NoNodes"  # a sweep found no schedulable node matching placement.nodeSelector
 PODS_REFUSED = "PodsRefused"  # the backend's controller could not create the run's pods (its FailedCreate events)
+QUEUED = "Queued"  # in progress (Pending): Kueue has not admitted the run's job (spec.queueName)
 FAILURE_REASONS: tuple[str, ...] = (
     CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_NOT_DELIVERED, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE,
     TIMEOUT, NODE_NOT_READY, BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES, PODS_REFUSED,
@@ -157,5 +158,7 @@ def conditions_for(
     elif state.phase == "Failed":
         out = set_condition(out, SUCCEEDED, "False", state.reason, state.message, generation, now)
     else:
-        out = set_condition(out, SUCCEEDED, "Unknown", "InProgress", state.message, generation, now)
+        # Queued shows in the Reason column (the Succeeded condition's): the run waits for Kueue, not for itself.
+        reason = QUEUED if state.reason == QUEUED else "InProgress"
+        out = set_condition(out, SUCCEEDED, "Unknown", reason, state.message, generation, now)
     return out

@@ -402,17 +402,25 @@ def job_failure(job: KubeDict | None, pods: list[KubeDict]) -> Finding:
     )
 
 
-def unstarted_since(job: KubeDict | None, pods: list[KubeDict]) -> datetime | None:
-    """When the job was created, while its controller has not acted on it: no status of its own and no pods."""
+def _created(job: KubeDict, not_before: datetime | None) -> datetime | None:
+    """When the job was created, or `not_before` if later (Kueue's admission: a queued job was not yet to run)."""
+    created = parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    return max(created, not_before) if created is not None and not_before is not None else created or not_before
+
+
+def unstarted_since(job: KubeDict | None, pods: list[KubeDict], *,
+                    not_before: datetime | None = None) -> datetime | None:
+    """When the job was created (or admitted by Kueue, `not_before`), while its controller has not acted on it: no
+    status of its own and no pods."""
     if job is None or pods or job_state(job).state is not None:
         return None
-    return parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    return _created(job, not_before)
 
 
 def backend_not_running(job: KubeDict | None, pods: list[KubeDict], now: datetime,
-                        grace_seconds: float) -> Finding | None:
+                        grace_seconds: float, *, not_before: datetime | None = None) -> Finding | None:
     """A job its controller has not touched for the grace period: the controller is not running (or not here)."""
-    since = unstarted_since(job, pods)
+    since = unstarted_since(job, pods, not_before=not_before)
     if since is None or (now - since).total_seconds() < grace_seconds:
         return None
     meta = (job or {}).get("metadata") or {}
@@ -429,19 +437,21 @@ def backend_not_running(job: KubeDict | None, pods: list[KubeDict], now: datetim
 CREATE_FAILED = ("FailedCreate", "FailedCreatePod")
 
 
-def missing_pods_since(job: KubeDict | None, pods: list[KubeDict], expected: int) -> datetime | None:
-    """When the job was created, while it has fewer GPU pods than the run needs and has not ended."""
+def missing_pods_since(job: KubeDict | None, pods: list[KubeDict], expected: int, *,
+                       not_before: datetime | None = None) -> datetime | None:
+    """When the job was created (or admitted by Kueue, `not_before`), while it has fewer GPU pods than the run
+    needs and has not ended."""
     if job is None or job_state(job).finished or len([p for p in pods if not _launcher(p)]) >= max(expected, 1):
         return None
-    return parse_time((job.get("metadata") or {}).get("creationTimestamp"))
+    return _created(job, not_before)
 
 
 def pods_refused(job: KubeDict | None, pods: list[KubeDict], events: list[KubeDict], expected: int, now: datetime,
-                 grace_seconds: float) -> Finding | None:
+                 grace_seconds: float, *, not_before: datetime | None = None) -> Finding | None:
     """The run's pods could not be created for the grace period, and the controller's FailedCreate events say why
     (the API server refused them: an invalid pod, a quota, an admission policy). Not BackendNotRunning: the
     controller runs, and its own words are the cause."""
-    since = missing_pods_since(job, pods, expected)
+    since = missing_pods_since(job, pods, expected, not_before=not_before)
     if since is None or (now - since).total_seconds() < grace_seconds:
         return None
     meta = (job or {}).get("metadata") or {}

@@ -18,6 +18,7 @@ from acceptance_workload import kubeclient
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from acceptance_operator import queueing
 from acceptance_operator.api import GROUP, KIND, PLURAL, VERSION, Backend
 from acceptance_operator.backends import BACKENDS, backend_of
 from acceptance_operator.manifests import owned_by
@@ -278,6 +279,19 @@ class Kube:
     def list_configmaps(self, namespace: str, selector: str) -> list[KubeDict]:
         return _json(self.core.list_namespaced_config_map(namespace, label_selector=selector,
                                                           _preload_content=False)).get("items", [])
+
+    def list_workloads(self, namespace: str, job_uid: str) -> list[KubeDict] | None:
+        """Kueue's Workloads of the job with this uid (spec.queueName); None where the operator may not list them
+        or Kueue's CRD is not installed (the run's job then tells alone whether it is admitted)."""
+        try:
+            answer = self.custom.list_namespaced_custom_object(
+                queueing.WORKLOAD_GROUP, queueing.WORKLOAD_VERSION, namespace, queueing.WORKLOAD_PLURAL,
+                label_selector=f"{queueing.JOB_UID_LABEL}={job_uid}", _preload_content=False)
+        except ApiException as e:
+            if e.status in (403, 404):
+                return None
+            raise
+        return _json(answer).get("items", [])
 
     # pods, events, nodes ----------------------------------------------------
     def list_pods(self, namespace: str, selector: str) -> list[KubeDict]:

@@ -22,6 +22,8 @@ LabelValue = text(63)
 Name = text(253, min_length=1)
 DnsLabel = text(63, min_length=1)
 Path = text(4096, min_length=1)
+# A Kueue LocalQueue's name as the value of its queue-name label: a DNS subdomain that is also a label value.
+QueueName = text(63, min_length=1, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 MAX_TERMS = 32
 MAX_VALUES = 64
 

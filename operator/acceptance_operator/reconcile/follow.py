@@ -12,9 +12,10 @@ import kopf
 from acceptance_workload.report import CHECK_NAMES
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator import evidence_hooks, manifests, observe, runs
+from acceptance_operator import evidence_hooks, manifests, observe, queueing, runs
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.assessment import Observation, assess, next_look, pod_nodes
+from acceptance_operator.backends import backend_of, job_state
 from acceptance_operator.conditions import REPORT_REJECTED, TIMEOUT, RunState
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
@@ -41,8 +42,10 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
             observation, delivered = observe_run(k, test, status, fresh=True, judged=observation.judged)
             outcome = assess(observation, now, timing())
     except ApiException as e:
-        # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout.
-        if start_time is None or (now - start_time).total_seconds() < test.spec.timeout_seconds:
+        # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout (not one that
+        # names a Kueue queue: it may have waited there for longer, and its deadline counts from its admission).
+        if start_time is None or test.spec.queue_name or \
+                (now - start_time).total_seconds() < test.spec.timeout_seconds:
             raise
         job_text = f"{test.spec.backend} {manifests.job_name(test)}"
         conclude(k, obj, test, RunState("Failed", TIMEOUT, (
@@ -115,7 +118,20 @@ def observe_run(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
         run_id=runs.run_of(test).id,
         baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,
         regression_tolerance=test.spec.regression_tolerance,
+        admission=admission_of(k, test, job),
     ), delivered
+
+
+def admission_of(k: Kube, test: AcceptanceTest, job: KubeDict | None) -> queueing.Admission | None:
+    """Kueue's admission of the run's job (spec.queueName), read from its Workload; None without a queue, and once
+    the job has ended (its end decides, whatever became of the Workload)."""
+    if not test.spec.queue_name or job is None or job_state(job).finished:
+        return None
+    suspend = backend_of(test.spec.backend).suspend
+    uid = (job.get("metadata") or {}).get("uid")
+    workloads = k.list_workloads(test.metadata.namespace, uid) if uid else []
+    return queueing.admission(job, queueing.job_workload(workloads or [], job), suspend, test.spec.queue_name,
+                              workloads_readable=workloads is not None)
 
 
 def delivered_part(k: Kube, test: AcceptanceTest, job: KubeDict | None, status: KubeDict, fresh: bool) -> Any:

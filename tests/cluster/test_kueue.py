@@ -1,0 +1,149 @@
+"""spec.queueName through the real Kueue controller: a ClusterQueue with quota for one test (8 nvidia.com/gpu), a
+LocalQueue, two tests. The second is Queued (Reason Queued, Kueue's own message) while the first runs, longer than
+its timeoutSeconds, and is not timed out: its deadlines count from its admission. Once the first ends, Kueue admits
+the second, whose pods run and whose report is judged. A queued test changed (a new run) or deleted leaves
+no Workload of its queued run.
+
+A cluster of its own (tests/devcluster.py with Kueue, tests/devcluster.Controllers.start_kueue): the Job backend, so
+the pods come from the real Job controller once Kueue unsuspends the Job, are bound by the real scheduler to kwok
+nodes and run until the test makes their processes exit. The test writes only what the workload would (its report).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from acceptance_operator.queueing import JOB_UID_LABEL, QUEUE_LABEL
+
+from tests.apiserver import ApiServer
+from tests.cluster.conftest import StartOperator
+from tests.cluster.operator_harness import Cluster, report
+from tests.cluster.test_real_controllers import REAL_ENV, cluster_of, operator_in_new_namespace, running_pods
+from tests.devcluster import Controllers
+
+KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
+QUEUE = "gpu-queue"
+
+
+@pytest.fixture(scope="module")
+def kueue_cluster() -> Iterator[tuple[ApiServer, list[str], Controllers]]:
+    for server, nodes, controllers in cluster_of(2):
+        started = time.monotonic()
+        controllers.start_kueue()
+        print(f"kueue started in {time.monotonic() - started:.1f}s")
+        server.request("POST", f"{KUEUE_API}/resourceflavors",
+                       {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor",
+                        "metadata": {"name": "default"}})
+        yield server, nodes, controllers
+
+
+@pytest.fixture
+def queued(kueue_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator) -> Cluster:
+    """An operator in a new namespace whose LocalQueue QUEUE feeds a ClusterQueue of its own: 8 GPUs, one test."""
+    cluster = operator_in_new_namespace(kueue_cluster, start_operator, REAL_ENV)
+    server, name = cluster.server, f"cq-{uuid.uuid4().hex[:6]}"
+    quota = [{"name": "cpu", "nominalQuota": "100"}, {"name": "memory", "nominalQuota": "1Ti"},
+             {"name": "nvidia.com/gpu", "nominalQuota": "8"}]
+    server.request("POST", f"{KUEUE_API}/clusterqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name},
+        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cluster.ns}},
+                 "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                                     "flavors": [{"name": "default", "resources": quota}]}]}})
+    server.request("POST", f"{KUEUE_API}/namespaces/{cluster.ns}/localqueues", {
+        "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": QUEUE},
+        "spec": {"clusterQueue": name}})
+    cluster.wait(lambda: _active(server, name), f"ClusterQueue {name} to be Active", timeout=60)
+    return cluster
+
+
+def _active(server: ApiServer, name: str) -> bool:
+    queue = server.request("GET", f"{KUEUE_API}/clusterqueues/{name}")
+    return any(c["type"] == "Active" and c["status"] == "True" for c in (queue.get("status") or {}).get("conditions")
+               or [])
+
+
+def workloads_of(cluster: Cluster, job: dict) -> list[dict]:
+    selector = f"{JOB_UID_LABEL}%3D{job['metadata']['uid']}"
+    return cluster.server.request("GET", f"{KUEUE_API}/namespaces/{cluster.ns}/workloads?labelSelector={selector}"
+                                  )["items"]
+
+
+def wait_queued(cluster: Cluster, name: str) -> dict:
+    """The test's Succeeded condition once it says Queued (Pending), with Kueue's reason for the wait."""
+    def probe() -> dict | None:
+        c = next((c for c in cluster.status(name).get("conditions") or [] if c["type"] == "Succeeded"), None)
+        return c if c and c.get("reason") == "Queued" and "insufficient unused quota" in c.get("message", "") \
+            else None
+
+    try:
+        return cluster.wait(probe, f"{name} to be Queued with Kueue's quota message", timeout=90)
+    except AssertionError as e:
+        raise AssertionError(f"{name}'s status: {cluster.status(name)}") from e
+
+
+def finish(cluster: Cluster, controllers: Controllers, name: str) -> None:
+    """The run's workload: its report for the nodes its pods run on, then its processes exit 0."""
+    pods = running_pods(cluster, name, 1)
+    cluster.write_report(name, report(1, nodes=tuple(p["spec"]["nodeName"] for p in pods)), place_pods=False)
+    assert cluster.wait_phase(name, "Succeeded", timeout=120)["summary"]["failedNodes"] == []
+    controllers.exit_pods(pods, 0)
+
+
+def test_second_test_waits_queued_past_its_timeout_then_runs_and_is_judged(
+        queued: Cluster, kueue_cluster: tuple[ApiServer, list[str], Controllers]):
+    _, _, controllers = kueue_cluster
+    spec = {"backend": "Job", "nodes": 1, "queueName": QUEUE}
+    queued.create_test("first", spec)
+    running_pods(queued, "first", 1)  # admitted at once: the quota is free
+    first_job = queued.job("Job", "first-g1")
+    assert first_job["metadata"]["labels"][QUEUE_LABEL] == QUEUE and first_job["spec"]["suspend"] is False
+    (workload,) = workloads_of(queued, first_job)
+    assert any(c["type"] == "Admitted" and c["status"] == "True" for c in workload["status"]["conditions"])
+
+    queued.create_test("second", {**spec, "timeoutSeconds": 60})
+    waiting = wait_queued(queued, "second")
+    queued_at = time.monotonic()
+    assert queued.status("second")["phase"] == "Pending"
+    running = queued.condition("second", "Running")
+    assert (running["status"], running["reason"], running["message"]) == ("Unknown", "Queued", waiting["message"])
+    assert {r["NAME"]: r["REASON"] for r in queued.kubectl_table()}["second"] == "Queued"  # the Reason column
+    assert "Job second-g1 waits in" in waiting["message"] and "not admitted yet" in waiting["message"]
+    second_job = queued.job("Job", "second-g1")
+    assert second_job["spec"]["suspend"] is True and second_job["metadata"]["labels"][QUEUE_LABEL] == QUEUE
+
+    # The first run holds the quota longer than the second's timeoutSeconds: the second stays Queued, not Failed.
+    while time.monotonic() - queued_at < 65:
+        status = queued.status("second")
+        assert status["phase"] == "Pending" and queued.condition("second", "Succeeded")["reason"] == "Queued", status
+        time.sleep(2)
+    finish(queued, controllers, "first")  # the first run is judged, its pods exit, its Job completes
+
+    # Kueue admits the second once the first's Job completed and gave its quota back; its run is judged.
+    finish(queued, controllers, "second")
+    second = queued.status("second")
+    assert queued.condition("second", "Succeeded")["reason"] == "ChecksPassed" and second["phase"] == "Succeeded"
+    (workload,) = workloads_of(queued, queued.job("Job", "second-g1"))
+    assert any(c["type"] == "Admitted" and c["status"] == "True" for c in workload["status"]["conditions"])
+
+
+def test_a_queued_test_changed_or_deleted_leaves_no_workload(queued: Cluster,
+                                                             kueue_cluster: tuple[ApiServer, list[str], Controllers]):
+    spec = {"backend": "Job", "nodes": 1, "queueName": QUEUE}
+    queued.create_test("holder", spec)
+    running_pods(queued, "holder", 1)
+    queued.create_test("waiter", spec)
+    wait_queued(queued, "waiter")
+    first = queued.job("Job", "waiter-g1")
+    assert len(workloads_of(queued, first)) == 1
+    # A new generation runs the test again: the queued run's Job goes, and its Workload with it; the new run queues.
+    queued.patch_spec("waiter", {"timeoutSeconds": 1200})
+    queued.wait(lambda: queued.job("Job", "waiter-g1") is None and not workloads_of(queued, first),
+                "the first run's Job and its Workload to be deleted", timeout=60)
+    second = queued.wait_job("Job", "waiter-g2")
+    queued.wait(lambda: len(workloads_of(queued, second)) == 1, "the new run's Workload", timeout=60)
+    queued.delete_test("waiter")
+    queued.wait(lambda: queued.job("Job", "waiter-g2") is None and not workloads_of(queued, second),
+                "the queued test's Job and its Workload to be deleted", timeout=60)

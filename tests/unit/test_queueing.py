@@ -1,0 +1,156 @@
+"""spec.queueName (Kueue): the queue label and suspend on every backend's job and on sweep children; a run Kueue has
+not admitted is Queued with Kueue's words, and its deadlines count from the admission."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from acceptance_operator import api, sweep
+from acceptance_operator.assessment import Observation, Timing, assess, next_look
+from acceptance_operator.backends import BACKENDS, build_children, build_job
+from acceptance_operator.queueing import QUEUE_LABEL, Admission, admission, job_workload, suspended
+from acceptance_operator.spec_input import validation_messages
+from pydantic import ValidationError
+
+from tests.unit.operator_samples import T0, job, pod, ts
+
+TIMING = Timing(unschedulable_grace_seconds=600, report_grace_seconds=30, node_lost_grace_seconds=60)
+KUBEFLOW_SUSPEND = ("spec", "runPolicy", "suspend")
+
+
+def make(backend: str, **spec) -> api.AcceptanceTest:
+    return api.AcceptanceTest.model_validate({
+        "apiVersion": api.API_VERSION, "kind": api.KIND,
+        "metadata": {"name": "t", "namespace": "gpu", "uid": "u", "generation": 2},
+        "spec": {"backend": backend, "nodes": 2, **spec}})
+
+
+@pytest.mark.parametrize("kind", sorted(BACKENDS))
+def test_every_backend_job_carries_the_queue_label_and_is_created_suspended(kind: str):
+    queued = build_job(make(kind, queueName="gpu-queue"))
+    assert queued["metadata"]["labels"][QUEUE_LABEL] == "gpu-queue"
+    assert suspended(queued, BACKENDS[kind].suspend)
+    # Only the job: what goes with it (RBAC, evidence, the Job backend's Service) is not Kueue's to admit.
+    others = [o for o in build_children(make(kind, queueName="gpu-queue")) if o["kind"] != kind]
+    assert others and all(QUEUE_LABEL not in (o["metadata"].get("labels") or {}) for o in others)
+    plain = build_job(make(kind))
+    assert QUEUE_LABEL not in plain["metadata"]["labels"] and not suspended(plain, BACKENDS[kind].suspend)
+
+
+def test_sweep_children_keep_the_queue():
+    parent = api.AcceptanceTest.model_validate({
+        "metadata": {"name": "pool", "namespace": "lab", "uid": "u1"},
+        "spec": {"sweep": True, "queueName": "gpu-queue", "backend": "Job"}})
+    child = api.AcceptanceTest.model_validate(sweep.child(parent, "g1", "pool", ["n3"], "n3"))
+    assert child.spec.queue_name == "gpu-queue"
+    assert build_job(child)["metadata"]["labels"][QUEUE_LABEL] == "gpu-queue"
+
+
+@pytest.mark.parametrize("bad", ["Gpu_Queue", "-q", "q" * 64, ""])
+def test_a_queue_name_that_cannot_be_a_label_value_is_refused_naming_the_field(bad: str):
+    with pytest.raises(ValidationError) as e:
+        make("Job", queueName=bad)
+    assert any(line.startswith("spec.queueName") for line in validation_messages(e.value, {"spec": {"queueName": bad}}))
+
+
+# --------------------------------------------------------------------------- reading Kueue's Workload
+
+
+def workload(*conditions: tuple[str, str, str], cluster_queue: str | None = None, uid: str = "job-uid") -> dict:
+    """A Workload of the job with `uid`; conditions: (type, status, message), all at T0 + 100 s."""
+    status: dict = {"conditions": [{"type": t, "status": s, "message": m, "reason": t,
+                                    "lastTransitionTime": ts(T0 + timedelta(seconds=100))}
+                                   for t, s, m in conditions]}
+    if cluster_queue:
+        status["admission"] = {"clusterQueue": cluster_queue}
+    return {"metadata": {"name": "pytorchjob-t-g2-abcde", "labels": {"kueue.x-k8s.io/job-uid": uid}},
+            "status": status}
+
+
+def suspended_job(suspend: bool = True) -> dict:
+    j = job(name="t-g2")
+    j["metadata"]["uid"] = "job-uid"
+    j["spec"] = {"runPolicy": {"suspend": suspend}}
+    return j
+
+
+def test_a_pending_workload_is_queued_with_kueues_words():
+    pending = workload(("QuotaReserved", "False", "couldn't assign flavors to pod set Master: insufficient "
+                                                  "unused quota for nvidia.com/gpu in flavor default, 8 more needed"))
+    found = job_workload([workload(uid="other"), pending], suspended_job())
+    assert found is pending
+    a = admission(suspended_job(), found, KUBEFLOW_SUSPEND, "team-a")
+    assert not a.admitted and a.since is None
+    assert a.message == ("PyTorchJob t-g2 waits in LocalQueue team-a (Workload pytorchjob-t-g2-abcde, not admitted "
+                         "yet): couldn't assign flavors to pod set Master: insufficient unused quota for "
+                         "nvidia.com/gpu in flavor default, 8 more needed")
+
+
+def test_admitted_once_the_workload_is_admitted_and_the_job_runs():
+    admitted = workload(("QuotaReserved", "True", "Quota reserved in ClusterQueue gpus"),
+                        ("Admitted", "True", "The workload is admitted"), cluster_queue="gpus")
+    starting = admission(suspended_job(), admitted, KUBEFLOW_SUSPEND, "team-a")
+    assert not starting.admitted and "ClusterQueue gpus" in starting.message and "about to start" in starting.message
+    running = admission(suspended_job(False), admitted, KUBEFLOW_SUSPEND, "team-a")
+    assert running == Admission(True, T0 + timedelta(seconds=100))
+
+
+def test_without_a_workload_the_job_alone_tells():
+    waiting = admission(suspended_job(), None, KUBEFLOW_SUSPEND, "team-a")
+    assert not waiting.admitted and "Kueue has made no Workload for it yet (is Kueue running" in waiting.message
+    denied = admission(suspended_job(), None, KUBEFLOW_SUSPEND, "team-a", workloads_readable=False)
+    assert "may not list Kueue Workloads" in denied.message
+    assert admission(suspended_job(False), None, KUBEFLOW_SUSPEND, "team-a") == Admission(True)
+
+
+# --------------------------------------------------------------------------- deadlines count from the admission
+
+
+def obs(**changes) -> Observation:
+    base = Observation(generation=2, job_kind="PyTorchJob", job_name="t-g2", timeout_seconds=600, gpus_per_node=8,
+                       start_time=T0, raw_report=None, job=job(name="t-g2"), pods=[], events=[])
+    return replace(base, **changes)
+
+
+QUEUED = Admission(False, message="PyTorchJob t-g2 waits in LocalQueue team-a: quota")
+
+
+def test_a_queued_run_is_pending_queued_past_every_deadline():
+    untouched = job(name="t-g2")
+    untouched["metadata"]["creationTimestamp"] = ts(T0)
+    for later in (timedelta(seconds=5), timedelta(hours=5)):  # past timeoutSeconds, past every grace
+        a = assess(obs(job=untouched, admission=QUEUED), T0 + later, TIMING)
+        assert (a.state.phase, a.state.reason, a.state.message, a.stop_job) == \
+            ("Pending", "Queued", QUEUED.message, False)
+    assert next_look(obs(job=untouched, admission=QUEUED), T0, TIMING) is None  # Kueue's admission is an event
+
+
+def test_timeout_counts_from_the_admission():
+    admitted_at = T0 + timedelta(hours=3)
+    running = job(name="t-g2", conditions=[("Running", "True", "", "", admitted_at)])
+    o = obs(job=running, pods=[pod("p", "Running", node="n")], admission=Admission(True, admitted_at))
+    assert assess(o, admitted_at + timedelta(seconds=599), TIMING).state.phase == "Running"
+    assert next_look(o, admitted_at, TIMING) == admitted_at + timedelta(seconds=600)
+    a = assess(o, admitted_at + timedelta(seconds=600), TIMING)
+    assert (a.state.reason, a.stop_job) == ("Timeout", True)
+    # Ended by its controller at activeDeadlineSeconds (counted from the job's resumption): a Timeout too.
+    failed = job(name="t-g2", conditions=[("Failed", "True", "DeadlineExceeded", "",
+                                           admitted_at + timedelta(seconds=601))])
+    ended = assess(replace(o, job=failed), admitted_at + timedelta(seconds=700), TIMING)
+    assert ended.state.reason == "Timeout"
+    # ... but a job that failed at once after a long wait in the queue is not.
+    early = job(name="t-g2", conditions=[("Failed", "True", "Error", "", admitted_at + timedelta(seconds=5))])
+    assert assess(replace(o, job=early), admitted_at + timedelta(seconds=100), TIMING).state.reason == "JobFailed"
+
+
+def test_the_backends_patience_counts_from_the_admission():
+    """A job created hours before Kueue admitted it is not judged BackendNotRunning the moment it is admitted."""
+    admitted_at = T0 + timedelta(hours=3)
+    untouched = job(name="t-g2")
+    untouched["metadata"].update(namespace="ns", creationTimestamp=ts(T0))
+    o = obs(job=untouched, timeout_seconds=86400, admission=Admission(True, admitted_at))
+    assert assess(o, admitted_at + timedelta(seconds=599), TIMING).state.phase == "Pending"
+    assert next_look(o, admitted_at + timedelta(seconds=5), TIMING) == admitted_at + timedelta(seconds=600)
+    assert assess(o, admitted_at + timedelta(seconds=600), TIMING).state.reason == "BackendNotRunning"
