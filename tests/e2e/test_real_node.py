@@ -253,6 +253,25 @@ def cmdline(pid: int) -> list[str]:
     return []
 
 
+def parent(pid: int) -> int:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return 0
+
+
+def sshd_above(pid: int) -> int | None:
+    """The sshd listener a rank descends from (rank <- orted <- sshd sessions <- the listener), the worker
+    container's command. Found by ancestry: OpenSSH retitles its processes over their environment, so POD_NAME
+    does not find them."""
+    found = None
+    while (pid := parent(pid)) > 1:
+        if " ".join(cmdline(pid)).startswith(("sshd", "/usr/sbin/sshd")):
+            found = pid
+        elif found is not None:
+            return found
+    return found
+
+
 def test_an_mpi_worker_killed_mid_run_fails_the_run_naming_its_pod_and_node(operator_release: RealNode,
                                                                             test_namespace: str) -> None:
     """The worker's sshd (its container's first process) is SIGKILLed from outside once the ranks run under it,
@@ -266,12 +285,12 @@ def test_an_mpi_worker_killed_mid_run_fails_the_run_naming_its_pod_and_node(oper
             pids = pod_processes(pod["metadata"]["name"])
             ranks = [p for p in pids if "acceptance_workload" in " ".join(cmdline(p))]
             if len(ranks) >= 2:  # the guards of its two ranks (gpusPerNode) at least
-                return pod["metadata"]["name"], pids
+                return pod["metadata"]["name"], ranks
         return None
 
     worker, pids = wait_for("the MPI ranks on the worker", ranks_running, 240, node, test_namespace)
-    # The listener, the container's command (OpenSSH retitles it "sshd: /usr/sbin/sshd -D -e [listener] ...").
-    (sshd,) = [p for p in pids if cmdline(p)[:2] == ["/usr/sbin/sshd", "-De"] or "[listener]" in " ".join(cmdline(p))]
+    sshd = sshd_above(pids[0])
+    assert sshd is not None, {p: cmdline(p) for p in pids}
     for pid in pids:
         if pid != sshd:
             with contextlib.suppress(ProcessLookupError):
