@@ -101,9 +101,10 @@ def kube_proxy_config(kubeconfig: Path, node: str, healthz: int, metrics: int) -
     }
 
 
-def corefile(kubeconfig: Path, port: int, health: int, ready: int) -> str:
+def corefile(kubeconfig: Path, port: int, health: int, ready: int, bind: str = GATEWAY) -> str:
+    """CoreDNS's configuration: the cluster's zones from the API server, nothing else (no upstream)."""
     return f""".:{port} {{
-    bind {GATEWAY}
+    bind {bind}
     errors
     health 127.0.0.1:{health}
     ready 127.0.0.1:{ready}
