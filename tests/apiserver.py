@@ -1,7 +1,8 @@
 """A real Kubernetes API server for tests and contributors (envtest-style).
 
-Starts etcd and kube-apiserver on 127.0.0.1 only, on free ports picked at
-runtime, with a throwaway PKI: a self-signed CA, a serving certificate, an
+Starts etcd and kube-apiserver on 127.0.0.1 only (kube-apiserver on another
+address of this host where asked: the real node's pod network gateway), on
+free ports picked at runtime, with a throwaway PKI: a self-signed CA, a serving certificate, an
 admin client certificate (group ``system:masters``) and a service-account
 signing key. Authorization is RBAC; nothing else runs (no kubelet, no
 controller-manager, no scheduler), so objects are stored and validated by the
