@@ -31,7 +31,7 @@ install: ## pip-install the project (operator, report + dev extras) and the work
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator, mpi-operator and Kueue, the real node's kubelet and pause (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
+tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator, mpi-operator and Kueue, the real node's kubelet, kube-proxy, CoreDNS and pause (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null

@@ -19,13 +19,14 @@ KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 # v0.12.3: its Workload API is kueue.x-k8s.io/v1beta1 (what the operator reads), it is built against Kubernetes 1.32
 # libraries (the dev cluster serves 1.33) and against the training-operator and mpi-operator APIs of our CRDs.
 KUEUE_VERSION=${KUEUE_VERSION:-v0.12.3}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
 
 cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptance}
 assets=${cache_root}/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
 crds=${cache_root}/backend-crds/training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}
 controllers=${cache_root}/dev-controllers/k8s-${K8S_VERSION}-training-${TRAINING_OPERATOR_VERSION}-mpi-${MPI_OPERATOR_VERSION}-jobset-${JOBSET_VERSION}-kwok-${KWOK_VERSION}
-# The real node's Go-built parts (make real-node): the kubelet of the API server's version and the pause program
-# its sandboxes run (hack/real-node.sh builds the pause image from it).
+# The real node's Go-built parts (make real-node): the kubelet and kube-proxy of the API server's version, the pause
+# program its sandboxes run (tests/realnode.py builds the pause image from it) and CoreDNS (the cluster's DNS).
 real_node=${cache_root}/real-node/k8s-${K8S_VERSION}
 kueue=${cache_root}/dev-controllers/kueue-${KUEUE_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
@@ -188,6 +189,35 @@ build_kueue() {
   chmod 0644 "$kueue"/crds/*.yaml "$kueue/webhooks.yaml"
 }
 
+# CoreDNS with only the plugins the real node's cluster DNS uses (tests/realnode_net.py): the full plugin list
+# (cloud DNS providers, etcd, ...) takes several times longer to build. The order of `directives` is the order
+# in which a query passes the plugins (CoreDNS's plugin.cfg order).
+build_coredns() {
+  log "building CoreDNS ${COREDNS_VERSION} (first run only; takes several minutes)"
+  build_go_main "$real_node/coredns" "github.com/coredns/coredns@${COREDNS_VERSION}" <<'GO'
+package main
+
+import (
+	"github.com/coredns/coredns/core/dnsserver"
+	"github.com/coredns/coredns/coremain"
+
+	_ "github.com/coredns/coredns/plugin/bind"
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/ready"
+)
+
+func init() {
+	dnsserver.Directives = []string{"bind", "ready", "health", "errors", "log", "cache", "kubernetes"}
+}
+
+func main() { coremain.Run() }
+GO
+}
+
 fetch_backend_crds() {
   mkdir -p "$crds"
   local to mpi jobset
@@ -228,7 +258,10 @@ case "${1:-assets}" in
   real-node)
     mkdir -p "$real_node"
     k8s_binary_current kubelet "$real_node" || build_k8s_binary kubelet "$real_node"
+    k8s_binary_current kube-proxy "$real_node" || build_k8s_binary kube-proxy "$real_node"
     [ -x "$real_node/pause" ] || build_pause
+    [ -x "$real_node/coredns" ] && [ "$(cat "$real_node/coredns.version" 2>/dev/null)" = "$COREDNS_VERSION" ] ||
+      { build_coredns && echo "$COREDNS_VERSION" > "$real_node/coredns.version"; }
     echo "$real_node"
     ;;
   *) echo "usage: $0 [assets|crds|controllers [NAME...]|kueue|real-node]" >&2; exit 2 ;;

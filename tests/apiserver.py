@@ -1,7 +1,8 @@
 """A real Kubernetes API server for tests and contributors (envtest-style).
 
-Starts etcd and kube-apiserver on 127.0.0.1 only, on free ports picked at
-runtime, with a throwaway PKI: a self-signed CA, a serving certificate, an
+Starts etcd and kube-apiserver on 127.0.0.1 only (kube-apiserver on another
+address of this host where asked: the real node's pod network gateway), on
+free ports picked at runtime, with a throwaway PKI: a self-signed CA, a serving certificate, an
 admin client certificate (group ``system:masters``) and a service-account
 signing key. Authorization is RBAC; nothing else runs (no kubelet, no
 controller-manager, no scheduler), so objects are stored and validated by the
@@ -191,6 +192,7 @@ class ApiServer:
         start_timeout: float = 60.0,
         verbosity: int = 0,
         mount_tokens: bool = False,
+        address: str = "127.0.0.1",
     ):
         self._own_dir = directory is None
         self.dir = Path(directory).resolve() if directory is not None else None
@@ -201,6 +203,11 @@ class ApiServer:
         # The ServiceAccount admission plugin (pods get their token volume): for a real kubelet (tests/realnode.py).
         # Off otherwise, so pods need no ServiceAccount in namespaces the (absent) controller-manager never filled.
         self.mount_tokens = mount_tokens
+        # Where it listens and what it advertises as the `kubernetes` Service's endpoint. Loopback (the default):
+        # reachable from this host's processes only, and no endpoint (a loopback one is refused). The real node
+        # gives its pod network's gateway (tests/realnode_net.py): pods reach it through the Service; the serving
+        # certificate names it.
+        self.address = address
         self.etcd_port = self.secure_port = self.peer_port = 0
         self.server = ""
         self.pki: dict[str, Path] = {}
@@ -237,9 +244,9 @@ class ApiServer:
         if self.dir is None:
             self.dir = Path(tempfile.mkdtemp(prefix="gpu-acceptance-apiserver-"))
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.pki = read_pki(self.dir / "pki") or write_pki(self.dir / "pki")
+        self.pki = read_pki(self.dir / "pki", self.address) or write_pki(self.dir / "pki", self.address)
         self.etcd_port, self.peer_port, self.secure_port = _previous_ports(self.dir) or free_ports(3)
-        self.server = f"https://127.0.0.1:{self.secure_port}"
+        self.server = f"https://{self.address}:{self.secure_port}"
         self._assets = assets
         if not self.detached:
             atexit.register(self.stop)
@@ -293,8 +300,8 @@ class ApiServer:
             [
                 str(assets / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={self.address}",
+                f"--advertise-address={self.address}",
                 f"--secure-port={self.secure_port}",
                 f"--tls-cert-file={p['serving_cert']}",
                 f"--tls-private-key-file={p['serving_key']}",
@@ -309,7 +316,8 @@ class ApiServer:
                 "--authorization-mode=RBAC",
                 *(() if self.mount_tokens else ("--disable-admission-plugins=ServiceAccount",)),
                 "--allow-privileged=true",
-                "--endpoint-reconciler-type=none",
+                # The `kubernetes` Service's endpoint is the advertised address, kept by a lease; none for loopback.
+                f"--endpoint-reconciler-type={'none' if self.address == '127.0.0.1' else 'lease'}",
                 "--profiling=false",
                 f"--v={self.verbosity}",
             ],

@@ -22,14 +22,25 @@ SERVING_NAMES = ("localhost", "kubernetes", "kubernetes.default", "kubernetes.de
 SERVING_IPS = ("127.0.0.1", "10.0.0.1")
 
 
-def read_pki(folder: Path) -> dict[str, Path] | None:
-    """The PKI an earlier start wrote, or None where any file is missing."""
+def read_pki(folder: Path, address: str = "127.0.0.1") -> dict[str, Path] | None:
+    """The PKI an earlier start wrote, or None where any file is missing or its serving certificate does not name
+    `address` (the API server's, tests.apiserver.ApiServer.address)."""
     paths = {key: folder / name for key, name in FILES.items()}
-    return paths if all(p.is_file() for p in paths.values()) else None
+    if not all(p.is_file() for p in paths.values()):
+        return None
+    if address not in SERVING_IPS:
+        from cryptography import x509
+
+        cert = x509.load_pem_x509_certificate(paths["serving_cert"].read_bytes())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        if ipaddress.ip_address(address) not in sans.get_values_for_type(x509.IPAddress):
+            return None
+    return paths
 
 
-def write_pki(folder: Path) -> dict[str, Path]:
-    """CA, serving cert (127.0.0.1/localhost), admin client cert, SA key pair: written 0600, their paths returned."""
+def write_pki(folder: Path, address: str = "127.0.0.1") -> dict[str, Path]:
+    """CA, serving cert (127.0.0.1/localhost, `address`, the `kubernetes` Service's names), admin client cert, SA
+    key pair: written 0600, their paths returned."""
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import rsa
@@ -37,7 +48,7 @@ def write_pki(folder: Path) -> dict[str, Path]:
 
     folder.mkdir(parents=True, exist_ok=True)
     ca = _Ca()
-    sans = [*(x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVING_IPS),
+    sans = [*(x509.IPAddress(ipaddress.ip_address(ip)) for ip in dict.fromkeys((*SERVING_IPS, address))),
             *(x509.DNSName(n) for n in SERVING_NAMES)]
     serving_key, serving_cert = ca.leaf(_name("kube-apiserver"), ExtendedKeyUsageOID.SERVER_AUTH, sans)
     admin_key, admin_cert = ca.leaf(_name(ADMIN_USER, "system:masters"), ExtendedKeyUsageOID.CLIENT_AUTH)

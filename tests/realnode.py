@@ -2,18 +2,19 @@
 
 `make real-node` (``python -m tests.realnode up``) starts, in ``.real-node/``:
 
-- the dev cluster's API server (with the ServiceAccount admission plugin, so pods get their tokens),
-  kube-controller-manager, kube-scheduler, the JobSet controller and the training-operator (tests/devcluster.py);
+- the dev cluster's API server (with the ServiceAccount admission plugin, so pods get their tokens), listening on
+  the pod network's gateway (tests/realnode_net.py), kube-controller-manager, kube-scheduler, the JobSet
+  controller, the training-operator and mpi-operator (tests/devcluster.py);
 - containerd (runc, cgroupfs, bridge + host-local CNI, ``restrict_oom_score_adj``: negative oom_score_adj is
   refused in this kind of sandbox) with a pause image built here (hack/envtest-assets.sh real-node) and the
   images ``make images`` built, streamed from podman's store (no archive is kept);
 - a kubelet of the API server's version (built from its Go module, cached like the other tools) registering
   this host under its own name, with fake ``nvidia.com/gpu`` capacity (an extended resource on its status);
-- the route a kube-proxy would give the ``kubernetes`` Service (10.0.0.1:443 -> the API server on 127.0.0.1),
-  for host-network pods: the API server listens on loopback only, and there is no kube-proxy nor cluster DNS.
+- the cluster network (tests/realnode_net.py): kube-proxy (iptables mode) for ClusterIP Services, the `kubernetes`
+  one included, and CoreDNS at the ``kube-dns`` Service, so pods run on the pod network as on a user's cluster.
 
 It writes ``.real-node/kubeconfig`` and ``.real-node/values.yaml`` (the chart values this node needs: the operator
-on the host network, on ports free here, and test pods allowed on it). `make real-node-down` stops it all.
+image is imported, never pulled). `make real-node-down` stops it all.
 
 Library use (tests/e2e): ``RealNode(directory).up()``, ``.down()``.
 """
@@ -44,6 +45,7 @@ from tests.apiserver import (
     stop_recorded,
 )
 from tests.processes import alive, free_ports, kill_group
+from tests.realnode_net import CNI_CONFIG, GATEWAY, ClusterNetwork, bridge_down, bridge_up, kubelet_settings
 
 STATE_DIR = Path("/run/gpu-acceptance/containerd")  # shim sockets: short paths; one real node per host
 # containerd's image store: one per machine (one real node runs at a time), kept between `up`s so an unchanged
@@ -52,10 +54,8 @@ CACHE_ROOT = Path(os.environ.get("GPU_ACCEPTANCE_CACHE")
                   or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpu-acceptance")
 IMAGE_STORE = CACHE_ROOT / "real-node" / "containerd-root"
 CNI_BIN_DIR = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
-CNI_SUBNET = "10.88.0.0/16"
 PAUSE_IMAGE = "localhost/gpu-acceptance/pause:3.10"
 K8S_NAMESPACE = "k8s.io"  # containerd's namespace of the CRI's images and containers
-SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service's ClusterIP (tests.apiserver.SERVICE_CLUSTER_IP_RANGE)
 FAKE_GPUS = 8
 NODE_LEASE_SECONDS = 8  # renewed every 2 s: the dev cluster's controller-manager calls a node lost after 8 s
 
@@ -118,15 +118,6 @@ state = "{STATE_DIR}"
 """
 
 
-CNI_CONFIG = {
-    "cniVersion": "0.4.0", "name": "gpu-acceptance-real-node",
-    "plugins": [{"type": "bridge", "bridge": "gpuacc0", "isGateway": True, "ipMasq": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": CNI_SUBNET}]],
-                          "routes": [{"dst": "0.0.0.0/0"}]}},
-                {"type": "portmap", "capabilities": {"portMappings": True}}],
-}
-
-
 def _kubelet_config(ca_file: Path, port: int, healthz_port: int) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
@@ -142,6 +133,7 @@ def _kubelet_config(ca_file: Path, port: int, healthz_port: int) -> dict:
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "evictionHard": {"nodefs.available": "1%", "imagefs.available": "1%", "memory.available": "100Mi"},
         "resolvConf": "/etc/resolv.conf", "serializeImagePulls": False,
+        **kubelet_settings(),
     }
 
 
@@ -172,12 +164,14 @@ class RealNode:
         self.down(quiet=True)
         assets = _assets()
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.server = ApiServer(self.cluster_dir, detached=True, mount_tokens=True).start()
+        bridge_up()  # the pod network's gateway, where the API server listens (tests/realnode_net.py)
+        self.server = ApiServer(self.cluster_dir, detached=True, mount_tokens=True, address=GATEWAY).start()
         shutil.copyfile(self.server.kubeconfig, self.kubeconfig)
         self.server.install_crds(backend_crd_paths() + repo_crd_paths())
         from tests.devcluster import Controllers
 
-        controllers = Controllers(self.server, detached=True).start().start_jobset().start_training_operator()
+        controllers = (Controllers(self.server, detached=True).start().start_jobset().start_training_operator()
+                       .start_mpi_operator())
         if kueue:
             controllers.start_kueue()
         self._start_containerd()
@@ -187,7 +181,7 @@ class RealNode:
         self._start_kubelet(assets / "kubelet")
         self._wait_node(timeout)
         self._fake_gpus()
-        self._route_service()
+        ClusterNetwork(self).start(assets)
         self._write_values()
         print(f"real node {self.node} ready in {time.monotonic() - t0:.0f}s; export KUBECONFIG={self.kubeconfig}")
         return self
@@ -277,39 +271,16 @@ class RealNode:
                  for field in ("capacity", "allocatable")]
         self.kubectl("patch", "node", self.node, "--subresource=status", "--type=json", "-p", json.dumps(patch))
 
-    def _route_service(self) -> None:
-        """What kube-proxy would do for host-network pods: the `kubernetes` Service's address to the API server."""
-        assert self.server is not None
-        self._iptables("-A")
-
-    def _iptables(self, op: str) -> subprocess.CompletedProcess:
-        port = self._apiserver_port()
-        return subprocess.run(["iptables", "-t", "nat", op, "OUTPUT", "-d", f"{SERVICE_IP}/32", "-p", "tcp",
-                               "--dport", "443", "-j", "DNAT", "--to-destination", f"127.0.0.1:{port}",
-                               "-m", "comment", "--comment", "gpu-acceptance real node"],
-                              capture_output=True, text=True, check=op == "-A")
-
-    def _apiserver_port(self) -> int | None:
-        state = self.cluster_dir / "state.json"
-        return int(json.loads(state.read_text())["ports"]["apiserver"]) if state.is_file() else None
-
     def _write_values(self) -> None:
-        """The chart values this node needs: see docs/install.md (a cluster without kube-proxy or DNS)."""
-        metrics, health = free_ports(2)
+        """The chart values this node needs: the operator and the tests' pods on the pod network, as on any cluster."""
         values = {
             "image": {"pullPolicy": "Never"},  # imported here, in no registry
-            "hostNetwork": True,
-            "metrics": {"port": metrics, "service": {"port": metrics}},
-            "health": {"port": health},
-            "userPolicy": {"allowHostNetwork": True},
             "logFormat": "text",
             # No run here waits for a late report: a run whose pod was deleted gets its verdict 25 s sooner.
             "reportGraceSeconds": 5,
         }
         (self.dir / "values.yaml").write_text(
-            "# Chart values for the real node (tests/realnode.py): the imported operator image, never pulled; the\n"
-            "# operator on the host network (the API server listens on loopback only) on ports free here; tests may\n"
-            "# set spec.pod.hostNetwork.\n"
+            "# Chart values for the real node (tests/realnode.py): the imported operator image, never pulled.\n"
             + yaml.safe_dump(values, sort_keys=False))
 
     # teardown --------------------------------------------------------------
@@ -330,11 +301,11 @@ class RealNode:
                 self.ctr("containers", "delete", container, check=False)
         stop_recorded(self.dir, "containerd")
         self._kill_shims()
-        while self._apiserver_port() is not None and self._iptables("-D").returncode == 0:
-            pass
+        ClusterNetwork(self).stop()
         self._unmount_under(self.dir)
         self._unmount_under(STATE_DIR)
         cluster_down(self.cluster_dir, quiet=True, wipe=True)
+        bridge_down()
         if not quiet:
             print(f"real node stopped ({self.dir})")
 
@@ -376,8 +347,8 @@ class RealNode:
                                     cwd=self.dir, start_new_session=True, close_fds=True)
         (self.dir / f"{name}.pid").write_text(f"{proc.pid}\n")
 
-    def _check_alive(self) -> None:
-        for name in ("containerd", "kubelet"):
+    def _check_alive(self, *names: str) -> None:
+        for name in names or ("containerd", "kubelet"):
             pid_file = self.dir / f"{name}.pid"
             if pid_file.is_file() and not alive(int(pid_file.read_text())):
                 raise RealNodeError(f"{name} exited:\n{_tail_log(self.dir / f'{name}.log')}")

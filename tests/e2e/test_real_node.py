@@ -1,17 +1,21 @@
 """End to end on a real kubelet: the chart's operator (the built image, in its pod) runs cpu-smoke AcceptanceTests
-whose workload pods run the built workload image, exactly as the operator renders them, and deliver the report
-with their own ServiceAccount token. A pod deleted mid-run fails the run naming its node; pods that cannot reach
-the API server end ReportNotDelivered within two minutes; `helm uninstall` leaves nothing stuck. MPIJob is not
-run here: see docs/install.md (the launcher reaches the workers' sshd by their DNS names, and this node has no
-cluster DNS).
+whose workload pods run the built workload image, exactly as the operator renders them, on the pod network (the
+`kubernetes` Service through kube-proxy, names from CoreDNS: tests/realnode_net.py), and deliver the report with
+their own ServiceAccount token. examples/cpu-smoke.yaml runs as it ships; an MPIJob runs through mpi-operator
+(its launcher's mpirun reaches the workers' sshd by their names under the job's headless Service). A pod deleted
+mid-run fails the run naming its node, an MPI worker killed mid-run fails it naming the worker's pod and node;
+pods that cannot reach the API server end ReportNotDelivered within two minutes; `helm uninstall` leaves nothing
+stuck.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,21 +25,24 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.apiserver import REPO_ROOT
 from tests.e2e.conftest import RELEASE, RELEASE_NAMESPACE
 from tests.helm import helm
 from tests.realnode import RealNode, built_images
+from tests.realnode_net import BRIDGE, POD_SUBNET
 
 RUN_TIMEOUT = 420  # seconds for a cpu-smoke run: the pod starts (image already on the node), torch imports, checks
 WORKLOAD_CONTAINERS = {"Job": "workload", "JobSet": "workload", "PyTorchJob": "pytorch"}
+EXAMPLE = REPO_ROOT / "examples" / "cpu-smoke.yaml"
 pytestmark = pytest.mark.timeout(600)
 
 
 def smoke_test(name: str, backend: str) -> dict[str, Any]:
-    """A cpu-smoke AcceptanceTest for this node: host-network pods (the API server listens on loopback only)."""
+    """A cpu-smoke AcceptanceTest for this node, its pods on the pod network."""
     return {
         "apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest", "metadata": {"name": name},
         "spec": {"profile": "cpu-smoke", "backend": backend, "nodes": 1, "gpusPerNode": 2,
-                 "pod": {"hostNetwork": True, "shmSize": "1Gi"}, "timeoutSeconds": RUN_TIMEOUT,
+                 "pod": {"shmSize": "1Gi"}, "timeoutSeconds": RUN_TIMEOUT,
                  "onFailure": "label"},
     }
 
@@ -98,42 +105,106 @@ def test_operator_runs_in_its_pod_from_the_built_image(operator_release: RealNod
     assert running[0]["spec"]["nodeName"] == operator_release.node
 
 
-@pytest.mark.parametrize("backend", ["Job", "PyTorchJob", "JobSet"])
-def test_cpu_smoke_run_passes_on_the_real_node(operator_release: RealNode, test_namespace: str,
-                                               backend: str) -> None:
-    node, name = operator_release, f"smoke-{backend.lower()}"
-    apply(node, test_namespace, smoke_test(name, backend))
-    obj = finished(node, test_namespace, name)
+def assert_smoke_passed(node: RealNode, namespace: str, name: str) -> None:
+    """The run ends SmokePassed on the report its workload delivered, and acted on no node."""
+    obj = finished(node, namespace, name)
     reason, message = succeeded_reason(obj)
     assert (obj["status"]["phase"], reason) == ("Succeeded", "SmokePassed"), message
     assert "not a hardware verdict" in message
     # The report came from the workload (rank 0, with its own token): the operator only judges it.
     report = obj["status"]["report"]
     assert report["passed"] is True and report.get("mode") == "cpu-smoke", report
-    listed = node.kubectl("get", "at", name, "-n", test_namespace).stdout
+    listed = node.kubectl("get", "at", name, "-n", namespace).stdout
     assert "Succeeded" in listed and "SmokePassed" in listed, listed
-    # Its pods ran the built workload image, as the operator rendered them, to exit 0 (rank 0 delivers the report,
-    # then the processes leave: the verdict may come first).
-    container_name = WORKLOAD_CONTAINERS[backend]
+    # A smoke verdict never acts on nodes.
+    labels = get_json(node, "node", node.node)["metadata"].get("labels") or {}
+    assert "gpu-acceptance.io/status" not in labels
 
+
+def assert_on_pod_network(node: RealNode, pod: dict[str, Any]) -> None:
+    """The pod ran on this node, not on its host network: an address of the bridge's subnet."""
+    ip = pod["status"].get("podIP") or "0.0.0.0"
+    assert pod["spec"]["nodeName"] == node.node
+    assert not pod["spec"].get("hostNetwork") and ipaddress.ip_address(ip) in ipaddress.ip_network(POD_SUBNET), ip
+
+
+def the_gpu_pod(node: RealNode, namespace: str, name: str) -> dict[str, Any]:
+    (pod,) = run_pods(node, namespace, name)
+    return pod
+
+
+def container_exited(node: RealNode, namespace: str, pod_name: str, container: str) -> dict[str, Any]:
+    """The pod once its container has terminated (rank 0 delivers the report, then the processes leave: the
+    verdict may come first)."""
     def exited() -> dict[str, Any] | None:
-        pods = run_pods(node, test_namespace, name)
-        assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
-        status = next((s for s in pods[0]["status"].get("containerStatuses") or [] if s["name"] == container_name),
-                      {})
-        return pods[0] if "terminated" in status.get("state", {}) else None
+        pod = get_json(node, "pod", pod_name, "-n", namespace)
+        status = next((s for s in pod["status"].get("containerStatuses") or [] if s["name"] == container), {})
+        return pod if "terminated" in status.get("state", {}) else None
 
-    pod = wait_for("the workload container to exit", exited, 120, node, test_namespace)
+    return wait_for(f"container {container} of {pod_name} to exit", exited, 120, node, namespace)
+
+
+def exit_code(pod: dict[str, Any], container: str) -> int:
+    status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == container)
+    return status["state"]["terminated"]["exitCode"]
+
+
+def test_the_cpu_smoke_example_runs_unedited(operator_release: RealNode, test_namespace: str) -> None:
+    """examples/cpu-smoke.yaml as it ships (the Job backend), as README's "try it" applies it."""
+    node = operator_release
+    node.kubectl("apply", "-n", test_namespace, "-f", str(EXAMPLE))
+    name = yaml.safe_load(EXAMPLE.read_text())["metadata"]["name"]
+    assert_smoke_passed(node, test_namespace, name)
+    pod = the_gpu_pod(node, test_namespace, name)
+    assert_on_pod_network(node, pod)
+    pod = container_exited(node, test_namespace, pod["metadata"]["name"], WORKLOAD_CONTAINERS["Job"])
+    assert exit_code(pod, WORKLOAD_CONTAINERS["Job"]) == 0
+
+
+@pytest.mark.parametrize("backend", ["PyTorchJob", "JobSet"])
+def test_cpu_smoke_run_passes_on_the_real_node(operator_release: RealNode, test_namespace: str,
+                                               backend: str) -> None:
+    node, name = operator_release, f"smoke-{backend.lower()}"
+    apply(node, test_namespace, smoke_test(name, backend))
+    assert_smoke_passed(node, test_namespace, name)
+    pod = the_gpu_pod(node, test_namespace, name)
+    assert_on_pod_network(node, pod)
+    # Its pod ran the built workload image, as the operator rendered it, to exit 0.
+    container_name = WORKLOAD_CONTAINERS[backend]
+    pod = container_exited(node, test_namespace, pod["metadata"]["name"], container_name)
     container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
     assert container["image"] == built_images()[1]
     assert container["command"][:2] == ["torchrun", "--standalone"]
     assert "nvidia.com/gpu" not in (container.get("resources") or {}).get("requests", {})
-    status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == container_name)
-    assert status["state"]["terminated"]["exitCode"] == 0, status
-    assert pod["spec"]["nodeName"] == node.node
-    # A smoke verdict never acts on nodes.
-    labels = get_json(node, "node", node.node)["metadata"].get("labels") or {}
-    assert "gpu-acceptance.io/status" not in labels
+    assert exit_code(pod, container_name) == 0
+
+
+def launcher_pod(node: RealNode, namespace: str, name: str) -> dict[str, Any]:
+    (pod,) = get_json(node, "pods", "-n", namespace, "-l",
+                      f"gpu-acceptance.io/test={name},gpu-acceptance.io/role=launcher")["items"]
+    return pod
+
+
+def test_cpu_smoke_mpijob_passes_through_mpi_operator(operator_release: RealNode, test_namespace: str) -> None:
+    """mpi-operator's launcher runs the operator's mpirun, which reaches the worker's sshd by its name under the
+    job's headless Service (CoreDNS) with the keys mpi-operator mounts; the ranks run under their guard and rank 0
+    delivers the report."""
+    node, name = operator_release, "smoke-mpijob"
+    apply(node, test_namespace, smoke_test(name, "MPIJob"))
+    # The worker runs sshd until mpi-operator deletes it when the job ends (cleanPodPolicy Running): seen running.
+    worker = wait_for("the MPI worker to run", lambda: next(
+        (p for p in run_pods(node, test_namespace, name) if p["status"].get("phase") == "Running"), None),
+        180, node, test_namespace)
+    assert worker["metadata"]["name"].endswith("-worker-0")
+    assert_on_pod_network(node, worker)
+    assert_smoke_passed(node, test_namespace, name)
+    assert worker["spec"]["containers"][0]["image"] == built_images()[1]
+    launcher = container_exited(node, test_namespace, launcher_pod(node, test_namespace, name)["metadata"]["name"],
+                                "launcher")
+    container = launcher["spec"]["containers"][0]
+    assert container["command"][0] == "mpirun" and container["image"] == built_images()[1]
+    assert_on_pod_network(node, launcher)
+    assert exit_code(launcher, "launcher") == 0
 
 
 def pod_processes(pod: str) -> list[int]:
@@ -176,19 +247,92 @@ def test_a_pod_deleted_mid_run_fails_the_run_naming_its_node(operator_release: R
     assert "gpu-acceptance.io/status" not in labels  # onFailure: label is not applied by a smoke run
 
 
+def cmdline(pid: int) -> list[str]:
+    with contextlib.suppress(OSError):
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().decode(errors="replace").split("\0")
+    return []
+
+
+def parent(pid: int) -> int:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return 0
+
+
+def sshd_above(pid: int) -> int | None:
+    """The sshd listener a rank descends from (rank <- orted <- sshd sessions <- the listener), the worker
+    container's command. Found by ancestry: OpenSSH retitles its processes over their environment, so POD_NAME
+    does not find them."""
+    found = None
+    while (pid := parent(pid)) > 1:
+        if " ".join(cmdline(pid)).startswith(("sshd", "/usr/sbin/sshd")):
+            found = pid
+        elif found is not None:
+            return found
+    return found
+
+
+def test_an_mpi_worker_killed_mid_run_fails_the_run_naming_its_pod_and_node(operator_release: RealNode,
+                                                                            test_namespace: str) -> None:
+    """The worker's sshd (its container's first process) is SIGKILLed from outside once the ranks run under it,
+    frozen first (SIGSTOP: a smoke run would otherwise finish first): the container dies with its ranks, the
+    launcher's mpirun loses them, and the verdict names the worker's pod and node, as killed there."""
+    node, name = operator_release, "mpi-killed"
+    apply(node, test_namespace, smoke_test(name, "MPIJob"))
+
+    def ranks_running() -> tuple[str, list[int]] | None:
+        for pod in run_pods(node, test_namespace, name):
+            pids = pod_processes(pod["metadata"]["name"])
+            ranks = [p for p in pids if "acceptance_workload" in " ".join(cmdline(p))]
+            if len(ranks) >= 2:  # the guards of its two ranks (gpusPerNode) at least
+                return pod["metadata"]["name"], ranks
+        return None
+
+    worker, pids = wait_for("the MPI ranks on the worker", ranks_running, 240, node, test_namespace)
+    sshd = sshd_above(pids[0])
+    assert sshd is not None, {p: cmdline(p) for p in pids}
+    for pid in pids:
+        if pid != sshd:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+    os.kill(sshd, signal.SIGKILL)
+    obj = finished(node, test_namespace, name)
+    reason, message = succeeded_reason(obj)
+    assert (obj["status"]["phase"], reason) == ("Failed", "JobFailed"), message
+    assert f"pod {worker} on node {node.node}" in message and "SIGKILL" in message, message
+    # Killed on its node by a signal nobody sends to stop a pod: its node is blamed (diagnosis.killed_on_node).
+    assert obj["status"]["summary"]["failedNodes"] == [node.node], obj["status"]["summary"]
+
+
+@contextlib.contextmanager
+def api_server_cut_off_from_pods(node: RealNode) -> Iterator[None]:
+    """What a NetworkPolicy denying egress does on a cluster that enforces it (the bridge CNI does not): packets from
+    the pod network to the API server are dropped, by a rule of this host's firewall put in from outside. The
+    operator's pod is let through (it is no test pod)."""
+    assert node.server is not None
+    (operator,) = get_json(node, "pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/name=gpu-acceptance")[
+        "items"]
+    rule = ["INPUT", "-i", BRIDGE, "!", "-s", f"{operator['status']['podIP']}/32", "-p", "tcp", "--dport",
+            str(node.server.secure_port), "-m", "comment", "--comment", "gpu-acceptance e2e: pods cut off", "-j",
+            "DROP"]
+    subprocess.run(["iptables", "-I", *rule], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["iptables", "-D", *rule], check=True)
+
+
 def test_a_run_whose_pods_cannot_reach_the_api_server_ends_report_not_delivered_within_two_minutes(
         operator_release: RealNode, test_namespace: str) -> None:
-    """examples/cpu-smoke.yaml as it ships, without hostNetwork: on this node a pod on the bridge has no route to
-    the API server (it listens on the host's loopback; the `kubernetes` Service's address is routed for the host's
-    own processes only), as under a NetworkPolicy denying egress. Rank 0 finds out before its checks, the pod exits
-    2 saying so first, and the operator names it, quoting the pod's summary as unverified."""
+    """Pods whose packets to the API server are dropped (as under a NetworkPolicy denying egress): rank 0 finds
+    out before its checks, the pod exits saying so first, and the operator names it, quoting the pod's summary as
+    unverified."""
     node, name = operator_release, "smoke-cut-off"
-    test = smoke_test(name, "Job")
-    del test["spec"]["pod"]["hostNetwork"]
-    t0 = time.monotonic()
-    apply(node, test_namespace, test)
-    obj = finished(node, test_namespace, name, timeout=240)
-    took = time.monotonic() - t0
+    with api_server_cut_off_from_pods(node):
+        t0 = time.monotonic()
+        apply(node, test_namespace, smoke_test(name, "Job"))
+        obj = finished(node, test_namespace, name, timeout=240)
+        took = time.monotonic() - t0
     reason, message = succeeded_reason(obj)
     assert (obj["status"]["phase"], reason) == ("Failed", "ReportNotDelivered"), message
     assert "(API server https://10.0.0.1:443)" in message, message

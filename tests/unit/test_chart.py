@@ -102,7 +102,8 @@ def test_deployment_one_replica_recreate() -> None:
 
 def test_no_service_links_and_host_network_only_when_asked() -> None:
     """A real kubelet turned the chart's metrics Service into GPU_ACCEPTANCE_METRICS_PORT=tcp://... (Service links),
-    which the operator reads as its port: the pod takes no Service links. hostNetwork is for `make real-node`."""
+    which the operator reads as its port: the pod takes no Service links. hostNetwork is for clusters whose API
+    server only the host reaches."""
     pod = deployment(render())["spec"]["template"]["spec"]
     assert pod["enableServiceLinks"] is False
     assert "hostNetwork" not in pod and "dnsPolicy" not in pod
