@@ -14,6 +14,8 @@ TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
 MPI_OPERATOR_VERSION=${MPI_OPERATOR_VERSION:-v0.6.0}
 JOBSET_VERSION=${JOBSET_VERSION:-v0.8.2}
 KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
+# The real node's image registry (CNCF distribution; `registry` subcommand below).
+DISTRIBUTION_VERSION=${DISTRIBUTION_VERSION:-v3.1.2}
 
 cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptance}
 assets=${cache_root}/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
@@ -183,6 +185,26 @@ fetch_backend_crds() {
   chmod 0644 "$crds"/*.yaml
 }
 
+# The real node's registry: CNCF distribution's cmd/registry at DISTRIBUTION_VERSION, version-stamped as its Makefile
+# does (`registry --version` then names it), in a folder of its own.
+registry_dir=${cache_root}/registry/distribution-${DISTRIBUTION_VERSION}
+build_registry() {
+  local module=github.com/distribution/distribution/v3
+  "$registry_dir/registry" --version 2>/dev/null | grep -q " ${DISTRIBUTION_VERSION}\$" && return
+  log "building the registry (distribution ${DISTRIBUTION_VERSION}) from its Go module (first run only)"
+  mkdir -p "$registry_dir"
+  local work; work=$(mktemp -d)
+  (
+    cd "$work"
+    go mod init "devcluster.local/registry" >/dev/null 2>&1
+    go get "${module}@${DISTRIBUTION_VERSION}" >&2
+    go build -trimpath -ldflags "-s -w -X ${module}/version.version=${DISTRIBUTION_VERSION}" \
+      -o "$registry_dir/registry.tmp" "${module}/cmd/registry"
+  )
+  mv "$registry_dir/registry.tmp" "$registry_dir/registry"
+  rm -rf "$work"
+}
+
 case "${1:-assets}" in
   assets)
     if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ]; then
@@ -210,5 +232,9 @@ case "${1:-assets}" in
     [ -x "$real_node/pause" ] || build_pause
     echo "$real_node"
     ;;
-  *) echo "usage: $0 [assets|crds|controllers [NAME...]|real-node]" >&2; exit 2 ;;
+  registry)
+    build_registry
+    echo "$registry_dir"
+    ;;
+  *) echo "usage: $0 [assets|crds|controllers [NAME...]|real-node|registry]" >&2; exit 2 ;;
 esac
