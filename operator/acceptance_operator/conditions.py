@@ -47,9 +47,13 @@ INVALID_SPEC = "InvalidSpec"
 REGRESSED = "Regressed"  # passed its thresholds, but fell under the baseline run (spec.baseline)
 NO_NODES = "NoNodes"  # a sweep found no schedulable node matching placement.nodeSelector
 PODS_REFUSED = "PodsRefused"  # the backend's controller could not create the run's pods (its FailedCreate events)
+# A container's image cannot be pulled (ErrImagePull, ImagePullBackOff): at once when the registry refused the login
+# (a pull Secret's wrong password), else after the unschedulable grace.
+IMAGE_PULL_FAILED = "ImagePullFailed"
 FAILURE_REASONS: tuple[str, ...] = (
     CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_NOT_DELIVERED, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE,
     TIMEOUT, NODE_NOT_READY, BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES, PODS_REFUSED,
+    IMAGE_PULL_FAILED,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
 BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)
