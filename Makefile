@@ -14,8 +14,11 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
 
 REAL_NODE_DIR ?= .real-node
+# `make push`'s registry (host:port); default: the real node's (tests/registry.py), when one runs here.
+REAL_NODE_REGISTRY := $(shell cat $(REAL_NODE_DIR)/registry/address 2>/dev/null)
+REGISTRY ?= $(REAL_NODE_REGISTRY)
 
-.PHONY: help install tools images images-prune test lint dev-cluster dev-cluster-restart dev-cluster-down real-node real-node-down bench-operator bench-verdicts crds operator-install-check workload-install-check
+.PHONY: help install tools images images-prune push test lint dev-cluster dev-cluster-restart dev-cluster-down real-node real-node-down bench-operator bench-verdicts crds operator-install-check workload-install-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,15 +34,23 @@ install: ## pip-install the project (operator, report + dev extras) and the work
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator and mpi-operator, the real node's kubelet and pause (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
+tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator and mpi-operator, the real node's kubelet and pause and its registry (CNCF distribution) (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null
 	@bash hack/envtest-assets.sh controllers >/dev/null
 	@bash hack/envtest-assets.sh real-node >/dev/null
+	@bash hack/envtest-assets.sh registry >/dev/null
 
 images: ## build the operator and workload images with podman/buildah (a Debian base where no registry is reachable; NCCL_TESTS_SRC=DIR builds nccl-tests), tagged as the chart expects; unchanged inputs are not rebuilt
 	bash hack/build-images.sh all
+
+push: ## push the built images and the chart (an OCI artifact) to REGISTRY=host:port with REGISTRY_CA and REGISTRY_AUTH_FILE (or REGISTRY_USER, REGISTRY_PASSWORD); default: the real node's registry and login; only changed layers travel
+	@if [ -n "$(REAL_NODE_REGISTRY)" ] && [ "$(REGISTRY)" = "$(REAL_NODE_REGISTRY)" ]; then \
+	  export REGISTRY_CA="$${REGISTRY_CA:-$(REAL_NODE_DIR)/registry/ca.crt}"; \
+	  if [ -z "$${REGISTRY_USER:-}" ]; then export REGISTRY_AUTH_FILE="$${REGISTRY_AUTH_FILE:-$(REAL_NODE_DIR)/registry/auth.json}"; fi; \
+	fi; \
+	REGISTRY="$(REGISTRY)" bash hack/push.sh
 
 images-prune: ## remove what image builds left behind (dangling layers, build containers)
 	bash hack/build-images.sh prune
