@@ -23,27 +23,29 @@ import yaml
 
 from tests.e2e.conftest import RELEASE, RELEASE_NAMESPACE
 from tests.helm import helm
-from tests.realnode import RealNode, built_images
+from tests.realnode import RealNode, chart_version
+from tests.registry import PULL_SECRET
 
-RUN_TIMEOUT = 420  # seconds for a cpu-smoke run: the pod starts (image already on the node), torch imports, checks
+RUN_TIMEOUT = 420  # seconds for a cpu-smoke run: the image pulled (once per machine), torch imports, checks
 WORKLOAD_CONTAINERS = {"Job": "workload", "JobSet": "workload", "PyTorchJob": "pytorch"}
 pytestmark = pytest.mark.timeout(600)
 
 
 def smoke_test(name: str, backend: str) -> dict[str, Any]:
-    """A cpu-smoke AcceptanceTest for this node: host-network pods (the API server listens on loopback only)."""
+    """A cpu-smoke AcceptanceTest for this node: host-network pods (the API server listens on loopback only), images
+    pulled from the node's registry with its pull Secret (spec.pod.imagePullSecrets)."""
     return {
         "apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest", "metadata": {"name": name},
         "spec": {"profile": "cpu-smoke", "backend": backend, "nodes": 1, "gpusPerNode": 2,
-                 "pod": {"hostNetwork": True, "shmSize": "1Gi"}, "timeoutSeconds": RUN_TIMEOUT,
-                 "onFailure": "label"},
+                 "pod": {"hostNetwork": True, "shmSize": "1Gi", "imagePullSecrets": [PULL_SECRET]},
+                 "timeoutSeconds": RUN_TIMEOUT, "onFailure": "label"},
     }
 
 
 @pytest.fixture
 def test_namespace(operator_release: RealNode) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:6]}"
-    operator_release.kubectl("create", "namespace", name)
+    operator_release.add_pull_secret(name)  # creates the namespace
     yield name
     if not os.environ.get("KEEP_TEST_NAMESPACES"):
         operator_release.kubectl("delete", "namespace", name, "--wait=false", check=False)
@@ -91,7 +93,7 @@ def run_pods(node: RealNode, namespace: str, name: str) -> list[dict[str, Any]]:
 
 def test_operator_runs_in_its_pod_from_the_built_image(operator_release: RealNode) -> None:
     pods = get_json(operator_release, "pods", "-n", RELEASE_NAMESPACE)["items"]
-    operator_image = built_images()[0]
+    operator_image = operator_release.registry.image("operator", chart_version())
     running = [p for p in pods if p["status"].get("phase") == "Running"
                and p["spec"]["containers"][0]["image"] == operator_image]
     assert running, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
@@ -125,7 +127,7 @@ def test_cpu_smoke_run_passes_on_the_real_node(operator_release: RealNode, test_
 
     pod = wait_for("the workload container to exit", exited, 120, node, test_namespace)
     container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
-    assert container["image"] == built_images()[1]
+    assert container["image"] == node.registry.image("workload", chart_version())
     assert container["command"][:2] == ["torchrun", "--standalone"]
     assert "nvidia.com/gpu" not in (container.get("resources") or {}).get("requests", {})
     status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == container_name)
