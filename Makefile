@@ -72,11 +72,11 @@ dev-cluster-restart: ## restart the dev cluster's API server (an outage of DOWN 
 dev-cluster-down: ## stop the dev cluster and remove its folder (etcd data included)
 	$(PYTHON) -m tests.apiserver down --wipe --dir $(DEV_CLUSTER_DIR)
 
-real-node: ## the dev cluster's control plane + containerd + a kubelet running the built images (make images first); writes .real-node/kubeconfig and .real-node/values.yaml
+real-node: ## the dev cluster's control plane + its registry (htpasswd + TLS) + containerd + a kubelet pulling from it (then: make push); writes .real-node/kubeconfig, .real-node/values.yaml and .real-node/registry/
 	assets=$$(bash hack/envtest-assets.sh assets); \
 	PATH="$(TOOLS_BIN):$$PATH" KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.realnode up --dir $(REAL_NODE_DIR)
 
-real-node-down: ## stop the real node (pods, kubelet, containerd, control plane) and remove its folder and its containerd image store
+real-node-down: ## stop the real node (pods, kubelet, containerd, registry, control plane) and remove its folder, its containerd image store and its registry's storage
 	$(PYTHON) -m tests.realnode down --dir $(REAL_NODE_DIR)
 
 # The benchmark plays the Kubeflow controller itself: its dev cluster is the API server alone.

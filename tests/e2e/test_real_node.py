@@ -28,7 +28,9 @@ from tests.registry import PULL_SECRET
 
 RUN_TIMEOUT = 420  # seconds for a cpu-smoke run: the image pulled (once per machine), torch imports, checks
 WORKLOAD_CONTAINERS = {"Job": "workload", "JobSet": "workload", "PyTorchJob": "pytorch"}
-pytestmark = pytest.mark.timeout(600)
+# func_only: the package's fixtures (real node up, the first `make push` of the ~6 GB workload image: minutes on a
+# fresh machine) have their own time limits (tests/e2e/conftest.py) and do not eat the first test's.
+pytestmark = pytest.mark.timeout(600, func_only=True)
 
 
 def smoke_test(name: str, backend: str) -> dict[str, Any]:

@@ -29,7 +29,9 @@ from tests.helm import CHART
 from tests.realnode import RealNode, chart_version
 from tests.registry import IMAGE_PATH, PULL_SECRET, USER
 
-pytestmark = pytest.mark.timeout(600)
+# func_only: the package's fixtures (real node up, the first `make push` of the ~6 GB workload image: minutes on a
+# fresh machine) have their own time limits (tests/e2e/conftest.py) and do not eat the first test's.
+pytestmark = pytest.mark.timeout(600, func_only=True)
 PROBE_TAG = "pull-probe"  # the workload's manifest under a tag no pod on the node has used
 HELM_CONFIG = "application/vnd.cncf.helm.config.v1+json"
 
