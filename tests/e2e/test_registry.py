@@ -125,7 +125,11 @@ def test_a_wrong_password_fails_the_run_at_once_naming_err_image_pull(operator_r
     assert "401 Unauthorized" in message and "wrong user or password" in message, message
     assert took < 120, f"ImagePullFailed after {took:.0f}s"
 
-    # The same image with the right Secret pulls: only the password differed.
+    # The same image with the right Secret pulls: only the password differed. (A pod needs its namespace's default
+    # ServiceAccount, which the controller-manager creates shortly after the namespace.)
+    wait_for("the namespace's default ServiceAccount", lambda: node.kubectl(
+        "get", "serviceaccount", "default", "-n", test_namespace, check=False).returncode == 0, 60, node,
+        test_namespace)
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "right-password"},
            "spec": {"restartPolicy": "Never", "imagePullSecrets": [{"name": PULL_SECRET}],
                     "containers": [{"name": "c", "image": image, "command": ["python", "-c", "pass"]}]}}
