@@ -161,7 +161,7 @@ def _kubelet_config(ca_file: Path, port: int, healthz_port: int) -> dict:
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs", "failSwapOn": False,
         "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS, "nodeStatusUpdateFrequency": "2s",
-        # Built images cannot be pulled again: never collect them.
+        # Never collect images: pulling the ~6 GB workload image again from the registry costs minutes.
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "evictionHard": {"nodefs.available": "1%", "imagefs.available": "1%", "memory.available": "100Mi"},
         "resolvConf": "/etc/resolv.conf", "serializeImagePulls": False,
