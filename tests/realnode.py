@@ -363,7 +363,7 @@ class RealNode:
             "metrics": {"port": metrics, "service": {"port": metrics}},
             "health": {"port": health},
             "userPolicy": {"allowHostNetwork": True,
-                           # any tag of the registry's workload image (tests/e2e/test_registry.py pulls another)
+                           # any tag of the registry's workload image (tests/e2e/test_image_pulls.py pulls another)
                            "allowedImages": [self.registry.image("workload", chart_version()).rsplit(":", 1)[0]]},
             "logFormat": "text",
             # No run here waits for a late report: a run whose pod was deleted gets its verdict 25 s sooner.

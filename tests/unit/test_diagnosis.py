@@ -103,7 +103,7 @@ def test_image_pull_backoff_is_stuck():
 
 
 # What containerd 1.6 says when a registry with htpasswd auth refuses the Secret's password (the e2e's wrong-password
-# test sees it for real: tests/e2e/test_registry.py).
+# test sees it for real: tests/e2e/test_image_pulls.py).
 REFUSED = ('failed to pull and unpack image "10.0.0.9:5443/gpu-acceptance/workload:0.1.0": failed to resolve reference '
            '"10.0.0.9:5443/gpu-acceptance/workload:0.1.0": unexpected status from HEAD request to '
            'https://10.0.0.9:5443/v2/gpu-acceptance/workload/manifests/0.1.0: 401 Unauthorized')
