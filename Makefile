@@ -14,8 +14,11 @@ TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 TOOLS_BIN := $(shell bash hack/install-tools.sh bindir)
 
 REAL_NODE_DIR ?= .real-node
+# `make push`'s registry (host:port); default: the real node's (tests/registry.py), when one runs here.
+REAL_NODE_REGISTRY := $(shell cat $(REAL_NODE_DIR)/registry/address 2>/dev/null)
+REGISTRY ?= $(REAL_NODE_REGISTRY)
 
-.PHONY: help install tools images images-prune test lint dev-cluster dev-cluster-restart dev-cluster-down real-node real-node-down bench-operator bench-verdicts crds operator-install-check workload-install-check
+.PHONY: help install tools images images-prune push test lint dev-cluster dev-cluster-restart dev-cluster-down real-node real-node-down bench-operator bench-verdicts crds operator-install-check workload-install-check
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -31,16 +34,24 @@ install: ## pip-install the project (operator, report + dev extras) and the work
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator, mpi-operator and Kueue, the real node's kubelet, kube-proxy, CoreDNS and pause (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
+tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator, mpi-operator and Kueue, the real node's kubelet, kube-proxy, CoreDNS and pause and its registry (CNCF distribution) (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null
 	@bash hack/envtest-assets.sh controllers >/dev/null
 	@bash hack/envtest-assets.sh kueue >/dev/null
 	@bash hack/envtest-assets.sh real-node >/dev/null
+	@bash hack/envtest-assets.sh registry >/dev/null
 
 images: ## build the operator and workload images with podman/buildah (a Debian base where no registry is reachable; NCCL_TESTS_SRC=DIR builds nccl-tests), tagged as the chart expects; unchanged inputs are not rebuilt
 	bash hack/build-images.sh all
+
+push: ## push the built images and the chart (an OCI artifact) to REGISTRY=host:port with REGISTRY_CA and REGISTRY_AUTH_FILE (or REGISTRY_USER, REGISTRY_PASSWORD); default: the real node's registry and login; only changed layers travel
+	@if [ -n "$(REAL_NODE_REGISTRY)" ] && [ "$(REGISTRY)" = "$(REAL_NODE_REGISTRY)" ]; then \
+	  export REGISTRY_CA="$${REGISTRY_CA:-$(REAL_NODE_DIR)/registry/ca.crt}"; \
+	  if [ -z "$${REGISTRY_USER:-}" ]; then export REGISTRY_AUTH_FILE="$${REGISTRY_AUTH_FILE:-$(REAL_NODE_DIR)/registry/auth.json}"; fi; \
+	fi; \
+	REGISTRY="$(REGISTRY)" bash hack/push.sh
 
 images-prune: ## remove what image builds left behind (dangling layers, build containers)
 	bash hack/build-images.sh prune
@@ -62,12 +73,12 @@ dev-cluster-restart: ## restart the dev cluster's API server (an outage of DOWN 
 dev-cluster-down: ## stop the dev cluster and remove its folder (etcd data included)
 	$(PYTHON) -m tests.apiserver down --wipe --dir $(DEV_CLUSTER_DIR)
 
-real-node: ## the dev cluster's control plane + containerd + a kubelet running the built images (make images first); writes .real-node/kubeconfig and .real-node/values.yaml; KUEUE=1 starts Kueue too
+real-node: ## the dev cluster's control plane + its registry (htpasswd + TLS) + containerd + a kubelet pulling from it, kube-proxy and CoreDNS (then: make push); writes .real-node/kubeconfig, .real-node/values.yaml and .real-node/registry/; KUEUE=1 starts Kueue too
 	assets=$$(bash hack/envtest-assets.sh assets); \
 	PATH="$(TOOLS_BIN):$$PATH" KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m tests.realnode up --dir $(REAL_NODE_DIR) \
 	  $(if $(KUEUE),--kueue)
 
-real-node-down: ## stop the real node (pods, kubelet, containerd, control plane) and remove its folder and its containerd image store
+real-node-down: ## stop the real node (pods, kubelet, containerd, registry, control plane) and remove its folder, its containerd image store and its registry's storage
 	$(PYTHON) -m tests.realnode down --dir $(REAL_NODE_DIR)
 
 # The benchmark plays the Kubeflow controller itself: its dev cluster is the API server alone.

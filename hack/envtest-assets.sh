@@ -20,6 +20,8 @@ KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 # libraries (the dev cluster serves 1.33) and against the training-operator and mpi-operator APIs of our CRDs.
 KUEUE_VERSION=${KUEUE_VERSION:-v0.12.3}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
+# The real node's image registry (CNCF distribution; `registry` subcommand below).
+DISTRIBUTION_VERSION=${DISTRIBUTION_VERSION:-v3.1.2}
 
 cache_root=${GPU_ACCEPTANCE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gpu-acceptance}
 assets=${cache_root}/envtest/k8s-${K8S_VERSION}-etcd-${ETCD_VERSION}
@@ -230,6 +232,26 @@ fetch_backend_crds() {
   chmod 0644 "$crds"/*.yaml
 }
 
+# The real node's registry: CNCF distribution's cmd/registry at DISTRIBUTION_VERSION, version-stamped as its Makefile
+# does (`registry --version` then names it), in a folder of its own.
+registry_dir=${cache_root}/registry/distribution-${DISTRIBUTION_VERSION}
+build_registry() {
+  local module=github.com/distribution/distribution/v3
+  "$registry_dir/registry" --version 2>/dev/null | grep -q " ${DISTRIBUTION_VERSION}\$" && return
+  log "building the registry (distribution ${DISTRIBUTION_VERSION}) from its Go module (first run only)"
+  mkdir -p "$registry_dir"
+  local work; work=$(mktemp -d)
+  (
+    cd "$work"
+    go mod init "devcluster.local/registry" >/dev/null 2>&1
+    go get "${module}@${DISTRIBUTION_VERSION}" >&2
+    go build -trimpath -ldflags "-s -w -X ${module}/version.version=${DISTRIBUTION_VERSION}" \
+      -o "$registry_dir/registry.tmp" "${module}/cmd/registry"
+  )
+  mv "$registry_dir/registry.tmp" "$registry_dir/registry"
+  rm -rf "$work"
+}
+
 case "${1:-assets}" in
   assets)
     if [ -n "${KUBEBUILDER_ASSETS:-}" ] && [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] && [ -x "$KUBEBUILDER_ASSETS/etcd" ]; then
@@ -264,5 +286,9 @@ case "${1:-assets}" in
       { build_coredns && echo "$COREDNS_VERSION" > "$real_node/coredns.version"; }
     echo "$real_node"
     ;;
-  *) echo "usage: $0 [assets|crds|controllers [NAME...]|kueue|real-node]" >&2; exit 2 ;;
+  registry)
+    build_registry
+    echo "$registry_dir"
+    ;;
+  *) echo "usage: $0 [assets|crds|controllers [NAME...]|kueue|real-node|registry]" >&2; exit 2 ;;
 esac

@@ -96,6 +96,7 @@ install_containers() {
   apt_install containerd containerd
   apt_install runc runc
   apt_install iptables iptables
+  apt_install ip iproute2  # the real node's registry listens on the default route's address (tests/registry.py)
   [ -x /usr/lib/cni/bridge ] || { apt_install /usr/lib/cni/bridge containernetworking-plugins; }
 }
 

@@ -136,3 +136,27 @@ class _Ca:
         if sans:
             builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         return key, self._sign(builder)
+
+
+# A TLS server's PKI (the real node's registry, tests/registry.py): file names in its folder.
+SERVER_FILES = {"ca_cert": "ca.crt", "cert": "tls.crt", "key": "tls.key"}
+
+
+def write_server_pki(folder: Path, cn: str, ips: tuple[str, ...] = (), names: tuple[str, ...] = ()) -> dict[str, Path]:
+    """A CA of its own and a serving certificate for `ips` and `names`, signed by it: written 0600 (the CA
+    certificate 0644: clients read it), their paths returned. The CA's key is not kept: nothing else is signed."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    ca = _Ca()
+    sans = [*(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips), *(x509.DNSName(n) for n in names)]
+    key, cert = ca.leaf(_name(cn), ExtendedKeyUsageOID.SERVER_AUTH, sans)
+    pem = serialization.Encoding.PEM
+    data = {"ca_cert": ca.cert.public_bytes(pem), "cert": cert.public_bytes(pem), "key": _key_pem(key)}
+    paths = {k: folder / name for k, name in SERVER_FILES.items()}
+    for k, path in paths.items():
+        path.write_bytes(data[k])
+        path.chmod(0o644 if k == "ca_cert" else 0o600)
+    return paths

@@ -5,16 +5,19 @@
 - the dev cluster's API server (with the ServiceAccount admission plugin, so pods get their tokens), listening on
   the pod network's gateway (tests/realnode_net.py), kube-controller-manager, kube-scheduler, the JobSet
   controller, the training-operator and mpi-operator (tests/devcluster.py);
+- the registry the node pulls the images from (tests/registry.py: CNCF distribution, htpasswd + TLS, on this host's
+  own address; ``make push`` fills it) and a pull Secret for it (PULL_SECRET) in PULL_SECRET_NAMESPACES;
 - containerd (runc, cgroupfs, bridge + host-local CNI, ``restrict_oom_score_adj``: negative oom_score_adj is
-  refused in this kind of sandbox) with a pause image built here (hack/envtest-assets.sh real-node) and the
-  images ``make images`` built, streamed from podman's store (no archive is kept);
+  refused in this kind of sandbox) with a pause image built here (hack/envtest-assets.sh real-node), trusting the
+  registry's CA (a hosts.toml under its ``config_path``);
 - a kubelet of the API server's version (built from its Go module, cached like the other tools) registering
   this host under its own name, with fake ``nvidia.com/gpu`` capacity (an extended resource on its status);
 - the cluster network (tests/realnode_net.py): kube-proxy (iptables mode) for ClusterIP Services, the `kubernetes`
   one included, and CoreDNS at the ``kube-dns`` Service, so pods run on the pod network as on a user's cluster.
 
-It writes ``.real-node/kubeconfig`` and ``.real-node/values.yaml`` (the chart values this node needs: the operator
-image is imported, never pulled). `make real-node-down` stops it all.
+It writes ``.real-node/kubeconfig``, ``.real-node/values.yaml`` (the chart values this node needs: the images from its
+registry with the pull Secret, for the operator and for the tests' workload pods) and ``.real-node/registry/``
+(address, ca.crt, auth.json). `make real-node-down` stops it all.
 
 Library use (tests/e2e): ``RealNode(directory).up()``, ``.down()``.
 """
@@ -46,6 +49,7 @@ from tests.apiserver import (
 )
 from tests.processes import alive, free_ports, kill_group
 from tests.realnode_net import CNI_CONFIG, GATEWAY, ClusterNetwork, bridge_down, bridge_up, kubelet_settings
+from tests.registry import PULL_SECRET, USER, Registry, docker_config, pull_secret, wipe_storage
 
 STATE_DIR = Path("/run/gpu-acceptance/containerd")  # shim sockets: short paths; one real node per host
 # containerd's image store: one per machine (one real node runs at a time), kept between `up`s so an unchanged
@@ -58,6 +62,9 @@ PAUSE_IMAGE = "localhost/gpu-acceptance/pause:3.10"
 K8S_NAMESPACE = "k8s.io"  # containerd's namespace of the CRI's images and containers
 FAKE_GPUS = 8
 NODE_LEASE_SECONDS = 8  # renewed every 2 s: the dev cluster's controller-manager calls a node lost after 8 s
+RELEASE_NAMESPACE = "gpu-acceptance-system"  # where docs/install.md and the e2e install the chart
+# Namespaces `up` gives the registry's pull Secret: the chart's (imagePullSecrets) and the one tests land in by default.
+PULL_SECRET_NAMESPACES = (RELEASE_NAMESPACE, "default")
 
 
 class RealNodeError(RuntimeError):
@@ -118,6 +125,22 @@ state = "{STATE_DIR}"
 """
 
 
+def _registry_hosts(certs: Path, registry: Registry) -> None:
+    """containerd's hosts.toml for the registry: its CA trusted for that host alone (no skip_verify)."""
+    folder = certs / registry.address  # containerd looks for <config_path>/<host:port>/hosts.toml
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "hosts.toml").write_text(f'server = "https://{registry.address}"\n\n'
+                                       f'[host."https://{registry.address}"]\n'
+                                       f'  capabilities = ["pull", "resolve"]\n  ca = "{registry.ca_file}"\n')
+
+
+def _registry_config(certs: Path) -> str:
+    """The CRI's registry configuration: per-host files under `certs` (containerd's config_path)."""
+    return f"""  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{certs}"
+"""
+
+
 def _kubelet_config(ca_file: Path, port: int, healthz_port: int) -> dict:
     return {
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
@@ -129,7 +152,7 @@ def _kubelet_config(ca_file: Path, port: int, healthz_port: int) -> dict:
         "authorization": {"mode": "AlwaysAllow"},
         "cgroupDriver": "cgroupfs", "failSwapOn": False,
         "nodeLeaseDurationSeconds": NODE_LEASE_SECONDS, "nodeStatusUpdateFrequency": "2s",
-        # Built images cannot be pulled again: never collect them.
+        # Never collect images: pulling the ~6 GB workload image again from the registry costs minutes.
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "evictionHard": {"nodefs.available": "1%", "imagefs.available": "1%", "memory.available": "100Mi"},
         "resolvConf": "/etc/resolv.conf", "serializeImagePulls": False,
@@ -145,6 +168,7 @@ class RealNode:
         self.cluster_dir = self.dir / "cluster"  # the control plane's (tests.apiserver): new on every `up`
         self.node = socket.gethostname()
         self.server: ApiServer | None = None
+        self.registry = Registry(self.dir / "registry")
 
     @property
     def kubeconfig(self) -> Path:
@@ -174,16 +198,22 @@ class RealNode:
                        .start_mpi_operator())
         if kueue:
             controllers.start_kueue()
+        self.registry.start()
         self._start_containerd()
         self._import_pause(assets / "pause")
-        for image in images if images is not None else built_images():
+        self._drop_imported(images or [])
+        for image in images or []:  # the built images come from the registry (make push); importing is a fallback
             self.import_image(image)
         self._start_kubelet(assets / "kubelet")
         self._wait_node(timeout)
         self._fake_gpus()
         ClusterNetwork(self).start(assets)
+        self._pull_secrets()
         self._write_values()
         print(f"real node {self.node} ready in {time.monotonic() - t0:.0f}s; export KUBECONFIG={self.kubeconfig}")
+        reg = self.registry
+        print(f"its registry: {reg.address}; push the built images and the chart there with:\n"
+              f"  make push REGISTRY={reg.address} REGISTRY_CA={reg.ca_file} REGISTRY_AUTH_FILE={reg.auth_file}")
         return self
 
     # containerd ------------------------------------------------------------
@@ -194,7 +224,9 @@ class RealNode:
             d.mkdir(parents=True, exist_ok=True)
         (cni_conf / "10-gpu-acceptance.conflist").write_text(json.dumps(CNI_CONFIG, indent=2))
         config = self.dir / "containerd.toml"
-        config.write_text(_containerd_config(root, self.socket, cni_conf))
+        certs = self.dir / "certs.d"
+        _registry_hosts(certs, self.registry)
+        config.write_text(_containerd_config(root, self.socket, cni_conf) + _registry_config(certs))
         self._spawn("containerd", ["containerd", f"--config={config}"])
         self._wait(lambda: self.ctr("version", check=False).returncode == 0, "containerd to answer", 30)
 
@@ -217,6 +249,14 @@ class RealNode:
             finally:
                 subprocess.run(["buildah", "rm", name], capture_output=True)
         self.import_image(PAUSE_IMAGE)
+
+    def _drop_imported(self, keep: list[str]) -> None:
+        """Images an earlier `up` imported under the built images' names: no pod names them now (they come from the
+        registry), so they go, and containerd's store holds what the registry gave."""
+        for image in built_images():
+            if image not in keep:
+                self.ctr("images", "rm", image, check=False)
+                (IMAGE_STORE / f"imported-{image.replace('/', '_').replace(':', '_')}").unlink(missing_ok=True)
 
     def import_image(self, image: str) -> None:
         """podman's image streamed into containerd (no archive on disk); skipped when containerd has this ID."""
@@ -271,16 +311,45 @@ class RealNode:
                  for field in ("capacity", "allocatable")]
         self.kubectl("patch", "node", self.node, "--subresource=status", "--type=json", "-p", json.dumps(patch))
 
+    def _pull_secrets(self) -> None:
+        """The registry's pull Secret in PULL_SECRET_NAMESPACES (the namespaces created when missing)."""
+        for namespace in PULL_SECRET_NAMESPACES:
+            self.add_pull_secret(namespace)
+
+    def add_pull_secret(self, namespace: str, name: str = PULL_SECRET, password: str | None = None) -> None:
+        """A kubernetes.io/dockerconfigjson Secret for the registry in `namespace`; `password` replaces the real one
+        (a wrong one, to see a refused pull)."""
+        reg = self.registry
+        config = docker_config(reg.address, USER, password if password is not None else reg.password())
+        if self.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+            self.kubectl("create", "namespace", namespace)
+        path = self.dir / f"pull-secret-{namespace}-{name}.json"
+        path.write_text(json.dumps(pull_secret(name, namespace, config)))
+        path.chmod(0o600)
+        self.kubectl("apply", "-f", str(path))
+
+    def registry_values(self) -> dict:
+        """Chart values for the registry: both images from it, the pull Secret, every install pulling (Always)."""
+        version = chart_version()
+        return {"image": {"repository": self.registry.image("operator", version).rsplit(":", 1)[0],
+                          "pullPolicy": "Always"},
+                "imagePullSecrets": [PULL_SECRET],
+                "workloadImage": self.registry.image("workload", version),
+                "workloadImagePullSecrets": [PULL_SECRET]}
+
     def _write_values(self) -> None:
         """The chart values this node needs: the operator and the tests' pods on the pod network, as on any cluster."""
-        values = {
-            "image": {"pullPolicy": "Never"},  # imported here, in no registry
+        values: dict = {
+            **self.registry_values(),
+            # any tag of the registry's workload image (tests/e2e/test_image_pulls.py pulls another)
+            "userPolicy": {"allowedImages": [self.registry.image("workload", chart_version()).rsplit(":", 1)[0]]},
             "logFormat": "text",
             # No run here waits for a late report: a run whose pod was deleted gets its verdict 25 s sooner.
             "reportGraceSeconds": 5,
         }
         (self.dir / "values.yaml").write_text(
-            "# Chart values for the real node (tests/realnode.py): the imported operator image, never pulled.\n"
+            "# Chart values for the real node (tests/realnode.py): the images from its registry with its pull\n"
+            "# Secret, for the operator and for the tests' workload pods (workloadImagePullSecrets).\n"
             + yaml.safe_dump(values, sort_keys=False))
 
     # teardown --------------------------------------------------------------
@@ -306,6 +375,7 @@ class RealNode:
         self._unmount_under(STATE_DIR)
         cluster_down(self.cluster_dir, quiet=True, wipe=True)
         bridge_down()
+        self.registry.stop()
         if not quiet:
             print(f"real node stopped ({self.dir})")
 
@@ -315,6 +385,7 @@ class RealNode:
         shutil.rmtree(STATE_DIR, ignore_errors=True)
         self._unmount_under(IMAGE_STORE)
         shutil.rmtree(IMAGE_STORE, ignore_errors=True)
+        wipe_storage()
 
     def _kill_shims(self) -> None:
         """containerd-shim processes of this node's containers (their command line names its state folder)."""

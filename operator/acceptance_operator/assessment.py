@@ -232,6 +232,10 @@ def _stalled(obs: Observation, now: datetime, timing: Timing) -> Assessment | No
         finding, nodes = lost
         return _failed(finding.reason, finding.message, stop_job=True, failed_nodes=nodes)
 
+    refused_login = diagnosis.login_refused(obs.pods)
+    if refused_login is not None:
+        return _failed(refused_login.reason, refused_login.message, stop_job=True)
+
     stuck = diagnosis.stuck_pod(obs.pods)
     if stuck is not None:
         finding, since = stuck

@@ -48,9 +48,13 @@ REGRESSED = "Regressed"  # passed its thresholds, but fell under the baseline ru
 NO_NODES = "NoNodes"  # a sweep found no schedulable node matching placement.nodeSelector
 PODS_REFUSED = "PodsRefused"  # the backend's controller could not create the run's pods (its FailedCreate events)
 QUEUED = "Queued"  # in progress (Pending): Kueue has not admitted the run's job (spec.queueName)
+# A container's image cannot be pulled (ErrImagePull, ImagePullBackOff): at once when the registry refused the login
+# (a pull Secret's wrong password), else after the unschedulable grace.
+IMAGE_PULL_FAILED = "ImagePullFailed"
 FAILURE_REASONS: tuple[str, ...] = (
     CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_NOT_DELIVERED, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE,
     TIMEOUT, NODE_NOT_READY, BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES, PODS_REFUSED,
+    IMAGE_PULL_FAILED,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
 BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)

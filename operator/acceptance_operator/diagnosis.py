@@ -21,6 +21,7 @@ from acceptance_workload.deaths import exit_code_signal, signal_name
 from acceptance_operator.backends import controller_of, job_state
 from acceptance_operator.conditions import (
     BACKEND_NOT_RUNNING,
+    IMAGE_PULL_FAILED,
     JOB_FAILED,
     NODE_NOT_READY,
     PODS_REFUSED,
@@ -43,6 +44,17 @@ STUCK_WAITING = {
     "CrashLoopBackOff": "the container keeps crashing: read its logs",
     "RunContainerError": "the container runtime cannot start the container",
 }
+# Waiting reasons of a pull that failed: the run ends ImagePullFailed (IMAGE_PULL_FAILED), not JobFailed.
+IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff")
+# How a container runtime quotes a registry that refused the pull's login (containerd: "unexpected status from HEAD
+# request to https://...: 401 Unauthorized"; token registries: "failed to authorize", "authorization failed",
+# "pull access denied"). Waiting cannot fix that: the kubelet retries with the same Secret.
+_LOGIN_REFUSED = re.compile(
+    r"401 Unauthorized|403 Forbidden|\bunauthorized\b|authentication required|failed to authorize|"
+    r"authorization failed|access denied", re.IGNORECASE)
+LOGIN_REFUSED_HINT = ("the registry refused the login: the Secret named in spec.pod.imagePullSecrets (or the chart's "
+                      "imagePullSecrets, for the operator's images) has a wrong user or password for that registry, "
+                      "is missing from the test's namespace, or lacks pull access to the repository")
 # The scheduler's "N node(s) had untolerated taint {key: value}" (one per taint key).
 _UNTOLERATED = re.compile(r"(\d+) node\(s\) had untolerated taint \{([^:}]+)")
 # Taints the node lifecycle controller puts on a node that stopped being Ready: no toleration is the answer.
@@ -218,6 +230,20 @@ def _finished_at(pod: KubeDict) -> datetime | None:
     return min(known) if known else None
 
 
+def login_refused(pods: list[KubeDict]) -> Finding | None:
+    """A container whose image pull the registry refused for its credentials (ErrImagePull quoting 401, ...): a
+    verdict now, with the runtime's words; no grace, as waiting cannot change the Secret's password."""
+    for pod in _sorted(pods):
+        for what, s in _statuses(pod):
+            waiting = (s.get("state") or {}).get("waiting") or {}
+            message = (waiting.get("message") or "").strip()
+            if waiting.get("reason") in IMAGE_PULL_REASONS and _LOGIN_REFUSED.search(message):
+                image = f" (image {s['image']})" if s.get("image") else ""
+                text = f"{_where(pod)}: {what} {s.get('name', '?')} is {waiting['reason']}{image}: {message[:400]}"
+                return Finding(IMAGE_PULL_FAILED, f"{text} -> {LOGIN_REFUSED_HINT}")
+    return None
+
+
 def stuck_pod(pods: list[KubeDict]) -> tuple[Finding, datetime | None] | None:
     """A pod whose container cannot start (ImagePullBackOff, ...) and since when its pod exists."""
     for pod in _sorted(pods):
@@ -230,7 +256,8 @@ def stuck_pod(pods: list[KubeDict]) -> tuple[Finding, datetime | None] | None:
                 text = f"{_where(pod)}: {what} {s.get('name', '?')} is {waiting['reason']}{image}"
                 text += f": {detail}" if detail else ""
                 since = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
-                return Finding(JOB_FAILED, f"{text}; {hint}"), since
+                reason = IMAGE_PULL_FAILED if waiting["reason"] in IMAGE_PULL_REASONS else JOB_FAILED
+                return Finding(reason, f"{text}; {hint}"), since
     return None
 
 

@@ -217,16 +217,22 @@ def _metadata(test: AcceptanceTest, name: str, labels: dict[str, str]) -> dict[s
 # --------------------------------------------------------------------------- workload image
 
 
-def resolve_image(test: AcceptanceTest, default_image: str | None) -> AcceptanceTest:
+def resolve_image(test: AcceptanceTest, default_image: str | None,
+                  pull_secrets: tuple[str, ...] = ()) -> AcceptanceTest:
     """The test with its workload image decided: its own spec.image, else the operator's configured one
-    (`default_image`, chart value workloadImage), else the operator's own version's (DEFAULT_IMAGE).
+    (`default_image`, chart value workloadImage), else the operator's own version's (DEFAULT_IMAGE); and the Secrets
+    its pods pull it with: its own spec.pod.imagePullSecrets, else the chart's workloadImagePullSecrets
+    (`pull_secrets`, names of Secrets in the test's namespace), so a test written for any cluster (the cpu-smoke
+    example) runs unedited where the images live in a private registry.
 
     An image equal to DEFAULT_IMAGE counts as unset: CRDs before 0.2 wrote that default into every stored test.
     """
     image = test.spec.image if test.spec.image not in (None, DEFAULT_IMAGE) else default_image or DEFAULT_IMAGE
-    if image == test.spec.image:
+    secrets = test.spec.pod.image_pull_secrets or list(pull_secrets)
+    if image == test.spec.image and secrets == test.spec.pod.image_pull_secrets:
         return test
-    return test.model_copy(update={"spec": test.spec.model_copy(update={"image": image})})
+    pod = test.spec.pod.model_copy(update={"image_pull_secrets": secrets})
+    return test.model_copy(update={"spec": test.spec.model_copy(update={"image": image, "pod": pod})})
 
 
 def workload_image(test: AcceptanceTest) -> str:

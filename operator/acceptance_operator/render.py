@@ -88,7 +88,8 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
         problems = policy_problems(test, settings)
         if problems:
             raise RenderError(problems)
-        rendered = render(resolve_image(test, settings.default_image), init_image=settings.init_image)
+        resolved = resolve_image(test, settings.default_image, settings.workload_pull_secrets)
+        rendered = render(resolved, init_image=settings.init_image)
     except RenderError as e:
         err.write(f"error: {source} is not a valid AcceptanceTest:\n")
         err.writelines(f"  {line}\n" for line in e.lines)

@@ -103,6 +103,7 @@ class OperatorSettings:
     workers: int = 16
     node_actions: bool = False
     default_image: str | None = None
+    workload_pull_secrets: tuple[str, ...] = ()  # chart value workloadImagePullSecrets: for tests that name none
     metrics_port: int = DEFAULT_METRICS_PORT
     init_image: str = DEFAULT_OPERATOR_IMAGE
     allow_host_path: bool = False
@@ -124,6 +125,7 @@ class OperatorSettings:
             workers=int(_env_float("GPU_ACCEPTANCE_WORKERS", cls.workers, 1)),
             node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", cls.node_actions),
             default_image=os.environ.get("GPU_ACCEPTANCE_DEFAULT_IMAGE", "").strip() or None,
+            workload_pull_secrets=_env_list("GPU_ACCEPTANCE_WORKLOAD_PULL_SECRETS"),
             metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", cls.metrics_port, 0)),
             init_image=os.environ.get("GPU_ACCEPTANCE_INIT_IMAGE", "").strip() or cls.init_image,
             allow_host_path=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_PATH", cls.allow_host_path),

@@ -104,7 +104,7 @@ def test_image_pull_backoff_fails_the_job(impatient: Cluster):
     cluster.set_pod_status("broken-g1-master-0", {"phase": "Pending", "containerStatuses": [{
         "name": "pytorch", "image": "registry.invalid/workload:nope", "imageID": "", "ready": False,
         "restartCount": 0, "state": {"waiting": waiting}}]})
-    text = failed(cluster, "broken", "JobFailed")["message"]
+    text = failed(cluster, "broken", "ImagePullFailed")["message"]
     assert "pod broken-g1-master-0 on node gpu-node-1: container pytorch is ImagePullBackOff" in text
     assert "registry.invalid/workload:nope" in text
     assert cluster.job("PyTorchJob", "broken-g1") is None

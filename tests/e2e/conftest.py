@@ -1,23 +1,29 @@
 """The real node (tests/realnode.py) for the end-to-end tests, started once for this package, with the chart installed
 (and stopped after it, so the rest of the suite does not share the CPU with a kubelet).
 
-These tests run this project's built images (`make images`) in pods of a real kubelet. In CI (CI set) a real node
-that cannot start fails the session; elsewhere the tests skip, saying why.
+These tests run this project's built images (`make images`) in pods of a real kubelet, which pulls them from the
+node's registry (tests/registry.py) with an image pull Secret after `make push` (hack/push.sh) put them there; the
+chart is installed from the same registry as an OCI artifact. In CI (CI set) a real node that cannot start fails the
+session; elsewhere the tests skip, saying why.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from tests.helm import CHART, helm
-from tests.realnode import RealNode, RealNodeError, built_images, missing_tools
+from tests.realnode import RELEASE_NAMESPACE, RealNode, RealNodeError, built_images, missing_tools
 
 RELEASE = "gpu-acceptance"
-RELEASE_NAMESPACE = "gpu-acceptance-system"
+__all__ = ["RELEASE", "RELEASE_NAMESPACE", "cannot_run"]
+PUSH_SCRIPT = CHART.parents[1] / "hack" / "push.sh"
+PUSH_TIMEOUT = 1500  # seconds: the first push of the ~6 GB workload image compresses all its layers
 
 
 def cannot_run(why: str) -> None:
@@ -42,6 +48,7 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
     node = RealNode(tmp_path_factory.mktemp("real-node"))
     try:
         node.up()
+        push(node)
     except RealNodeError as e:
         node.down(quiet=True)
         cannot_run(str(e))
@@ -51,11 +58,35 @@ def real_node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealNode]:
         node.down(quiet=True)
 
 
+def push(node: RealNode) -> None:
+    """`make push` to the node's registry: both images and the chart, only what changed (hack/push.sh).
+
+    No lock is taken here: where several people build images on one host, run the e2e under the images' lock
+    first and the real node's second (`flock /tmp/images.lock flock /tmp/real-node.lock pytest tests/e2e`), the
+    order `make images` callers take them in; a lock taken here, inside the node's, could deadlock with them."""
+    reg = node.registry
+    env = {k: v for k, v in os.environ.items() if k not in ("REGISTRY_USER", "REGISTRY_PASSWORD")}
+    env.update(REGISTRY=reg.address, REGISTRY_CA=str(reg.ca_file), REGISTRY_AUTH_FILE=str(reg.auth_file))
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", str(PUSH_SCRIPT)], env=env, capture_output=True, text=True, timeout=PUSH_TIMEOUT)
+    if proc.returncode != 0:
+        raise RealNodeError(f"make push to {reg.address} failed:\n{proc.stderr[-3000:]}")
+    (node.dir / "push.log").write_text(proc.stderr + f"push took {time.monotonic() - t0:.0f}s\n")
+
+
+def chart_reference(node: RealNode) -> list[str]:
+    """helm's arguments for the chart in the node's registry (its CA, its login), as docs/install.md shows."""
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    return [node.registry.chart(), "--version", str(version), "--ca-file", str(node.registry.ca_file),
+            "--registry-config", str(node.registry.auth_file)]
+
+
 @pytest.fixture(scope="package")
 def operator_release(real_node: RealNode) -> Iterator[RealNode]:
-    """The chart installed with the built operator image (never pulled), the node's values on top."""
+    """The chart installed from the node's registry (oci://), the node's values on top: the operator image pulled from
+    the registry with the chart's imagePullSecrets."""
     env = {**os.environ, "KUBECONFIG": str(real_node.kubeconfig)}
-    helm("install", RELEASE, str(CHART), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+    helm("install", RELEASE, *chart_reference(real_node), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
          "-f", str(real_node.dir / "values.yaml"), "--wait", "--timeout", "100s",
          env=env)
     yield real_node

@@ -28,21 +28,26 @@ import yaml
 from tests.apiserver import REPO_ROOT
 from tests.e2e.conftest import RELEASE, RELEASE_NAMESPACE
 from tests.helm import helm
-from tests.realnode import RealNode, built_images
+from tests.realnode import RealNode, chart_version
 from tests.realnode_net import BRIDGE, POD_SUBNET
+from tests.registry import PULL_SECRET
 
-RUN_TIMEOUT = 420  # seconds for a cpu-smoke run: the pod starts (image already on the node), torch imports, checks
+RUN_TIMEOUT = 420  # seconds for a cpu-smoke run: the image pulled (once per machine), torch imports, checks
 WORKLOAD_CONTAINERS = {"Job": "workload", "JobSet": "workload", "PyTorchJob": "pytorch"}
 EXAMPLE = REPO_ROOT / "examples" / "cpu-smoke.yaml"
-pytestmark = pytest.mark.timeout(600)
+# func_only: the package's fixtures (real node up, the first `make push` of the ~6 GB workload image: minutes on a
+# fresh machine) have their own time limits (tests/e2e/conftest.py) and do not eat the first test's.
+pytestmark = pytest.mark.timeout(600, func_only=True)
 
 
 def smoke_test(name: str, backend: str) -> dict[str, Any]:
-    """A cpu-smoke AcceptanceTest for this node, its pods on the pod network."""
+    """A cpu-smoke AcceptanceTest for this node, its pods on the pod network, the workload image pulled from the
+    node's registry with the Secret the test names (spec.pod.imagePullSecrets; the example relies on the chart's
+    workloadImagePullSecrets instead)."""
     return {
         "apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest", "metadata": {"name": name},
         "spec": {"profile": "cpu-smoke", "backend": backend, "nodes": 1, "gpusPerNode": 2,
-                 "pod": {"shmSize": "1Gi"}, "timeoutSeconds": RUN_TIMEOUT,
+                 "pod": {"shmSize": "1Gi", "imagePullSecrets": [PULL_SECRET]}, "timeoutSeconds": RUN_TIMEOUT,
                  "onFailure": "label"},
     }
 
@@ -50,7 +55,7 @@ def smoke_test(name: str, backend: str) -> dict[str, Any]:
 @pytest.fixture
 def test_namespace(operator_release: RealNode) -> Iterator[str]:
     name = f"e2e-{uuid.uuid4().hex[:6]}"
-    operator_release.kubectl("create", "namespace", name)
+    operator_release.add_pull_secret(name)  # creates the namespace
     yield name
     if not os.environ.get("KEEP_TEST_NAMESPACES"):
         operator_release.kubectl("delete", "namespace", name, "--wait=false", check=False)
@@ -98,7 +103,7 @@ def run_pods(node: RealNode, namespace: str, name: str) -> list[dict[str, Any]]:
 
 def test_operator_runs_in_its_pod_from_the_built_image(operator_release: RealNode) -> None:
     pods = get_json(operator_release, "pods", "-n", RELEASE_NAMESPACE)["items"]
-    operator_image = built_images()[0]
+    operator_image = operator_release.registry.image("operator", chart_version())
     running = [p for p in pods if p["status"].get("phase") == "Running"
                and p["spec"]["containers"][0]["image"] == operator_image]
     assert running, [(p["metadata"]["name"], p["status"].get("phase")) for p in pods]
@@ -173,7 +178,7 @@ def test_cpu_smoke_run_passes_on_the_real_node(operator_release: RealNode, test_
     container_name = WORKLOAD_CONTAINERS[backend]
     pod = container_exited(node, test_namespace, pod["metadata"]["name"], container_name)
     container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
-    assert container["image"] == built_images()[1]
+    assert container["image"] == node.registry.image("workload", chart_version())
     assert container["command"][:2] == ["torchrun", "--standalone"]
     assert "nvidia.com/gpu" not in (container.get("resources") or {}).get("requests", {})
     assert exit_code(pod, container_name) == 0
@@ -198,11 +203,12 @@ def test_cpu_smoke_mpijob_passes_through_mpi_operator(operator_release: RealNode
     assert worker["metadata"]["name"].endswith("-worker-0")
     assert_on_pod_network(node, worker)
     assert_smoke_passed(node, test_namespace, name)
-    assert worker["spec"]["containers"][0]["image"] == built_images()[1]
+    assert worker["spec"]["containers"][0]["image"] == node.registry.image("workload", chart_version())
     launcher = container_exited(node, test_namespace, launcher_pod(node, test_namespace, name)["metadata"]["name"],
                                 "launcher")
     container = launcher["spec"]["containers"][0]
-    assert container["command"][0] == "mpirun" and container["image"] == built_images()[1]
+    assert container["command"][0] == "mpirun"
+    assert container["image"] == node.registry.image("workload", chart_version())
     assert_on_pod_network(node, launcher)
     assert exit_code(launcher, "launcher") == 0
 

@@ -164,8 +164,19 @@ def test_image_pull_backoff_after_grace_fails_the_job():
     pods = [pod("t-g2-master-0", node="gpu-1", containers=[waiting("ImagePullBackOff", "not found")])]
     assert not assess(obs(pods=pods), T0 + timedelta(minutes=5), TIMING).state.terminal
     a = assess(obs(pods=pods), T0 + timedelta(minutes=10), TIMING)
-    assert (a.state.reason, a.stop_job) == ("JobFailed", True)
+    assert (a.state.reason, a.stop_job) == ("ImagePullFailed", True)
     assert "ImagePullBackOff" in a.state.message and "gpu-1" in a.state.message
+
+
+def test_a_pull_the_registry_refused_the_login_for_fails_at_once():
+    """No grace: the kubelet retries with the same Secret, so waiting cannot turn a wrong password into a pull."""
+    refused = ('failed to pull and unpack image "r:5443/w:1": failed to resolve reference "r:5443/w:1": unexpected '
+               'status from HEAD request to https://r:5443/v2/w/manifests/1: 401 Unauthorized')
+    pods = [pod("t-g2-master-0", node="gpu-1", containers=[waiting("ErrImagePull", refused)])]
+    a = assess(obs(pods=pods), T0 + timedelta(seconds=5), TIMING)
+    assert (a.state.phase, a.state.reason, a.stop_job) == ("Failed", "ImagePullFailed", True)
+    assert "ErrImagePull" in a.state.message and "401 Unauthorized" in a.state.message
+    assert "wrong user or password" in a.state.message
 
 
 def test_timeout_stops_the_job_and_says_where_it_was():

@@ -159,6 +159,7 @@ def test_operator_env_defaults() -> None:
     assert env["GPU_ACCEPTANCE_REPORT_GRACE_SECONDS"] == "30"
     assert env["GPU_ACCEPTANCE_NODE_ACTIONS"] == "false"
     assert "GPU_ACCEPTANCE_DEFAULT_IMAGE" not in env, "empty workloadImage: the operator's own default"
+    assert "GPU_ACCEPTANCE_WORKLOAD_PULL_SECRETS" not in env, "no workloadImagePullSecrets: tests name their own"
     # The privileged init container runs the operator's own image unless the admin names another.
     assert env["GPU_ACCEPTANCE_INIT_IMAGE"] == operator_container(render())["image"] == \
         f"ghcr.io/gpu-acceptance/operator:{CHART_META['appVersion']}"
@@ -198,13 +199,14 @@ def test_values_reach_the_operator() -> None:
         "nodeActions": {"enabled": True}, "metrics": {"port": 9090, "service": {"type": "ClusterIP", "port": 9090}},
         "health": {"port": 9091}, "imagePullSecrets": ["regcred"], "nodeSelector": {"role": "system"},
         "tolerations": [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
-        "priorityClassName": "system-cluster-critical",
+        "priorityClassName": "system-cluster-critical", "workloadImagePullSecrets": ["regcred", "mirror-login"],
     })
     container = operator_container(objects)
     assert container["args"] == ["--metrics-port=9090", "--health-port=9091", "--verbose",
                                  "--namespace=gpu-a", "--namespace=gpu-b"]
     env = env_of(container)
     assert env["GPU_ACCEPTANCE_DEFAULT_IMAGE"] == "mirror.local/gpu-acceptance/workload:0.1.0"
+    assert env["GPU_ACCEPTANCE_WORKLOAD_PULL_SECRETS"] == "regcred,mirror-login"
     assert env["GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS"] == "900"
     assert env["GPU_ACCEPTANCE_REPORT_GRACE_SECONDS"] == "5"
     assert env["GPU_ACCEPTANCE_NODE_ACTIONS"] == "true"

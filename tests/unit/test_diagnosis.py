@@ -10,6 +10,7 @@ from acceptance_operator.diagnosis import (
     failed_pod,
     job_failure,
     job_state,
+    login_refused,
     lost_nodes,
     missing_resources,
     nodes_to_check,
@@ -94,11 +95,50 @@ def test_image_pull_backoff_is_stuck():
     pull = waiting("ImagePullBackOff", 'Back-off pulling image "ghcr.io/x:bad"', image="ghcr.io/x:bad")
     pods = [pod("p", "Pending", node="gpu-2", containers=[pull])]
     finding, since = stuck_pod(pods)
-    assert finding.reason == "JobFailed"
+    assert finding.reason == "ImagePullFailed"
     assert "pod p on node gpu-2: container pytorch is ImagePullBackOff (image ghcr.io/x:bad)" in finding.message
     assert "pod.imagePullSecrets" in finding.message
     assert since == T0
     assert stuck_pod([pod("p", "Pending", node="n", containers=[waiting("ContainerCreating")])]) is None
+
+
+# What containerd 1.6 says when a registry with htpasswd auth refuses the Secret's password (the e2e's wrong-password
+# test sees it for real: tests/e2e/test_image_pulls.py).
+REFUSED = ('failed to pull and unpack image "10.0.0.9:5443/gpu-acceptance/workload:0.1.0": failed to resolve reference '
+           '"10.0.0.9:5443/gpu-acceptance/workload:0.1.0": unexpected status from HEAD request to '
+           'https://10.0.0.9:5443/v2/gpu-acceptance/workload/manifests/0.1.0: 401 Unauthorized')
+
+
+@pytest.mark.parametrize("message", [
+    REFUSED,
+    'failed to pull and unpack image "r.example/w:1": failed to resolve reference "r.example/w:1": failed to '
+    'authorize: failed to fetch oauth token: unexpected status: 403 Forbidden',
+    'failed to pull and unpack image "docker.io/org/w:1": failed to resolve reference "docker.io/org/w:1": pull access '
+    'denied, repository does not exist or may require authorization: server message: insufficient_scope: '
+    'authorization failed',
+])
+def test_a_refused_login_is_named_with_the_runtime_words_and_what_to_fix(message):
+    pods = [pod("t-g1-master-0", "Pending", node="gpu-2",
+                containers=[waiting("ErrImagePull", message, name="workload", image="r/w:1")])]
+    finding = login_refused(pods)
+    assert finding is not None and finding.reason == "ImagePullFailed"
+    assert finding.message.startswith(
+        "pod t-g1-master-0 on node gpu-2: container workload is ErrImagePull (image r/w:1): ")
+    assert message[:200] in finding.message
+    assert "spec.pod.imagePullSecrets" in finding.message and "wrong user or password" in finding.message
+
+
+def test_a_pull_failing_for_another_cause_is_not_a_refused_login():
+    """A missing tag or an unreachable registry may be a push still under way: it keeps the grace (stuck_pod)."""
+    for message in ['failed to pull and unpack image "r/w:1": failed to resolve reference "r/w:1": r/w:1: not found',
+                    'failed to do request: Head "https://r/v2/w/manifests/1": dial tcp 10.0.0.9:5443: connect: '
+                    'connection refused']:
+        pods = [pod("p", "Pending", node="n", containers=[waiting("ErrImagePull", message)])]
+        assert login_refused(pods) is None
+        assert stuck_pod(pods)[0].reason == "ImagePullFailed"
+    # "401 Unauthorized" in another waiting reason is not a pull's
+    assert login_refused([pod("p", "Pending", node="n", containers=[waiting("CreateContainerError", REFUSED)])]) is None
+    assert login_refused([pod("p", "Pending", node="n", containers=[waiting("ContainerCreating")])]) is None
 
 
 def test_missing_resources():

@@ -152,6 +152,21 @@ def test_operator_settings_apply_as_in_the_operator(tmp_path: Path):
     assert {"name": "h", "hostPath": {"path": "/data"}} in pod["volumes"] and pod["serviceAccountName"] == "sa"
 
 
+def test_the_charts_workload_pull_secrets_apply_only_to_a_test_that_names_none(tmp_path: Path):
+    """workloadImagePullSecrets (GPU_ACCEPTANCE_WORKLOAD_PULL_SECRETS): a test written for any cluster pulls the
+    workload image from the chart's private registry; a test's own spec.pod.imagePullSecrets win."""
+    env = {"GPU_ACCEPTANCE_WORKLOAD_PULL_SECRETS": "regcred, mirror-login"}
+
+    def pull_secrets(pod_yaml: str) -> list:
+        proc = render(write(tmp_path, bad(pod_yaml)), env=env)
+        assert proc.returncode == 0, proc.stderr
+        job = list(yaml.safe_load_all(proc.stdout))[-1]
+        return job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"].get("imagePullSecrets")
+
+    assert pull_secrets("{pod: {shmSize: 1Gi}}") == [{"name": "regcred"}, {"name": "mirror-login"}]
+    assert pull_secrets("{pod: {imagePullSecrets: [own]}}") == [{"name": "own"}]
+
+
 def test_the_liveness_bounds_are_shown_and_enforced(tmp_path: Path):
     """checks.heartbeatTimeoutSeconds: its default reaches the workload's config; out of bounds, the field says why."""
     def config(proc: subprocess.CompletedProcess) -> dict:

@@ -112,7 +112,7 @@ def conditions_of(status: KubeDict) -> list[Condition]:
 
 def effective(test: AcceptanceTest) -> AcceptanceTest:
     """The test as the builders should see it: an unset image is the one the operator is configured with now."""
-    return manifests.resolve_image(test, SETTINGS.default_image)
+    return manifests.resolve_image(test, SETTINGS.default_image, SETTINGS.workload_pull_secrets)
 
 
 def timing() -> Timing:
