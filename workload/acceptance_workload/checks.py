@@ -402,6 +402,14 @@ class StorageCheck(WireModel):
         return self
 
 
+class SoakCheck(WireModel):
+    """Burn-in: every GPU at full GEMM load while the ranks keep all_reduce traffic, watched through NVML."""
+
+    enabled: bool = Field(False, description="Off unless asked for: it runs for durationSeconds after the other checks.")
+    duration_seconds: int = Field(3600, ge=10, le=7 * 86_400, description="How long the load runs, seconds.")
+    sample_seconds: float = Field(1.0, ge=0.1, le=60, description="NVML sampling period of each GPU, seconds.")
+
+
 HEARTBEAT_TIMEOUT_SECONDS = 60  # default: a healthy rank beats every second, so 60 silent seconds is a frozen process
 
 
@@ -418,3 +426,4 @@ class ChecksSpec(WireModel):
     ddp: DdpCheck = Field(default_factory=DdpCheck)
     fsdp: FsdpCheck = Field(default_factory=FsdpCheck)
     storage: StorageCheck = Field(default_factory=StorageCheck)
+    soak: SoakCheck = Field(default_factory=SoakCheck)
