@@ -39,6 +39,7 @@ EVIDENCE_KEY = "evidence.json"
 # The status part, in the run's job-wide ConfigMap beside its evidence: rank 0 writes it last, in the same write as
 # the job-wide evidence and after every node's shard, so its presence says the run's evidence is complete.
 STATUS_KEY = "status.json"
+PROGRESS_KEY = "progress.json"
 MAX_FAILURES = 40  # failures listed in the status; the rest are counted and are in the evidence
 MAX_FAILURE_MESSAGE = 300
 MAX_ROW_FAILURE = 120
