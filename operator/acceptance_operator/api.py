@@ -34,6 +34,7 @@ from acceptance_operator.kubetypes import (
     one_source,
 )
 from acceptance_operator.schedule import MAX_SCHEDULE, schedule_problem
+from acceptance_operator.soak import FIT_RULE, SoakStatus, must_fit
 
 GROUP = "gpu-acceptance.io"
 VERSION = "v1alpha1"
@@ -48,7 +49,6 @@ DEFAULT_OPERATOR_IMAGE = f"ghcr.io/gpu-acceptance/operator:{__version__}"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet"]
-
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 # What a run's headline numbers are compared with (spec.baseline): nothing, or the last run that passed.
@@ -427,6 +427,7 @@ class AcceptanceTestSpec(WireModel):
                              "(e.g. {persistentVolumeClaim: {claimName: NAME}}) or disable checks.storage")
         if self.network.fabric == "ethernet" and self.checks.nccl.require_transport in ("IB", "IB_GDR"):
             raise ValueError("checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet")
+        must_fit(self.checks.soak, self.timeout_seconds)  # soak.FIT_RULE at admission
         return self
 
 
@@ -455,6 +456,7 @@ SPEC_CEL_RULES: list[dict[str, str]] = [
         "message": "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet",
         "fieldPath": ".checks.nccl.requireTransport",
     },
+    FIT_RULE,
 ]
 
 
@@ -554,6 +556,7 @@ class AcceptanceTestStatus(WireModel):
     run: RunRef | None = Field(None, description="The current (or last) run.")
     sweep: SweepStatus | None = None
     summary: Summary | None = None
+    soak: SoakStatus | None = Field(None, description="checks.soak's progress, as the workload last wrote it.")
     history: list[HistoryEntry] = Field(default_factory=list, description="The last spec.historyLimit runs, "
                                         "oldest first.")
     report: StatusReport | None = Field(
