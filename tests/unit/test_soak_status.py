@@ -6,8 +6,8 @@ import json
 
 import pytest
 import yaml
-from acceptance_operator import soak
-from acceptance_operator.api import AcceptanceTestSpec
+from acceptance_operator import soak, sweep
+from acceptance_operator.api import AcceptanceTest, AcceptanceTestSpec
 from acceptance_operator.spec_input import RenderError, parse_test
 from acceptance_workload.evidence import PROGRESS_KEY, STATUS_KEY
 
@@ -78,3 +78,23 @@ def test_progress_is_bounded_by_the_spec_and_one_line():
 ], ids=["none", "empty", "report-only", "not-json", "not-object", "other-check", "bad-number", "missing", "bad-time"])
 def test_unreadable_progress_shows_nothing(data):
     assert soak.progress_of(data, 3600) is None
+
+
+def burn_in(checks: dict) -> AcceptanceTest:
+    return AcceptanceTest.model_validate({
+        "metadata": {"name": "burn-in", "namespace": "fleet", "uid": "u1"},
+        "spec": {"sweep": True, "timeoutSeconds": 16200, "placement": {"nodeSelector": {"pool": "new"}},
+                 "checks": {"soak": {"enabled": True, "durationSeconds": 14400}, **checks}}})
+
+
+def test_a_sweeps_single_node_tests_burn_in_and_its_inter_node_stage_does_not():
+    parent = burn_in({})
+    single = sweep.child(parent, "g1", "burn-in", ["n1"], "n1")["spec"]
+    assert single["checks"]["soak"] == {"enabled": True, "durationSeconds": 14400, "sampleSeconds": 1.0}
+    assert single["timeoutSeconds"] == 16200
+    stage = sweep.child(parent, "g1", "burn-in", ["n1", "n2"], sweep.INTER_NODE)["spec"]
+    assert stage["checks"]["soak"]["enabled"] is False and stage["checks"]["nccl"]["enabled"] is True
+    # Both are valid tests as the API takes them.
+    AcceptanceTestSpec.model_validate(single)
+    AcceptanceTestSpec.model_validate(stage)
+
