@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "with --simulate-nodes each node sees it through DIR/.views/<node> (a link to DIR made when "
                    "missing; point one elsewhere to see that node fail)")
     p.add_argument("--fsdp", action="store_true", help="turn on checks.fsdp (FSDP2 training)")
+    p.add_argument("--soak", type=int, metavar="SECONDS",
+                   help="turn on checks.soak for SECONDS (>= 10): after the other checks, GEMM on every GPU and "
+                   "all_reduce between them, NVML watched every checks.soak.sampleSeconds, judged minute by minute")
     p.set_defaults(func=_cmd_local)
     return parser
 

@@ -30,6 +30,7 @@ from acceptance_workload.report import (
     CheckResult,
     Environment,
     Report,
+    SoakSeries,
 )
 from acceptance_workload.wire import WireModel
 
@@ -39,6 +40,8 @@ EVIDENCE_KEY = "evidence.json"
 # The status part, in the run's job-wide ConfigMap beside its evidence: rank 0 writes it last, in the same write as
 # the job-wide evidence and after every node's shard, so its presence says the run's evidence is complete.
 STATUS_KEY = "status.json"
+# While a long check runs (checks.soak), rank 0 writes its progress here, in the same job-wide ConfigMap, at most
+# every 30 s: {"check", "elapsedSeconds", "totalSeconds", "worst", "updated"} (soak.py; the operator reads it).
 PROGRESS_KEY = "progress.json"
 MAX_FAILURES = 40  # failures listed in the status; the rest are counted and are in the evidence
 MAX_FAILURE_MESSAGE = 300
@@ -182,13 +185,15 @@ def _partial(report: Report, nodes: set[str] | None) -> Report:
                                                     and r.node in nodes]}) if report.fsdp else None
     storage = report.storage.model_copy(update={"nodes": [n for n in report.storage.nodes if nodes is not None
                                                           and n.node in nodes]}) if report.storage else None
+    soak = report.soak.model_copy(update={"gpus": [g for g in report.soak.gpus if nodes is not None
+                                                   and g.node in nodes]}) if report.soak else None
     base = report if nodes is None else Report(mode=report.mode, generation=report.generation, uid=report.uid,
                                                run=report.run)
     return base.model_copy(update={
         "results": [r for r in report.results if mine(r.node)],
         "skipped": report.skipped if nodes is None else [],
         "nccl": [s for s in report.nccl if mine(s.node if s.scope == "node" else None)],
-        "ddp": ddp, "gpu": gpu, "fsdp": fsdp, "storage": storage,
+        "ddp": ddp, "gpu": gpu, "fsdp": fsdp, "storage": storage, "soak": soak,
         "nodes": [n for n in report.nodes if nodes is not None and n.node in nodes],
         "failed_nodes": report.failed_nodes if nodes is None else [],
     }, deep=True)
@@ -202,6 +207,10 @@ def _fit(part: Report, budget: int = SHARD_BUDGET_BYTES) -> str:
                      for s in part.nccl]
         for r in part.results:
             r.message = _clip(r.message, MAX_FAILURE_MESSAGE) or ""
+        text = json.dumps(part.to_wire(), separators=(",", ":"))
+    if len(text) > budget and part.soak is not None:  # the soak's plots go next (its results keep the verdicts)
+        part.soak.gpus = [g.model_copy(update={"series": SoakSeries()}) for g in part.soak.gpus]
+        part.soak.note = "series dropped: the shard was too large"
         text = json.dumps(part.to_wire(), separators=(",", ":"))
     return text
 

@@ -253,17 +253,22 @@ def rate(work_per_op: float, seconds: list[float], iters: int, *, best: bool = F
     return Measured(max(rates) if best else median, (max(rates) - min(rates)) / median if median > 0 else None)
 
 
-def measure_gemm(check: GpuCheck, device: Any) -> Measured:
-    """bf16 (float32 on CPU) C = A @ B with N = check.gemm_size, random non-zero data: TFLOP/s."""
+def gemm(n: int, device: Any) -> Callable[[], Any]:
+    """One bf16 (float32 on CPU) C = A @ B of N x N random data (2 N^3 FLOP): the per-GPU check's and the soak's."""
     import torch
 
-    n = check.gemm_size
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     gen = torch.Generator(device=device).manual_seed(SEED)
     a = torch.randn(n, n, generator=gen, device=device, dtype=dtype)
     b = torch.randn(n, n, generator=gen, device=device, dtype=dtype)
     c = torch.empty(n, n, device=device, dtype=dtype)
-    seconds = _windows(lambda: torch.mm(a, b, out=c), check, device, warmup_seconds=check.gemm_warmup_seconds)
+    return lambda: torch.mm(a, b, out=c)
+
+
+def measure_gemm(check: GpuCheck, device: Any) -> Measured:
+    """bf16 (float32 on CPU) C = A @ B with N = check.gemm_size, random non-zero data: TFLOP/s."""
+    n = check.gemm_size
+    seconds = _windows(gemm(n, device), check, device, warmup_seconds=check.gemm_warmup_seconds)
     return rate(2 * n**3 / 1e12, seconds, check.iters, best=device.type != "cuda")
 
 

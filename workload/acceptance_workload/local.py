@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from acceptance_workload import deaths, exits, occupancy
-from acceptance_workload.checks import ChecksSpec
+from acceptance_workload.checks import ChecksSpec, SoakCheck
 from acceptance_workload.config import CONFIG_ENV, STARTED_ENV, WorkloadConfig, run_started
 from acceptance_workload.exports import ExportError, write_exports
 from acceptance_workload.exports import require as require_exports
@@ -151,7 +151,8 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
     storage = storage_dir(args)
     if args.cpu:
         return WorkloadConfig(checks=cpu_smoke_checks(checks), profile="custom", nodes=nodes, gpus_per_node=per_node,
-                              fabric="ethernet", mode="cpu-smoke", report_file=report_file, timeout_seconds=900,
+                              fabric="ethernet", mode="cpu-smoke", report_file=report_file,
+                              timeout_seconds=900 + soak_seconds(checks),
                               storage_path=storage)
     if args.quick:
         checks = quick_checks(checks)
@@ -159,17 +160,29 @@ def build_config(args: argparse.Namespace, processes: int, expected: int | None 
     return WorkloadConfig.build(checks=checks, profile=profile, nodes=nodes,
                                 gpus_per_node=(expected // nodes if expected else per_node), fabric=fabric,
                                 gpu_direct_rdma=manifest.get("gpu_direct_rdma", True), report_file=report_file,
-                                storage_path=storage)
+                                storage_path=storage, timeout_seconds=3600 + soak_seconds(checks))
 
 
 def with_opt_in_checks(args: argparse.Namespace, checks: ChecksSpec) -> ChecksSpec:
-    """--fsdp and --storage turn their checks on (a manifest may also enable them)."""
+    """--fsdp, --storage and --soak SECONDS turn their checks on (a manifest may also enable them)."""
     update = {}
     if getattr(args, "fsdp", False):
         update["fsdp"] = checks.fsdp.model_copy(update={"enabled": True})
     if getattr(args, "storage", None):
         update["storage"] = checks.storage.model_copy(update={"enabled": True})
+    seconds = getattr(args, "soak", None)
+    if seconds is not None:
+        try:
+            update["soak"] = SoakCheck.model_validate({**checks.soak.model_dump(by_alias=True), "enabled": True,
+                                                       "durationSeconds": seconds})
+        except ValidationError:
+            raise ManifestError(f"--soak {seconds}: the burn-in lasts 10 to {7 * 86_400} seconds") from None
     return checks.model_copy(update=update) if update else checks
+
+
+def soak_seconds(checks: ChecksSpec) -> int:
+    """What the soak adds to the run's deadline (timeoutSeconds of a local run)."""
+    return checks.soak.duration_seconds if checks.soak.enabled else 0
 
 
 def storage_dir(args: argparse.Namespace) -> str | None:

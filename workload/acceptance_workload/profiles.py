@@ -25,6 +25,7 @@ from acceptance_workload.checks import (
     GpuThresholds,
     NcclThresholds,
     PreflightThresholds,
+    SoakThresholds,
 )
 from acceptance_workload.wire import WireModel, parse_bytes
 
@@ -56,6 +57,7 @@ class Profile:
     nccl_multi_node: NcclThresholds = field(default_factory=NcclThresholds)
     ddp: dict[DdpModel, DdpThresholds] = field(default_factory=dict)
     fsdp: FsdpThresholds = field(default_factory=FsdpThresholds)
+    soak: SoakThresholds = field(default_factory=SoakThresholds)
     estimated: frozenset[str] = frozenset()
     estimated_by_model: dict[DdpModel, frozenset[str]] = field(default_factory=dict)
 
@@ -152,6 +154,19 @@ def fsdp_thresholds(tokens: float | None) -> FsdpThresholds:
 GPU_MEMORY_IN_USE_MIB = 1024
 
 
+# Burn-in (checks.soak, soakjudge.py): all estimates until the soak is measured on H100/H200 nodes
+# (docs/thresholds.md). The GEMM ratios sit where the one-shot per-GPU check's do (healthy GPUs within 3.5% of
+# their node's median; a minute of sustained load spreads more); the temperatures under NVIDIA's slowdown points
+# (GPU ~87-90 C, HBM3 ~95 C); the PCIe replay rate at what DCGM's health watch treats as too many (8 a minute);
+# healthy NVLink links count no CRC or replay errors at all, so 10 a minute on one link is already a bad one.
+SOAK = SoakThresholds(min_ratio_to_first_minutes=0.90, min_ratio_to_node_median=0.90, fail_on_throttle=True,
+                      max_gpu_temperature_c=87, max_memory_temperature_c=92, max_nvlink_errors_per_minute=10,
+                      max_pcie_replays_per_minute=8)
+SOAK_ESTIMATED = frozenset({"soak.minRatioToFirstMinutes", "soak.minRatioToNodeMedian", "soak.maxGpuTemperatureC",
+                            "soak.maxMemoryTemperatureC", "soak.maxNvlinkErrorsPerMinute",
+                            "soak.maxPcieReplaysPerMinute"})
+
+
 def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, net_busbw: float,
                  ib_rate: float, pcie_gen: int, nvlinks: int,
                  gpt_tokens: float | None, resnet_images: float | None,
@@ -208,7 +223,8 @@ def _hopper_like(name: ProfileName, gpu: str, driver: str, node_busbw: float, ne
     }
     per_gpu = per_gpu or _gpu_floors()
     return Profile(name=name, preflight=preflight, gpu=per_gpu, nccl_single_node=single, nccl_multi_node=multi,
-                   ddp=ddp, fsdp=fsdp_thresholds(fsdp_tokens), estimated=NCCL_ESTIMATED | estimated | FSDP_ESTIMATED,
+                   ddp=ddp, fsdp=fsdp_thresholds(fsdp_tokens), soak=SOAK,
+                   estimated=NCCL_ESTIMATED | estimated | FSDP_ESTIMATED | SOAK_ESTIMATED,
                    estimated_by_model=estimated_by_model or {})
 
 
@@ -382,6 +398,7 @@ def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
             "ddp": checks.ddp.model_copy(update={"thresholds": _overlay(ddp_defaults, checks.ddp.thresholds)}),
             "fsdp": checks.fsdp.model_copy(update={"thresholds": _overlay(
                 _fsdp_defaults(p.fsdp, checks.fsdp, nodes, fabric), checks.fsdp.thresholds)}),
+            "soak": checks.soak.model_copy(update={"thresholds": _overlay(p.soak, checks.soak.thresholds)}),
         }
     )
 
@@ -435,6 +452,9 @@ def cpu_smoke_checks(checks: ChecksSpec) -> ChecksSpec:
                  "thresholds": {"maxMemoryRatio": checks.fsdp.thresholds.max_memory_ratio}},
         "storage": {**checks.storage.model_dump(by_alias=True, exclude_none=True),
                     "consistencyBytes": "64Ki", "throughputBytes": "16Mi", "blockBytes": "1Mi"},
+        # the burn-in as asked (its length is the point), judged by nothing but what a CPU has: no NVML
+        "soak": {"enabled": checks.soak.enabled, "durationSeconds": checks.soak.duration_seconds,
+                 "sampleSeconds": checks.soak.sample_seconds},
     })
     if smoke.nccl.cross_check:
         # No CPU sweep reaches the cross-check's 64 MiB: nccl-tests' stand-in is compared at the sweep's top size.

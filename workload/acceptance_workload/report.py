@@ -22,9 +22,10 @@ from pydantic import Field
 from acceptance_workload.checks import Collective, Transport
 from acceptance_workload.wire import WireModel
 
-CheckName = Literal["preflight", "gpu", "nccl", "ddp", "fsdp", "storage"]
-CHECK_NAMES: tuple[CheckName, ...] = ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage")  # the order they run in
-OPT_IN_CHECKS: tuple[CheckName, ...] = ("fsdp", "storage")  # off unless the spec enables them
+CheckName = Literal["preflight", "gpu", "nccl", "ddp", "fsdp", "storage", "soak"]
+CHECK_NAMES: tuple[CheckName, ...] = (  # the order they run in
+    "preflight", "gpu", "nccl", "ddp", "fsdp", "storage", "soak")
+OPT_IN_CHECKS: tuple[CheckName, ...] = ("fsdp", "storage", "soak")  # off unless the spec enables them
 Comparison = Literal["ge", "le", "eq", "info"]
 REPORT_VERSION = "v1"
 # Names of the headline results, as the checks write them (job-wide: no node).
@@ -192,6 +193,51 @@ class StorageDetail(WireModel):
     checkpoint_bytes: int | None = None
     checkpoint_save_seconds: float | None = None
     checkpoint_load_seconds: float | None = None
+
+
+class SoakEvent(WireModel):
+    """Something that happened to a GPU during the burn-in, with its time: an XID, a throttle, an error count."""
+
+    t: float = Field(description="Seconds since the load started.")
+    kind: str = Field(description="xid, throttle, ecc_uncorrected, pending_row_remap, nvlink, pcie_replay, slowdown.")
+    text: str
+
+
+class SoakSeries(WireModel):
+    """One GPU's series, downsampled to at most soakjudge.MAX_POINTS points (means of each bin; temperatures and
+    power their bins' maxima); null where NVML could not read it (or on a CPU smoke run)."""
+
+    t: list[float] = Field(default_factory=list, description="Each point's end, seconds since the load started.")
+    sm_clock_mhz: list[float | None] = Field(default_factory=list, alias="smClockMHz")
+    mem_clock_mhz: list[float | None] = Field(default_factory=list, alias="memClockMHz")
+    power_w: list[float | None] = Field(default_factory=list, alias="powerW")
+    gpu_temp_c: list[float | None] = Field(default_factory=list, alias="gpuTempC")
+    mem_temp_c: list[float | None] = Field(default_factory=list, alias="memTempC")
+    tflops_t: list[float] = Field(default_factory=list, description="End of each TFLOP/s window, seconds.")
+    tflops: list[float | None] = Field(default_factory=list, description="GEMM TFLOP/s of the load per window.")
+
+
+class SoakGpu(WireModel):
+    """One GPU's burn-in: its TFLOP/s minute by minute, its series, its events, what NVML could not read."""
+
+    rank: int
+    node: str
+    gpu: int
+    series: SoakSeries = Field(default_factory=SoakSeries)
+    events: list[SoakEvent] = Field(default_factory=list)
+    events_omitted: int = 0
+    unsupported: dict[str, str] = Field(default_factory=dict, description="NVML reading -> why it could not be read.")
+
+
+class SoakDetail(WireModel):
+    duration_seconds: float
+    sample_seconds: float
+    gemm_size: int
+    all_reduce_bytes: int
+    all_reduces: int = Field(0, description="all_reduce operations each rank ran beside its GEMMs.")
+    nvml: bool = Field(description="False on a CPU smoke run: nothing was watched.")
+    note: str | None = Field(None, description="Why the series are missing, where the evidence had to drop them.")
+    gpus: list[SoakGpu] = Field(default_factory=list)
 
 
 class GpuRow(WireModel):
@@ -369,6 +415,7 @@ class Report(WireModel):
     ddp: DdpDetail | None = None
     fsdp: FsdpDetail | None = None
     storage: StorageDetail | None = None
+    soak: SoakDetail | None = None
     nodes: list[NodeFacts] = Field(default_factory=list, description="Each node's identity facts and host load.")
 
     def gpu_identity(self, node: str | None, gpu: int | None) -> GpuIdentity | None:

@@ -70,6 +70,7 @@ from acceptance_workload.checks import (
     GpuThresholds,
     NcclThresholds,
     PreflightThresholds,
+    SoakThresholds,
     StorageThresholds,
 )
 from acceptance_workload.report import ESTIMATED_SUFFIX, CheckName, CheckResult, Comparison, judge
@@ -81,7 +82,7 @@ if TYPE_CHECKING:
 Kind = Literal["measured", "version", "model", "transport", "ratio", "inter_node", "culprit"]
 THRESHOLD_MODELS: dict[str, type[WireModel]] = {
     "preflight": PreflightThresholds, "gpu": GpuThresholds, "nccl": NcclThresholds, "ddp": DdpThresholds,
-    "fsdp": FsdpThresholds, "storage": StorageThresholds}
+    "fsdp": FsdpThresholds, "storage": StorageThresholds, "soak": SoakThresholds}
 RATIO_SUFFIX = "_ratio_to_node_median"  # a GPU's value over its node's median GPU
 CROSS_CHECK_SUFFIX = "_cross_check"  # crossCheck: a collective's best busbw beside nccl-tests'
 INTER_NODE = "inter_node_busbw"  # localisation: a node's best pair
@@ -231,7 +232,7 @@ _GPU_METRICS = (  # name, unit, floor, ratio floor (gpubench.METRICS measures th
 )
 _CULPRITS = ("rank_exited", "rank_responding", "rank_error", "rank_progress")  # control.CULPRIT_KINDS
 STAGE_ERROR = "stage_error"  # a rank raised inside the check's stage (stages.py)
-CULPRIT_CHECKS = ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage")  # every check a rank can be blamed in
+CULPRIT_CHECKS = ("preflight", "gpu", "nccl", "ddp", "fsdp", "storage", "soak")  # every check a rank can be blamed in
 
 _ROWS: list[Rule] = [
     # preflight: per node and per GPU health
@@ -317,6 +318,20 @@ _ROWS: list[Rule] = [
     row("storage", "checkpoint_load_gbps", "ge", "GB/s", field("min_checkpoint_load_gbps"), job_wide=True),
     row("storage", "checkpoint_save_seconds", "le", "s", field("max_checkpoint_seconds"), job_wide=True),
     row("storage", "checkpoint_load_seconds", "le", "s", field("max_checkpoint_seconds"), job_wide=True),
+    # soak (soakjudge.py): every GPU minute by minute under GEMM + all_reduce load, watched through NVML
+    row("soak", "tflops", "ge", "TFLOP/s", from_run(lambda _r: None, "recorded: the GPU's median minute")),
+    row("soak", "tflops_ratio_to_first_minutes", "ge", "", field("min_ratio_to_first_minutes")),
+    row("soak", "tflops_ratio_to_node_median", "ge", "", field("min_ratio_to_node_median")),
+    row("soak", "throttle", "le", "s", Threshold(lambda th, _r: 0.0 if th.fail_on_throttle else None,
+                                                 "fail_on_throttle", doc="0 seconds when failOnThrottle")),
+    row("soak", "gpu_temperature", "le", "C", field("max_gpu_temperature_c")),
+    row("soak", "memory_temperature", "le", "C", field("max_memory_temperature_c")),
+    row("soak", "nvlink_errors", "le", "per minute", field("max_nvlink_errors_per_minute")),
+    row("soak", "pcie_replays", "le", "per minute", field("max_pcie_replays_per_minute")),
+    row("soak", "ecc_uncorrected", "le", "errors", fixed(0.0, "no uncorrected ECC error during the load")),
+    row("soak", "pending_row_remaps", "le", "rows", fixed(0.0, "no new pending row remap during the load")),
+    row("soak", "xid", "le", "events", fixed(0.0, "no critical XID event during the load")),
+    row("soak", "nvml", "eq", "", fixed(1.0, "NVML read every measurement the judgement needs")),
     # liveness: a rank the workload blamed, in whichever check it happened
     *(row(check, name, "ge", "", fixed(1.0, "always a failure: the rank stopped, failed or fell behind"),
           kind="culprit") for check in CULPRIT_CHECKS for name in _CULPRITS),

@@ -328,7 +328,7 @@ class Runner:
     def checks(self, session: Session, watchdog: Watchdog) -> None:
         """Every enabled check in order (CHECK_NAMES), each under stages.guarded; a failed preflight skips the
         rest, and so does an API server the report cannot reach (delivery.reach_stage)."""
-        from acceptance_workload import delivery, preflight
+        from acceptance_workload import delivery, preflight, soak
 
         cfg = self.config
         versions = preflight.collect_versions() if session.env.local_rank == 0 else None
@@ -345,7 +345,8 @@ class Runner:
             if out.errors or not out.value:
                 return
         stage_of: dict[CheckName, Callable[[Session, Watchdog], None]] = {
-            "gpu": self.gpu, "nccl": self.nccl, "ddp": self.ddp, "fsdp": self.fsdp, "storage": self.storage}
+            "gpu": self.gpu, "nccl": self.nccl, "ddp": self.ddp, "fsdp": self.fsdp, "storage": self.storage,
+            "soak": lambda s, w: soak.stage(self, s, w)}
         for check, stage in stage_of.items():
             if getattr(cfg.checks, check).enabled:
                 self.guarded(session, check, lambda stage=stage: stage(session, watchdog))
@@ -421,7 +422,7 @@ class Runner:
         return False
 
     def skip_after_preflight(self, reason: str) -> None:
-        for check in ("gpu", "nccl", "ddp", "fsdp", "storage"):
+        for check in ("gpu", "nccl", "ddp", "fsdp", "storage", "soak"):
             if getattr(self.config.checks, check).enabled:
                 self.report.skipped.append(Skip(check=check, name=check, reason=reason))
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance_workload.config import TestRef
-from acceptance_workload.evidence import STATUS_KEY, deliveries
+from acceptance_workload.evidence import PROGRESS_KEY, STATUS_KEY, deliveries
 from acceptance_workload.render import summary
 from acceptance_workload.report import Report
 
@@ -79,6 +79,17 @@ def patch_report(test: TestRef, report: Report, *, core: Any = None,
         _retrying(f"evidence ConfigMap {name} of {_describe(test)}", test, deadline, deadline_seconds, sleep, log,
                   lambda timeout, name=name, data=data: core.patch_namespaced_config_map(
                       name, test.namespace, {"data": data}, _request_timeout=timeout))
+
+
+def patch_progress(test: TestRef, text: str, *, core: Any = None, timeout: float = REQUEST_TIMEOUT) -> None:
+    """One write of the run's progress (evidence.PROGRESS_KEY) into its job-wide evidence ConfigMap, by the same
+    ServiceAccount and path as the report; not retried (the next progress write comes soon), errors raised to the
+    caller, who logs them: progress never fails a run."""
+    if not test.evidence:
+        raise StatusWriteError(f"no evidence ConfigMap to write progress of {_describe(test)} into")
+    core = core or core_api()
+    core.patch_namespaced_config_map(test.evidence[0], test.namespace, {"data": {PROGRESS_KEY: text}},
+                                     _request_timeout=(min(CONNECT_TIMEOUT, timeout), timeout))
 
 
 def too_large(test: TestRef, writes: list[tuple[str, dict[str, str]]]) -> None:
