@@ -90,7 +90,7 @@ def burn_in(checks: dict) -> AcceptanceTest:
 def test_a_sweeps_single_node_tests_burn_in_and_its_inter_node_stage_does_not():
     parent = burn_in({})
     single = sweep.child(parent, "g1", "burn-in", ["n1"], "n1")["spec"]
-    assert single["checks"]["soak"] == {"enabled": True, "durationSeconds": 14400, "sampleSeconds": 1.0}
+    assert (single["checks"]["soak"]["enabled"], single["checks"]["soak"]["durationSeconds"]) == (True, 14400)
     assert single["timeoutSeconds"] == 16200
     stage = sweep.child(parent, "g1", "burn-in", ["n1", "n2"], sweep.INTER_NODE)["spec"]
     assert stage["checks"]["soak"]["enabled"] is False and stage["checks"]["nccl"]["enabled"] is True
@@ -98,3 +98,9 @@ def test_a_sweeps_single_node_tests_burn_in_and_its_inter_node_stage_does_not():
     AcceptanceTestSpec.model_validate(single)
     AcceptanceTestSpec.model_validate(stage)
 
+
+
+def test_a_soak_alone_stays_in_the_inter_node_stage():
+    parent = burn_in({c: {"enabled": False} for c in ("preflight", "gpu", "nccl", "ddp")})
+    stage = sweep.child(parent, "g1", "burn-in", ["n1", "n2"], sweep.INTER_NODE)["spec"]
+    assert stage["checks"]["soak"]["enabled"] is True
