@@ -217,3 +217,38 @@ def test_helm_uninstall_leaves_nothing_stuck(operator_release: RealNode, test_na
     leftover = node.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={node.node}", "-o",
                             "name").stdout.split()
     assert leftover == [], leftover
+
+
+def test_a_cpu_smoke_soak_shows_its_progress_while_it_runs_and_passes(operator_release: RealNode,
+                                                                    test_namespace: str) -> None:
+    """checks.soak for 30 s on the real node: rank 0 writes the progress into the run's evidence, the operator shows
+    it in status.soak, the Soak column and the Running message while the run is Running, and the report it delivers
+    after the load ends the run (the progress kept beside the verdict)."""
+    node, name = operator_release, "smoke-soak"
+    test = smoke_test(name, "Job")
+    test["spec"]["checks"] = {"soak": {"enabled": True, "durationSeconds": 30}}
+    test["spec"]["timeoutSeconds"] = RUN_TIMEOUT + 30 + 600  # soak.SOAK_START_MARGIN_SECONDS besides the soak
+    apply(node, test_namespace, test)
+
+    def progress_while_running() -> dict[str, Any] | None:
+        obj = get_json(node, "at", name, "-n", test_namespace)
+        status = obj.get("status") or {}
+        assert status.get("phase") not in ("Succeeded", "Failed"), ("ended before its progress showed", status)
+        return obj if status.get("phase") == "Running" and (status.get("soak") or {}).get("totalSeconds") else None
+
+    obj = wait_for("the soak's progress in status while Running", progress_while_running, RUN_TIMEOUT, node,
+                   test_namespace)
+    soak = obj["status"]["soak"]
+    assert soak["totalSeconds"] == 30 and 0 <= soak["elapsedSeconds"] <= 30, soak
+    assert soak["progress"] == f"{soak['elapsedSeconds']}/30 s" and soak["updated"], soak
+    running = next(c for c in obj["status"]["conditions"] if c["type"] == "Running")
+    assert "soak " in running["message"] and "/30 s" in running["message"], running
+
+    obj = finished(node, test_namespace, name, timeout=RUN_TIMEOUT + 30)
+    reason, message = succeeded_reason(obj)
+    assert (obj["status"]["phase"], reason) == ("Succeeded", "SmokePassed"), message
+    report = obj["status"]["report"]
+    assert "soak" in report["checksRun"], report
+    assert obj["status"]["soak"]["totalSeconds"] == 30  # kept after the verdict
+    listed = node.kubectl("get", "at", name, "-n", test_namespace).stdout
+    assert "SOAK" in listed.splitlines()[0] and "/30 s" in listed, listed
