@@ -148,7 +148,6 @@ def delivered_part(k: Kube, test: AcceptanceTest, job: KubeDict | None, status: 
     return delivered
 
 
-
 def soak_progress(k: Kube, test: AcceptanceTest) -> soak.SoakStatus | None:
     """The soak's progress rank 0 last wrote into this run's job-wide evidence ConfigMap (soak.py); None without
     checks.soak, before the first write, or when the ConfigMap's labels name another run (not renewed yet)."""
