@@ -55,6 +55,7 @@ STAGES = {
     "ddp": ("] ddp ", 2.0, ("ddp",), (), ("ddp",)),
     "fsdp": ("] fsdp: ", 2.0, (), ("--fsdp",), ("fsdp",)),
     "storage": ("] storage: ", 0.2, (), ("--storage",), ("storage",)),
+    "soak": ("] soak: GEMM", 5.0, (), ("--soak", "60"), ("soak",)),  # in the load, minutes before its end
 }
 
 

@@ -50,6 +50,8 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
         storage = tmp_path / "volume"
         storage.mkdir()
         checks.storage.enabled, checks.storage.throughput_bytes = True, "256Mi"
+    if longer == "soak":  # the burn-in after the other checks: a minute of load, the fault a few seconds in
+        checks.soak.enabled, checks.soak.duration_seconds = True, 60
     checks.nccl.collective_timeout_seconds = collective_timeout
     checks.nccl.localize = "always"  # the localisation stage runs too (two nodes)
     checks.ddp.steps = 30  # long enough that the fault lands inside DDP
@@ -137,6 +139,7 @@ STAGES = {
     "ddp": ("] ddp ", 1.0, ("ddp",), ("ddp",), ("ddp",)),
     # The victim is no node's first rank: it waits for the node leaders' files, then saves the checkpoint.
     "storage": ("] storage: ", 0.3, ("storage",), ("storage", "checkpoint "), ("storage", "checkpoint ")),
+    "soak": ("] soak: GEMM", 3.0, ("soak",), ("soak window 0",), ("soak window 0",)),
 }
 
 
@@ -156,7 +159,7 @@ def test_a_rank_frozen_in_any_stage_is_named_by_its_heartbeat(tmp_path: Path, st
     nodes = [*NODES, "node-c"] if stage == "localisation" else NODES
     codes, stderr, elapsed = _run_with_fault(tmp_path, trigger, signal.SIGSTOP, victim=2, collective_timeout=300,
                                              nodes=nodes, delay=delay, heartbeat=heartbeat,
-                                             longer=stage if stage in ("gpu", "sweep", "storage") else None)
+                                             longer=stage if stage in ("gpu", "sweep", "storage", "soak") else None)
     live = [c for r, c in enumerate(codes) if r != 2]
     assert live == [2] * len(live), stderr[0][-3000:]
     assert limit - 5 < elapsed < limit + 30, elapsed

@@ -27,6 +27,7 @@ from typing import Any
 from acceptance_workload import latency, localize
 from acceptance_workload.checks import Collective
 from acceptance_workload.html_nodes import nodes_section
+from acceptance_workload.html_soak import soak_section
 from acceptance_workload.render import CPU_BANNER, human_bytes, verdict_line
 from acceptance_workload.report import CheckResult, NcclSweep, Report
 
@@ -568,6 +569,7 @@ def render_html(report: Report, title: str = "GPU acceptance report", operator_v
                     "measured.</figcaption></figure>")
     if report.ddp and report.ddp.ranks:
         body.append(f'<h2>DDP</h2><figure id="{DDP_PLOT_ID}" class="plot">{ddp_figure(plt, report)}</figure>')
+    body.append(soak_section(report))
     body.append(_passed_section(report))
     body.append(nodes_section(report))
     if report.skipped:

@@ -1,8 +1,8 @@
 """A report as JUnit XML, for CI systems that gate on acceptance (`--junit FILE`).
 
-One testsuite per check that ran (preflight, gpu, nccl, ddp; fsdp and storage where enabled), one testcase per check
-result, its failure carrying the result's message and evidence. Fail closed as
-the report is (report.py): an enabled check without any result is one more
+One testsuite per check that ran (preflight, gpu, nccl, ddp; fsdp, storage and soak where enabled), one testcase
+per check result (the soak: one per GPU, holding all of its judgements), its failure carrying the result's message
+and evidence. Fail closed as the report is (report.py): an enabled check without any result is one more
 failed testcase, and a run that could not complete is an errored one, so a CI
 gate that only counts failures cannot pass a report that did not pass.
 Skipped measurements are listed in the suite's output, never as passes; so is
@@ -23,6 +23,7 @@ from acceptance_workload.rules import STAGE_ERROR
 
 SUITES_NAME = "gpu-acceptance"
 RUN_CASE = "run"  # the errored testcase of a run that could not complete
+PER_GPU_CHECKS = ("soak",)  # one testcase per GPU rather than per result
 
 
 def case_name(r: CheckResult) -> str:
@@ -69,6 +70,30 @@ def _case(suite: ET.Element, classname: str, name: str) -> ET.Element:
     return ET.SubElement(suite, "testcase", {"classname": classname, "name": name, "time": "0"})
 
 
+def _gpu_cases(suite: ET.Element, classname: str, report: Report, results: list[CheckResult]) -> list[ET.Element]:
+    """One testcase per GPU (the soak: a dozen judgements of one GPU over hours are one burn-in of that GPU), failed
+    with every failed judgement's evidence; each passed judgement is listed in the case's output."""
+    by_gpu: dict[tuple[str, int], list[CheckResult]] = {}
+    for r in results:
+        if r.gpu is not None:
+            by_gpu.setdefault((r.node or "", r.gpu), []).append(r)
+    cases = []
+    for (node, gpu), mine in by_gpu.items():
+        case = _case(suite, classname, f"{mine[0].check} [node {node}, GPU {gpu}]")
+        bad = [r for r in mine if not r.passed]
+        if bad:
+            ident = report.gpu_identity(node, gpu)
+            ET.SubElement(case, "failure", {
+                "message": "; ".join(r.message or r.name for r in bad)[:1000],
+                "type": "missing" if any(r.value is None for r in bad) else "threshold",
+            }).text = "\n\n".join(f"[{r.name}]\n" + evidence(r, ident) + _traceback(report, r) for r in bad)
+        ET.SubElement(case, "system-out").text = "\n".join(
+            f"{'pass' if r.passed else 'FAIL'} {r.name}: {_number(r.value)} {r.unit}".rstrip()
+            + (f" ({r.message})" if r.message else "") for r in mine)
+        cases.append(case)
+    return cases
+
+
 def _suite_attrs(suite: ET.Element, cases: list[ET.Element]) -> None:
     kinds = Counter(child.tag for case in cases for child in case if child.tag in ("failure", "error"))
     suite.set("tests", str(len(cases)))
@@ -89,8 +114,9 @@ def junit_xml(report: Report, name: str = "local") -> str:
         if report.mode == "cpu-smoke":
             props = ET.SubElement(suite, "properties")
             ET.SubElement(props, "property", {"name": "mode", "value": "cpu-smoke (NOT a GPU acceptance verdict)"})
-        cases = []
-        for r in (r for r in report.results if r.check == check):
+        results = [r for r in report.results if r.check == check]
+        cases = _gpu_cases(suite, classname, report, results) if check in PER_GPU_CHECKS else []
+        for r in (r for r in results if check not in PER_GPU_CHECKS or r.gpu is None):
             case = _case(suite, classname, case_name(r))
             if not r.passed:
                 message = r.message or f"{r.name}: {_number(r.value)} {r.unit}".rstrip()

@@ -25,12 +25,17 @@ GAUGES = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "gpu_temp_c", "mem_temp_c"
 # Cumulative counters: the judge reads their growth minute by minute. NVLink ones are "nvlink L<link> <counter>".
 COUNTERS = ("ecc_corrected", "ecc_uncorrected", "remapped_rows_uncorrectable", "pending_row_remap", "pcie_replays")
 NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
+# Where a driver gives no per-link counter (nvmlDeviceGetNvLinkErrorCounter not supported): the totals over all
+# links as field values (NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL), keyed "nvlink all <counter>".
+NVLINK_TOTAL_FIELDS = {"replay": 52, "recovery": 59, "crc_flit": 38, "crc_data": 45}
 # Clock event reasons that mean the GPU was slowed by a fault or by heat. SW power cap (0x4) is the power limit a GPU
 # under full GEMM sits at, and idle, sync boost, application clocks and display clock are not faults.
 BAD_REASONS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
                0x80: "power brake slowdown"}
 XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
 NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
+# Answers that will not change by asking again: not supported, no permission, a function this driver lacks.
+PERMANENT = {NOT_SUPPORTED, 4, 13}  # NVML_ERROR_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND
 TIMEOUT = 10  # NVML_ERROR_TIMEOUT
 MAX_XIDS = 1000
 
@@ -46,7 +51,7 @@ class Minute:
     index: int
     samples: int = 0
     gauges: dict[str, list[float]] = field(default_factory=dict)  # name -> [count, sum, max]
-    counters: dict[str, float] = field(default_factory=dict)  # the last value read in this minute
+    counters: dict[str, float] = field(default_factory=dict)  # counters that changed in this minute: their last value
     throttle: dict[str, float] = field(default_factory=dict)  # bad reason -> seconds seen
     first_throttle: dict[str, float] = field(default_factory=dict)  # bad reason -> when first seen
     missing: dict[str, int] = field(default_factory=dict)  # reading -> samples it failed in
@@ -85,6 +90,7 @@ class Watched:
     xids_omitted: int = 0
     unsupported: dict[str, str] = field(default_factory=dict)
     links: list[int] = field(default_factory=list)  # active NVLink links
+    nvlink_keys: list[str] = field(default_factory=list)  # the NVLink counters read: per link, else totals
     bins: list[Minute] = field(default_factory=list)  # the gauges in bins of bin_seconds, for the plotted series
     bin_seconds: float = MINUTE_SECONDS
 
@@ -119,6 +125,8 @@ class Watch:
         self.events: Any = None
         self._t0 = 0.0
         self._last: float | None = None
+        self.nvlink_totals = False
+        self._known: dict[str, float] = {}  # each counter's last value read
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="gpu-acceptance-nvml-watch", daemon=True)
@@ -137,6 +145,7 @@ class Watch:
                 if link == 0 and _code(e) != NOT_SUPPORTED:
                     self.watched.unsupported["nvlink"] = _why(e)
                 break
+        self._nvlink_keys()
         try:
             self.events = n.nvmlEventSetCreate()
             n.nvmlDeviceRegisterEvents(self.handle, XID_EVENT, self.events)
@@ -144,7 +153,42 @@ class Watch:
             self.events = None
             self.watched.unsupported["xid"] = _why(e)
         self.watched.start = self._counters(None)
+        self._known = dict(self.watched.start)
         return self
+
+    def _nvlink_keys(self) -> None:
+        """Per-link counters where the driver has them, else the totals over all links."""
+        w = self.watched
+        if not w.links:
+            return
+        self.nvlink_totals = False
+        try:
+            self.nvml.nvmlDeviceGetNvLinkErrorCounter(self.handle, w.links[0], 0)
+        except Exception as e:
+            self.nvlink_totals = _code(e) in PERMANENT
+        w.nvlink_keys = ([f"nvlink all {c}" for c in NVLINK_TOTAL_FIELDS] if self.nvlink_totals else
+                         [nvlink_key(link, c) for link in w.links for c in NVLINK_COUNTERS])
+
+    def _nvlink_totals(self, minute: Minute | None, out: dict[str, float]) -> None:
+        names = list(NVLINK_TOTAL_FIELDS)
+        try:
+            values = self.nvml.nvmlDeviceGetFieldValues(self.handle, list(NVLINK_TOTAL_FIELDS.values()))
+        except Exception as e:
+            for key in self.watched.nvlink_keys:
+                if _code(e) in PERMANENT:
+                    self.watched.unsupported.setdefault(key, _why(e))
+                elif minute is not None:
+                    minute.missing[key] = minute.missing.get(key, 0) + 1
+            return
+        for name, v in zip(names, values, strict=False):
+            key = f"nvlink all {name}"
+            if int(v.nvmlReturn) in PERMANENT:
+                self.watched.unsupported.setdefault(key, f"NVML_FI_DEV_NVLINK_{name.upper()}_ERROR_COUNT_TOTAL: "
+                                                         "Not Supported")
+            elif int(v.nvmlReturn) == 0 and key not in self.watched.unsupported:
+                out[key] = field_value(v)
+            elif minute is not None:
+                minute.missing[key] = minute.missing.get(key, 0) + 1
 
     # reading ----------------------------------------------------------------
     def _read(self, name: str, read: Callable[[], Any], minute: Minute | None) -> Any:
@@ -153,7 +197,7 @@ class Watch:
         try:
             return read()
         except Exception as e:
-            if _code(e) == NOT_SUPPORTED:
+            if _code(e) in PERMANENT:
                 self.watched.unsupported[name] = _why(e)
             elif minute is not None:
                 minute.missing[name] = minute.missing.get(name, 0) + 1
@@ -173,6 +217,9 @@ class Watch:
         remap = self._read("row_remaps", lambda: n.nvmlDeviceGetRemappedRows(h), minute)
         if remap is not None:
             out["remapped_rows_uncorrectable"], out["pending_row_remap"] = float(remap[1]), float(remap[2])
+        if self.nvlink_totals:
+            self._nvlink_totals(minute, out)
+            return out
         for link in self.watched.links:
             for counter, code in NVLINK_COUNTERS.items():
                 key = nvlink_key(link, counter)
@@ -240,7 +287,9 @@ class Watch:
                     if reasons & bit:
                         minute.throttle[name] = minute.throttle.get(name, 0.0) + dt
                         minute.first_throttle.setdefault(name, round(t, 1))
-            minute.counters.update(self._counters(minute))
+            for key, value in self._counters(minute).items():  # only what changed: a week of minutes stays small
+                if self._known.get(key) != value:
+                    minute.counters[key] = self._known[key] = value
 
     def _wait(self) -> None:
         """The pause between samples: the XID event set's wait (an XID is recorded when it comes), else a sleep."""

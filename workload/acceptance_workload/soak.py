@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 WINDOW_SECONDS = 30.0  # one window of the load; two make a judged minute
 PROGRESS_SECONDS = 30.0  # the progress is written at most this often
 ROUND_SECONDS = 0.25  # GEMM time each rank aims a round at
+WARM_UP_SECONDS = 15.0  # untimed rounds first (GPU): K grows x1.25 a round, from 1 to ~200 in ~6 s
+CPU_WARM_UP_SECONDS = 1.0
 ALL_REDUCE_BYTES = {"cuda": 256 << 20, "cpu": 1 << 20}
 MAX_ALL_REDUCES = {"cuda": 256, "cpu": 2}  # per round
 NOT_ON_CPU = ("not applicable on a CPU smoke run: no GPU and no NVML to watch; clocks, throttling, temperatures, "
@@ -76,16 +78,12 @@ class Load:
         self._last_flops = 0.0
 
     def warm_up(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while True:
-            self.gemm()
-            if time.monotonic() >= deadline:
-                break
-        self._sync()
-
-    def _sync(self) -> None:
-        if self.kind == "cuda":
-            self.torch.cuda.synchronize(self.device)
+        """Rounds for `seconds`, not timed: the clocks settle under the power limit and the all_reduces per round
+        grow to their steady number, so the first judged minutes are already the load the others are."""
+        start = time.monotonic()
+        over = False
+        while not over:
+            _, over, _ = self.round(time.monotonic() - start >= seconds, False)
 
     def round(self, stop_window: bool, done: bool) -> tuple[float, bool, bool]:
         """One round: K all_reduces beside G GEMMs, then the agreement; (GEMM seconds, window over, soak over)."""
@@ -113,7 +111,8 @@ class Load:
             for h in handles:
                 h.wait()
             tail = time.perf_counter() - t - gemm
-        proposal = self.k + 1 if tail <= 0.1 * gemm else max(1, int(self.k * gemm / (gemm + tail)))
+        proposal = max(self.k + 1, int(self.k * 1.25)) if tail <= 0.1 * gemm else max(
+            1, int(self.k * gemm / (gemm + tail)))
         ctrl = torch.tensor([float(stop_window), float(done), -float(min(proposal, MAX_ALL_REDUCES[self.kind]))],
                             device=self.device)
         dist.all_reduce(ctrl, op=dist.ReduceOp.MAX)
@@ -190,8 +189,9 @@ def run_soak(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     cpu = session.device.type != "cuda"
     watch, unwatched = (None, None) if cpu else open_watch(session, check.sample_seconds, duration)
     load = Load(session, config.checks.gpu.gemm_size)
-    with watchdog.step("soak warm-up"):
-        load.warm_up(0.0 if cpu else config.checks.gpu.gemm_warmup_seconds)
+    warm = CPU_WARM_UP_SECONDS if cpu else max(WARM_UP_SECONDS, config.checks.gpu.gemm_warmup_seconds)
+    with watchdog.step("soak warm-up", timeout=warm + session.collective_timeout):
+        load.warm_up(warm)
     control.allgather("soak start", None)
     t0 = time.monotonic()
     if watch is not None:
@@ -207,12 +207,17 @@ def run_soak(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     gathered = control.gather("soak", mine)
     if gathered is None:
         return None
+    if progress:  # the per-minute view in the log: every GPU's TFLOP/s minute by minute
+        for line in soakjudge.minute_table([(Who(i.rank, i.node, i.gpu), part["minutes"])
+                                            for i, part in zip(session.ranks, gathered, strict=True)]):
+            progress(f"soak: {line}")
     return _assemble(session, config, gathered, cpu)
 
 
 def _load(session: Session, load: Load, watchdog: Watchdog, t0: float, duration: float, watch: Watch | None,
           progress: Progress) -> list[Window]:
-    """Windows of load until the duration has passed; after each, the ranks share their latest minute's numbers."""
+    """Windows of load until the duration has passed; after each, every rank hands rank 0 its latest minute's numbers
+    for the progress (the ranks stay in step through the load's own all_reduces)."""
     windows: list[Window] = []
     done = False
     step_limit = WINDOW_SECONDS + session.collective_timeout
@@ -222,9 +227,9 @@ def _load(session: Session, load: Load, watchdog: Watchdog, t0: float, duration:
         windows.append(window)
         minute = soakjudge.minute_tflops(windows, soakjudge.minute_count(window.end))
         temperature = watch.peek()[0] if watch is not None else None
-        shared = session.control.allgather(f"soak window {len(windows) - 1} done",
-                                           {"minutes": minutes_so_far(minute), "temperature": temperature})
-        if session.is_root:
+        shared = session.control.gather(f"soak window {len(windows) - 1} done",  # rank 0's progress alone
+                                        {"minutes": minutes_so_far(minute), "temperature": temperature})
+        if shared is not None:
             worst = soakjudge.worst_line([(Who(i.rank, i.node, i.gpu), s["minutes"], s["temperature"])
                                           for i, s in zip(session.ranks, shared, strict=True)])
             progress.update(window.end, worst)

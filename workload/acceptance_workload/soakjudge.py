@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from acceptance_workload import rules
 from acceptance_workload.checks import SoakThresholds
-from acceptance_workload.nvmlwatch import MINUTE_SECONDS, NVLINK_COUNTERS, Minute, Watched, nvlink_key
+from acceptance_workload.nvmlwatch import MINUTE_SECONDS, Minute, Watched
 from acceptance_workload.report import CheckResult, SoakEvent, SoakGpu, SoakSeries
 
 SETTLE_MINUTES = 2  # the "first minutes" each GPU is compared with: at most half of the run's minutes
@@ -126,7 +126,7 @@ class _Judge:
 def judge_tflops(j: _Judge, per_minute: list[float | None], watched: Watched | None) -> None:
     """The GPU's median minute (recorded) and its slowest minute against its settled first minutes."""
     values = [v for v in per_minute if v is not None]
-    j.add("tflops", statistics.median(values) if values else None,
+    j.add("tflops", float(f"{statistics.median(values):.4g}") if values else None,
           f"median minute {statistics.median(values):.4g} TFLOP/s over {len(values)} minute(s)" if values
           else "no minute of GEMM was measured")
     settle = max(1, min(SETTLE_MINUTES, len(per_minute) // 2))
@@ -255,15 +255,19 @@ def judge_readings(j: _Judge, watched: Watched, minutes: int) -> None:
           f"every reading the judgement needs, in all {minutes} minute(s)")
 
 
+# The result each NVML reading is judged in (a reading no row with a threshold judges is plotted, not needed).
+ROW_OF_READING = {"gpu_temp_c": "gpu_temperature", "mem_temp_c": "memory_temperature", "clock_event_reasons":
+                  "throttle", "pcie_replays": "pcie_replays", "ecc_uncorrected": "ecc_uncorrected",
+                  "row_remaps": "pending_row_remaps", "xid": "xid", "nvlink": "nvlink_errors"}
+
+
 def needed(reading: str, th: SoakThresholds, watched: Watched) -> bool:
-    """Whether the judgement needs `reading` (clocks and power are plotted, not judged)."""
-    if reading.startswith("nvlink"):
-        return th.max_nvlink_errors_per_minute is not None and (bool(watched.links) or reading == "nvlink")
-    return {"gpu_temp_c": th.max_gpu_temperature_c is not None,
-            "mem_temp_c": th.max_memory_temperature_c is not None,
-            "clock_event_reasons": bool(th.fail_on_throttle),
-            "pcie_replays": th.max_pcie_replays_per_minute is not None,
-            "ecc_uncorrected": True, "row_remaps": True, "xid": True}.get(reading, False)
+    """Whether the judgement needs `reading`: its row has a threshold (clocks and power are plotted, not judged);
+    a link's counters where the GPU has active links."""
+    row = ROW_OF_READING.get("nvlink" if reading.startswith("nvlink") else reading)
+    if row is None or rules.threshold("soak", row, th) is None:
+        return False
+    return not reading.startswith("nvlink ") or reading in watched.nvlink_keys
 
 
 def judge_gpu(th: SoakThresholds, who: Who, windows: list[Window], watched: Watched | None, duration: float,
@@ -277,7 +281,7 @@ def judge_gpu(th: SoakThresholds, who: Who, windows: list[Window], watched: Watc
         judge_throttle(j, watched)
         judge_temperature(j, watched, "gpu_temperature", "gpu_temp_c", "GPU")
         judge_temperature(j, watched, "memory_temperature", "mem_temp_c", "memory")
-        links = [nvlink_key(link, c) for link in watched.links for c in NVLINK_COUNTERS]
+        links = watched.nvlink_keys
         if links or "nvlink" in watched.unsupported:
             judge_counter(j, watched, "nvlink_errors", links or ["nvlink"], "NVLink error", rate=True)
         judge_counter(j, watched, "pcie_replays", ["pcie_replays"], "PCIe replay", rate=True)
@@ -365,6 +369,21 @@ def series(watched: Watched | None, windows: list[Window]) -> SoakSeries:
         out.tflops_t.append(round(group[-1].end))
         out.tflops.append(None if secs <= 0 else float(f"{flops / secs / 1e12:.4g}"))
     return out
+
+
+def minute_table(gpus: list[tuple[Who, list[float | None]]], width: int = 30) -> list[str]:
+    """Each GPU's TFLOP/s minute by minute as text (the log's per-minute view; a long soak shows every k-th
+    minute so a line stays within `width` columns of numbers)."""
+    count = max((len(m) for _, m in gpus), default=0)
+    step = max(1, math.ceil(count / width))
+    shown = list(range(0, count, step))
+    head = "TFLOP/s by minute " + " ".join(f"{m:>6}" for m in shown)
+    rows = [head]
+    for who, minutes in gpus:
+        cells = " ".join(f"{'-' if (v := minutes[m] if m < len(minutes) else None) is None else f'{v:.4g}':>6}"
+                         for m in shown)
+        rows.append(f"{who.label():<17} {cells}")
+    return rows
 
 
 def worst_line(gpus: list[tuple[Who, list[float | None], float | None]]) -> str | None:

@@ -112,6 +112,8 @@ def nvmlDeviceGetNvLinkState(h: _Gpu, link: int) -> int:
 
 
 def nvmlDeviceGetNvLinkErrorCounter(h: _Gpu, link: int, counter: int) -> int:
+    if "nvlink_per_link" in h.unsupported:  # a driver that gives only the totals over all links
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
     name = ["replay", "recovery", "crc_flit", "crc_data"][counter]
     return int(h.value(f"nvlink{link}_{name}", fallback="nvlink_errors"))
 
@@ -150,11 +152,18 @@ def nvmlDeviceGetTemperature(h: _Gpu, sensor: int) -> int:
     return int(h.value("gpu_temp"))
 
 
+NVLINK_TOTALS = {52: "replay", 59: "recovery", 38: "crc_flit", 45: "crc_data"}
+
+
 def nvmlDeviceGetFieldValues(h: _Gpu, ids: list[int]) -> list[_Value]:
-    try:
-        return [_Value(0, int(h.value("mem_temp")))]
-    except NVMLError as e:
-        return [_Value(e.value)]
+    out = []
+    for i in ids:
+        name = "mem_temp" if i == 82 else f"nvlink_total_{NVLINK_TOTALS[i]}"
+        try:
+            out.append(_Value(0, int(h.value(name, fallback="nvlink_errors" if i != 82 else None))))
+        except NVMLError as e:
+            out.append(_Value(e.value))
+    return out
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(h: _Gpu) -> int:
