@@ -145,7 +145,9 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
                     _r("ddp", "loss_decrease", 0.31, unit="fraction")]
         results += [_r("ddp", "gpu_throughput", r.baseline_throughput, node=r.node, gpu=r.gpu, unit=unit)
                     for r in ranks]
-    checks_run = [c for c in ("preflight", "gpu", "nccl", "ddp") if getattr(config.checks, c).enabled]
+    if config.checks.soak.enabled:
+        results += [r for node in nodes for gpu in range(gpus) for r in soak_results(node, gpu)]
+    checks_run = [c for c in ("preflight", "gpu", "nccl", "ddp", "soak") if getattr(config.checks, c).enabled]
     return Report(
         mode="gpu", generation=test.generation if test else None, uid=uid or (test.uid if test else None),
         checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp, gpu=gpu_detail, localization=detail,
@@ -154,6 +156,16 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
                                 nccl_version="2.27.3", torch_version="2.7.0", hostnames=list(nodes),
                                 transports=["P2P", "IB_GDR"] if multi else ["P2P"]),
     ).finalize()
+
+
+# What a healthy H100/H200 GPU's burn-in (checks.soak) reports, result name -> value (soakjudge.py's names).
+SOAK_VALUES = {"tflops": 640.0, "tflops_ratio_to_first_minutes": 0.99, "tflops_ratio_to_node_median": 1.0,
+               "throttle": 0.0, "gpu_temperature": 71.0, "memory_temperature": 78.0, "nvlink_errors": 0.0,
+               "pcie_replays": 0.0, "ecc_uncorrected": 0.0, "pending_row_remaps": 0.0, "xid": 0.0, "nvml": 1.0}
+
+
+def soak_results(node: str, gpu: int) -> list[CheckResult]:
+    return [_r("soak", name, value, node=node, gpu=gpu) for name, value in SOAK_VALUES.items()]
 
 
 def healthy_localization(config: WorkloadConfig, nodes: list[str], results: list[CheckResult],

@@ -42,6 +42,7 @@ from acceptance_operator.kubetypes import (
     one_source,
 )
 from acceptance_operator.schedule import MAX_SCHEDULE, schedule_problem
+from acceptance_operator.soak import FIT_RULE, SoakStatus, must_fit
 
 GROUP = "gpu-acceptance.io"
 VERSION = "v1alpha1"
@@ -56,7 +57,6 @@ DEFAULT_OPERATOR_IMAGE = f"ghcr.io/gpu-acceptance/operator:{__version__}"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet"]
-
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 # What a run's headline numbers are compared with (spec.baseline): nothing, or the last run that passed.
@@ -404,6 +404,7 @@ class AcceptanceTestSpec(WireModel):
                                   self.resources.extra)
         if problem:
             raise ValueError(problem)
+        must_fit(self.checks.soak, self.timeout_seconds)  # soak.FIT_RULE at admission
         return self
 
 
@@ -433,6 +434,7 @@ SPEC_CEL_RULES: list[dict[str, str]] = [
         "fieldPath": ".checks.nccl.requireTransport",
     },
     *efa.CEL_RULES,
+    FIT_RULE,
 ]
 
 
@@ -532,6 +534,7 @@ class AcceptanceTestStatus(WireModel):
     run: RunRef | None = Field(None, description="The current (or last) run.")
     sweep: SweepStatus | None = None
     summary: Summary | None = None
+    soak: SoakStatus | None = Field(None, description="checks.soak's progress, as the workload last wrote it.")
     history: list[HistoryEntry] = Field(default_factory=list, description="The last spec.historyLimit runs, "
                                         "oldest first.")
     report: StatusReport | None = Field(

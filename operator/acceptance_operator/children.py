@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from acceptance_workload.evidence import STATUS_KEY
+from acceptance_workload.evidence import PROGRESS_KEY, STATUS_KEY
 
 from acceptance_operator.diagnosis import container_failure
 from acceptance_operator.manifests import LABEL_TEST, run_of_child
@@ -61,6 +61,8 @@ class Children:
         # Evidence ConfigMaps as the watch showed them: (namespace, name) -> (test label, the status part rank 0
         # delivered into it, "" while there is none). Only the status part is kept: the evidence is read when judged.
         self._evidence: dict[tuple[str, str], tuple[str, str]] = {}
+        # Their soak progress (PROGRESS_KEY) with the run their labels name: (namespace, name) -> (run id, text).
+        self._progress: dict[tuple[str, str], tuple[str, str]] = {}
 
     # the tests ------------------------------------------------------------------
     def know_test(self, namespace: str, label: str, name: str) -> None:
@@ -76,6 +78,7 @@ class Children:
                 del self._gone[key]
             for cm in [k for k, (owner, _) in self._evidence.items() if k[0] == namespace and owner == label]:
                 del self._evidence[cm]
+                self._progress.pop(cm, None)
 
     def owner(self, obj: KubeDict) -> TestKey | None:
         """The test a labelled child belongs to, if that test is known."""
@@ -95,9 +98,12 @@ class Children:
         with self._lock:
             if event_type == "DELETED":
                 self._evidence.pop(key, None)
+                self._progress.pop(key, None)
             else:
                 label = (meta.get("labels") or {}).get(LABEL_TEST, "")
-                self._evidence[key] = (label, str((cm.get("data") or {}).get(STATUS_KEY) or ""))
+                data = cm.get("data") or {}
+                self._evidence[key] = (label, str(data.get(STATUS_KEY) or ""))
+                self._progress[key] = (run_of_child(cm), str(data.get(PROGRESS_KEY) or ""))
 
     def evidence_data(self, namespace: str, name: str) -> dict[str, str] | None:
         """The ConfigMap's status part as the watch last showed it ({} without one); None if the watch has not
@@ -107,6 +113,12 @@ class Children:
         if seen is None:
             return None
         return {STATUS_KEY: seen[1]} if seen[1] else {}
+
+    def evidence_progress(self, namespace: str, name: str) -> tuple[str, str] | None:
+        """(the run the ConfigMap's labels name, its soak progress text, "" without one) as the watch last showed
+        it; None if the watch has not shown that ConfigMap (read it)."""
+        with self._lock:
+            return self._progress.get((namespace, name))
 
     # jobs and pods ---------------------------------------------------------------
     def job_event(self, kind: str, event_type: str | None, job: KubeDict) -> None:

@@ -24,11 +24,15 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Bus BW", "type": "number", "jsonPath": ".status.summary.allReduceBusbwGBps",
      "description": "all_reduce bus bandwidth over the whole job, GB/s"},
     {"name": "Nodes", "type": "integer", "jsonPath": ".spec.nodes"},
+    {"name": "Soak", "type": "string", "jsonPath": ".status.soak.progress",
+     "description": "checks.soak's progress: elapsed/total (kept after the verdict; the next run clears it)"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Backend", "type": "string", "jsonPath": ".spec.backend", "priority": 1},
     {"name": "Profile", "type": "string", "jsonPath": ".spec.profile", "priority": 1},
     {"name": "Sweep", "type": "string", "jsonPath": ".status.sweep.progress", "priority": 1,
      "description": "A sweep's progress: nodes passed of the total, failed, running, pending"},
+    {"name": "Worst", "type": "string", "jsonPath": ".status.soak.worst", "priority": 1,
+     "description": "checks.soak: the worst GPU so far"},
 ]
 
 _DROP_KEYS = {"title", "additionalProperties", "$defs", "discriminator"}

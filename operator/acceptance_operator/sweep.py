@@ -3,7 +3,8 @@
 A sweep run is a parent AcceptanceTest driving child AcceptanceTests it owns:
 one single-node test per matching node (at most spec.maxConcurrent running at
 once), then, when every node has a verdict, one multi-node test pinned to the
-nodes that passed (the inter-node stage). Each child is an ordinary test (its
+nodes that passed (the inter-node stage, without checks.soak: a burn-in is
+each node's own). Each child is an ordinary test (its
 own job, report, evidence and verdict), so a node's result is read with
 `kubectl get at` and `gpu-acceptance report CHILD` like any other.
 
@@ -27,6 +28,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from typing import Any
+
+from acceptance_workload.report import CHECK_NAMES
 
 from acceptance_operator.api import (
     API_VERSION,
@@ -235,6 +238,8 @@ def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[st
     spec = {k: v for k, v in parent.spec.to_wire().items() if k not in PARENT_ONLY}
     spec["nodes"] = len(nodes)
     spec["placement"] = _pinned(spec.get("placement") or {}, nodes, hostnames or {})
+    if node == INTER_NODE and _soak_stays_single(parent):
+        spec["checks"]["soak"]["enabled"] = False
     meta = parent.metadata
     owner = {"apiVersion": API_VERSION, "kind": KIND, "name": meta.name, "uid": meta.uid, "controller": True}
     return {
@@ -247,6 +252,14 @@ def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[st
         },
         "spec": spec,
     }
+
+
+def _soak_stays_single(parent: AcceptanceTest) -> bool:
+    """A burn-in (checks.soak) is each node's, in its single-node test: the inter-node stage over the nodes that
+    passed runs the other checks without it (hours more of load would prove the fabric no better than the nccl and
+    ddp checks do). Kept only where the soak is the one check enabled (a stage needs one)."""
+    checks = parent.spec.checks
+    return checks.soak.enabled and any(getattr(checks, c).enabled for c in CHECK_NAMES if c != "soak")
 
 
 def pinning_terms(nodes: list[str], hostnames: dict[str, str]) -> list[KubeDict]:

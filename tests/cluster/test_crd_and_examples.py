@@ -146,6 +146,13 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
         ({"network": {"fabric": "roce", "efaDevices": 4}}, ["spec.network.efaDevices", "only for network.fabric efa"]),
         ({"network": {"fabric": "efa", "efaDevices": 4}, "resources": {"extra": {"vpc.amazonaws.com/efa": 4}}},
          ["spec.resources.extra", "comes from network.efaDevices"]),
+        ({"checks": {"soak": {"enabled": True}}},
+         ["spec.checks.soak.durationSeconds", "do not fit spec.timeoutSeconds",
+          "set spec.timeoutSeconds to at least durationSeconds + 600"]),
+        ({"timeoutSeconds": 14999, "checks": {"soak": {"enabled": True, "durationSeconds": 14400}}},
+         ["spec.checks.soak.durationSeconds", "do not fit spec.timeoutSeconds"]),
+        ({"checks": {"soak": {"durationSeconds": 5}}},
+         ["spec.checks.soak.durationSeconds", "greater than or equal to 10"]),
     ],
     ids=["nodes-0", "unknown-backend", "negative-size", "negative-quantity", "not-a-size", "misspelled-field",
          "misspelled-nested-field", "cel-no-checks", "cel-ib-on-ethernet", "cel-storage-no-volume",
@@ -153,7 +160,8 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
          "env-too-many", "gpu-in-extra", "empty-image", "max-bytes", "iters", "batch-size", "anti-affinity-5",
          "toleration-effect", "volume-two-sources", "cel-kubernetes-taint", "remove-taints-17", "skip-busy-string",
          "cel-reserved-annotation", "cel-reserved-label", "cel-runtime-annotation", "cel-label-value",
-         "cel-label-key", "runtime-class-name", "cel-efa-no-count", "cel-efa-devices-on-roce", "cel-efa-in-extra"],
+         "cel-label-key", "runtime-class-name", "cel-efa-no-count", "cel-efa-devices-on-roce", "cel-efa-in-extra",
+         "cel-soak-default-timeout", "cel-soak-4h", "soak-5s"],
 )
 def test_invalid_spec_is_rejected_by_the_server(server: ApiServer, namespace: str, spec: dict, fragments: list[str]):
     proc = apply(server, namespace, manifest(spec), check=False)
@@ -177,6 +185,10 @@ def test_cel_rules_allow_what_they_should(server: ApiServer, namespace: str):
     # Taint keys of one's own, even with kubernetes-like words in them, may be removed.
     apply(server, namespace, manifest({"onPass": {"removeTaints": ["gpu-acceptance.io/untested",
                                                                     "mykubernetes.io/gate", "gate"]}}, "taints"))
+    # A soak that fits its timeout with the 600 s margin exactly; a disabled one needs no time.
+    apply(server, namespace, manifest({"timeoutSeconds": 15000,
+                                       "checks": {"soak": {"enabled": True, "durationSeconds": 14400}}}, "soak"))
+    apply(server, namespace, manifest({"timeoutSeconds": 60, "checks": {"soak": {"durationSeconds": 86400}}}, "off"))
     # Key rules and the GPU rule pass ordinary maps.
     apply(server, namespace, manifest({"pod": {"env": {"NCCL_ALGO": "Ring", "x.y-z": "1"}},
                                        "resources": {"extra": {"rdma/ib": 1, "nvidia.com/hostdev": "8"}}}, "maps"))
@@ -306,15 +318,15 @@ def test_printer_columns_show_phase_result_bus_bw_and_wide_backend_profile(serve
     assert stored["metadata"]["generation"] == 1  # a status write is not a new run
 
     header, *rows = table(server, namespace)
-    assert [h.strip() for h in header] == ["NAME", "PHASE", "REASON", "BUS BW", "NODES", "AGE"]
+    assert [h.strip() for h in header] == ["NAME", "PHASE", "REASON", "BUS BW", "NODES", "SOAK", "AGE"]
     by_name = {r[0].strip(): [c.strip() for c in r] for r in rows}
     assert by_name["standard"][1:5] == ["Succeeded", "ChecksPassed", "371.2", "2"]
     # A test without a status yet shows blanks but still its node count.
     assert by_name["mpijob"][1] == "2"
 
     header, *rows = table(server, namespace, "-o", "wide")
-    assert [h.strip() for h in header] == ["NAME", "PHASE", "REASON", "BUS BW", "NODES", "AGE", "BACKEND",
-                                           "PROFILE", "SWEEP"]
+    assert [h.strip() for h in header] == ["NAME", "PHASE", "REASON", "BUS BW", "NODES", "SOAK", "AGE", "BACKEND",
+                                           "PROFILE", "SWEEP", "WORST"]
     wide = {r[0].strip(): [c.strip() for c in r] for r in rows}
     assert wide["standard"][-2:] == ["PyTorchJob", "h100-sxm"]  # no sweep: its column is blank
     assert wide["mpijob"][-2:] == ["MPIJob", "h100-sxm"]

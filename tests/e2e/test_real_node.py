@@ -367,3 +367,54 @@ def test_helm_uninstall_leaves_nothing_stuck(operator_release: RealNode, test_na
     leftover = node.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={node.node}", "-o",
                             "name").stdout.split()
     assert leftover == [], leftover
+
+
+
+def soak_test(name: str, seconds: int) -> dict[str, Any]:
+    test = smoke_test(name, "Job")
+    test["spec"]["checks"] = {"soak": {"enabled": True, "durationSeconds": seconds}}
+    test["spec"]["timeoutSeconds"] = RUN_TIMEOUT + seconds + 600  # soak.SOAK_START_MARGIN_SECONDS beside the soak
+    return test
+
+
+def soak_passed(node: RealNode, namespace: str, name: str, seconds: int) -> dict[str, Any]:
+    """The run ends SmokePassed with the soak's results in its report and its last progress kept in status.soak."""
+    obj = finished(node, namespace, name, timeout=RUN_TIMEOUT + seconds)
+    reason, message = succeeded_reason(obj)
+    assert (obj["status"]["phase"], reason) == ("Succeeded", "SmokePassed"), message
+    assert "soak" in obj["status"]["report"]["checksRun"], obj["status"]["report"]
+    soak = obj["status"].get("soak") or {}
+    assert soak.get("totalSeconds") == seconds and 0 < soak["elapsedSeconds"] <= seconds, obj["status"]
+    listed = node.kubectl("get", "at", name, "-n", namespace).stdout
+    assert "SOAK" in listed.splitlines()[0] and soak["progress"] in listed, listed
+    return obj
+
+
+def test_a_cpu_smoke_soak_of_30_s_passes_with_its_progress_in_status(operator_release: RealNode,
+                                                                   test_namespace: str) -> None:
+    """checks.soak for 30 s on the real node: one window of load, whose end rank 0 writes as the progress (the
+    operator copies it into status.soak), then the report ends the run."""
+    apply(operator_release, test_namespace, soak_test("soak-30", 30))
+    soak_passed(operator_release, test_namespace, "soak-30", 30)
+
+
+def test_a_cpu_smoke_soaks_progress_shows_while_it_runs(operator_release: RealNode, test_namespace: str) -> None:
+    """A 60 s soak: the first window's progress (at 30 s) shows in status.soak, the Soak column and the Running
+    message while the run is Running; the report after the load ends the run."""
+    node, name = operator_release, "soak-60"
+    apply(node, test_namespace, soak_test(name, 60))
+
+    def progress_while_running() -> dict[str, Any] | None:
+        obj = get_json(node, "at", name, "-n", test_namespace)
+        status = obj.get("status") or {}
+        assert status.get("phase") not in ("Succeeded", "Failed"), ("ended before its progress showed", status)
+        return obj if status.get("phase") == "Running" and (status.get("soak") or {}).get("totalSeconds") else None
+
+    obj = wait_for("the soak's progress in status while Running", progress_while_running, RUN_TIMEOUT, node,
+                   test_namespace)
+    soak = obj["status"]["soak"]
+    assert soak["totalSeconds"] == 60 and 30 <= soak["elapsedSeconds"] < 60, soak
+    assert soak["progress"] == f"{soak['elapsedSeconds']}/60 s" and soak["updated"], soak
+    running = next(c for c in obj["status"]["conditions"] if c["type"] == "Running")
+    assert f"soak {soak['progress']}" in running["message"], running
+    soak_passed(node, test_namespace, name, 60)

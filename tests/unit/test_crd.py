@@ -208,6 +208,8 @@ def test_cel_rules_carry_the_cross_field_constraints(schema: dict[str, Any]):
     assert "checks: enable at least one of preflight, gpu, nccl, ddp, fsdp, storage, soak" in messages
     assert any(m.startswith("storage: checks.storage is enabled but no volume") for m in messages)
     assert "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet" in messages
+    soak = next(r for r in rules if r["fieldPath"] == ".checks.soak.durationSeconds")
+    assert "set spec.timeoutSeconds to at least durationSeconds + 600" in soak["message"]
     for rule in rules:
         assert rule["fieldPath"].startswith(".")
 
@@ -239,10 +241,12 @@ def test_printer_columns(crd: dict[str, Any]):
         ("Reason", '.status.conditions[?(@.type=="Succeeded")].reason', 0),
         ("Bus BW", ".status.summary.allReduceBusbwGBps", 0),
         ("Nodes", ".spec.nodes", 0),
+        ("Soak", ".status.soak.progress", 0),
         ("Age", ".metadata.creationTimestamp", 0),
         ("Backend", ".spec.backend", 1),
         ("Profile", ".spec.profile", 1),
         ("Sweep", ".status.sweep.progress", 1),
+        ("Worst", ".status.soak.worst", 1),
     ]
 
 

@@ -5,14 +5,16 @@ judge; a verdict is only ever drawn from a fresh read.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 import kopf
+from acceptance_workload import evidence
 from acceptance_workload.report import CHECK_NAMES
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator import evidence_hooks, manifests, observe, queueing, runs
+from acceptance_operator import evidence_hooks, manifests, observe, queueing, runs, soak
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.assessment import Observation, assess, next_look, pod_nodes
 from acceptance_operator.backends import backend_of, job_state
@@ -54,13 +56,18 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
             now=now, stop_job=True, logger=logger)
         return after_run(obj, test)
     namespace, name = test.metadata.namespace, test.metadata.name
+    progress = soak_progress(k, test)
     if outcome.state.terminal:
         conclude(k, obj, test, outcome.state, now=now, summary=outcome.summary, report=outcome.report,
-                  stop_job=outcome.stop_job, logger=logger, report_part=evidence_hooks.status_part(test, delivered))
+                  stop_job=outcome.stop_job, logger=logger, report_part=evidence_hooks.status_part(test, delivered),
+                  soak_status=progress)
         return after_run(obj, test)
     previous = status.get("phase")
-    write_status(k, obj, outcome.state, test, start_time=parse_time(status.get("startTime")),
-                  completion_time=None, summary=None, now=now)
+    state = outcome.state
+    if progress is not None and state.phase == "Running":
+        state = replace(state, message=f"{state.message}; {soak.running_line(progress)}")
+    write_status(k, obj, state, test, start_time=parse_time(status.get("startTime")),
+                  completion_time=None, summary=None, now=now, soak_status=progress)
     if previous != outcome.state.phase:
         kopf.info(obj, reason=outcome.state.phase, message=outcome.state.message)
     rt.METRICS.set_phase(namespace, name, outcome.state.phase)
@@ -156,3 +163,18 @@ def delivered_part(k: Kube, test: AcceptanceTest, job: KubeDict | None, status: 
                      "this release)", namespace, test.metadata.name, run_id, manifests.LABEL_DELIVERY)
     return delivered
 
+
+def soak_progress(k: Kube, test: AcceptanceTest) -> soak.SoakStatus | None:
+    """The soak's progress rank 0 last wrote into this run's job-wide evidence ConfigMap (soak.py); None without
+    checks.soak, before the first write, or when the ConfigMap's labels name another run (not renewed yet)."""
+    if not test.spec.checks.soak.enabled:
+        return None
+    namespace, name = test.metadata.namespace, manifests.evidence_names(test)[0]
+    seen = rt.CHILDREN.evidence_progress(namespace, name)
+    if seen is None:  # not shown by the watch (yet)
+        cm = k.read("ConfigMap", namespace, name) or {}
+        seen = (manifests.run_of_child(cm), (cm.get("data") or {}).get(evidence.PROGRESS_KEY) or "")
+    run, text = seen
+    if run != runs.run_of(test).id:
+        return None
+    return soak.progress_of({evidence.PROGRESS_KEY: text}, test.spec.checks.soak.duration_seconds)

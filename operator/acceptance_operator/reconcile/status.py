@@ -23,6 +23,7 @@ from acceptance_operator.kubeapi import Kube
 from acceptance_operator.policy import node_action_problems
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.runtime import conditions_of, inputs, timestamp
+from acceptance_operator.soak import SoakStatus
 from acceptance_operator.verdict import measured_nodes
 
 KubeDict = dict[str, Any]
@@ -42,11 +43,13 @@ def write_status(
     history: list[KubeDict] | None = None,
     sweep_status: SweepStatus | None = None,
     report: KubeDict | None = None,
+    soak_status: SoakStatus | None = None,
 ) -> None:
     """Patch the status, in one request, only if a field changes: every field is the operator's.
 
     `history` replaces status.history (None: kept as it is); `report`, the run's status part as rank 0
-    delivered it into the evidence, replaces status.report (None: kept as it is).
+    delivered it into the evidence, replaces status.report (None: kept as it is); `soak_status` replaces
+    status.soak (None: kept while the status is this run's, cleared when another run's).
     """
     meta = obj["metadata"]
     status = obj.get("status") or {}
@@ -75,6 +78,8 @@ def write_status(
     }
     if report is not None:
         desired["report"] = report
+    same_run = (status.get("run") or {}).get("id") == desired["run"]["id"]
+    desired["soak"] = soak_status.to_wire() if soak_status is not None else status.get("soak") if same_run else None
     if all(status.get(key) == value for key, value in desired.items()):
         return
     written = k.patch_test_status(meta["namespace"], meta["name"], desired) or {}
@@ -100,14 +105,14 @@ def conclude(
     act_on_nodes: bool = True,
     logger: logging.Logger = log,
     report_part: KubeDict | None = None,
+    soak_status: SoakStatus | None = None,
 ) -> None:
     """End the run: stop what still runs, drop the workload's write access, record the verdict, tell.
 
     `ended`: when the run ended, if before now; act_on_nodes=False leaves spec.onFailure alone;
-    `report_part`: the run's status part as delivered, copied into status.report with the verdict.
+    `report_part`: the delivered status part (into status.report with the verdict); `soak_status`: status.soak.
     """
-    meta = obj["metadata"]
-    namespace, name = meta["namespace"], meta["name"]
+    namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     status = obj.get("status") or {}
     stop_run(k, obj, test, stop_job, logger)
     run = runs.run_of(test)
@@ -121,7 +126,7 @@ def conclude(
     entry = runs.history_entry(run, start or end, end, summary, state.reason)
     history = runs.with_entry(status.get("history") or [], entry, test.spec.history_limit)
     write_status(k, obj, state, test, start_time=start or end, completion_time=end, summary=summary, now=now,
-                  history=history, sweep_status=sweep_status, report=report_part)
+                  history=history, sweep_status=sweep_status, report=report_part, soak_status=soak_status)
     kept = rt.STATES.peek((namespace, name))
     if kept is not None:
         kept.begun = kept.unreachable_since = None  # a run that ended between the two steps of its start
