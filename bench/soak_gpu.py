@@ -24,18 +24,11 @@ import threading
 import time
 from pathlib import Path
 
+from acceptance_workload.soak import WARM_UP_SECONDS  # the first judged minute starts after it
+from fault_suite import HOG  # bf16 matmuls on one GPU, from another process
+
 HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "soak_only.yaml"
-WARM_UP_SECONDS = 15.0  # soak.WARM_UP_SECONDS: the first judged minute starts after it
-HOG = """
-import torch
-a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-print("ready", flush=True)
-while True:
-    for _ in range(50):
-        b = a @ a
-    torch.cuda.synchronize()
-"""
 
 
 def run(seconds: int, out: Path, label: str, hog_gpu: int | None, hog_at: float, cpu: bool = False) -> dict:
