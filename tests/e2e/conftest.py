@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -91,3 +92,13 @@ def operator_release(real_node: RealNode) -> Iterator[RealNode]:
          env=env)
     yield real_node
     helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "100s", env=env, check=False)
+
+
+@pytest.fixture
+def test_namespace(operator_release: RealNode) -> Iterator[str]:
+    """A namespace of its own for a test, with the registry's pull Secret (the chart's workloadImagePullSecrets)."""
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    operator_release.add_pull_secret(name)  # creates the namespace
+    yield name
+    if not os.environ.get("KEEP_TEST_NAMESPACES"):
+        operator_release.kubectl("delete", "namespace", name, "--wait=false", check=False)

@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -50,15 +49,6 @@ def smoke_test(name: str, backend: str) -> dict[str, Any]:
                  "pod": {"shmSize": "1Gi", "imagePullSecrets": [PULL_SECRET]}, "timeoutSeconds": RUN_TIMEOUT,
                  "onFailure": "label"},
     }
-
-
-@pytest.fixture
-def test_namespace(operator_release: RealNode) -> Iterator[str]:
-    name = f"e2e-{uuid.uuid4().hex[:6]}"
-    operator_release.add_pull_secret(name)  # creates the namespace
-    yield name
-    if not os.environ.get("KEEP_TEST_NAMESPACES"):
-        operator_release.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 def apply(node: RealNode, namespace: str, obj: dict[str, Any]) -> None:
@@ -353,23 +343,6 @@ def test_a_run_whose_pods_cannot_reach_the_api_server_ends_report_not_delivered_
     assert status["state"]["terminated"]["message"].startswith("report NOT delivered: "), status
 
 
-def test_helm_uninstall_leaves_nothing_stuck(operator_release: RealNode, test_namespace: str) -> None:
-    """Uninstalled while a test exists: the operator's pod goes, and the test and its namespace still delete."""
-    node = operator_release
-    apply(node, test_namespace, smoke_test("left-behind", "Job"))
-    env = {**os.environ, "KUBECONFIG": str(node.kubeconfig)}
-    helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "100s", env=env)
-    wait_for("the operator's pods to go", lambda: not get_json(node, "pods", "-n", RELEASE_NAMESPACE)["items"],
-             120, node, RELEASE_NAMESPACE)
-    node.kubectl("delete", "namespace", test_namespace, "--timeout=120s", timeout=150)
-    gone = node.kubectl("get", "namespace", test_namespace, check=False)
-    assert gone.returncode != 0 and "NotFound" in gone.stderr
-    leftover = node.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={node.node}", "-o",
-                            "name").stdout.split()
-    assert leftover == [], leftover
-
-
-
 def soak_test(name: str, seconds: int) -> dict[str, Any]:
     test = smoke_test(name, "Job")
     test["spec"]["checks"] = {"soak": {"enabled": True, "durationSeconds": seconds}}
@@ -418,3 +391,20 @@ def test_a_cpu_smoke_soaks_progress_shows_while_it_runs(operator_release: RealNo
     running = next(c for c in obj["status"]["conditions"] if c["type"] == "Running")
     assert f"soak {soak['progress']}" in running["message"], running
     soak_passed(node, test_namespace, name, 60)
+
+
+# Last in the file: it uninstalls the chart the tests above use.
+def test_helm_uninstall_leaves_nothing_stuck(operator_release: RealNode, test_namespace: str) -> None:
+    """Uninstalled while a test exists: the operator's pod goes, and the test and its namespace still delete."""
+    node = operator_release
+    apply(node, test_namespace, smoke_test("left-behind", "Job"))
+    env = {**os.environ, "KUBECONFIG": str(node.kubeconfig)}
+    helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "100s", env=env)
+    wait_for("the operator's pods to go", lambda: not get_json(node, "pods", "-n", RELEASE_NAMESPACE)["items"],
+             120, node, RELEASE_NAMESPACE)
+    node.kubectl("delete", "namespace", test_namespace, "--timeout=120s", timeout=150)
+    gone = node.kubectl("get", "namespace", test_namespace, check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    leftover = node.kubectl("get", "pods", "-A", "--field-selector", f"spec.nodeName={node.node}", "-o",
+                            "name").stdout.split()
+    assert leftover == [], leftover
