@@ -10,8 +10,10 @@
 #          Debian packages, only if missing
 # and checks that kubectl is on PATH. Silent when everything is already there.
 #
-#   hack/install-tools.sh          install what is missing
-#   hack/install-tools.sh bindir   print the folder to put on PATH (helm, promtool)
+#   hack/install-tools.sh             install what is missing
+#   hack/install-tools.sh containers  only the image builder and the real node's runtime (apt), so that `make images`
+#                                     can start while the Go-built tools build (.ci/run does)
+#   hack/install-tools.sh bindir      print the folder to put on PATH (helm, promtool)
 set -euo pipefail
 
 HELM_VERSION=${HELM_VERSION:-v3.21.4}
@@ -107,6 +109,7 @@ check_kubectl() {
 
 case "${1:-install}" in
   install) install_helm; install_promtool; install_lua; install_chromium; install_containers; check_kubectl ;;
+  containers) install_containers ;;
   bindir) echo "$bin" ;;
-  *) echo "usage: $0 [install|bindir]" >&2; exit 2 ;;
+  *) echo "usage: $0 [install|containers|bindir]" >&2; exit 2 ;;
 esac
