@@ -149,14 +149,20 @@ class Control:
             return False
 
     def gather(self, name: str, value: Any) -> list[Any] | None:
-        """Every rank's value, in rank order, on rank 0; None elsewhere."""
+        """Every rank's value, in rank order, on rank 0; None elsewhere.
+
+        Rank 0 alone reads a gather's keys, so it deletes them once read: a burn-in gathers every 30 s for hours,
+        and the store (held in memory by the job's rendezvous) must not grow with the duration."""
         base = self._key("gather", name)
         self.store.set(f"{base}/{self.rank}", json.dumps(value))
         if self.rank != 0:
             return None
         keys = {r: f"{base}/{r}" for r in range(self.world_size)}
         self._wait(keys, name)
-        return [json.loads(self.store.get(keys[r])) for r in range(self.world_size)]
+        values = [json.loads(self.store.get(keys[r])) for r in range(self.world_size)]
+        for key in keys.values():
+            self.store.delete_key(key)
+        return values
 
     def broadcast(self, name: str, value: Any = None) -> Any:
         """Rank 0's value on every rank."""
