@@ -11,6 +11,7 @@ when the next run starts. Pure: no Kubernetes calls, no import of api (api impor
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any
 
@@ -62,6 +63,8 @@ class SoakStatus(WireModel):
     elapsed_seconds: int = Field(0, ge=0)
     total_seconds: int = Field(0, ge=0)
     worst: str = Field("", max_length=MAX_WORST, description="The worst GPU so far, one line, as the workload sees it.")
+    worst_ratio: float | None = Field(None, ge=0, description="The worst GPU's latest minute of TFLOP/s against its "
+                                      "own first minutes (how a sweep's parent picks the worst of its nodes).")
     updated: datetime | None = Field(None, description="When rank 0 wrote this progress.")
     progress: str = Field("", description="One line for kubectl get: elapsed/total.")
 
@@ -89,8 +92,10 @@ def progress_of(data: dict[str, Any] | None, duration_seconds: int) -> SoakStatu
         total = min(int(raw["totalSeconds"]), duration_seconds)
         elapsed = max(0, min(int(raw["elapsedSeconds"]), total))
         worst = " ".join(str(raw.get("worst") or "").split())[:MAX_WORST]
+        ratio = raw.get("worstRatio")
+        ratio = float(ratio) if isinstance(ratio, int | float) and math.isfinite(ratio) and ratio >= 0 else None
         return SoakStatus(elapsed_seconds=elapsed, total_seconds=total, worst=worst, updated=raw.get("updated"),
-                          progress=_span(elapsed, total))
+                          progress=_span(elapsed, total), worst_ratio=ratio)
     except (ValueError, TypeError, KeyError, ValidationError):
         return None
 
@@ -98,3 +103,27 @@ def progress_of(data: dict[str, Any] | None, duration_seconds: int) -> SoakStatu
 def running_line(status: SoakStatus) -> str:
     """What the Running condition's message adds: 'soak 12/60 min, worst: <line>'."""
     return f"soak {status.progress}" + (f", worst: {status.worst}" if status.worst else "")
+
+
+def of_sweep(children: list[tuple[SoakStatus, bool]]) -> SoakStatus | None:
+    """A sweep's status.soak from its single-node children's (each with whether it still runs): the span of those
+    still soaking ("2 nodes soaking, 12-20/240 min"; "3 nodes soaked" once none is), and the worst GPU of all of
+    them, the lowest worstRatio (a child without one counts only while no child has one). None before any child
+    wrote its progress."""
+    if not children:
+        return None
+    running = [s for s, live in children if live]
+    total = max(s.total_seconds for s, _ in children)
+    if running:
+        low, high = min(s.elapsed_seconds for s in running), max(s.elapsed_seconds for s in running)
+        span = _span(high, total) if low == high else f"{_span(low, total).split('/')[0]}-{_span(high, total)}"
+        progress = f"{len(running)} node{'s' if len(running) > 1 else ''} soaking, {span}"
+    else:
+        low = min(s.elapsed_seconds for s, _ in children)
+        progress = f"{len(children)} node{'s' if len(children) > 1 else ''} soaked"
+    rated = [s for s, _ in children if s.worst and s.worst_ratio is not None]
+    worst = (min(rated, key=lambda s: s.worst_ratio or 0.0) if rated
+             else next((s for s, _ in children if s.worst), None))
+    return SoakStatus(elapsed_seconds=low, total_seconds=total, worst=worst.worst if worst else "",
+                      worst_ratio=worst.worst_ratio if worst else None,
+                      updated=max((s.updated for s, _ in children if s.updated), default=None), progress=progress)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acceptance_workload.report import CHECK_NAMES
+from pydantic import ValidationError
 
 from acceptance_operator.api import (
     API_VERSION,
@@ -44,6 +45,7 @@ from acceptance_operator.api import (
 )
 from acceptance_operator.conditions import CHECKS_FAILED, NO_NODES, PASSED, TERMINAL_PHASES, RunState
 from acceptance_operator.kubetypes import MAX_VALUES
+from acceptance_operator.soak import SoakStatus, of_sweep
 
 KubeDict = dict[str, Any]
 LABEL_SWEEP = f"{GROUP}/sweep"  # on a child test: its parent's test label value
@@ -68,6 +70,7 @@ class Child:
     busbw: float | None = None
     ddp: float | None = None
     name_taken: bool = False  # its name is another test's: it was never created (the node is skipped)
+    soak: SoakStatus | None = None  # its status.soak: the burn-in's progress (the parent shows the pool's)
 
 
 @dataclass(frozen=True)
@@ -312,9 +315,19 @@ def child_of(obj: KubeDict, recorded: KubeDict | None) -> Child | None:
     if LABEL_SWEEP not in (meta.get("labels") or {}):
         return None
     summary = (recorded or {}).get("summary") or {}
+    try:
+        soak = SoakStatus.model_validate(recorded["soak"]) if (recorded or {}).get("soak") else None
+    except ValidationError:
+        soak = None
     return Child(name=meta.get("name", ""), node=(meta.get("annotations") or {}).get(NODE_ANNOTATION, ""),
                  phase=(recorded or {}).get("phase"), failed_nodes=tuple(summary.get("failedNodes") or ()),
-                 busbw=summary.get("allReduceBusbwGBps"), ddp=summary.get("ddpThroughputPerGpu"))
+                 busbw=summary.get("allReduceBusbwGBps"), ddp=summary.get("ddpThroughputPerGpu"), soak=soak)
+
+
+def soak_status(children: list[Child]) -> SoakStatus | None:
+    """The parent's status.soak: its single-node children's burn-in progress (soak.of_sweep)."""
+    return of_sweep([(c.soak, c.phase not in TERMINAL_PHASES) for c in children
+                     if c.soak is not None and c.node != INTER_NODE])
 
 
 def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_label: str,

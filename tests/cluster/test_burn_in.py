@@ -47,12 +47,20 @@ def report_for(cluster: Cluster, child: dict, nodes: tuple[str, ...], failed_nod
     return out.to_wire()
 
 
-def write_progress(cluster: Cluster, child: dict, elapsed: int) -> None:
+def write_progress(cluster: Cluster, child: dict, elapsed: int, ratio: float) -> None:
     cm = evidence_names(parse_test(child))[0]
     body = {"check": "soak", "elapsedSeconds": elapsed, "totalSeconds": 14400, "updated": "2026-11-28T14:00:00Z",
-            "worst": f"{child['metadata']['annotations']['gpu-acceptance.io/node']} gpu 2: 81 C"}
+            "worst": f"{child['metadata']['annotations']['gpu-acceptance.io/node']} gpu 2: 81 C", "worstRatio": ratio}
     cluster.server.request("PATCH", f"/api/v1/namespaces/{cluster.ns}/configmaps/{cm}",
                            {"data": {PROGRESS_KEY: json.dumps(body)}}, content_type=MERGE)
+
+
+def parent_soak(cluster: Cluster) -> str:
+    """The burn-in's Soak column and its Running message's soak part while it sweeps ('' until both say it)."""
+    status = cluster.status("burn-in")
+    running = next((c["message"] for c in status.get("conditions", []) if c["type"] == "Running"), "")
+    shown = (status.get("soak") or {}).get("progress") or ""
+    return shown if shown and f"soak {shown}" in running else ""
 
 
 def play_burn_in(cluster: Cluster, controllers: Any, failing: str) -> int:
@@ -76,9 +84,11 @@ def play_burn_in(cluster: Cluster, controllers: Any, failing: str) -> int:
             if node:  # a node's burn-in: its progress shows while it runs
                 assert placed == (node,) and child["spec"]["checks"]["soak"]["enabled"] is True
                 cluster.wait_phase(name, "Running", timeout=60)
-                write_progress(cluster, child, 7200)
+                write_progress(cluster, child, 7200, 0.8 if node == failing else 0.99)
                 cluster.wait(lambda n=name: (cluster.status(n).get("soak") or {}).get("progress") == "120/240 min",
                              f"{name}'s soak progress")
+                # ... and in the parent's: the nodes soaking now, in its Running message too
+                cluster.wait(lambda: "soaking, " in parent_soak(cluster), "the burn-in's soak progress")
             else:  # the inter-node stage over the nodes that passed: no second burn-in
                 assert child["spec"]["checks"]["soak"]["enabled"] is False
             controllers.exit_pods(pods, 0)
@@ -114,6 +124,8 @@ def test_a_burn_in_sweep_lets_in_the_nodes_that_pass_and_keeps_out_the_one_that_
     status = cluster.status("burn-in")
     assert status["phase"] == "Failed" and status["summary"]["failedNodes"] == [pool[1]]
     assert status["sweep"]["passed"] == 2 and status["sweep"]["interNode"] == "Succeeded"
+    # The pool's burn-in, kept after the verdict: how many nodes soaked and the worst GPU among them
+    assert (status["soak"]["progress"], status["soak"]["worst"]) == ("3 nodes soaked", f"{pool[1]} gpu 2: 81 C")
     for node in (pool[0], pool[2]):  # burned in: the gate is lifted and the node labelled
         let_in = cluster.wait(lambda n=node: (x := node_of(server, n)) and not x["spec"].get("taints") and x,
                               f"{node}'s gate to be lifted")

@@ -104,3 +104,54 @@ def test_a_soak_alone_stays_in_the_inter_node_stage():
     parent = burn_in({c: {"enabled": False} for c in ("preflight", "gpu", "nccl", "ddp")})
     stage = sweep.child(parent, "g1", "burn-in", ["n1", "n2"], sweep.INTER_NODE)["spec"]
     assert stage["checks"]["soak"]["enabled"] is True
+
+
+def child(node: str, phase: str | None, **fields) -> sweep.Child | None:
+    """A sweep child as the parent's watch records it, its status.soak read from its evidence's progress."""
+    status = soak.progress_of(progress(**fields), 14400)
+    recorded = {"phase": phase, **({"soak": status.to_wire()} if status else {})}
+    return sweep.child_of({"metadata": {"name": f"burn-in-{node}", "labels": {sweep.LABEL_SWEEP: "burn-in"},
+                                        "annotations": {sweep.NODE_ANNOTATION: node}}}, recorded)
+
+
+def test_the_parent_shows_its_nodes_soaking_and_the_worst_gpu_of_the_pool():
+    children = [
+        child("n1", "Running", elapsedSeconds=720, totalSeconds=14400, worst="n1 GPU 0: 700 TFLOP/s (0.99 ...)",
+              worstRatio=0.99),
+        child("n2", "Running", elapsedSeconds=1500, totalSeconds=14400, worst="n2 GPU 5: 612 TFLOP/s (0.87 ...)",
+              worstRatio=0.871),
+        child("n3", "Succeeded", elapsedSeconds=14400, totalSeconds=14400, worst="n3 GPU 1: 690 TFLOP/s (0.95 ...)",
+              worstRatio=0.95),
+        child("n4", "Pending", elapsedSeconds=60, totalSeconds=14400, worst="n4 unrated"),  # no ratio: not worst
+    ]
+    status = sweep.soak_status([c for c in children if c is not None])
+    assert status is not None
+    assert status.progress == "3 nodes soaking, 1-25/240 min"
+    assert (status.worst, status.worst_ratio) == ("n2 GPU 5: 612 TFLOP/s (0.87 ...)", 0.871)
+    assert soak.running_line(status) == "soak 3 nodes soaking, 1-25/240 min, worst: n2 GPU 5: 612 TFLOP/s (0.87 ...)"
+
+
+def test_once_no_node_soaks_the_parent_says_how_many_did_and_keeps_the_worst():
+    done = [child("n1", "Succeeded", elapsedSeconds=14400, worst="n1 GPU 0: (0.99)", worstRatio=0.99),
+            child("n2", "Failed", elapsedSeconds=3000, worst="n2 GPU 2: (0.41)", worstRatio=0.41)]
+    status = sweep.soak_status([c for c in done if c is not None])
+    assert status is not None and status.progress == "2 nodes soaked"
+    assert (status.elapsed_seconds, status.worst) == (3000, "n2 GPU 2: (0.41)")
+
+
+def test_the_inter_node_stage_and_children_without_progress_add_nothing():
+    stage = child(sweep.INTER_NODE, "Running", worst="stage", worstRatio=0.1)
+    silent = sweep.child_of({"metadata": {"name": "burn-in-n9", "labels": {sweep.LABEL_SWEEP: "burn-in"},
+                                          "annotations": {sweep.NODE_ANNOTATION: "n9"}}}, {"phase": "Running"})
+    assert sweep.soak_status([c for c in (stage, silent) if c is not None]) is None
+    garbled = sweep.child_of({"metadata": {"name": "burn-in-n8", "labels": {sweep.LABEL_SWEEP: "burn-in"},
+                                           "annotations": {sweep.NODE_ANNOTATION: "n8"}}},
+                             {"phase": "Running", "soak": {"elapsedSeconds": -5}})
+    assert garbled is not None and garbled.soak is None
+
+
+def test_a_ratio_that_is_not_a_finite_number_is_not_read():
+    for bad in ("0.5", float("nan"), -1):
+        status = soak.progress_of(progress(worstRatio=bad), 3600)
+        assert status is not None and status.worst_ratio is None
+    assert soak.progress_of(progress(worstRatio=0.8712), 3600).worst_ratio == 0.8712

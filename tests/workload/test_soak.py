@@ -340,9 +340,10 @@ def test_progress_is_logged_every_window_and_written_at_most_every_30_s(tmp_path
     test = TestRef(name="burn", namespace="ns", evidence=["burn-r1-job", "burn-r1-n0"])
     lines: list[str] = []
     progress = Progress(WorkloadConfig(test=test), lines.append, 300)
-    for elapsed, worst in ((30.2, "n GPU 0: 700 TFLOP/s (1.00 of its first minutes), 70 C"), (45.0, "b"),
-                           (60.5, "n GPU 3: 612 TFLOP/s (0.87 of its first minutes), 83 C")):
-        progress.update(elapsed, worst)
+    for elapsed, worst, ratio in ((30.2, "n GPU 0: 700 TFLOP/s (1.00 of its first minutes), 70 C", 1.0),
+                                  (45.0, "b", 0.5),
+                                  (60.5, "n GPU 3: 612 TFLOP/s (0.87 of its first minutes), 83 C", 0.871181)):
+        progress.update(elapsed, worst, ratio)
         deadline = time.monotonic() + 20
         while progress.writing and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -353,6 +354,7 @@ def test_progress_is_logged_every_window_and_written_at_most_every_30_s(tmp_path
     assert [(w["check"], w["elapsedSeconds"], w["totalSeconds"]) for w in written] == [("soak", 30, 300),
                                                                                       ("soak", 60, 300)]
     assert written[1]["worst"].startswith("n GPU 3: 612 TFLOP/s") and written[1]["updated"].endswith("Z")
+    assert [w["worstRatio"] for w in written] == [1.0, 0.8712]
     api.server.shutdown()
     api.server.server_close()
     progress.update(95.0, "c")  # the API server is gone
@@ -363,9 +365,10 @@ def test_progress_is_logged_every_window_and_written_at_most_every_30_s(tmp_path
 
 
 def test_progress_line_names_the_worst_gpu() -> None:
-    line = soakjudge.worst_line([(Who(0, "node-a", 0), [700.0, 701.0, 699.0], 70.0),
+    worst = soakjudge.worst_gpu([(Who(0, "node-a", 0), [700.0, 701.0, 699.0], 70.0),
                                  (Who(1, "node-a", 3), [700.0, 705.0, 612.0], 83.0)])
-    assert line == "node-a GPU 3: 612 TFLOP/s (0.87 of its first minutes), 83 C"
+    assert worst is not None and worst.line == "node-a GPU 3: 612 TFLOP/s (0.87 of its first minutes), 83 C"
+    assert worst.ratio == pytest.approx(612 / 702.5)
 
 
 def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:

@@ -142,7 +142,9 @@ class Progress:
         self.last_write = -PROGRESS_SECONDS
         self.writing = False
 
-    def update(self, elapsed: float, worst: str | None) -> None:
+    def update(self, elapsed: float, worst: str | None, worst_ratio: float | None = None) -> None:
+        """`worst`: the worst GPU's line; `worst_ratio`: its latest minute against its first minutes (a sweep's
+        parent names the worst of its nodes by it)."""
         line = f"soak: {elapsed:.0f}/{self.duration:.0f} s" + (f"; worst GPU so far {worst}" if worst else "")
         if self.log:
             self.log(line)
@@ -150,7 +152,8 @@ class Progress:
             return
         self.last_write = elapsed
         text = json.dumps({"check": "soak", "elapsedSeconds": int(elapsed), "totalSeconds": int(self.duration),
-                           "worst": worst or "", "updated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")})
+                           "worst": worst or "", "updated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                           **({} if worst_ratio is None else {"worstRatio": round(worst_ratio, 4)})})
         self.writing = True
         threading.Thread(target=self._write, args=(text,), name="gpu-acceptance-progress", daemon=True).start()
 
@@ -244,9 +247,9 @@ def _load(session: Session, load: Load, watchdog: Watchdog, t0: float, duration:
         shared = session.control.gather(f"soak window {len(windows) - 1} done",  # rank 0's progress alone
                                         {"minutes": minutes_so_far(minute), "temperature": temperature})
         if shared is not None:
-            worst = soakjudge.worst_line([(Who(i.rank, i.node, i.gpu), s["minutes"], s["temperature"])
-                                          for i, s in zip(session.ranks, shared, strict=True)])
-            progress.update(window.end, worst)
+            worst = soakjudge.worst_gpu([(Who(i.rank, i.node, i.gpu), s["minutes"], s["temperature"])
+                                         for i, s in zip(session.ranks, shared, strict=True)])
+            progress.update(window.end, worst and worst.line, worst and worst.ratio)
     return windows
 
 

@@ -399,9 +399,18 @@ def minute_table(gpus: list[tuple[Who, list[float | None]]], width: int = 30) ->
     return rows
 
 
-def worst_line(gpus: list[tuple[Who, list[float | None], float | None]]) -> str | None:
-    """The progress line's worst GPU so far: the lowest latest minute against its own first minutes."""
-    worst: tuple[float, str] | None = None
+@dataclass(frozen=True)
+class Worst:
+    """The progress's worst GPU so far: its latest minute against its own first minutes, and the line that says so
+    (the ratio is what a sweep's parent compares across its nodes)."""
+
+    ratio: float
+    line: str
+
+
+def worst_gpu(gpus: list[tuple[Who, list[float | None], float | None]]) -> Worst | None:
+    """The progress's worst GPU so far: the lowest latest minute against its own first minutes."""
+    worst: Worst | None = None
     for who, minutes, temperature in gpus:
         values = [v for v in minutes if v is not None]
         if not values:
@@ -410,7 +419,7 @@ def worst_line(gpus: list[tuple[Who, list[float | None], float | None]]) -> str 
         ratio = values[-1] / base if base > 0 else 0.0
         line = (f"{who.label()}: {values[-1]:.4g} TFLOP/s ({ratio:.2f} of its first minutes)"
                 + ("" if temperature is None else f", {temperature:.0f} C"))
-        if worst is None or ratio < worst[0]:
-            worst = (ratio, line)
-    return None if worst is None else worst[1]
+        if worst is None or ratio < worst.ratio:
+            worst = Worst(ratio, line)
+    return worst
 

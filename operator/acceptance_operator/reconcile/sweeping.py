@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 
-from acceptance_operator import manifests, runs, sweep
+from acceptance_operator import manifests, runs, soak, sweep
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.conditions import RunState
 from acceptance_operator.diagnosis import parse_time
@@ -57,15 +57,18 @@ def sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, now
         create_sweep_child(k, obj, test, parent, plan.inter_node, sweep.INTER_NODE,
                             sweep.hostnames_of(rt.SWEEPS.nodes()))
     state = rt.STATES.get(key)
+    soaks = sweep.soak_status(rt.SWEEPS.children(namespace, parent, run.id)) if test.spec.checks.soak.enabled else None
     if plan.finished:
         state.sweeping_nodes = False
         state, summary = sweep.verdict(rt.SWEEPS.children(namespace, parent, run.id), plan.status, run.id, parent,
                                        selector, plan.skipped)
-        conclude(k, obj, test, state, now=now, summary=summary, sweep_status=plan.status, logger=logger)
+        conclude(k, obj, test, state, now=now, summary=summary, sweep_status=plan.status, logger=logger,
+                 soak_status=soaks)
         return after_run(obj, test)
     state.sweeping_nodes = plan.status.stage == "nodes"
-    write_status(k, obj, RunState("Running", "Sweeping", plan.status.progress), test, start_time=start,
-                  completion_time=None, summary=None, now=now, sweep_status=plan.status)
+    message = plan.status.progress + (f"; {soak.running_line(soaks)}" if soaks is not None else "")
+    write_status(k, obj, RunState("Running", "Sweeping", message), test, start_time=start,
+                  completion_time=None, summary=None, now=now, sweep_status=plan.status, soak_status=soaks)
     rt.METRICS.set_phase(namespace, name, "Running")
     return rt.SETTINGS.resync_seconds
 
