@@ -62,7 +62,7 @@ Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 # What a run's headline numbers are compared with (spec.baseline): nothing, or the last run that passed.
 Baseline = Literal["none", "lastPassed"]
 # What started a run: its spec (a new generation), the rerun annotation, spec.schedule.
-Trigger = Literal["spec", "rerun", "schedule"]
+Trigger = Literal["spec", "rerun", "schedule", "preempted"]  # preempted: Kueue failed the last attempt's job
 # A new value of this annotation starts a new run of the same spec.
 RERUN_ANNOTATION = f"{GROUP}/rerun"
 MAX_HISTORY = 100  # spec.historyLimit: each entry is a few hundred bytes of status

@@ -56,6 +56,7 @@ class Assessment:
     summary: Summary | None = None
     report: Report | None = None
     stop_job: bool = False  # the run ended while the job still holds (or waits for) GPUs
+    requeue: bool = False  # Kueue's preemption ended the job: the run goes on as a new attempt, queued again
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class Observation:
     judged: Rejudged | None = None
     gpu_pods: int = 0  # how many GPU pods the run has (spec.nodes); 0: as many as `pods` holds
     admission: Admission | None = None  # Kueue's admission of the job (spec.queueName); None: no queue
+    preempted: bool = False  # the job ended while Kueue had it suspended (queueing.preempted)
 
 
 def queued(obs: Observation) -> bool:
@@ -172,6 +174,10 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     if job is None:
         return _failed(JOB_FAILED, f"{job_text} was deleted before the run finished (no report was written)")
 
+    if state.finished and obs.preempted:
+        return Assessment(RunState("Pending", QUEUED, (
+            f"{job_text} was preempted by Kueue and ended before its report ({state.reason or 'Failed'}): "
+            "not a verdict on any node; the run goes on as a new attempt, queued again")), requeue=True)
     if state.finished:
         return _finished(obs, state, now, timing, report_problem)
     if obs.admission is not None and not obs.admission.admitted:  # queued(obs): waits for Kueue, no deadline counts

@@ -90,6 +90,13 @@ def due(current: RunRef | None, finished: bool, generation: int, rerun: str | No
     return None
 
 
+def after_preemption(current: RunRef) -> RunRef:
+    """The attempt that replaces one whose job Kueue's preemption ended (queueing.preempted): the same spec and
+    rerun value, the next attempt number, so its job, evidence and Kueue Workload are new."""
+    return RunRef(id=run_id(current.generation, current.attempt + 1), generation=current.generation,
+                  attempt=current.attempt + 1, trigger="preempted", rerun=current.rerun)
+
+
 def seconds_to_next_slot(schedule: str | None, now: datetime) -> float | None:
     """When the clock alone starts the next run; None without a schedule."""
     return (next_slot(schedule, now) - now).total_seconds() if schedule else None

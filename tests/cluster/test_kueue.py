@@ -21,7 +21,7 @@ from acceptance_operator.queueing import JOB_UID_LABEL, QUEUE_LABEL
 from tests.apiserver import ApiServer
 from tests.cluster.conftest import StartOperator
 from tests.cluster.operator_harness import Cluster, report
-from tests.cluster.test_real_controllers import REAL_ENV, cluster_of, operator_in_new_namespace, running_pods
+from tests.cluster.test_real_controllers import REAL_ENV, cluster_of, operator_in_new_namespace, run_pods, running_pods
 from tests.devcluster import Controllers
 
 KUEUE_API = "/apis/kueue.x-k8s.io/v1beta1"
@@ -43,6 +43,17 @@ def kueue_cluster() -> Iterator[tuple[ApiServer, list[str], Controllers]]:
 @pytest.fixture
 def queued(kueue_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator) -> Cluster:
     """An operator in a new namespace whose LocalQueue QUEUE feeds a ClusterQueue of its own: 8 GPUs, one test."""
+    return queue_for_one_test(kueue_cluster, start_operator)
+
+
+@pytest.fixture
+def preempting(kueue_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator) -> Cluster:
+    """As `queued`, whose ClusterQueue lets a workload of a higher priority preempt a lower one."""
+    return queue_for_one_test(kueue_cluster, start_operator, {"withinClusterQueue": "LowerPriority"})
+
+
+def queue_for_one_test(kueue_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator,
+                       preemption: dict | None = None) -> Cluster:
     cluster = operator_in_new_namespace(kueue_cluster, start_operator, REAL_ENV)
     server, name = cluster.server, f"cq-{uuid.uuid4().hex[:6]}"
     quota = [{"name": "cpu", "nominalQuota": "100"}, {"name": "memory", "nominalQuota": "1Ti"},
@@ -51,7 +62,8 @@ def queued(kueue_cluster: tuple[ApiServer, list[str], Controllers], start_operat
         "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": name},
         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cluster.ns}},
                  "resourceGroups": [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                                     "flavors": [{"name": "default", "resources": quota}]}]}})
+                                     "flavors": [{"name": "default", "resources": quota}]}],
+                 **({"preemption": preemption} if preemption else {})}})
     server.request("POST", f"{KUEUE_API}/namespaces/{cluster.ns}/localqueues", {
         "apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue", "metadata": {"name": QUEUE},
         "spec": {"clusterQueue": name}})
@@ -147,3 +159,59 @@ def test_a_queued_test_changed_or_deleted_leaves_no_workload(queued: Cluster,
     queued.delete_test("waiter")
     queued.wait(lambda: queued.job("Job", "waiter-g2") is None and not workloads_of(queued, second),
                 "the queued test's Job and its Workload to be deleted", timeout=60)
+
+
+def priority_class(server: ApiServer, name: str, value: int) -> str:
+    server.request("POST", "/apis/scheduling.k8s.io/v1/priorityclasses",
+                   {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+                    "value": value}, expect=(201, 409))
+    return name
+
+
+def test_a_run_kueue_preempts_is_queued_again_blames_no_node_and_is_judged_once_readmitted(
+        preempting: Cluster, kueue_cluster: tuple[ApiServer, list[str], Controllers]):
+    """Kueue takes the running test's admission back for a test of a higher priority (placement.priorityClassName,
+    which Kueue reads from the pod template): the Job is suspended and its pods deleted. That is the queue's doing,
+    not the node's: the run is Queued again (Kueue's preemption message), never Failed, names no node, and once
+    the other test is done and the quota free again it is admitted anew, runs and is judged."""
+    server, _, controllers = kueue_cluster
+    low, high = priority_class(server, "acceptance-low", 100), priority_class(server, "acceptance-high", 1000)
+    spec = {"backend": "Job", "nodes": 1, "queueName": QUEUE}
+    preempting.create_test("routine", {**spec, "placement": {"priorityClassName": low}})
+    first_pods = running_pods(preempting, "routine", 1)
+    preempting.wait_phase("routine", "Running", timeout=60)
+
+    preempting.create_test("urgent", {**spec, "placement": {"priorityClassName": high}})
+    running_pods(preempting, "urgent", 1)  # admitted once the routine run gave its quota back
+
+    def queued_again() -> dict | None:
+        c = next((c for c in preempting.status("routine").get("conditions") or [] if c["type"] == "Succeeded"), None)
+        return c if c and c.get("reason") == "Queued" else None
+
+    try:
+        preempting.wait(queued_again, "the preempted run to be Queued again", timeout=90)
+    except AssertionError as e:
+        raise AssertionError(f"routine's status: {preempting.status('routine')}") from e
+    gone = {p["metadata"]["name"] for p in first_pods}
+    preempting.wait(lambda: not gone & {p["metadata"]["name"] for p in run_pods(preempting, "routine")},
+                    "the preempted run's pods to be deleted", timeout=60)
+    status = preempting.status("routine")
+    assert status["phase"] == "Pending" and not (status.get("summary") or {}).get("failedNodes"), status
+    # Two ways out of a preemption, both Kueue's doing: the Job stays suspended until Kueue admits it again, or its
+    # controller failed it on its stopped pods' exit codes and the run goes on as a new attempt (event Preempted).
+    preempted = [m for _, r, m in preempting.events("routine") if r == "Preempted"]
+    print(f"the preempted Job {'failed: a new attempt' if preempted else 'stayed suspended'}")
+    if preempted:
+        assert status["run"] == {"id": "g1-r2", "generation": 1, "attempt": 2, "trigger": "preempted"}, status["run"]
+        assert "Job routine-g1 was preempted by Kueue" in preempted[0] and "not a verdict on any node" in preempted[0]
+        assert preempting.job("Job", "routine-g1")["spec"]["suspend"] is True  # left as Kueue stopped it
+    else:
+        assert preempting.job("Job", "routine-g1")["spec"]["suspend"] is True
+        assert "waits in" in preempting.condition("routine", "Succeeded")["message"]
+    assert not [r for _, r, _ in preempting.events("routine") if "Fail" in r], preempting.events("routine")
+
+    finish(preempting, controllers, "urgent")
+    finish(preempting, controllers, "routine")  # admitted anew: new pods, its report judged
+    status = preempting.status("routine")
+    assert status["phase"] == "Succeeded" and preempting.condition("routine", "Succeeded")["reason"] == "ChecksPassed"
+    assert [h["result"] for h in status.get("history") or []] == ["Passed"]  # one run, preempted once, judged once

@@ -7,10 +7,10 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from acceptance_operator import api, sweep
+from acceptance_operator import api, runs, sweep
 from acceptance_operator.assessment import Observation, Timing, assess, next_look
 from acceptance_operator.backends import BACKENDS, build_children, build_job
-from acceptance_operator.queueing import QUEUE_LABEL, Admission, admission, job_workload, suspended
+from acceptance_operator.queueing import QUEUE_LABEL, Admission, admission, job_workload, preempted, suspended
 from acceptance_operator.spec_input import validation_messages
 from pydantic import ValidationError
 
@@ -154,3 +154,35 @@ def test_the_backends_patience_counts_from_the_admission():
     assert assess(o, admitted_at + timedelta(seconds=599), TIMING).state.phase == "Pending"
     assert next_look(o, admitted_at + timedelta(seconds=5), TIMING) == admitted_at + timedelta(seconds=600)
     assert assess(o, admitted_at + timedelta(seconds=600), TIMING).state.reason == "BackendNotRunning"
+
+
+# --------------------------------------------------------------------------- preemption
+
+
+def test_a_job_that_ended_while_kueue_had_it_suspended_is_requeued_not_judged():
+    """Kueue's preemption suspends the job; a Job's controller may then fail it on its stopped pods' exit codes. No
+    node is to blame: the run goes on as a new attempt, queued again, whatever the job's failure says."""
+    failed = job(name="t-g2", conditions=[("Failed", "True", "PodFailurePolicy",
+                                           "Container workload for pod gpu/t-g2-0-x failed with exit code 143", T0)])
+    failed.setdefault("spec", {}).setdefault("runPolicy", {})["suspend"] = True
+    assert preempted(failed, KUBEFLOW_SUSPEND, finished=True)
+    a = assess(obs(job=failed, preempted=True), T0 + timedelta(seconds=5), TIMING)
+    assert (a.state.phase, a.state.reason, a.requeue, a.summary) == ("Pending", "Queued", True, None)
+    assert a.state.message.startswith("PyTorchJob t-g2 was preempted by Kueue and ended before its report")
+    assert "not a verdict on any node" in a.state.message
+    # The same failure of a job that runs (not suspended) is the run's verdict, as without a queue.
+    failed["spec"]["runPolicy"]["suspend"] = False
+    assert not preempted(failed, KUBEFLOW_SUSPEND, finished=True)
+    judged = assess(obs(job=failed), T0 + timedelta(seconds=60), TIMING)  # past the report grace
+    assert (judged.state.phase, judged.state.reason, judged.requeue) == ("Failed", "JobFailed", False)
+    # A suspended job that has not ended is only queued (Kueue admits it again itself).
+    assert not preempted(suspended_job(True), KUBEFLOW_SUSPEND, finished=False)
+
+
+def test_the_next_attempt_keeps_the_spec_and_the_rerun_and_says_why():
+    current = api.RunRef(id="g3-r2", generation=3, attempt=2, trigger="rerun", rerun="2026-11-28")
+    following = runs.after_preemption(current)
+    assert following.to_wire() == {"id": "g3-r3", "generation": 3, "attempt": 3, "trigger": "preempted",
+                                   "rerun": "2026-11-28"}
+    # A run started for a new attempt is not one the loop starts again: it is not due while it runs.
+    assert runs.due(following, False, 3, "2026-11-28", None, T0, T0) is None

@@ -23,6 +23,7 @@ from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.runtime import after_run, run_selector, timing, utc_now
+from acceptance_operator.reconcile.start import start_run
 from acceptance_operator.reconcile.status import conclude, write_status
 from acceptance_operator.rejudge import Rejudged, RunFacts, run_problems
 
@@ -56,6 +57,8 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
             now=now, stop_job=True, logger=logger)
         return after_run(obj, test)
     namespace, name = test.metadata.namespace, test.metadata.name
+    if outcome.requeue:
+        return requeue(k, obj, test, outcome.state, now, logger)
     progress = soak_progress(k, test)
     if outcome.state.terminal:
         conclude(k, obj, test, outcome.state, now=now, summary=outcome.summary, report=outcome.report,
@@ -73,6 +76,19 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     rt.METRICS.set_phase(namespace, name, outcome.state.phase)
     deadline = next_look(observation, now, timing())
     return (deadline + rt.DEADLINE_MARGIN - now).total_seconds() if deadline else rt.SETTINGS.resync_seconds
+
+
+def requeue(k: Kube, obj: KubeDict, test: AcceptanceTest, state: RunState, now: datetime,
+            logger: logging.Logger) -> float | None:
+    """Kueue's preemption ended the run's job (queueing.preempted): tell it and go on as the next attempt, whose new
+    job queues in spec.queueName again. The ended job is left as it is (its pods are gone, its Workload finished and
+    gave its quota back; the job's TTL or the test's deletion removes it): until the new attempt is recorded, the
+    next look finds it again and does the same, never a verdict."""
+    following = runs.after_preemption(runs.run_of(test))
+    kopf.info(obj, reason="Preempted", message=f"{state.message}: {following.id}")
+    logger.info(f"{test.metadata.namespace}/{test.metadata.name}: {state.message}: {following.id}")
+    retry = start_run(k, obj, runs.with_run(test, following), now, logger)
+    return retry if retry is not None else rt.SETTINGS.resync_seconds
 
 
 def observe_run(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
@@ -126,6 +142,8 @@ def observe_run(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
         baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,
         regression_tolerance=test.spec.regression_tolerance,
         admission=admission_of(k, test, job),
+        preempted=bool(test.spec.queue_name) and queueing.preempted(job, backend_of(backend).suspend,
+                                                                     job_state(job).finished),
     ), delivered
 
 
