@@ -33,8 +33,10 @@ def _named(report: Report, name: str) -> list[CheckResult]:
 
 
 @pytest.mark.skipif(not TWO_CPUS, reason="needs 2 CPUs to give each rank its own")
-def test_smoke_run_pins_each_rank_to_its_share_and_judges_binding_and_latency(tmp_path: Path) -> None:
-    proc, report = _local(tmp_path)
+def test_smoke_run_pins_each_rank_to_its_share_and_judges_binding_and_latency(cpu_smoke_run) -> None:
+    """The default `local --cpu` run (conftest.py)."""
+    proc = cpu_smoke_run.proc
+    report = Report.model_validate(json.loads((cpu_smoke_run.dir / "r.json").read_text()))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     affinity = _named(report, "cpu_affinity")
     assert [(r.gpu, r.value, r.threshold, r.passed) for r in affinity] == [(0, 1.0, 1.0, True), (1, 1.0, 1.0, True)]

@@ -35,8 +35,12 @@ HEARTBEAT_TIMEOUT = HEARTBEAT_TIMEOUT_SECONDS  # the default, which DEFAULT_STAG
 
 
 def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes: int = 2,
-            longer: str | None = None, heartbeat: int | None = None) -> WorkloadConfig:
+            longer: str | None = None, heartbeat: int | None = None,
+            only: tuple[str, ...] | None = None) -> WorkloadConfig:
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
+    if only is not None:  # the stage under test and what it needs: the checks before it would only add time
+        for name in ("preflight", "gpu", "nccl", "ddp"):
+            getattr(checks, name).enabled = name in only
     if heartbeat is not None:
         checks.heartbeat_timeout_seconds = heartbeat
     # `longer`: the stage made to last seconds rather than a second, so the fault lands inside it on a loaded
@@ -62,7 +66,7 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
 
 def _run_with_fault(tmp_path: Path, trigger: str, sig: signal.Signals, victim: int,
                     collective_timeout: int = COLLECTIVE_TIMEOUT, nodes: list[str] = NODES, delay: float = 0.0,
-                    longer: str | None = None, heartbeat: int | None = None
+                    longer: str | None = None, heartbeat: int | None = None, only: tuple[str, ...] | None = None
                     ) -> tuple[list[int | None], list[str], float]:
     """Start a rank per entry of `nodes`; `delay` s after rank 0 prints `trigger`, send `sig` to `victim`;
     wait for the others to end.
@@ -70,7 +74,7 @@ def _run_with_fault(tmp_path: Path, trigger: str, sig: signal.Signals, victim: i
     Returns every rank's exit code (None: the victim, still stopped), every rank's stderr, and the
     seconds from the fault until the last of the other ranks ended.
     """
-    config = _config(tmp_path, collective_timeout, len(set(nodes)), longer, heartbeat)
+    config = _config(tmp_path, collective_timeout, len(set(nodes)), longer, heartbeat, only)
     port = free_port()
     world = len(nodes)
     envs = [rank_env(r, world, port, nodes[r], nodes[: r + 1].count(nodes[r]) - 1, nodes.count(nodes[r]),
@@ -127,19 +131,22 @@ def _assert_names_rank_2(report: Report, stage: str | tuple[str, ...], how: str 
 
 
 # Per stage: rank 0's progress line that starts it; how long after it the victim is stopped (inside the
-# stage by then); the checks the culprit may be filed under and the steps the victim and rank 0 may be at.
+# stage by then); the checks the culprit may be filed under and the steps the victim and rank 0 may be at; the
+# checks of preflight, gpu, nccl and ddp that run (the stage and what it needs: storage and soak are turned on by
+# _config; the checks before a stage would only add their time to each case).
 # A CPU preflight takes milliseconds: the victim is often past it (waiting for the verdict) when stopped, and
 # rank 0 then already in the gpu check, where the culprit is filed. Stopped with no delay, the victim may also not
 # have beaten its first step yet ('not started': seen once in CI under load); it is named all the same.
 STAGES = {
-    "preflight": ("] preflight", 0.0, ("preflight", "gpu"), ("preflight", "not started"), ("preflight", "gpu")),
-    "gpu": ("] gpu: ", 1.0, ("gpu",), ("gpu",), ("gpu",)),
-    "sweep": ("] nccl sweep", 1.0, ("nccl",), ("nccl",), ("nccl job ",)),
-    "localisation": ("] nccl localize", 0.3, ("nccl",), ("nccl localize ",), ("nccl localize ",)),
-    "ddp": ("] ddp ", 1.0, ("ddp",), ("ddp",), ("ddp",)),
+    "preflight": ("] preflight", 0.0, ("preflight", "gpu"), ("preflight", "not started"), ("preflight", "gpu"),
+                  ("preflight", "gpu")),
+    "gpu": ("] gpu: ", 1.0, ("gpu",), ("gpu",), ("gpu",), ("gpu",)),
+    "sweep": ("] nccl sweep", 1.0, ("nccl",), ("nccl",), ("nccl job ",), ("nccl",)),
+    "localisation": ("] nccl localize", 0.3, ("nccl",), ("nccl localize ",), ("nccl localize ",), ("nccl",)),
+    "ddp": ("] ddp ", 1.0, ("ddp",), ("ddp",), ("ddp",), ("ddp",)),
     # The victim is no node's first rank: it waits for the node leaders' files, then saves the checkpoint.
-    "storage": ("] storage: ", 0.3, ("storage",), ("storage", "checkpoint "), ("storage", "checkpoint ")),
-    "soak": ("] soak: GEMM", 3.0, ("soak",), ("soak window 0",), ("soak window 0",)),
+    "storage": ("] storage: ", 0.3, ("storage",), ("storage", "checkpoint "), ("storage", "checkpoint "), ()),
+    "soak": ("] soak: GEMM", 3.0, ("soak",), ("soak window 0",), ("soak window 0",), ()),
 }
 
 
@@ -153,12 +160,12 @@ def test_a_rank_frozen_in_any_stage_is_named_by_its_heartbeat(tmp_path: Path, st
 
     Localisation runs on 3 nodes or more: a fourth rank on node-c there.
     """
-    trigger, delay, checks, victim_steps, root_steps = STAGES[stage]
+    trigger, delay, checks, victim_steps, root_steps, only = STAGES[stage]
     heartbeat = None if stage == DEFAULT_STAGE else SHORT_HEARTBEAT
     limit = heartbeat or HEARTBEAT_TIMEOUT
     nodes = [*NODES, "node-c"] if stage == "localisation" else NODES
     codes, stderr, elapsed = _run_with_fault(tmp_path, trigger, signal.SIGSTOP, victim=2, collective_timeout=300,
-                                             nodes=nodes, delay=delay, heartbeat=heartbeat,
+                                             nodes=nodes, delay=delay, heartbeat=heartbeat, only=only,
                                              longer=stage if stage in ("gpu", "sweep", "storage", "soak") else None)
     live = [c for r, c in enumerate(codes) if r != 2]
     assert live == [2] * len(live), stderr[0][-3000:]

@@ -41,9 +41,9 @@ def without_modules(tmp_path: Path, *names: str) -> dict[str, str]:
     return {"PYTHONPATH": os.pathsep.join([str(blocked), os.environ.get("PYTHONPATH", "")])}
 
 
-def test_cpu_smoke_run_writes_the_report_object(tmp_path: Path) -> None:
-    """End to end, with the Kubernetes client and pyyaml unimportable: a local run needs neither."""
-    proc = cli("--cpu", "--json", "r.json", cwd=tmp_path, env=without_modules(tmp_path, "kubernetes", "yaml"))
+def test_cpu_smoke_run_writes_the_report_object(cpu_smoke_run) -> None:
+    """End to end, with the Kubernetes client and pyyaml unimportable: a local run needs neither (conftest.py)."""
+    proc, tmp_path = cpu_smoke_run.proc, cpu_smoke_run.dir
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
     assert report.mode == "cpu-smoke" and report.passed and report.error is None

@@ -49,16 +49,14 @@ class Figures(HTMLParser):
 
 
 @pytest.fixture(scope="module")
-def cpu_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cpu-run")
-    proc = subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "local", "--cpu", "--json", "r.json",
-                           "--html", "r.html", "--junit", "r.xml"], cwd=out, capture_output=True, text=True,
-                          timeout=600)
+def cpu_run(cpu_smoke_run) -> Path:
+    """The default `local --cpu` run with --json, --html and --junit (conftest.py)."""
+    proc = cpu_smoke_run.proc
     # 1: a check failed (a CPU smoke run on a busy machine can miss its loose per-process ratio); the files are
     # written either way, and the tests below hold whatever the verdict.
     assert proc.returncode in (0, 1), proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "wrote the HTML report to r.html" in proc.stderr and "wrote the JUnit XML to r.xml" in proc.stderr
-    return out
+    return cpu_smoke_run.dir
 
 
 def chromium() -> str:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 
 import pytest
 
@@ -17,10 +14,9 @@ spec.loader.exec_module(stage_times)
 
 
 @pytest.fixture(scope="module")
-def smoke_log() -> str:
-    env = {**os.environ, "PYTHONPATH": f"{REPO / 'operator'}{os.pathsep}{REPO / 'workload'}"}
-    proc = subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "local", "--cpu", "--quick"],
-                          capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
+def smoke_log(cpu_smoke_run) -> str:
+    """The default `local --cpu` run's log (conftest.py)."""
+    proc = cpu_smoke_run.proc
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stderr
 

@@ -173,8 +173,9 @@ def _node_groups(report: Report, groups: int) -> list[list[str]]:
     return [nodes[k * per:(k + 1) * per] for k in range(groups)]
 
 
-def _partial(report: Report, nodes: set[str] | None) -> Report:
-    """The part of the report about `nodes` (None: the job-wide part, with the environment and errors)."""
+def _partial(report: Report, nodes: set[str] | None, results: list[CheckResult]) -> Report:
+    """The part of the report about `nodes` (None: the job-wide part, with the environment and errors); `results`:
+    the report's results about them (_results_by_shard)."""
     def mine(node: str | None) -> bool:
         return node is None if nodes is None else node in nodes
     ddp = report.ddp.model_copy(update={"ranks": [r for r in report.ddp.ranks if nodes is not None
@@ -190,7 +191,7 @@ def _partial(report: Report, nodes: set[str] | None) -> Report:
     base = report if nodes is None else Report(mode=report.mode, generation=report.generation, uid=report.uid,
                                                run=report.run)
     return base.model_copy(update={
-        "results": [r for r in report.results if mine(r.node)],
+        "results": results,
         "skipped": report.skipped if nodes is None else [],
         "nccl": [s for s in report.nccl if mine(s.node if s.scope == "node" else None)],
         "ddp": ddp, "gpu": gpu, "fsdp": fsdp, "storage": storage, "soak": soak,
@@ -226,10 +227,26 @@ def split(report: Report, names: list[str]) -> tuple[StatusReport, dict[str, str
     groups = _node_groups(report, len(names) - 1)
     status = compact(report, names)
     # The job-wide ConfigMap holds the status part too (STATUS_KEY): its evidence gets the rest of the budget.
-    shards = {names[0]: _fit(_partial(report, None), SHARD_BUDGET_BYTES - len(status_text(status)))}
-    for name, group in zip(names[1:], groups, strict=True):
-        shards[name] = _fit(_partial(report, set(group)))
+    job, per_group = _results_by_shard(report.results, groups)
+    shards = {names[0]: _fit(_partial(report, None, job), SHARD_BUDGET_BYTES - len(status_text(status)))}
+    for name, group, results in zip(names[1:], groups, per_group, strict=True):
+        shards[name] = _fit(_partial(report, set(group), results))
     return status, shards
+
+
+def _results_by_shard(results: list[CheckResult], groups: list[list[str]],
+                      ) -> tuple[list[CheckResult], list[list[CheckResult]]]:
+    """The job-wide results and each node group's, in the report's order, in one pass: filtering every result
+    for every shard took rank 0 of a 1,024-node run (~190,000 results, 129 shards) ~15 s."""
+    shard_of = {node: k for k, group in enumerate(groups) for node in group}
+    job: list[CheckResult] = []
+    per_group: list[list[CheckResult]] = [[] for _ in groups]
+    for r in results:
+        if r.node is None:
+            job.append(r)
+        elif r.node in shard_of:
+            per_group[shard_of[r.node]].append(r)
+    return job, per_group
 
 
 def status_text(status: StatusReport) -> str:
