@@ -56,9 +56,9 @@ push: ## push the built images and the chart (an OCI artifact) to REGISTRY=host:
 images-prune: ## remove what image builds left behind (dangling layers, build containers)
 	bash hack/build-images.sh prune
 
-test: ## run the test suite (cluster tests start their own kube-apiserver + etcd)
+test: ## run the test suite in two lanes at once (hack/test.sh; cluster tests start their own kube-apiserver + etcd); PYTEST_ARGS="..." runs that selection instead
 	assets=$$(bash hack/envtest-assets.sh assets); \
-	PATH="$(TOOLS_BIN):$$PATH" KUBEBUILDER_ASSETS="$$assets" $(PYTHON) -m pytest $(PYTEST_ARGS)
+	PATH="$(TOOLS_BIN):$$PATH" KUBEBUILDER_ASSETS="$$assets" PYTHON=$(PYTHON) bash hack/test.sh $(PYTEST_ARGS)
 
 lint: ## ruff
 	$(PYTHON) -m ruff check .
