@@ -48,11 +48,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.keepalive import Connections
 from tests.pki import ADMIN_USER, read_pki, write_pki
 from tests.processes import alive, cmdline, die_with_parent, free_ports, kill_group, tail
 
@@ -213,6 +212,8 @@ class ApiServer:
         self.pki: dict[str, Path] = {}
         self._procs: dict[str, subprocess.Popen] = {}
         self._ssl: ssl.SSLContext | None = None
+        self._bearer_ssl: ssl.SSLContext | None = None
+        self._connections = Connections()
         self.started_seconds: float | None = None
 
     # paths ---------------------------------------------------------------
@@ -450,6 +451,12 @@ class ApiServer:
             self._ssl = ctx
         return self._ssl
 
+    def _bearer_ssl_context(self) -> ssl.SSLContext:
+        """Server verification only: no client certificate, so RBAC applies to the bearer token's user."""
+        if self._bearer_ssl is None:
+            self._bearer_ssl = ssl.create_default_context(cafile=str(self.pki["ca_cert"]))
+        return self._bearer_ssl
+
     def _http(
         self,
         method: str,
@@ -460,21 +467,13 @@ class ApiServer:
         timeout: float = 10.0,
     ) -> tuple[int, bytes]:
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-        req = urllib.request.Request(self.server + path, data=data, method=method)
-        req.add_header("Accept", "application/json")
+        headers = {"Accept": "application/json"}
         if data is not None:
-            req.add_header("Content-Type", content_type)
+            headers["Content-Type"] = content_type
         if token is not None:
-            # Bearer auth only: no client certificate, so RBAC applies to the token's user.
-            req.add_header("Authorization", f"Bearer {token}")
-            ctx = ssl.create_default_context(cafile=str(self.pki["ca_cert"]))
-        else:
-            ctx = self._ssl_context()
-        try:
-            with urllib.request.urlopen(req, context=ctx, timeout=timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as e:
-            return e.code, e.read()
+            headers["Authorization"] = f"Bearer {token}"
+        ctx = self._ssl_context() if token is None else self._bearer_ssl_context()
+        return self._connections.request(self.address, self.secure_port, ctx, method, path, data, headers, timeout)
 
     def request(
         self,

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import junitparser
+import pytest
 from acceptance_workload.checks import ChecksSpec
 from acceptance_workload.config import TestRef, WorkloadConfig
 from acceptance_workload.report import Report
@@ -23,6 +24,12 @@ from tests.cluster.operator_harness import MERGE, Cluster, report
 from tests.reports import node_names, passing_report
 
 STATUS_LIMIT = 256 * 1024
+
+
+@pytest.fixture
+def cluster(shared_cluster: Cluster) -> Cluster:
+    """Each test in a namespace of its own under the module's one operator: they look at their own tests only."""
+    return shared_cluster
 
 
 def configmaps(cluster: Cluster, test: str) -> dict[str, dict]:

@@ -180,8 +180,9 @@ def test_job_failed_by_its_pod_failure_policy_quotes_the_job_controller(cluster:
     ({"pod": {"volumes": [{"name": "cfg", "configMap": "cfg"}]}},
      "spec.pod.volumes[0].configMap", "a volume source is an object"),
 ])
-def test_invalid_spec_names_the_field(cluster: Cluster, spec: dict, field: str, advice: str):
+def test_invalid_spec_names_the_field(shared_cluster: Cluster, spec: dict, field: str, advice: str):
     """Specs the schema admits but the operator must refuse: nothing is created, the message names the field."""
+    cluster = shared_cluster
     cluster.create_test("broken", spec)  # the API server accepts it
     message = failed(cluster, "broken", "InvalidSpec")["message"]
     assert message.startswith(field), message

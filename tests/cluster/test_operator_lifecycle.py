@@ -52,7 +52,8 @@ def start_and_run(cluster: Cluster, name: str, backend: str, nodes: tuple[str, .
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_run_passes(cluster: Cluster, backend: str):
+def test_run_passes(shared_cluster: Cluster, backend: str):
+    cluster = shared_cluster
     job_name = start_and_run(cluster, "accept", backend, ("node-a", "node-b"))
     written = report(1, nodes=("node-a", "node-b"))
     n = len(written["results"])
@@ -92,7 +93,8 @@ def test_run_passes(cluster: Cluster, backend: str):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_run_fails_on_the_report(cluster: Cluster, backend: str):
+def test_run_fails_on_the_report(shared_cluster: Cluster, backend: str):
+    cluster = shared_cluster
     job_name = start_and_run(cluster, "accept", backend, ("node-a", "node-b"))
     written = report(1, nodes=("node-a", "node-b"), failed_node="node-b")
     n = len(written["results"])

@@ -25,6 +25,12 @@ FORGED = {"phase": "Succeeded", "summary": {"result": "Passed", "allReduceBusbwG
           "observedGeneration": 1, "report": {"generation": 1, "passed": True}}
 
 
+@pytest.fixture
+def cluster(shared_cluster: Cluster) -> Cluster:
+    """Each test in a namespace of its own under the module's one operator: they judge their own tests only."""
+    return shared_cluster
+
+
 def workload_api(cluster: Cluster, name: str, tmp_path: Path) -> client.CustomObjectsApi:
     """A client with the token of the test's workload ServiceAccount, as rank 0 has in its pod."""
     token = cluster.server.token_for_service_account(cluster.ns, f"{name}-workload", create=False)
