@@ -7,8 +7,9 @@
 #   hack/test.sh ARGS...         python -m pytest ARGS...
 #
 # Why two lanes: most of the cluster and end-to-end tests' time is spent waiting for real controllers and a real
-# kubelet, while the workload's tests keep the CPUs busy; run one after the other on a 2-core machine they took
-# about 40 minutes, at once about 26 (docs/benchmarks.md, "The suite's time"). The lanes share nothing but the
+# kubelet, while the workload's tests keep the CPUs busy: on a 2-core machine the lanes took 23 and 26 minutes at
+# once, where the packages one after the other had taken close to an hour (docs/benchmarks.md, "The suite's
+# time"). The lanes share nothing but the
 # machine: each test starts its own API servers, processes and ports; the real node (tests/e2e) runs in lane 2 only,
 # after the cluster tests (tests/e2e and the cluster tests' mpi-operator both want port 8080).
 #
