@@ -69,11 +69,12 @@ class SoakStatus(WireModel):
     progress: str = Field("", description="One line for kubectl get: elapsed/total.")
 
 
-def _span(elapsed: int, total: int) -> str:
-    """'12/60 min' (seconds under 10 minutes: '20/30 s')."""
-    if total < 600:
-        return f"{elapsed}/{total} s"
-    return f"{elapsed // 60}/{total // 60} min"
+def _span(elapsed: int, total: int, least: int | None = None) -> str:
+    """'12/60 min' (seconds under 10 minutes: '20/30 s'); with `least`, the range from it: '12-20/60 min'."""
+    def shown(seconds: int) -> int:
+        return seconds if total < 600 else seconds // 60
+    since = "" if least is None or shown(least) == shown(elapsed) else f"{shown(least)}-"
+    return f"{since}{shown(elapsed)}/{shown(total)} {'s' if total < 600 else 'min'}"
 
 
 def progress_of(data: dict[str, Any] | None, duration_seconds: int) -> SoakStatus | None:
@@ -116,8 +117,7 @@ def of_sweep(children: list[tuple[SoakStatus, bool]]) -> SoakStatus | None:
     total = max(s.total_seconds for s, _ in children)
     if running:
         low, high = min(s.elapsed_seconds for s in running), max(s.elapsed_seconds for s in running)
-        span = _span(high, total) if low == high else f"{_span(low, total).split('/')[0]}-{_span(high, total)}"
-        progress = f"{len(running)} node{'s' if len(running) > 1 else ''} soaking, {span}"
+        progress = f"{len(running)} node{'s' if len(running) > 1 else ''} soaking, {_span(high, total, low)}"
     else:
         low = min(s.elapsed_seconds for s, _ in children)
         progress = f"{len(children)} node{'s' if len(children) > 1 else ''} soaked"
