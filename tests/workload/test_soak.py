@@ -343,7 +343,7 @@ def test_progress_is_logged_every_window_and_written_at_most_every_30_s(tmp_path
     for elapsed, worst, ratio in ((30.2, "n GPU 0: 700 TFLOP/s (1.00 of its first minutes), 70 C", 1.0),
                                   (45.0, "b", 0.5),
                                   (60.5, "n GPU 3: 612 TFLOP/s (0.87 of its first minutes), 83 C", 0.871181)):
-        progress.update(elapsed, worst, ratio)
+        progress.update(elapsed, soakjudge.Worst(ratio, worst))
         deadline = time.monotonic() + 20
         while progress.writing and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -357,7 +357,7 @@ def test_progress_is_logged_every_window_and_written_at_most_every_30_s(tmp_path
     assert [w["worstRatio"] for w in written] == [1.0, 0.8712]
     api.server.shutdown()
     api.server.server_close()
-    progress.update(95.0, "c")  # the API server is gone
+    progress.update(95.0, soakjudge.Worst(0.5, "c"))  # the API server is gone
     deadline = time.monotonic() + 30
     while progress.writing and time.monotonic() < deadline:
         time.sleep(0.05)

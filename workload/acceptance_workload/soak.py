@@ -142,18 +142,19 @@ class Progress:
         self.last_write = -PROGRESS_SECONDS
         self.writing = False
 
-    def update(self, elapsed: float, worst: str | None, worst_ratio: float | None = None) -> None:
-        """`worst`: the worst GPU's line; `worst_ratio`: its latest minute against its first minutes (a sweep's
-        parent names the worst of its nodes by it)."""
-        line = f"soak: {elapsed:.0f}/{self.duration:.0f} s" + (f"; worst GPU so far {worst}" if worst else "")
+    def update(self, elapsed: float, worst: soakjudge.Worst | None) -> None:
+        """`worst`: the worst GPU so far, its line and its ratio (a sweep's parent names the worst of its nodes by
+        the ratio)."""
+        line = f"soak: {elapsed:.0f}/{self.duration:.0f} s" + (f"; worst GPU so far {worst.line}" if worst else "")
         if self.log:
             self.log(line)
         if self.test is None or elapsed - self.last_write < PROGRESS_SECONDS or self.writing:
             return
         self.last_write = elapsed
         text = json.dumps({"check": "soak", "elapsedSeconds": int(elapsed), "totalSeconds": int(self.duration),
-                           "worst": worst or "", "updated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                           **({} if worst_ratio is None else {"worstRatio": round(worst_ratio, 4)})})
+                           "worst": worst.line if worst else "",
+                           "updated": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                           **({"worstRatio": round(worst.ratio, 4)} if worst else {})})
         self.writing = True
         threading.Thread(target=self._write, args=(text,), name="gpu-acceptance-progress", daemon=True).start()
 
@@ -249,7 +250,7 @@ def _load(session: Session, load: Load, watchdog: Watchdog, t0: float, duration:
         if shared is not None:
             worst = soakjudge.worst_gpu([(Who(i.rank, i.node, i.gpu), s["minutes"], s["temperature"])
                                          for i, s in zip(session.ranks, shared, strict=True)])
-            progress.update(window.end, worst and worst.line, worst and worst.ratio)
+            progress.update(window.end, worst)
     return windows
 
 
