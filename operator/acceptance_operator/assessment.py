@@ -85,7 +85,9 @@ class Observation:
     judged: Rejudged | None = None
     gpu_pods: int = 0  # how many GPU pods the run has (spec.nodes); 0: as many as `pods` holds
     admission: Admission | None = None  # Kueue's admission of the job (spec.queueName); None: no queue
-    preempted: bool = False  # the job ended while Kueue had it suspended (queueing.preempted)
+    # The job names a Kueue queue and its suspend field is true (queueing.suspended): Kueue has not let it run, or
+    # took its admission back.
+    suspended_by_queue: bool = False
 
 
 def queued(obs: Observation) -> bool:
@@ -174,7 +176,10 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
     if job is None:
         return _failed(JOB_FAILED, f"{job_text} was deleted before the run finished (no report was written)")
 
-    if state.finished and obs.preempted:
+    if state.finished and obs.suspended_by_queue:
+        # Ended while suspended: Kueue took its admission back (preemption) and the job's controller counted the
+        # pods it then stopped as failures (a Job's pod failure policy fails it on their SIGTERM exit code, whenever
+        # the pods' end is seen before they are gone). Kueue's doing, not the nodes'.
         return Assessment(RunState("Pending", QUEUED, (
             f"{job_text} was preempted by Kueue and ended before its report ({state.reason or 'Failed'}): "
             "not a verdict on any node; the run goes on as a new attempt, queued again")), requeue=True)

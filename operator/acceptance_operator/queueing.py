@@ -58,13 +58,6 @@ def suspended(job: KubeDict | None, suspend_path: tuple[str, ...]) -> bool:
     return value is True
 
 
-def preempted(job: KubeDict | None, suspend_path: tuple[str, ...], finished: bool) -> bool:
-    """The run's job ended while suspended: Kueue took its admission back (preemption) and its controller counted
-    the pods it then stopped as failures (a Job's pod failure policy fails it on their SIGTERM exit code, whenever
-    the pods' end is seen before they are gone). Kueue's doing, not the nodes': the run goes on as a new attempt."""
-    return finished and suspended(job, suspend_path)
-
-
 def job_workload(workloads: list[KubeDict], job: KubeDict | None) -> KubeDict | None:
     """The Workload Kueue made for this job: labelled with its uid, or owned by it."""
     uid = ((job or {}).get("metadata") or {}).get("uid")

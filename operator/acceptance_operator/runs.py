@@ -91,7 +91,7 @@ def due(current: RunRef | None, finished: bool, generation: int, rerun: str | No
 
 
 def after_preemption(current: RunRef) -> RunRef:
-    """The attempt that replaces one whose job Kueue's preemption ended (queueing.preempted): the same spec and
+    """The attempt that replaces one whose job Kueue's preemption ended (assessment.assess): the same spec and
     rerun value, the next attempt number, so its job, evidence and Kueue Workload are new."""
     return RunRef(id=run_id(current.generation, current.attempt + 1), generation=current.generation,
                   attempt=current.attempt + 1, trigger="preempted", rerun=current.rerun)

@@ -10,7 +10,7 @@ import pytest
 from acceptance_operator import api, runs, sweep
 from acceptance_operator.assessment import Observation, Timing, assess, next_look
 from acceptance_operator.backends import BACKENDS, build_children, build_job
-from acceptance_operator.queueing import QUEUE_LABEL, Admission, admission, job_workload, preempted, suspended
+from acceptance_operator.queueing import QUEUE_LABEL, Admission, admission, job_workload, suspended
 from acceptance_operator.spec_input import validation_messages
 from pydantic import ValidationError
 
@@ -165,18 +165,19 @@ def test_a_job_that_ended_while_kueue_had_it_suspended_is_requeued_not_judged():
     failed = job(name="t-g2", conditions=[("Failed", "True", "PodFailurePolicy",
                                            "Container workload for pod gpu/t-g2-0-x failed with exit code 143", T0)])
     failed.setdefault("spec", {}).setdefault("runPolicy", {})["suspend"] = True
-    assert preempted(failed, KUBEFLOW_SUSPEND, finished=True)
-    a = assess(obs(job=failed, preempted=True), T0 + timedelta(seconds=5), TIMING)
+    assert suspended(failed, KUBEFLOW_SUSPEND)
+    a = assess(obs(job=failed, suspended_by_queue=True), T0 + timedelta(seconds=5), TIMING)
     assert (a.state.phase, a.state.reason, a.requeue, a.summary) == ("Pending", "Queued", True, None)
     assert a.state.message.startswith("PyTorchJob t-g2 was preempted by Kueue and ended before its report")
     assert "not a verdict on any node" in a.state.message
     # The same failure of a job that runs (not suspended) is the run's verdict, as without a queue.
     failed["spec"]["runPolicy"]["suspend"] = False
-    assert not preempted(failed, KUBEFLOW_SUSPEND, finished=True)
+    assert not suspended(failed, KUBEFLOW_SUSPEND)
     judged = assess(obs(job=failed), T0 + timedelta(seconds=60), TIMING)  # past the report grace
     assert (judged.state.phase, judged.state.reason, judged.requeue) == ("Failed", "JobFailed", False)
     # A suspended job that has not ended is only queued (Kueue admits it again itself).
-    assert not preempted(suspended_job(True), KUBEFLOW_SUSPEND, finished=False)
+    waiting = assess(obs(job=suspended_job(True), suspended_by_queue=True, admission=QUEUED), T0, TIMING)
+    assert (waiting.state.reason, waiting.requeue) == ("Queued", False)
 
 
 def test_the_next_attempt_keeps_the_spec_and_the_rerun_and_says_why():

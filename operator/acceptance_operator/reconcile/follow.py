@@ -80,10 +80,10 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
 
 def requeue(k: Kube, obj: KubeDict, test: AcceptanceTest, state: RunState, now: datetime,
             logger: logging.Logger) -> float | None:
-    """Kueue's preemption ended the run's job (queueing.preempted): tell it and go on as the next attempt, whose new
-    job queues in spec.queueName again. The ended job is left as it is (its pods are gone, its Workload finished and
-    gave its quota back; the job's TTL or the test's deletion removes it): until the new attempt is recorded, the
-    next look finds it again and does the same, never a verdict."""
+    """Kueue's preemption ended the run's job (assessment.assess: it ended while suspended): tell it and go on as
+    the next attempt, whose new job queues in spec.queueName again. The ended job is left as it is (its pods are
+    gone, its Workload finished and gave its quota back; the job's TTL or the test's deletion removes it): until the
+    new attempt is recorded, the next look finds it again and does the same, never a verdict."""
     following = runs.after_preemption(runs.run_of(test))
     kopf.info(obj, reason="Preempted", message=f"{state.message}: {following.id}")
     logger.info(f"{test.metadata.namespace}/{test.metadata.name}: {state.message}: {following.id}")
@@ -142,8 +142,7 @@ def observe_run(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
         baseline=runs.baseline(status.get("history") or []) if test.spec.baseline == "lastPassed" else None,
         regression_tolerance=test.spec.regression_tolerance,
         admission=admission_of(k, test, job),
-        preempted=bool(test.spec.queue_name) and queueing.preempted(job, backend_of(backend).suspend,
-                                                                     job_state(job).finished),
+        suspended_by_queue=bool(test.spec.queue_name) and queueing.suspended(job, backend_of(backend).suspend),
     ), delivered
 
 

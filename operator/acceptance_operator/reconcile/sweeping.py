@@ -57,7 +57,7 @@ def sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, now
         create_sweep_child(k, obj, test, parent, plan.inter_node, sweep.INTER_NODE,
                             sweep.hostnames_of(rt.SWEEPS.nodes()))
     state = rt.STATES.get(key)
-    soaks = sweep.soak_status(rt.SWEEPS.children(namespace, parent, run.id)) if test.spec.checks.soak.enabled else None
+    soaks = sweep.soak_status(children) if test.spec.checks.soak.enabled else None  # a child made now has none yet
     if plan.finished:
         state.sweeping_nodes = False
         state, summary = sweep.verdict(rt.SWEEPS.children(namespace, parent, run.id), plan.status, run.id, parent,
