@@ -12,7 +12,7 @@ import re
 import signal
 from collections import Counter
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from acceptance_workload import delivery
@@ -62,6 +62,8 @@ NOT_READY_TAINTS = ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-re
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9](?:[A-Za-z0-9./_-]*[A-Za-z0-9])?)")
 # What a controller, the kubelet or a person sends to stop a pod: a container ended by one was stopped, not killed.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# How far a node's clock (a container's finishedAt) may be behind the API server's (a deletionTimestamp).
+DELETION_CLOCK_SKEW = timedelta(seconds=2)
 
 
 @dataclass(frozen=True)
@@ -176,14 +178,23 @@ def report_not_delivered(pods: list[KubeDict]) -> Finding | None:
 
 
 def killed_on_node(pod: KubeDict) -> bool:
-    """Its container was OOMKilled, or killed by a signal nobody sends to stop a pod (SIGKILL, SIGSEGV, SIGBUS...),
-    and the pod was not deleted (a deletion ends containers with SIGTERM, then SIGKILL): it died on its node."""
-    if (pod.get("metadata") or {}).get("deletionTimestamp"):
-        return False
+    """Its container was OOMKilled, or killed by a signal nobody sends to stop a pod (SIGKILL, SIGSEGV, SIGBUS...):
+    it died on its node.
+
+    A deletion ends containers with SIGTERM, then SIGKILL once its grace period is over (at the pod's
+    deletionTimestamp): a deleted pod is blamed only for a container that ended before that deadline, by more
+    than the clocks of node and API server may differ. A controller may delete a pod that had already died
+    while its status still said Running (mpi-operator's cleanPodPolicy Running, racing the kubelet's report of
+    an MPI worker killed on its node); its end, not the deletion, says what killed it. An end the status does
+    not time is not blamed."""
+    deadline = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
     for _, s in _statuses(pod):
         term = _terminated(s) or {}
         sig = _signal(term)
-        if term.get("reason") == "OOMKilled" or (sig is not None and sig not in STOP_SIGNALS):
+        if not (term.get("reason") == "OOMKilled" or (sig is not None and sig not in STOP_SIGNALS)):
+            continue
+        ended = parse_time(term.get("finishedAt"))
+        if deadline is None or (ended is not None and ended < deadline - DELETION_CLOCK_SKEW):
             return True
     return False
 

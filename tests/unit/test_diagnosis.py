@@ -307,18 +307,33 @@ def test_a_container_killed_by_a_signal_is_named_with_the_signal(code, reason, s
 
 
 @pytest.mark.parametrize(("code", "reason", "deleted", "blamed"), [
-    (137, "Error", False, ["gpu-7"]),  # SIGKILL on the node: its node, though it is the only pod
-    (139, "Error", False, ["gpu-7"]),  # SIGSEGV
-    (137, "OOMKilled", False, ["gpu-7"]),
-    (137, "Error", True, []),  # deleted: the deletion's SIGKILL after its grace, not a death on the node
-    (143, "Error", False, []),  # SIGTERM: stopped by someone
-    (2, "Error", False, []),  # the workload's own exit: node or spec, cannot tell from one pod
+    (137, "Error", None, ["gpu-7"]),  # SIGKILL on the node: its node, though it is the only pod
+    (139, "Error", None, ["gpu-7"]),  # SIGSEGV
+    (137, "OOMKilled", None, ["gpu-7"]),
+    (137, "Error", 0, []),  # deleted: the deletion's SIGKILL at its grace's end, not a death on the node
+    (137, "Error", -1, []),  # ... stamped a second early by a node's clock behind the API server's
+    (137, "Error", 30, ["gpu-7"]),  # killed before the deletion (mpi-operator cleaning a pod it thought Running)
+    (137, "Error", 20, ["gpu-7"]),  # ... or inside its grace: the deletion only sent SIGTERM by then
+    (143, "Error", None, []),  # SIGTERM: stopped by someone
+    (143, "Error", 30, []),
+    (2, "Error", None, []),  # the workload's own exit: node or spec, cannot tell from one pod
 ])
 def test_a_pod_killed_on_its_node_is_blamed_even_alone(code, reason, deleted, blamed):
+    """`deleted`: the pod's deletionTimestamp (its grace's end, 30 s after the request) is this many seconds after
+    its container's end; None: not deleted."""
     killed = pod("t-g1-master-0", "Failed", node="gpu-7", containers=[terminated(code=code, reason=reason)])
-    if deleted:
-        killed["metadata"]["deletionTimestamp"] = "2025-01-01T12:01:00Z"
+    killed["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = "2025-01-01T12:01:00Z"
+    if deleted is not None:
+        killed["metadata"]["deletionTimestamp"] = f"2025-01-01T12:01:{deleted:02d}Z" if deleted >= 0 else (
+            "2025-01-01T12:00:59Z")
+        killed["metadata"]["deletionGracePeriodSeconds"] = 30
     assert culprit_nodes([killed], gpu_pods=1) == blamed
     # With a healthy peer that failed at the same moment (torchrun's peers end with it), the killed one is named.
     peer = pod("t-g1-worker-0", "Failed", node="gpu-1", containers=[terminated(code=1)])
     assert culprit_nodes([killed, peer], gpu_pods=2) == blamed
+
+
+def test_a_deleted_pod_whose_end_is_not_timed_is_not_blamed():
+    killed = pod("t-g1-master-0", "Failed", node="gpu-7", containers=[terminated(code=137)])
+    killed["metadata"]["deletionTimestamp"] = "2025-01-01T12:01:00Z"
+    assert culprit_nodes([killed], gpu_pods=1) == []

@@ -52,8 +52,8 @@ STAGES = {
     "preflight": ("] preflight", 0.0, ("gpu",), (), ("preflight", "gpu")),
     "gpu": ("] gpu: ", 0.5, ("gpu",), (), ("gpu",)),
     "nccl": ("] nccl sweep", 0.2, ("nccl",), (), ("nccl",)),
-    "ddp": ("] ddp ", 2.0, ("ddp",), (), ("ddp",)),
-    "fsdp": ("] fsdp: ", 2.0, (), ("--fsdp",), ("fsdp",)),
+    "ddp": ("] ddp ", 0.5, ("ddp",), (), ("ddp",)),  # the stage lasts 2-3 s on a 2-core machine
+    "fsdp": ("] fsdp: ", 1.0, (), ("--fsdp",), ("fsdp",)),
     "storage": ("] storage: ", 0.2, (), ("--storage",), ("storage",)),
     "soak": ("] soak: GEMM", 5.0, (), ("--soak", "60"), ("soak",)),  # in the load, minutes before its end
 }
