@@ -181,20 +181,25 @@ def killed_on_node(pod: KubeDict) -> bool:
     """Its container was OOMKilled, or killed by a signal nobody sends to stop a pod (SIGKILL, SIGSEGV, SIGBUS...):
     it died on its node.
 
-    A deletion ends containers with SIGTERM, then SIGKILL once its grace period is over (at the pod's
-    deletionTimestamp): a deleted pod is blamed only for a container that ended before that deadline, by more
-    than the clocks of node and API server may differ. A controller may delete a pod that had already died
-    while its status still said Running (mpi-operator's cleanPodPolicy Running, racing the kubelet's report of
-    an MPI worker killed on its node); its end, not the deletion, says what killed it. An end the status does
-    not time is not blamed."""
-    deadline = parse_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    A deletion sends SIGTERM when it is asked for (which may make a process abort as it stops) and SIGKILL once
+    its grace period is over, at the pod's deletionTimestamp. A controller may also delete a pod that had
+    already died while its status still said Running (mpi-operator's cleanPodPolicy Running, racing the
+    kubelet's report of an MPI worker killed on its node). So a deleted pod is blamed only for a SIGKILL or an
+    OOM kill before its grace ended, or another signal before the deletion was asked for, by more than the
+    clocks of node and API server may differ; an end the status does not time is not blamed."""
+    meta = pod.get("metadata") or {}
+    deadline = parse_time(meta.get("deletionTimestamp"))
+    asked = deadline - timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0) if deadline else None
     for _, s in _statuses(pod):
         term = _terminated(s) or {}
-        sig = _signal(term)
-        if not (term.get("reason") == "OOMKilled" or (sig is not None and sig not in STOP_SIGNALS)):
+        sig, oom = _signal(term), term.get("reason") == "OOMKilled"
+        if not (oom or (sig is not None and sig not in STOP_SIGNALS)):
             continue
+        if deadline is None or asked is None:
+            return True
         ended = parse_time(term.get("finishedAt"))
-        if deadline is None or (ended is not None and ended < deadline - DELETION_CLOCK_SKEW):
+        before = deadline if oom or sig == signal.SIGKILL else asked
+        if ended is not None and ended < before - DELETION_CLOCK_SKEW:
             return True
     return False
 

@@ -312,20 +312,24 @@ def test_a_container_killed_by_a_signal_is_named_with_the_signal(code, reason, s
     (137, "OOMKilled", None, ["gpu-7"]),
     (137, "Error", 0, []),  # deleted: the deletion's SIGKILL at its grace's end, not a death on the node
     (137, "Error", -1, []),  # ... stamped a second early by a node's clock behind the API server's
-    (137, "Error", 30, ["gpu-7"]),  # killed before the deletion (mpi-operator cleaning a pod it thought Running)
-    (137, "Error", 20, ["gpu-7"]),  # ... or inside its grace: the deletion only sent SIGTERM by then
+    (137, "Error", 30, ["gpu-7"]),  # killed as the deletion came (mpi-operator cleaning a pod it thought Running)
+    (137, "Error", 20, ["gpu-7"]),  # ... or inside its grace: the deletion had only sent SIGTERM by then
+    (137, "OOMKilled", 20, ["gpu-7"]),
+    (134, "Error", 20, []),  # SIGABRT after the deletion's SIGTERM: a process aborting as it stops
+    (134, "Error", 30, []),  # ... in the second it was asked for
+    (134, "Error", 40, ["gpu-7"]),  # ... but 10 s before it: it died on its own
     (143, "Error", None, []),  # SIGTERM: stopped by someone
-    (143, "Error", 30, []),
+    (143, "Error", 40, []),
     (2, "Error", None, []),  # the workload's own exit: node or spec, cannot tell from one pod
 ])
 def test_a_pod_killed_on_its_node_is_blamed_even_alone(code, reason, deleted, blamed):
-    """`deleted`: the pod's deletionTimestamp (its grace's end, 30 s after the request) is this many seconds after
-    its container's end; None: not deleted."""
+    """`deleted`: the pod's deletionTimestamp (its grace's end, 30 s after the deletion was asked for) is this many
+    seconds after its container's end; None: not deleted."""
     killed = pod("t-g1-master-0", "Failed", node="gpu-7", containers=[terminated(code=code, reason=reason)])
     killed["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = "2025-01-01T12:01:00Z"
     if deleted is not None:
-        killed["metadata"]["deletionTimestamp"] = f"2025-01-01T12:01:{deleted:02d}Z" if deleted >= 0 else (
-            "2025-01-01T12:00:59Z")
+        at = T0 + timedelta(minutes=1, seconds=deleted)
+        killed["metadata"]["deletionTimestamp"] = at.strftime("%Y-%m-%dT%H:%M:%SZ")
         killed["metadata"]["deletionGracePeriodSeconds"] = 30
     assert culprit_nodes([killed], gpu_pods=1) == blamed
     # With a healthy peer that failed at the same moment (torchrun's peers end with it), the killed one is named.
