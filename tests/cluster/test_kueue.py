@@ -6,17 +6,20 @@ no Workload of its queued run.
 
 A cluster of its own (tests/devcluster.py with Kueue, tests/devcluster.Controllers.start_kueue): the Job backend, so
 the pods come from the real Job controller once Kueue unsuspends the Job, are bound by the real scheduler to kwok
-nodes and run until the test makes their processes exit. The test writes only what the workload would (its report).
+nodes and run until the test makes their processes exit; a preemption through each backend's own controller
+(training-operator, mpi-operator, JobSet). The test writes only what the workload would (its report).
 """
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
-from acceptance_operator.queueing import JOB_UID_LABEL, QUEUE_LABEL
+from acceptance_operator.backends import BACKENDS
+from acceptance_operator.manifests import ROLE_GPU, ROLE_LAUNCHER
+from acceptance_operator.queueing import JOB_UID_LABEL, QUEUE_LABEL, suspended
 
 from tests.apiserver import ApiServer
 from tests.cluster.conftest import StartOperator
@@ -96,12 +99,14 @@ def wait_queued(cluster: Cluster, name: str) -> dict:
         raise AssertionError(f"{name}'s status: {cluster.status(name)}") from e
 
 
-def finish(cluster: Cluster, controllers: Controllers, name: str) -> None:
-    """The run's workload: its report for the nodes its pods run on, then its processes exit 0."""
-    pods = running_pods(cluster, name, 1)
+def finish(cluster: Cluster, controllers: Controllers, name: str, backend: str = "Job") -> None:
+    """The run's workload: its report for the node its GPU pod runs on, then its processes exit 0 (an MPIJob's
+    launcher too: mpirun ends, and the mpi-operator stops the workers' sshd)."""
+    pods = running_pods(cluster, name, 1, role=ROLE_GPU)
     cluster.write_report(name, report(1, nodes=tuple(p["spec"]["nodeName"] for p in pods)), place_pods=False)
     assert cluster.wait_phase(name, "Succeeded", timeout=120)["summary"]["failedNodes"] == []
-    controllers.exit_pods(pods, 0)
+    launchers = running_pods(cluster, name, 1, role=ROLE_LAUNCHER) if backend == "MPIJob" else []
+    controllers.exit_pods(pods + launchers, 0)
 
 
 def test_second_test_waits_queued_past_its_timeout_then_runs_and_is_judged(
@@ -168,21 +173,44 @@ def priority_class(server: ApiServer, name: str, value: int) -> str:
     return name
 
 
+# The controller each backend needs beside Kubernetes' own (tests/devcluster.Controllers), started once a module.
+BACKEND_CONTROLLERS = {"Job": None, "PyTorchJob": "start_training_operator", "MPIJob": "start_mpi_operator",
+                       "JobSet": "start_jobset"}
+
+
+@pytest.fixture(scope="module")
+def start_backend(kueue_cluster: tuple[ApiServer, list[str], Controllers]) -> Callable[[str], None]:
+    _, _, controllers = kueue_cluster
+    started: set[str] = set()
+
+    def start(backend: str) -> None:
+        method = BACKEND_CONTROLLERS[backend]
+        if method and method not in started:
+            getattr(controllers, method)()
+            started.add(method)
+
+    return start
+
+
+@pytest.mark.parametrize("backend", list(BACKEND_CONTROLLERS))
 def test_a_run_kueue_preempts_is_queued_again_blames_no_node_and_is_judged_once_readmitted(
-        preempting: Cluster, kueue_cluster: tuple[ApiServer, list[str], Controllers]):
+        preempting: Cluster, kueue_cluster: tuple[ApiServer, list[str], Controllers],
+        start_backend: Callable[[str], None], backend: str):
     """Kueue takes the running test's admission back for a test of a higher priority (placement.priorityClassName,
-    which Kueue reads from the pod template): the Job is suspended and its pods deleted. That is the queue's doing,
-    not the node's: the run is Queued again (Kueue's preemption message), never Failed, names no node, and once
-    the other test is done and the quota free again it is admitted anew, runs and is judged."""
+    which Kueue reads from the pod template): the job is suspended and its pods deleted, by each backend's own
+    controller. That is the queue's doing, not the node's: the run is Queued again (Kueue's preemption message),
+    never Failed, names no node, and once the other test is done and the quota free again it is admitted anew,
+    runs and is judged."""
+    start_backend(backend)
     server, _, controllers = kueue_cluster
     low, high = priority_class(server, "acceptance-low", 100), priority_class(server, "acceptance-high", 1000)
-    spec = {"backend": "Job", "nodes": 1, "queueName": QUEUE}
+    spec = {"backend": backend, "nodes": 1, "queueName": QUEUE}
     preempting.create_test("routine", {**spec, "placement": {"priorityClassName": low}})
-    first_pods = running_pods(preempting, "routine", 1)
+    first_pods = running_pods(preempting, "routine", 1, role=ROLE_GPU)
     preempting.wait_phase("routine", "Running", timeout=60)
 
     preempting.create_test("urgent", {**spec, "placement": {"priorityClassName": high}})
-    running_pods(preempting, "urgent", 1)  # admitted once the routine run gave its quota back
+    running_pods(preempting, "urgent", 1, role=ROLE_GPU)  # admitted once the routine run gave its quota back
 
     def queued_again() -> dict | None:
         c = next((c for c in preempting.status("routine").get("conditions") or [] if c["type"] == "Succeeded"), None)
@@ -200,18 +228,18 @@ def test_a_run_kueue_preempts_is_queued_again_blames_no_node_and_is_judged_once_
     # Two ways out of a preemption, both Kueue's doing: the Job stays suspended until Kueue admits it again, or its
     # controller failed it on its stopped pods' exit codes and the run goes on as a new attempt (event Preempted).
     preempted = [m for _, r, m in preempting.events("routine") if r == "Preempted"]
-    print(f"the preempted Job {'failed: a new attempt' if preempted else 'stayed suspended'}")
+    print(f"the preempted {backend} {'failed: a new attempt' if preempted else 'stayed suspended'}")
+    assert suspended(preempting.job(backend, "routine-g1"), BACKENDS[backend].suspend)  # left as Kueue stopped it
     if preempted:
         assert status["run"] == {"id": "g1-r2", "generation": 1, "attempt": 2, "trigger": "preempted"}, status["run"]
-        assert "Job routine-g1 was preempted by Kueue" in preempted[0] and "not a verdict on any node" in preempted[0]
-        assert preempting.job("Job", "routine-g1")["spec"]["suspend"] is True  # left as Kueue stopped it
+        assert f"{backend} routine-g1 was preempted by Kueue" in preempted[0], preempted
+        assert "not a verdict on any node" in preempted[0], preempted
     else:
-        assert preempting.job("Job", "routine-g1")["spec"]["suspend"] is True
         assert "waits in" in preempting.condition("routine", "Succeeded")["message"]
     assert not [r for _, r, _ in preempting.events("routine") if "Fail" in r], preempting.events("routine")
 
-    finish(preempting, controllers, "urgent")
-    finish(preempting, controllers, "routine")  # admitted anew: new pods, its report judged
+    finish(preempting, controllers, "urgent", backend)
+    finish(preempting, controllers, "routine", backend)  # admitted anew: new pods, its report judged
     status = preempting.status("routine")
     assert status["phase"] == "Succeeded" and preempting.condition("routine", "Succeeded")["reason"] == "ChecksPassed"
     assert [h["result"] for h in status.get("history") or []] == ["Passed"]  # one run, preempted once, judged once
