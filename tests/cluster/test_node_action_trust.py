@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -21,7 +22,8 @@ from tests.cluster.operator_harness import Cluster, node_actions_env, report
 UNTESTED = {"key": "gpu-acceptance.io/untested", "value": "true", "effect": "NoSchedule"}
 ADMIT = {"onPass": {"removeTaints": [UNTESTED["key"]], "label": True}, "onFailure": "taint"}
 LOOSE = {"checks": {"ddp": {"thresholds": {"minScalingEfficiency": 0.01}}}}
-Setup = tuple[Cluster, Cluster, str]
+Setup = tuple[Cluster, Cluster, str, Any]  # the admin's, the tenant's, the gated node, the operator's process
+GAUGE = "gpu_acceptance_node_last_pass_timestamp_seconds"
 
 
 @pytest.fixture
@@ -35,7 +37,7 @@ def gated(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperat
                                              "spec": {"taints": [UNTESTED]}})
     proc = start_operator(server.kubeconfig, [namespace, tenant], node_actions_env(namespace))
     try:
-        yield Cluster(server, namespace, proc.log_tail), Cluster(server, tenant, proc.log_tail), node
+        yield Cluster(server, namespace, proc.log_tail), Cluster(server, tenant, proc.log_tail), node, proc
     finally:
         server.request("DELETE", f"/api/v1/nodes/{node}", expect=(200, 404))
         server.delete_namespace(tenant)
@@ -55,7 +57,7 @@ def run(cluster: Cluster, name: str, node: str, spec: dict, *, passed: bool = Tr
 
 
 def test_a_loosened_threshold_or_an_unlisted_namespace_leaves_the_node_gated(gated: Setup):
-    admin, tenant, node = gated
+    admin, tenant, node, proc = gated
     server = admin.server
     why = ("nodes not changed: thresholds looser than profile h100-sxm's: "
            "checks.ddp.thresholds.minScalingEfficiency 0.01 (profile: 0.9)")
@@ -64,6 +66,11 @@ def test_a_loosened_threshold_or_an_unlisted_namespace_leaves_the_node_gated(gat
     event = admin.wait_event("loose", "NodeActionSkipped")
     assert event[0] == "Warning" and event[2] == why
     assert UNTESTED["key"] in taint_keys(server, node)
+    # Nor is it the node's last pass: the gauge (and the not-passed-recently alert) stays as it was.
+    uncounted = admin.wait_event("loose", "PassNotCounted")[2]
+    assert uncounted.startswith("thresholds looser than profile h100-sxm's: checks.ddp.thresholds.minScalingEfficiency"
+                                f" 0.01 (profile: 0.9): not the last pass of nodes {node}"), uncounted
+    assert proc.sample(GAUGE, node=node) is None
 
     why = (f"nodes not changed: namespace {tenant.ns} is not one whose tests may change nodes (chart value "
            f"nodeActions.namespaces: {admin.ns})")
@@ -71,6 +78,9 @@ def test_a_loosened_threshold_or_an_unlisted_namespace_leaves_the_node_gated(gat
     assert verdict["reason"] == "ChecksPassed" and verdict["message"].endswith(f"; {why}"), verdict
     assert tenant.wait_event("mine", "NodeActionSkipped")[2] == why
     assert UNTESTED["key"] in taint_keys(server, node)
+    # Its pass under the profile's thresholds is the node's last pass all the same: who ran it moves no node.
+    tenant.wait(lambda: proc.sample(GAUGE, node=node), "the tenant's pass to be the node's last pass")
+    assert not [e for e in tenant.events("mine") if e[1] == "PassNotCounted"]
     assert "gpu-acceptance.io/passed" not in (server.request("GET", f"/api/v1/nodes/{node}")["metadata"]
                                               .get("labels") or {})
     # spec.onFailure too: a tenant's failure does not taint the node it blames.
@@ -90,7 +100,7 @@ def test_a_loosened_threshold_or_an_unlisted_namespace_leaves_the_node_gated(gat
 
 
 def test_an_image_outside_allowed_images_ends_invalid_spec(gated: Setup):
-    admin, _, node = gated
+    admin, _, node, _ = gated
     admin.create_test("evil", {"nodes": 1, "image": "evil.example/fake:1", **ADMIT})
     status = admin.wait_phase("evil", "Failed")
     verdict = admin.condition("evil", "Succeeded")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from acceptance_operator.api import API_VERSION, KIND
 from acceptance_operator.metrics import OperatorMetrics
 from acceptance_operator.node_actions import PASSED_RUN_ANNOTATION
 from acceptance_operator.node_lifecycle import asks_to_change_nodes, hardware_verdict, node_seen, restore_from_test
@@ -76,9 +77,10 @@ def test_which_verdicts_ask_to_change_nodes(spec: dict, passed: bool, failed: li
     assert asks_to_change_nodes(parse_test(manifest(spec)), passed, failed) is asks
 
 
-def passed_test(profile: str = "h100-sxm", phase: str = "Succeeded", sweep: bool = False) -> dict:
-    return {"metadata": {"name": "t", "namespace": "ns", "generation": 1},
-            "spec": {"profile": profile, "sweep": sweep},
+def passed_test(profile: str = "h100-sxm", phase: str = "Succeeded", sweep: bool = False,
+                checks: dict | None = None) -> dict:
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "t", "namespace": "ns", "generation": 1},
+            "spec": {"profile": profile, "sweep": sweep, **({"checks": checks} if checks else {})},
             "status": {"phase": phase, "completionTime": "2026-11-20T10:00:00Z", "observedGeneration": 1,
                        "report": {"nodes": [{"node": "gpu-1", "passed": True, "results": 3,
                                                              "failed": 0},
@@ -107,8 +109,9 @@ def test_the_gauge_is_restored_from_a_passed_tests_status_and_from_the_node():
 
 
 @pytest.mark.parametrize("test", [passed_test(profile="cpu-smoke"), passed_test(phase="Failed"),
-                                  passed_test(sweep=True)])
-def test_no_gauge_from_a_smoke_run_a_failure_or_a_sweeps_parent(test: dict):
+                                  passed_test(sweep=True),
+                                  passed_test(checks={"gpu": {"thresholds": {"minGemmTflops": 10}}})])
+def test_no_gauge_from_a_smoke_run_a_failure_a_sweeps_parent_or_a_pass_under_looser_thresholds(test: dict):
     m = OperatorMetrics()
     node_seen(None, gpu_node("gpu-1"), m)
     restore_from_test(test, m)
