@@ -363,12 +363,16 @@ class Controllers:
 
     def exit_pods(self, pods: list[dict[str, Any]], exit_code: int = 0) -> None:
         """The pods' processes exit with `exit_code`, as the workload's would: kwok then reports the containers
-        terminated with it (Succeeded for 0, else Failed), as a kubelet does. Nothing else is written."""
+        terminated with it (Succeeded for 0, else Failed), as a kubelet does. Nothing else is written.
+
+        A pod already gone has no process left to exit: the job's controller may delete the others as soon as one
+        ended (cleanPodPolicy Running: the PyTorchJob is Succeeded once its master is, and its running worker is
+        deleted before the next PATCH reaches it on a busy machine)."""
         patch = {"metadata": {"annotations": {EXIT_CODE_ANNOTATION: str(exit_code)}}}
         for pod in pods:
             meta = pod["metadata"]
             self.server.request("PATCH", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}", patch,
-                                content_type="application/merge-patch+json")
+                                content_type="application/merge-patch+json", expect=(200, 201, 404))
 
     def stop_kubelet(self, node: str) -> None:
         """The node's kubelet stops reporting (kwok's heartbeat stage skips it by its label): the real node lifecycle
