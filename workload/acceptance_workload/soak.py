@@ -41,6 +41,7 @@ WARM_UP_SECONDS = 15.0  # untimed rounds first (GPU): K grows x1.25 a round, fro
 CPU_WARM_UP_SECONDS = 1.0
 ALL_REDUCE_BYTES = {"cuda": 256 << 20, "cpu": 1 << 20}
 MAX_ALL_REDUCES = {"cuda": 256, "cpu": 2}  # per round
+LONE_GPU = "one GPU in the run, no other GPU of its node to compare it with"
 NOT_ON_CPU = ("not applicable on a CPU smoke run: no GPU and no NVML to watch; clocks, throttling, temperatures, "
               "ECC, remaps, PCIe, NVLink and XIDs were not judged (never a hardware pass)")
 UNWATCHABLE = ("clock_event_reasons", "gpu_temp_c", "mem_temp_c", "pcie_replays", "ecc_uncorrected", "row_remaps",
@@ -196,7 +197,7 @@ def stage(runner: StageRunner, session: Session, watchdog: Watchdog) -> None:
         session, runner.config, watchdog, progress=runner.progress))
     if runner.is_root:
         runner.progress(headline([r for r in runner.report.results if r.check == "soak"],
-                                 check.duration_seconds / 60))
+                                 soakjudge.minute_count(check.duration_seconds)))
 
 
 def run_soak(session: Session, config: WorkloadConfig, watchdog: Watchdog,
@@ -266,22 +267,24 @@ def _assemble(session: Session, config: WorkloadConfig, gathered: list[Any],
     from acceptance_workload.report import SoakGpu
 
     check = config.checks.soak
+    who = [Who(i.rank, i.node, i.gpu) for i in session.ranks]
     results = [CheckResult.model_validate(r) for part in gathered for r in part["results"]]
-    results += soakjudge.node_ratios(check.thresholds, [(Who(i.rank, i.node, i.gpu), part["minutes"])
-                                                        for i, part in zip(session.ranks, gathered, strict=True)],
-                                     config.estimated_thresholds)
+    results += soakjudge.node_ratios(check.thresholds, [(w, part["minutes"]) for w, part in
+                                                        zip(who, gathered, strict=True)], config.estimated_thresholds)
     detail = SoakDetail(duration_seconds=float(check.duration_seconds), sample_seconds=check.sample_seconds,
                         gemm_size=config.checks.gpu.gemm_size,
                         all_reduce_bytes=ALL_REDUCE_BYTES["cpu" if cpu else "cuda"],
                         all_reduces=int(gathered[0]["allReduces"]), nvml=not cpu,
                         gpus=[SoakGpu.model_validate(p["detail"]) for p in gathered if p["detail"]])
     skipped = [Skip(check="soak", name="nvml", reason=NOT_ON_CPU)] if cpu else []
+    skipped += [Skip(check="soak", name="tflops_ratio_to_node_median", reason=f"node {node}: {LONE_GPU}")
+                for node in soakjudge.lone_gpu_nodes(who)]
     return results, skipped, detail
 
 
-def headline(results: list[CheckResult], minutes: float) -> str:
-    """For the progress line at the end."""
+def headline(results: list[CheckResult], minutes: int) -> str:
+    """For the progress line at the end: `minutes` judged (a last part-minute is judged as one, soakjudge)."""
     bad = [r for r in results if not r.passed]
-    return (f"soak: {minutes:.0f} minute(s), {len(results) - len(bad)}/{len(results)} passed"
+    return (f"soak: {minutes} minute(s), {len(results) - len(bad)}/{len(results)} passed"
             + (f"; failed: {'; '.join(r.message for r in bad[:3])}" if bad else ""))
 

@@ -310,6 +310,15 @@ def judge_gpu(th: SoakThresholds, who: Who, windows: list[Window], watched: Watc
     return GpuVerdict(j.results, detail)
 
 
+def lone_gpu_nodes(gpus: list[Who]) -> list[str]:
+    """The nodes with one GPU in the run: node_ratios has no other GPU there to compare it with, and the report says
+    so (a comparison not made is a skip, never a silent pass)."""
+    count: dict[str, int] = {}
+    for who in gpus:
+        count[who.node] = count.get(who.node, 0) + 1
+    return [node for node, n in count.items() if n == 1]
+
+
 def node_ratios(th: SoakThresholds, gpus: list[tuple[Who, list[float | None]]],
                 estimated: Collection[str] = ()) -> list[CheckResult]:
     """Each GPU's minutes against its node's median GPU in the same minute (nodes of 2 GPUs or more)."""
