@@ -328,7 +328,7 @@ class Runner:
     def checks(self, session: Session, watchdog: Watchdog) -> None:
         """Every enabled check in order (CHECK_NAMES), each under stages.guarded; a failed preflight skips the
         rest, and so does an API server the report cannot reach (delivery.reach_stage)."""
-        from acceptance_workload import delivery, preflight, soak
+        from acceptance_workload import delivery, ncclstage, preflight, soak
 
         cfg = self.config
         versions = preflight.collect_versions() if session.env.local_rank == 0 else None
@@ -345,8 +345,8 @@ class Runner:
             if out.errors or not out.value:
                 return
         stage_of: dict[CheckName, Callable[[Session, Watchdog], None]] = {
-            "gpu": self.gpu, "nccl": self.nccl, "ddp": self.ddp, "fsdp": self.fsdp, "storage": self.storage,
-            "soak": lambda s, w: soak.stage(self, s, w)}
+            "gpu": self.gpu, "nccl": lambda s, w: ncclstage.stage(self, s, w, self.nccl_log), "ddp": self.ddp,
+            "fsdp": self.fsdp, "storage": self.storage, "soak": lambda s, w: soak.stage(self, s, w)}
         for check, stage in stage_of.items():
             if getattr(cfg.checks, check).enabled:
                 self.guarded(session, check, lambda stage=stage: stage(session, watchdog))
@@ -433,54 +433,6 @@ class Runner:
             session, "gpu", "gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time",
             lambda: gpubench.run_gpu(session, self.config, watchdog, progress=self.progress))
 
-    def nccl(self, session: Session, watchdog: Watchdog) -> None:
-        from acceptance_workload import nccl, transport
-
-        cfg, root = self.config, self.is_root
-        self.enter("nccl", session)
-        self.progress("nccl sweep")
-        out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=self.progress,
-                              estimated=cfg.estimated_thresholds)
-        logs = None
-        if session.backend == "nccl" and self.nccl_log is not None:
-            logs = transport.parse_file(self.nccl_log).to_json()
-        gathered = session.control.gather("transport", logs)
-        if root:
-            assert out is not None and gathered is not None
-            self.report.nccl += out.sweeps
-            self.report.results += out.results
-            self.report.skipped += out.skipped
-            if session.backend != "nccl":
-                self.report.skipped.append(Skip(check="nccl", name="transport",
-                                                reason="gloo backend (CPU smoke run): no NCCL transport"))
-            else:
-                self.transports(session, gathered)
-            busbw = self.report.headline().all_reduce_busbw_gbps
-            self.progress("nccl done" + (f": all_reduce busbw {busbw:.1f} GB/s" if busbw is not None else ""))
-        self.localize(session, watchdog)
-        if cfg.checks.nccl.cross_check:
-            self.cross_check(session, watchdog)
-
-    def transports(self, session: Session, gathered: list[Any]) -> None:
-        """The transports NCCL used, per node, judged against the ones the run requires (rank 0)."""
-        from acceptance_workload import rules, transport
-
-        cfg = self.config
-        per_node: dict[str, transport.TransportLog] = {}
-        for info, log in zip(session.ranks, gathered, strict=True):
-            part = transport.TransportLog.from_json(log) if log else transport.TransportLog()
-            per_node[info.node] = per_node.get(info.node, transport.TransportLog()).merge(part)
-        th, run = cfg.checks.nccl.thresholds, rules.Run.of(cfg)
-        inter: Any = rules.expected("nccl", "transport", th, run)  # a Transport, as checks.Transport spells it
-        intra: Any = rules.expected("nccl", "intra_node_transport", th, run)
-        results = transport.judge(inter, per_node, len(per_node) > 1)
-        results += transport.judge_intra_node(intra, per_node, len(per_node) == 1, session.env.local_world_size)
-        self.report.results += results
-        seen = transport.TransportLog()
-        for log in per_node.values():
-            seen = seen.merge(log)
-        self.report.environment.transports = seen.transports()
-
     def ddp(self, session: Session, watchdog: Watchdog) -> None:
         from acceptance_workload import ddp
 
@@ -490,49 +442,6 @@ class Runner:
 
         self.report.ddp = self.run_stage(
             session, "ddp", f"ddp {self.config.checks.ddp.model}: one-GPU baseline, then DDP", measure)
-
-    def localize(self, session: Session, watchdog: Watchdog) -> None:
-        """The inter-node localisation stage, when checks.nccl.localize and the job-wide results call for it."""
-        from acceptance_workload import localize
-
-        check = self.config.checks.nccl
-        nodes = session.nodes()
-        floor = localize.inter_node_floor(check, len(nodes))
-        failed = localize.job_failed(self.report.results) if self.is_root else None
-        wanted = localize.wanted(check.localize, len(nodes), bool(failed), floor) if self.is_root else None
-        if not session.control.broadcast("localize", wanted):
-            return
-        self.progress(f"nccl localize: pairs of nodes ({check.localize}"
-                      + (", the job-wide sweep failed)" if failed else ")"))
-        detail = localize.run_stage(session, check, watchdog, failed=bool(failed), floor=floor,
-                                    progress=self.progress)
-        if self.is_root:
-            assert detail is not None
-            self.report.localization = detail
-            self.report.results += localize.results(detail, nodes, self.config.estimated_thresholds)
-
-
-    def cross_check(self, session: Session, watchdog: Watchdog) -> None:
-        """checks.nccl.crossCheck: nccl-tests on every node beside our sweep of the node's GPUs."""
-        from acceptance_workload import nccltests, rules
-
-        check = self.config.checks.nccl
-        self.progress("nccl cross-check: nccl-tests on every node, one process over its GPUs")
-        runs = nccltests.run_stage(session, check, watchdog, progress=self.progress)
-        if self.is_root:
-            assert runs is not None
-            skipped: dict[tuple[str, str | None], str] = {}
-            for s in self.report.skipped:
-                if s.check == "nccl":
-                    collective, _, node = s.name.partition(" on node ")
-                    skipped[(collective, node or None)] = s.reason
-            results = nccltests.judge(check, self.report.nccl, runs, session.nodes(), skipped)
-            self.report.results += results
-            bad = [f"{r.name} on {r.node}" for r in results if not r.passed]
-            self.progress(f"nccl cross-check: {len(results) - len(bad)}/{len(results)} within "
-                          f"{rules.threshold('nccl', 'all_reduce' + nccltests.RESULT_SUFFIX, check.thresholds):.0%}"
-                          " of nccl-tests"
-                          + (f" (failed: {', '.join(bad[:5])})" if bad else ""))
 
 
 def environment(session: Session, facts: list[dict]) -> Environment:

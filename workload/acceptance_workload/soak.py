@@ -22,16 +22,17 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from acceptance_workload import occupancy, soakjudge
 from acceptance_workload.nvmlwatch import Watch, Watched
-from acceptance_workload.report import CheckResult, Report, Skip, SoakDetail
+from acceptance_workload.report import CheckResult, Skip, SoakDetail
 from acceptance_workload.soakjudge import Who, Window
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
     from acceptance_workload.launch import Session
+    from acceptance_workload.stages import StageRunner
     from acceptance_workload.watchdog import Watchdog
 
 WINDOW_SECONDS = 30.0  # one window of the load; two make a judged minute
@@ -170,21 +171,6 @@ class Progress:
                   flush=True)
         finally:
             self.writing = False
-
-
-class StageRunner(Protocol):
-    """What the soak's stage needs of the run (run.Runner has it): its config, its report, its logging and the
-    guard every check runs under. A protocol, not run.Runner itself, so this module does not import the run."""
-
-    config: WorkloadConfig
-    report: Report
-
-    @property
-    def is_root(self) -> bool: ...
-
-    def progress(self, message: str) -> None: ...
-
-    def run_stage(self, session: Session, check: Any, line: str, measure: Callable[[], Any]) -> Any: ...
 
 
 def stage(runner: StageRunner, session: Session, watchdog: Watchdog) -> None:

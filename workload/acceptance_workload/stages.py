@@ -32,7 +32,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from acceptance_workload import rules
 from acceptance_workload.control import (
@@ -42,9 +42,10 @@ from acceptance_workload.control import (
     StageAborted,
     describe_culprits,
 )
-from acceptance_workload.report import CheckName, CheckResult, StageError
+from acceptance_workload.report import CheckName, CheckResult, Report, StageError
 
 if TYPE_CHECKING:
+    from acceptance_workload.config import WorkloadConfig
     from acceptance_workload.launch import Session
 
 RESULT = rules.STAGE_ERROR  # the failed result of a check whose stage raised (a culprit row of every check)
@@ -53,6 +54,24 @@ MAX_TRACEBACK = 4000  # characters of a traceback kept (its end: where it was ra
 COLLECTIVE_ERRORS = ("third_party/gloo", "Connection closed by peer", "Connection reset by peer", "NCCL",
                      "ProcessGroup")
 POLL_SECONDS = 0.1
+
+
+class StageRunner(Protocol):
+    """What a check's stage that lives in its own module (ncclstage.stage, soak.stage) needs of the run (run.Runner
+    has it): its config, its report, its logging, how a check is entered and measured. A protocol, not run.Runner
+    itself, so those modules do not import the run."""
+
+    config: WorkloadConfig
+    report: Report
+
+    @property
+    def is_root(self) -> bool: ...
+
+    def progress(self, message: str) -> None: ...
+
+    def enter(self, stage: CheckName, session: Session) -> None: ...
+
+    def run_stage(self, session: Session, check: Any, line: str, measure: Callable[[], Any]) -> Any: ...
 
 
 class StageBroken(RuntimeError):
