@@ -2,11 +2,13 @@
 
     python bench/soak_gpu.py --seconds 300 --repeat 3 --out soak-runs/          # healthy: every run must PASS
     python bench/soak_gpu.py --seconds 300 --hog-gpu 2 --hog-at 120 --out soak-hog/  # must FAIL naming GPU 2
+    python bench/soak_gpu.py --seconds 300 --all-checks --out soak-all/            # every default check, then the soak
 
-Each run is `gpu-acceptance local --soak SECONDS` with only the soak enabled (bench/soak_only.yaml), its report
-(--json), HTML page (--html) and JUnit file (--junit) kept under --out. With --hog-gpu, another process starts
-bf16 matmuls on that GPU --hog-at seconds after the load began (the log line 'soak: GEMM on every GPU' plus the
-soak's 15 s of untimed warm-up) and runs until the end: the run must fail tflops_ratio_to_first_minutes or
+Each run is `gpu-acceptance local --soak SECONDS` with only the soak enabled (bench/soak_only.yaml; with
+--all-checks, local's default checks first: preflight, gpu, nccl, ddp, so the soak starts on GPUs they heated), its
+report (--json), HTML page (--html) and JUnit file (--junit) kept under --out. With --hog-gpu, another process
+starts bf16 matmuls on that GPU --hog-at seconds after the load began (the log line 'soak: GEMM on every GPU' plus
+the soak's 15 s of untimed warm-up) and runs until the end: the run must fail tflops_ratio_to_first_minutes or
 tflops_ratio_to_node_median naming that GPU, from a minute within 1 of minute hog-at // 60. Nothing inside the
 workload knows it is being tested; no clock, power limit or other setting of the GPUs is changed.
 Prints each run's verdict, its per-minute judgement of the hog's GPU and its failures.
@@ -31,10 +33,11 @@ HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "soak_only.yaml"
 
 
-def run(seconds: int, out: Path, label: str, hog_gpu: int | None, hog_at: float, cpu: bool = False) -> dict:
+def run(seconds: int, out: Path, label: str, hog_gpu: int | None, hog_at: float, cpu: bool = False,
+        all_checks: bool = False) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "acceptance_operator.cli", "local", *(["--cpu"] if cpu else []),
-           "--soak", str(seconds), "-f", str(MANIFEST),
+           "--soak", str(seconds), *([] if all_checks else ["-f", str(MANIFEST)]),
            "--json", str(out / f"{label}.json"), "--html", str(out / f"{label}.html"),
            "--junit", str(out / f"{label}.xml")]
     log = (out / f"{label}.log").open("w")
@@ -96,11 +99,12 @@ def main() -> int:
     p.add_argument("--hog-at", type=float, default=120.0, help="seconds after the load began (default 120)")
     p.add_argument("--out", type=Path, default=Path("soak-runs"))
     p.add_argument("--cpu", action="store_true", help="a gloo smoke run of the script itself (no GPU, no hog)")
+    p.add_argument("--all-checks", action="store_true", help="local's default checks before the soak")
     args = p.parse_args()
     results = []
     for k in range(args.repeat):
-        label = f"{'hog' if args.hog_gpu is not None else 'healthy'}-{k + 1}"
-        row = run(args.seconds, args.out, label, args.hog_gpu, args.hog_at, args.cpu)
+        label = f"{'hog' if args.hog_gpu is not None else 'healthy'}{'-all-checks' if args.all_checks else ''}-{k + 1}"
+        row = run(args.seconds, args.out, label, args.hog_gpu, args.hog_at, args.cpu, args.all_checks)
         results.append(summarize(row, args.hog_gpu, args.hog_at))
     print(f"{sum(results)}/{len(results)} as expected")
     return 0 if all(results) else 1
