@@ -6,6 +6,7 @@ import resource
 from pathlib import Path
 
 import pytest
+from acceptance_workload import rules
 from acceptance_workload.checks import PreflightThresholds
 from acceptance_workload.config import WorkloadConfig
 from acceptance_workload.preflight import (
@@ -161,3 +162,23 @@ def test_preflight_without_gpus_fails_closed_with_a_clear_message() -> None:
     assert "NVML failed" in count.message and "NVIDIA driver is not visible in this container" in count.message
     assert "gpu_health" in failed and "could not be inspected through NVML" in failed["gpu_health"].message
     assert out.failed_nodes() == ["cpu-box"]
+
+
+def test_a_floor_the_gpu_cannot_report_says_which_threshold_and_zero_turns_it_into_a_skip() -> None:
+    """Seen on a 1x H100 VM (docs/benchmarks.md, 2026-12-06): NVML has no NVLink for a GPU passed through alone.
+    The failure names the spec field to set; set to 0 the reading is not needed, and the run is looser than its
+    profile (so it never admits a node). A read that failed for another cause gets no such hint."""
+    snap = healthy()
+    snap.nvlink_active = snap.nvlink_total = None
+    snap.errors["nvlink"] = "NVMLError_NotSupported: Not Supported"
+    [bad] = [r for r in judge_gpu(snap, H100, "vm", 0)[0] if not r.passed]
+    assert bad.name == "nvlink_active_links" and bad.value is None
+    assert "spec.checks.preflight.thresholds.minNvlinkActiveLinks needs it" in bad.message
+    assert "set it to 0" in bad.message
+    off = H100.model_copy(update={"min_nvlink_active_links": 0})
+    results, skipped = judge_gpu(snap, off, "vm", 0)
+    assert all(r.passed for r in results) and [s.name for s in skipped] == ["nvlink_active_links gpu 0"]
+    assert [k for k, _, _ in rules.loosened("preflight", off, H100)] == ["preflight.minNvlinkActiveLinks"]
+    snap.errors["nvlink"] = "NVMLError_GpuIsLost: GPU is lost"
+    [lost] = [r for r in judge_gpu(snap, H100, "vm", 0)[0] if not r.passed]
+    assert "GPU is lost" in lost.message and "thresholds" not in lost.message

@@ -345,9 +345,22 @@ class _GpuJudgement:
         """An unreadable value: a failure where a threshold needs it, else a skip."""
         err = self.snap.errors.get(key, "not reported")
         if rules.needs_value("preflight", name, self.th):
-            self.add(name, None, f": cannot read {name} ({err})")
+            self.add(name, None, f": cannot read {name} ({err})" + _unsupported_hint(name, err))
         else:
             self.skipped.append(Skip(check="preflight", name=f"{name} gpu {self.gpu}", reason=f"{self.label}: {err}"))
+
+
+def _unsupported_hint(name: str, err: str) -> str:
+    """What to change where NVML says the GPU has no such reading at all (a floor the hardware cannot report, e.g.
+    NVLink on one GPU passed through alone to a VM): the floor that needs it, as the spec spells it. A read that
+    failed (a GPU fallen off the bus) gets no hint: that is the node's fault, not the test's."""
+    found = rules.find("preflight", name)
+    unsupported = "notsupported" in err.lower().replace(" ", "").replace("_", "")
+    if found is None or found.key is None or found.comparison != "ge" or not unsupported:
+        return ""
+    check, _, alias = found.key.partition(".")
+    return (f"; this GPU does not report it at all, and spec.checks.{check}.thresholds.{alias} needs it: where the "
+            "hardware truly has none, set it to 0 (not judged; a run looser than its profile never admits a node)")
 
 
 def _model(j: _GpuJudgement, s: GpuSnapshot) -> None:
