@@ -16,7 +16,8 @@ DIR=/tmp/soak-series
 SOAK=${SOAK_SECONDS:-300}
 HOG_GPU=${HOG_GPU:-0}
 HEALTHY=${HEALTHY:-3}
-CPU=${CPU:-}  # CPU=1: the series on CPUs (gloo, no NVML, no hog): a try of the script itself
+# CPU=1: the series on CPUs (gloo, no NVML; the hog finds no GPU, so its run says NOT DETECTED): a try of the script
+CPU=${CPU:-}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 export PYTHONPATH=${PYTHONPATH:-}:$PWD/operator:$PWD/workload
 

@@ -42,11 +42,12 @@ from acceptance_workload.control import (
     StageAborted,
     describe_culprits,
 )
-from acceptance_workload.report import CheckName, CheckResult, Report, StageError
+from acceptance_workload.report import CheckName, CheckResult, StageError
 
 if TYPE_CHECKING:
     from acceptance_workload.config import WorkloadConfig
     from acceptance_workload.launch import Session
+    from acceptance_workload.report import Report
 
 RESULT = rules.STAGE_ERROR  # the failed result of a check whose stage raised (a culprit row of every check)
 MAX_TRACEBACK = 4000  # characters of a traceback kept (its end: where it was raised)
