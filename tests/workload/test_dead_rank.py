@@ -122,7 +122,9 @@ def _torchrun(tmp_path: Path, nodes: int, victim: int) -> tuple[str, float, floa
     names = ["node-a", "node-b"][:nodes]
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
     checks.gpu.enabled = checks.nccl.enabled = False
-    checks.ddp.steps = 40  # long enough that the kill lands inside DDP
+    # ~20 s of DDP on a 2-core machine: the kill 2 s in lands inside it however fast the machine (40 steps lasted
+    # 2.2 s with torch 2.15, and a kill after the ranks had finished found no rank to kill)
+    checks.ddp.steps = 400
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=nodes, gpus_per_node=2, fabric="ethernet",
                             checks=checks, report_file=str(tmp_path / "report.json"))
     port = free_port()
@@ -134,9 +136,14 @@ def _torchrun(tmp_path: Path, nodes: int, victim: int) -> tuple[str, float, floa
         env[CONFIG_ENV] = config.to_env()
         where = ["--nnodes", str(nodes), "--node-rank", str(k), "--master-addr", "127.0.0.1", "--master-port",
                  str(port)] if nodes > 1 else []
+        # Only the first torchrun's stderr is read as it runs: the others write to files, as a pipe nobody reads
+        # fills (64 KiB) and blocks its torchrun
+        err = subprocess.PIPE if k == 0 else (tmp_path / f"torchrun-{node}.err").open("w")
         agents.append(subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                                         *where, *flags], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+                                       stdout=subprocess.DEVNULL, stderr=err, text=True))
+        if k:
+            err.close()  # the torchrun has its own copy
     killed: list[float] = []
     lines: list[str] = []
     try:
@@ -156,7 +163,8 @@ def _torchrun(tmp_path: Path, nodes: int, victim: int) -> tuple[str, float, floa
         for agent in agents:
             if agent.poll() is None:
                 agent.kill()
-            lines.append(agent.communicate()[1])
+            lines.append(agent.communicate()[1] or "")
+        lines += [(tmp_path / f"torchrun-{node}.err").read_text() for node in names[1:]]
     stderr = "".join(lines)
     assert killed, stderr[-3000:]
     return stderr, killed[0], ended
