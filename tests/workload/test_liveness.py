@@ -58,7 +58,7 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
         checks.soak.enabled, checks.soak.duration_seconds = True, 60
     checks.nccl.collective_timeout_seconds = collective_timeout
     checks.nccl.localize = "always"  # the localisation stage runs too (two nodes)
-    checks.ddp.steps = 30  # long enough that the fault lands inside DDP
+    checks.ddp.steps = 120  # ~5 s of DDP with torch 2.15 on 2 cores: the fault 1 s in lands inside it
     return WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=nodes, gpus_per_node=2, fabric="ethernet",
                           checks=checks, report_file=str(tmp_path / "report.json"),
                           storage_path=None if storage is None else str(storage))
