@@ -73,7 +73,7 @@ def sampler(stop: threading.Event, samples: list[dict]) -> None:
 def worker(args: argparse.Namespace) -> None:
     import torch
     import torch.distributed as dist
-    from acceptance_workload import models
+    from acceptance_workload.checks.ddp import models
     from torch.nn.parallel import DistributedDataParallel
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
         gpus = args.gpus or torch.cuda.device_count()
     tmp = tempfile.mkdtemp(prefix="ddp-stability-")
-    from acceptance_workload.launch import free_port
+    from acceptance_workload.runtime.launch import free_port
 
     port = free_port()
     procs = []

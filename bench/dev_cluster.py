@@ -214,7 +214,7 @@ def operator_requests(driver: Driver, before: tuple[float, int]) -> int:
 
 
 def deliver_report(driver: Driver, namespace: str, name: str, body: list[tuple[str, dict[str, str]]]) -> None:
-    """As rank 0 delivers it (acceptance_workload.status.patch_report): node shards, then the job-wide ConfigMap
+    """As rank 0 delivers it (acceptance_workload.report.status.patch_report): node shards, then the job-wide ConfigMap
     with the status part."""
     for cm, data in body:
         driver.call("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{cm}", {"data": data}, MERGE)

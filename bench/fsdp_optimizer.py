@@ -70,8 +70,8 @@ def main() -> int:
     args = p.parse_args()
     import torch
     import torch.distributed as dist
-    from acceptance_workload import fsdp
-    from acceptance_workload.checks import FsdpCheck
+    from acceptance_workload.checks.fsdp import fsdp
+    from acceptance_workload.spec.checkmodels import FsdpCheck
     from torch.distributed.device_mesh import init_device_mesh
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -51,7 +51,7 @@ def start_loops(count: int) -> list[int]:
 
 
 def one(count: int, ops: int, port: int) -> dict:
-    from acceptance_workload import hostload
+    from acceptance_workload.checks.preflight import hostload
 
     loops = start_loops(count)
     try:

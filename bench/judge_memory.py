@@ -41,7 +41,7 @@ NAMESPACE, NAME, UID = "bench", "inter-node", "uid-bench"
 
 
 def _test(nodes: int) -> Any:
-    from acceptance_operator.api import parse_test
+    from acceptance_operator.resource.api import parse_test
 
     return parse_test({"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
                        "metadata": {"name": NAME, "namespace": NAMESPACE, "uid": UID, "generation": 1},
@@ -54,8 +54,8 @@ def build(nodes: int, directory: Path, slow_gemm: bool = False, all_failing: boo
     slow_gemm: every GPU's bf16 GEMM below the profile's floor (a failure on every GPU of every node);
     all_failing: no result has a value (a missing measurement fails closed), so every result fails.
     """
-    from acceptance_operator import manifests
-    from acceptance_workload.evidence import deliveries
+    from acceptance_operator.building import manifests
+    from acceptance_workload.report.evidence import deliveries
 
     from tests.reports import node_names, passing_report
 
@@ -100,9 +100,10 @@ class Files:
 def look(k: Files, test: Any, status: dict[str, Any]) -> tuple[str, str]:
     """One reconcile that finds the report: the handler's fresh observation (handlers._observe), the verdict
     (assessment.assess) and what _conclude reads of it (the node metrics)."""
-    from acceptance_operator import handlers, runs
-    from acceptance_operator.assessment import Timing, assess
-    from acceptance_operator.verdict import measured_nodes
+    from acceptance_operator import handlers
+    from acceptance_operator.judging.assessment import Timing, assess
+    from acceptance_operator.judging.verdict import measured_nodes
+    from acceptance_operator.resource import runs
 
     test = runs.with_run(test, runs.first_run(1, None))
     observation, _ = handlers._observe(k, test, status, fresh=True)  # type: ignore[arg-type]

@@ -19,8 +19,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workload"))
-from acceptance_workload import latency
-from acceptance_workload.report import Report
+from acceptance_workload.checks.nccl import latency
+from acceptance_workload.report.model import Report
 
 
 def group_of(path: Path, report: Report) -> str:

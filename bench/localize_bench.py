@@ -71,7 +71,7 @@ def paper(counts: list[int]) -> str:
     A node count the stage does not run on (localize.wanted: fewer than 3 nodes) says so. The two slow nodes are
     distinct at every count (the 2nd and the middle one, or the last where those are the same).
     """
-    from acceptance_workload.localize import results, simulated, wanted
+    from acceptance_workload.checks.nccl.localize import results, simulated, wanted
 
     cases = [("healthy", 0, False), ("one slow node", 1, False), ("two slow nodes", 2, False),
              ("a fault only at scale (bisection)", 1, True)]

@@ -5,8 +5,8 @@
     python bench/nccl_ddp.py --gpus 2 --no-ddp --out nccl.json
 
 It starts one process per GPU (torchrun-style variables) running this same
-file, which uses the workload's own sweep (acceptance_workload.nccl) and DDP
-check (acceptance_workload.ddp), so the numbers are those a cluster run
+file, which uses the workload's own sweep (acceptance_workload.checks.nccl.nccl) and DDP
+check (acceptance_workload.checks.ddp.ddp), so the numbers are those a cluster run
 reports. Needs torch with CUDA and pydantic; not pyyaml or the Kubernetes client.
 """
 
@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workload"))
 
-from acceptance_workload.checks import COLLECTIVES, ChecksSpec  # noqa: E402
-from acceptance_workload.config import CONFIG_ENV, WorkloadConfig  # noqa: E402
-from acceptance_workload.launch import free_port  # noqa: E402
+from acceptance_workload.runtime.launch import free_port  # noqa: E402
+from acceptance_workload.spec.checkmodels import COLLECTIVES, ChecksSpec  # noqa: E402
+from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig  # noqa: E402
 
 OUT_ENV = "BENCH_OUT"
 
@@ -87,14 +87,14 @@ def launch(args: argparse.Namespace) -> int:
 
 def worker() -> int:
     import torch
-    from acceptance_workload import launch as joblaunch
-    from acceptance_workload import transport
-    from acceptance_workload.control import Blamer, hard_exit
-    from acceptance_workload.ddp import run_ddp
-    from acceptance_workload.nccl import run_sweeps
-    from acceptance_workload.render import ddp_table, nccl_table
-    from acceptance_workload.report import Report
-    from acceptance_workload.watchdog import Watchdog
+    from acceptance_workload.checks.ddp.ddp import run_ddp
+    from acceptance_workload.checks.nccl import transport
+    from acceptance_workload.checks.nccl.nccl import run_sweeps
+    from acceptance_workload.report.model import Report
+    from acceptance_workload.report.render import ddp_table, nccl_table
+    from acceptance_workload.runtime import launch as joblaunch
+    from acceptance_workload.runtime.control import Blamer, hard_exit
+    from acceptance_workload.runtime.watchdog import Watchdog
 
     config = WorkloadConfig.from_env()
     env = joblaunch.DistEnv.from_environ()

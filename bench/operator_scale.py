@@ -44,8 +44,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from acceptance_operator.api import API_VERSION
-from acceptance_operator.manifests import LABEL_GENERATION, LABEL_TEST
+from acceptance_operator.building.manifests import LABEL_GENERATION, LABEL_TEST
+from acceptance_operator.resource.api import API_VERSION
 from dev_cluster import REPO, BenchRun, deliver_report, operator_requests, percentiles, runs_here
 from sweep_scale import SweepRun
 
@@ -227,10 +227,10 @@ def deliver_burst(pool: ThreadPoolExecutor, deliver: Any, names: list[str], pair
 
 def delivery(namespace: str, name: str, uid: str) -> list[tuple[str, dict[str, str]]]:
     """What rank 0 of a healthy one-node run of `name` on node-<name> writes: its ConfigMap writes, in order."""
-    from acceptance_operator.api import parse_test
-    from acceptance_operator.manifests import evidence_names
-    from acceptance_workload.evidence import deliveries
-    from acceptance_workload.report import Report
+    from acceptance_operator.building.manifests import evidence_names
+    from acceptance_operator.resource.api import parse_test
+    from acceptance_workload.report.evidence import deliveries
+    from acceptance_workload.report.model import Report
 
     full = Report.model_validate({**report(1, nodes=(f"node-{name}",)), "uid": uid})
     test = parse_test({"apiVersion": API_VERSION, "kind": "AcceptanceTest",

@@ -61,7 +61,7 @@ wrong_cpu() {  # the last rank re-pinned, from outside, to CPUs remote from its 
   remote=$(python3 -c '
 import os, sys
 from acceptance_workload import binding
-from acceptance_workload.occupancy import nvml_init
+from acceptance_workload.checks.preflight.occupancy import nvml_init
 n = nvml_init(); gpu = int(sys.argv[1])
 local = binding.mask_cpus(n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(gpu), 64))
 print(binding.cpulist(set(os.sched_getaffinity(0)) - local))' "$last")

@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from acceptance_workload.soak import WARM_UP_SECONDS  # the first judged minute starts after it
+from acceptance_workload.checks.soak.soak import WARM_UP_SECONDS  # the first judged minute starts after it
 from fault_suite import HOG  # bf16 matmuls on one GPU, from another process
 
 HERE = Path(__file__).resolve().parent

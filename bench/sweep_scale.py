@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any
 
-from acceptance_operator.api import API_VERSION
-from acceptance_operator.sweep import INTER_NODE, NODE_ANNOTATION, child_name
+from acceptance_operator.fleet.sweep import INTER_NODE, NODE_ANNOTATION, child_name
+from acceptance_operator.resource.api import API_VERSION
 from dev_cluster import BenchRun, Driver, deliver_report, memory, operator_requests
 
 from tests.cluster.operator_harness import report
@@ -29,11 +29,11 @@ STAGE = child_name(SWEEP, "g1", INTER_NODE)  # the inter-node child of the sweep
 
 def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
     """What a child test's workload does: pods of its run on `nodes`, then the report (evidence, status part)."""
-    from acceptance_operator.api import parse_test
-    from acceptance_operator.manifests import evidence_names, test_labels
-    from acceptance_operator.runs import on_current_run
-    from acceptance_workload.evidence import deliveries
-    from acceptance_workload.report import Report
+    from acceptance_operator.building.manifests import evidence_names, test_labels
+    from acceptance_operator.resource.api import parse_test
+    from acceptance_operator.resource.runs import on_current_run
+    from acceptance_workload.report.evidence import deliveries
+    from acceptance_workload.report.model import Report
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     test = on_current_run(obj)
     labels = test_labels(test)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from acceptance_operator.backends import BACKENDS
+from acceptance_operator.building.backends import BACKENDS
 
 from tests.apiserver import ASSETS_SCRIPT, ApiServer, ApiServerError
 from tests.processes import die_with_parent, free_ports, kill_group, tail

@@ -3,7 +3,7 @@
 Each subcommand imports what it needs when it runs, so `crd`, `render` and
 `local` work without kopf or the Kubernetes client installed.
 
-Exit codes, for every command (acceptance_workload.exits has the rule): 0 yes
+Exit codes, for every command (acceptance_workload.spec.exits has the rule): 0 yes
 (passed, printed, rendered, judged), 1 no (a check failed, an invalid
 manifest, no usable report yet, a delivery not judged), 2 could not answer
 (bad arguments, unreadable input, API errors, any unexpected error).
@@ -15,11 +15,11 @@ import argparse
 import sys
 import traceback
 
-from acceptance_workload import exits
+from acceptance_workload.spec import exits
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
-    from acceptance_operator.crd import crd_yaml
+    from acceptance_operator.resource.crd import crd_yaml
 
     sys.stdout.write(crd_yaml())
     return exits.YES
@@ -45,7 +45,7 @@ def _cmd_local(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from acceptance_operator.ports import DEFAULT_HEALTH_PORT, DEFAULT_METRICS_PORT
+    from acceptance_operator.plumbing.ports import DEFAULT_HEALTH_PORT, DEFAULT_METRICS_PORT
 
     parser = argparse.ArgumentParser(prog="gpu-acceptance", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import kopf  # noqa: F401  # tests patch kopf.info/kopf.warn through this name
 
-from acceptance_operator import runs  # noqa: F401
-from acceptance_operator.api import RERUN_ANNOTATION, parse_test  # noqa: F401
-from acceptance_operator.conditions import RunState, is_finished  # noqa: F401
+from acceptance_operator.plumbing.workqueue import WorkQueue  # noqa: F401
 from acceptance_operator.reconcile import events  # noqa: F401  # registers the kopf handlers
 from acceptance_operator.reconcile.events import on_test_event  # noqa: F401
 from acceptance_operator.reconcile.follow import delivered_part as _delivered  # noqa: F401
@@ -39,4 +37,6 @@ from acceptance_operator.reconcile.runtime import awaits_run as _awaits_run  # n
 from acceptance_operator.reconcile.runtime import effective as _effective  # noqa: F401
 from acceptance_operator.reconcile.status import conclude as _conclude  # noqa: F401
 from acceptance_operator.reconcile.status import write_status as _write_status  # noqa: F401
-from acceptance_operator.workqueue import WorkQueue  # noqa: F401
+from acceptance_operator.resource import runs  # noqa: F401
+from acceptance_operator.resource.api import RERUN_ANNOTATION, parse_test  # noqa: F401
+from acceptance_operator.resource.conditions import RunState, is_finished  # noqa: F401

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from acceptance_workload import exits
+from acceptance_workload.spec import exits
 
-from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
-from acceptance_operator.backends import build_children
-from acceptance_operator.manifests import resolve_image
-from acceptance_operator.spec_input import MAX_MANIFEST_BYTES, RenderError, parse_test
+from acceptance_operator.building.backends import build_children
+from acceptance_operator.building.manifests import resolve_image
+from acceptance_operator.resource.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
+from acceptance_operator.resource.spec_input import MAX_MANIFEST_BYTES, RenderError, parse_test
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -24,9 +24,9 @@ class _PlainDumper(yaml.SafeDumper):
 
 def notes(test: AcceptanceTest) -> list[str]:
     """What the operator does beyond creating these objects (a sweep, node actions), as YAML comment lines."""
-    from acceptance_operator.conditions import is_smoke
-    from acceptance_operator.node_actions import PASSED_LABEL, describe
-    from acceptance_operator.policy import threshold_problem
+    from acceptance_operator.fleet.node_actions import PASSED_LABEL, describe
+    from acceptance_operator.plumbing.policy import threshold_problem
+    from acceptance_operator.resource.conditions import is_smoke
 
     spec, out = test.spec, []
     if spec.sweep:
@@ -70,8 +70,8 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
     its policy refuses is refused here, the init container gets its image, and a test without spec.image the
     configured workload image.
     """
-    from acceptance_operator.policy import policy_problems, written_image_problems
-    from acceptance_operator.settings import OperatorSettings
+    from acceptance_operator.plumbing.policy import policy_problems, written_image_problems
+    from acceptance_operator.plumbing.settings import OperatorSettings
 
     source = "standard input" if path == "-" else path
     try:

@@ -15,7 +15,7 @@ waits (`--wait`, default 60 s) for the operator's verdict on that run and says
 it; delivered but not judged (the operator ignored it: the test moved on to
 another run; rejected it: ReportRejected; or gave no verdict in time) is exit 1.
 
-Exit codes follow the one rule of every command (acceptance_workload.exits): 0
+Exit codes follow the one rule of every command (acceptance_workload.spec.exits): 0
 printed, or delivered and judged; 1 no usable report yet, or a delivery the
 operator ignored, rejected or did not judge in time; 2 could not read or write
 (no such test, no cluster configuration, refused, a FILE that is not a report).
@@ -31,13 +31,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from acceptance_workload import exits
-from acceptance_workload.exports import ExportError, write_exports
-from acceptance_workload.exports import require as require_exports
-from acceptance_workload.report import Report
+from acceptance_workload.report.exports import ExportError, write_exports
+from acceptance_workload.report.exports import require as require_exports
+from acceptance_workload.report.model import Report
+from acceptance_workload.spec import exits
 from pydantic import ValidationError
 
-from acceptance_operator.conditions import SUCCEEDED, TERMINAL_PHASES
+from acceptance_operator.resource.conditions import SUCCEEDED, TERMINAL_PHASES
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -85,7 +85,7 @@ def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
 
-    from acceptance_operator.kubeapi import Kube
+    from acceptance_operator.plumbing.kubeapi import Kube
 
     namespace = _namespace(args.namespace)
     try:
@@ -111,16 +111,16 @@ def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
 
 
 def _test(obj: dict):
-    from acceptance_operator.runs import on_current_run
+    from acceptance_operator.resource.runs import on_current_run
 
     return on_current_run(obj)
 
 
 def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60.0) -> int:
     """Deliver the saved report for the test's current run, as rank 0 does, then wait for the operator's verdict."""
-    from acceptance_workload.status import StatusWriteError, patch_report
+    from acceptance_workload.report.status import StatusWriteError, patch_report
 
-    from acceptance_operator import manifests
+    from acceptance_operator.building import manifests
 
     try:
         report = Report.model_validate_json(path.read_text())
@@ -163,7 +163,7 @@ def _verdict_of(obj: dict, run_id: str) -> tuple[str, str] | None:
 def await_verdict(read: Callable[[], dict | None], run_id: str, seconds: float,
                   sleep: Callable[[float], None] = time.sleep) -> tuple[int, str]:
     """Wait for the operator's verdict on run `run_id` after a delivery: (exit code, what to say)."""
-    from acceptance_operator.conditions import REPORT_REJECTED
+    from acceptance_operator.resource.conditions import REPORT_REJECTED
 
     deadline = time.monotonic() + seconds
     while True:
@@ -190,10 +190,11 @@ def await_verdict(read: Callable[[], dict | None], run_id: str, seconds: float,
 
 
 def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from acceptance_workload.render import full_text
+    from acceptance_workload.report.render import full_text
 
-    from acceptance_operator import evidence_hooks, manifests
-    from acceptance_operator.rejudge import RunFacts, rejudge
+    from acceptance_operator.building import manifests
+    from acceptance_operator.judging.rejudge import RunFacts, rejudge
+    from acceptance_operator.reconcile import evidence_hooks
 
     test = _test(obj)
     status = obj.get("status") or {}
@@ -206,7 +207,7 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
     except ValidationError:
         err.write("status.report could not be read as a report\n")
         return exits.NO
-    from acceptance_operator.runs import report_run, run_of
+    from acceptance_operator.resource.runs import report_run, run_of
 
     current = run_of(test).id
     if report.generation != manifests.generation_of(test) or report_run(report.run, report.generation) != current:

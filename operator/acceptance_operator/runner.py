@@ -7,9 +7,9 @@ import sys
 
 import kopf
 
-from acceptance_operator.calm import CalmFilter
-from acceptance_operator.ports import unbindable_ports
-from acceptance_operator.settings import OperatorSettings
+from acceptance_operator.plumbing.calm import CalmFilter
+from acceptance_operator.plumbing.ports import unbindable_ports
+from acceptance_operator.plumbing.settings import OperatorSettings
 
 
 class _QuietEvents(logging.Filter):

@@ -187,10 +187,10 @@ class Cluster:
         told not to, the scheduler's part is played first: a pod of the run on
         every reported node that has none yet.
         """
+        from acceptance_operator.building.manifests import evidence_names
         from acceptance_operator.handlers import parse_test
-        from acceptance_operator.manifests import evidence_names
-        from acceptance_workload.evidence import deliveries
-        from acceptance_workload.report import Report
+        from acceptance_workload.report.evidence import deliveries
+        from acceptance_workload.report.model import Report
 
         # Rank 0 runs once its run's children exist: the operator records the run after creating them.
         obj = self.wait(lambda: (o := self.get_test(name) or {}) and (o.get("status") or {}).get("run") and o,
@@ -202,7 +202,7 @@ class Cluster:
         if place_pods:
             self.place_pods(name, int(report.get("generation") or 1),
                             (report.get("environment") or {}).get("hostnames") or [], run=report.get("run"))
-        # As rank 0 delivers it (acceptance_workload.status.patch_report): every node shard, then the job-wide
+        # As rank 0 delivers it (acceptance_workload.report.status.patch_report): every node shard, then the job-wide
         # ConfigMap with its evidence and the status part in one write.
         for cm, data in deliveries(Report.model_validate(report), evidence_names(parse_test(obj))):
             self.server.request("PATCH", f"/api/v1/namespaces/{self.ns}/configmaps/{cm}", {"data": data},
@@ -210,10 +210,10 @@ class Cluster:
 
     def write_legacy_report(self, name: str, report: dict[str, Any]) -> None:
         """What rank 0 of a run an earlier operator version started does: evidence, then status.report."""
+        from acceptance_operator.building.manifests import evidence_names
         from acceptance_operator.handlers import parse_test
-        from acceptance_operator.manifests import evidence_names
-        from acceptance_workload.evidence import EVIDENCE_KEY, split
-        from acceptance_workload.report import Report
+        from acceptance_workload.report.evidence import EVIDENCE_KEY, split
+        from acceptance_workload.report.model import Report
 
         obj = self.get_test(name) or {}
         status, shards = split(Report.model_validate({**report, "uid": obj["metadata"]["uid"]}),
@@ -224,7 +224,7 @@ class Cluster:
         self.patch_status(name, {"report": status.model_dump(mode="json", by_alias=True, exclude_none=True)})
 
     def place_pods(self, name: str, generation: int, nodes: list[str], run: str | None = None) -> None:
-        from acceptance_operator.manifests import run_of_child
+        from acceptance_operator.building.manifests import run_of_child
 
         run = run or f"g{generation}"
         labels = {"gpu-acceptance.io/test": name, "gpu-acceptance.io/generation": str(generation)}
@@ -438,8 +438,8 @@ def report(generation: int, *, passed: bool = True, busbw: float = 371.5, failed
     passed=False puts all_reduce busbw at 120 GB/s (the report still claims it passed: the operator judges);
     failed_node reports 7 of 8 GPUs on that node. The test's uid is filled in when it is written.
     """
-    from acceptance_workload.checks import ChecksSpec
-    from acceptance_workload.config import TestRef, WorkloadConfig
+    from acceptance_workload.spec.checkmodels import ChecksSpec
+    from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
     from tests.reports import passing_report
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from acceptance_operator.api import parse_test
-from acceptance_operator.manifests import build_workload_config, evidence_names
-from acceptance_workload.evidence import PROGRESS_KEY
+from acceptance_operator.building.manifests import build_workload_config, evidence_names
+from acceptance_operator.resource.api import parse_test
+from acceptance_workload.report.evidence import PROGRESS_KEY
 
 from tests.cluster.operator_harness import Cluster, OperatorProcess
 from tests.cluster.test_node_lifecycle import (  # noqa: F401 (fixtures)

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
-from acceptance_operator import api
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.backends import build_children
-from acceptance_operator.spec_input import parse_test
+from acceptance_operator.building.backends import build_children
+from acceptance_operator.resource import api
+from acceptance_operator.resource.api import AcceptanceTest
+from acceptance_operator.resource.spec_input import parse_test
 
 from tests.apiserver import ApiServer, repo_crd_paths
 

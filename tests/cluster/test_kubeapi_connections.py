@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from acceptance_operator.kubeapi import Kube
+from acceptance_operator.plumbing.kubeapi import Kube
 from kubernetes import client, config
 
 pytestmark = pytest.mark.cluster

@@ -17,9 +17,9 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from acceptance_operator.backends import BACKENDS
-from acceptance_operator.manifests import ROLE_GPU, ROLE_LAUNCHER
-from acceptance_operator.queueing import JOB_UID_LABEL, QUEUE_LABEL, suspended
+from acceptance_operator.building.backends import BACKENDS
+from acceptance_operator.building.manifests import ROLE_GPU, ROLE_LAUNCHER
+from acceptance_operator.building.queueing import JOB_UID_LABEL, QUEUE_LABEL, suspended
 
 from tests.apiserver import ApiServer
 from tests.cluster.conftest import StartOperator

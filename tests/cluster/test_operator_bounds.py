@@ -18,10 +18,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from acceptance_operator import spec_input
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.policy import policy_problems
-from acceptance_operator.settings import OperatorSettings
+from acceptance_operator.plumbing.policy import policy_problems
+from acceptance_operator.plumbing.settings import OperatorSettings
+from acceptance_operator.resource import spec_input
+from acceptance_operator.resource.api import AcceptanceTest
 from pydantic import ValidationError
 
 from tests.apiserver import ApiServer

@@ -3,8 +3,9 @@ ReportNotDelivered: the pod's error, and its own summary marked unverified, neve
 
 from __future__ import annotations
 
-from acceptance_workload.delivery import not_delivered
-from acceptance_workload.report import CheckResult, Report
+from acceptance_workload.report.delivery import not_delivered
+from acceptance_workload.report.model import Report
+from acceptance_workload.spec.results import CheckResult
 
 from tests.cluster.operator_harness import Cluster
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from acceptance_operator import manifests
-from acceptance_operator.backends import build_children
+from acceptance_operator.building import manifests
+from acceptance_operator.building.backends import build_children
 from acceptance_operator.handlers import parse_test
 
 from tests.apiserver import ApiServer

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from acceptance_workload.kubeclient import api_client
+from acceptance_workload.report.kubeclient import api_client
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 

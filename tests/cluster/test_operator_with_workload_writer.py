@@ -3,15 +3,15 @@ identity the operator created, reports into the test the job's config names, and
 
 Nothing is shared in-process: the test reads GPU_ACCEPTANCE_CONFIG out of the job the operator created,
 gets a token for the per-test ServiceAccount the operator created, and writes the report with
-acceptance_workload.status.patch_report, as rank 0 does in a pod.
+acceptance_workload.report.status.patch_report, as rank 0 does in a pod.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.status import core_api, patch_report
+from acceptance_workload.report.status import core_api, patch_report
+from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig
 
 from tests.cluster.operator_harness import Cluster
 from tests.reports import passing_report

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from acceptance_operator.manifests import LABEL_ROLE
+from acceptance_operator.building.manifests import LABEL_ROLE
 
 from tests.apiserver import ApiServer, backend_crd_paths
 from tests.cluster.conftest import AT_CRD, StartOperator

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from acceptance_operator.queueing import QUEUE_LABEL
+from acceptance_operator.building.queueing import QUEUE_LABEL
 
 from tests.cluster.operator_harness import wait_for
 from tests.devcluster import Controllers

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload import binding
-from acceptance_workload.report import Report
+from acceptance_workload.checks.preflight import binding
+from acceptance_workload.report.model import Report
 
 from tests.workload.multiproc import REPO
 
@@ -20,7 +20,7 @@ VICTIM = 1  # the rank (and GPU) re-pinned
 
 
 def _remote_cpus(gpu: int) -> frozenset[int]:
-    from acceptance_workload.occupancy import nvml_init
+    from acceptance_workload.checks.preflight.occupancy import nvml_init
 
     nvml = nvml_init()
     local = binding.mask_cpus(nvml.nvmlDeviceGetCpuAffinity(nvml.nvmlDeviceGetHandleByIndex(gpu),

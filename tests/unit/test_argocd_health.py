@@ -20,7 +20,14 @@ from typing import Any
 
 import pytest
 import yaml
-from acceptance_operator.api import AcceptanceTest, AcceptanceTestStatus, Condition, JobRef, ObjectMeta, Summary
+from acceptance_operator.resource.api import (
+    AcceptanceTest,
+    AcceptanceTestStatus,
+    Condition,
+    JobRef,
+    ObjectMeta,
+    Summary,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 HEALTH_LUA = REPO / "argocd" / "health.lua"

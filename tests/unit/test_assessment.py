@@ -6,11 +6,11 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from acceptance_operator.assessment import Observation, Timing, assess, next_look
-from acceptance_operator.manifests import LABEL_ROLE, ROLE_LAUNCHER
-from acceptance_operator.rejudge import RunFacts
-from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.config import TestRef, WorkloadConfig
+from acceptance_operator.building.manifests import LABEL_ROLE, ROLE_LAUNCHER
+from acceptance_operator.judging.assessment import Observation, Timing, assess, next_look
+from acceptance_operator.judging.rejudge import RunFacts
+from acceptance_workload.spec.checkmodels import ChecksSpec
+from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
 from tests.reports import node_names, passing_report
 from tests.unit.operator_samples import (
@@ -347,7 +347,7 @@ def test_a_report_outranks_a_node_lost_after_it_was_written():
 
 
 def test_a_pass_under_the_baseline_fails_as_regressed_and_one_within_it_passes():
-    from acceptance_operator.api import HistoryEntry
+    from acceptance_operator.resource.api import HistoryEntry
 
     base = HistoryEntry(id="g2", result="Passed", all_reduce_busbw_gbps=420.0)
     a = assess(reported(baseline=base, regression_tolerance=5.0), T0, TIMING)
@@ -373,7 +373,7 @@ def _undelivered_pods(message: str) -> list[dict]:
 
 
 def test_a_run_whose_pod_could_not_deliver_its_report_is_report_not_delivered_quoting_it_unverified():
-    from acceptance_workload.delivery import not_delivered
+    from acceptance_workload.report.delivery import not_delivered
 
     said = passing_report(CONFIG)
     message = not_delivered("could not write evidence ConfigMap t-evidence-0 within 120s (9 attempts); last error: "

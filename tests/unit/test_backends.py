@@ -7,11 +7,11 @@ import typing
 from datetime import timedelta
 
 import pytest
-from acceptance_operator import api
-from acceptance_operator.backends import BACKENDS, build_children, build_job, controller_of, job_state
-from acceptance_operator.diagnosis import progress
-from acceptance_operator.jobstate import batch_job_state, jobset_state
-from acceptance_operator.settings import CHILD_RESOURCES
+from acceptance_operator.building.backends import BACKENDS, build_children, build_job, controller_of, job_state
+from acceptance_operator.building.jobstate import batch_job_state, jobset_state
+from acceptance_operator.judging.diagnosis import progress
+from acceptance_operator.plumbing.settings import CHILD_RESOURCES
+from acceptance_operator.resource import api
 
 from tests.unit.operator_samples import T0, ts
 

@@ -4,12 +4,13 @@ of cpu_affinity / cpu_limit / memory_limit / mig_mode / latency, and the spec's 
 from __future__ import annotations
 
 import pytest
-from acceptance_operator.rejudge import rejudge
-from acceptance_workload import latency, mig
-from acceptance_workload.checks import ChecksSpec, NcclCheck, PreflightThresholds
-from acceptance_workload.config import PodLimits, TestRef, WorkloadConfig
-from acceptance_workload.report import NcclRow, NcclSweep
-from acceptance_workload.wire import format_bytes
+from acceptance_operator.judging.rejudge import rejudge
+from acceptance_workload.checks.nccl import latency
+from acceptance_workload.checks.preflight import mig
+from acceptance_workload.report.model import NcclRow, NcclSweep
+from acceptance_workload.spec.checkmodels import ChecksSpec, NcclCheck, PreflightThresholds
+from acceptance_workload.spec.config import PodLimits, TestRef, WorkloadConfig
+from acceptance_workload.spec.wire import format_bytes
 
 from tests.reports import node_names, passing_report
 from tests.unit.test_bounds import errors_of, manifest
@@ -197,7 +198,7 @@ def _slow_latency_report(tmp_path):
 
 def test_the_html_report_plots_latency_with_its_ceilings(tmp_path) -> None:
     pytest.importorskip("matplotlib")
-    from acceptance_workload.html_report import LATENCY_PLOT_ID, render_html
+    from acceptance_workload.report.html_report import LATENCY_PLOT_ID, render_html
 
     report, slow = _slow_latency_report(tmp_path)
     page = render_html(report, title="ns/t")
@@ -210,7 +211,7 @@ def test_the_html_report_plots_latency_with_its_ceilings(tmp_path) -> None:
 
 def test_junit_has_a_failing_latency_case_naming_the_node(tmp_path) -> None:
     junitparser = pytest.importorskip("junitparser")
-    from acceptance_workload.junit import junit_xml
+    from acceptance_workload.report.junit import junit_xml
 
     report, slow = _slow_latency_report(tmp_path)
     path = tmp_path / "junit.xml"

@@ -6,8 +6,9 @@ import json
 
 import pytest
 import yaml
-from acceptance_operator import api, backends, spec_input
-from acceptance_operator.spec_input import RenderError, parse_test, problems_text
+from acceptance_operator.building import backends
+from acceptance_operator.resource import api, spec_input
+from acceptance_operator.resource.spec_input import RenderError, parse_test, problems_text
 
 from tests.unit.test_models import errors_of, manifest
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from acceptance_operator.calm import CalmFilter, RateLimit, describe_error
+from acceptance_operator.plumbing.calm import CalmFilter, RateLimit, describe_error
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from acceptance_operator.runs import MAX_RERUN_CHARS
+from acceptance_operator.resource.runs import MAX_RERUN_CHARS
 
 from tests.helm import (
     CHART,

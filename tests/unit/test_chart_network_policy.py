@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from acceptance_operator import api
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.backends import BACKENDS, build_children
+from acceptance_operator.building.backends import BACKENDS, build_children
+from acceptance_operator.resource import api
+from acceptance_operator.resource.api import AcceptanceTest
 
 from tests.helm import by_kind, render, template
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acceptance_operator.children import Children
+from acceptance_operator.fleet.children import Children
 
 LABELS = {"gpu-acceptance.io/test": "run", "gpu-acceptance.io/generation": "2"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from acceptance_operator.conditions import (
+from acceptance_operator.resource.conditions import (
     BACKEND_NOT_INSTALLED,
     INVALID_SPEC,
     JOB_CREATED,

@@ -4,14 +4,14 @@ one, judged only against a cpu-smoke run, and never acting on nodes."""
 from __future__ import annotations
 
 import yaml
-from acceptance_operator.assessment import Observation, assess
-from acceptance_operator.conditions import PASSED, SMOKE_PASSED, is_smoke
-from acceptance_operator.job_builders import torchrun_command
-from acceptance_operator.manifests import build_workload_config
-from acceptance_operator.rejudge import RunFacts
+from acceptance_operator.building.job_builders import torchrun_command
+from acceptance_operator.building.manifests import build_workload_config
+from acceptance_operator.judging.assessment import Observation, assess
+from acceptance_operator.judging.rejudge import RunFacts
+from acceptance_operator.plumbing.settings import OperatorSettings
 from acceptance_operator.render import render
-from acceptance_operator.settings import OperatorSettings
-from acceptance_workload.profiles import CPU_RATIO_TO_MEDIAN, PROFILES, resolve_checks
+from acceptance_operator.resource.conditions import PASSED, SMOKE_PASSED, is_smoke
+from acceptance_workload.spec.profiles import CPU_RATIO_TO_MEDIAN, PROFILES, resolve_checks
 
 from tests.reports import node_names, passing_report
 from tests.unit.operator_samples import T0, job, pod

@@ -6,7 +6,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from acceptance_workload import deaths
+from acceptance_workload.runtime import deaths
 
 
 @pytest.mark.parametrize(("code", "said"), [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from acceptance_operator.diagnosis import (
+from acceptance_operator.judging.diagnosis import (
     culprit_nodes,
     failed_pod,
     job_failure,

@@ -1,4 +1,4 @@
-"""One exit-code rule for every command (acceptance_workload.exits, README "Exit codes"): 0 yes, 1 no, 2 could not.
+"""One exit-code rule for every command (acceptance_workload.spec.exits, README "Exit codes"): 0 yes, 1 no, 2 could not.
 
 Each command is run as a user runs it (a subprocess of the real CLI); the cases of `report` against a cluster
 (no report yet, a rejected delivery) are in tests/cluster/test_operator_evidence.py.
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload import exits
+from acceptance_workload.spec import exits
 
 ROOT = Path(__file__).resolve().parents[2]
 VALID = "apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\nspec: {nodes: 1}\n"
@@ -66,7 +66,7 @@ def test_local_with_a_manifest_it_cannot_use_could_not_answer(tmp_path: Path) ->
 
 def test_an_unexpected_error_is_could_not_answer(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     from acceptance_operator import cli as cli_module
-    from acceptance_operator import crd
+    from acceptance_operator.resource import crd
 
     def boom() -> str:
         raise RuntimeError("the unexpected")

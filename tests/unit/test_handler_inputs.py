@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_operator import handlers, manifests, spec_input
-from acceptance_operator.api import DEFAULT_IMAGE
+from acceptance_operator import handlers
+from acceptance_operator.building import manifests
+from acceptance_operator.resource import spec_input
+from acceptance_operator.resource.api import DEFAULT_IMAGE
 from pydantic import ValidationError
 
 STORED = {

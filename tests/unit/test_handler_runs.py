@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from acceptance_operator import handlers, manifests
+from acceptance_operator import handlers
+from acceptance_operator.building import manifests
 from acceptance_operator.reconcile import runtime
 from kubernetes.client.exceptions import ApiException
 
@@ -259,7 +260,7 @@ class Patched:
 @pytest.mark.parametrize(("landed", "skipped"), [(None, True), ({"report": {"generation": 1}}, False)])
 def test_the_echo_of_our_status_write_is_skipped_only_if_nothing_landed_meanwhile(landed, skipped):
     """A report written between our read and our write comes back in the write's answer: its event must count."""
-    from acceptance_operator.conditions import RunState
+    from acceptance_operator.resource.conditions import RunState
 
     handlers.STATES.drop((NS, NAME))
     obj = stored(1)

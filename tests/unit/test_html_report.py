@@ -15,10 +15,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from acceptance_operator.rejudge import RunFacts, rejudge
-from acceptance_workload.checks import COLLECTIVES, ChecksSpec
-from acceptance_workload.config import TestRef, WorkloadConfig
-from acceptance_workload.html_report import (
+from acceptance_operator.judging.rejudge import RunFacts, rejudge
+from acceptance_workload.report.html_report import (
     DDP_PLOT_ID,
     HEATMAP_ID,
     HEATMAP_MAX_NODES,
@@ -29,7 +27,9 @@ from acceptance_workload.html_report import (
     reference_for,
     render_html,
 )
-from acceptance_workload.report import Report
+from acceptance_workload.report.model import Report
+from acceptance_workload.spec.checkmodels import COLLECTIVES, ChecksSpec
+from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
 from tests.reports import node_names, passing_report, with_slow_node
 
@@ -287,8 +287,8 @@ def test_the_groups_table_lists_every_pair_round_by_round_beside_the_median(loca
 
 def test_report_node_keeps_the_nodes_own_pairs_and_its_judgement(localized: Report):
     from acceptance_operator.report_cli import for_node
-    from acceptance_workload.junit import junit_xml
-    from acceptance_workload.render import full_text
+    from acceptance_workload.report.junit import junit_xml
+    from acceptance_workload.report.render import full_text
 
     one = for_node(localized, SLOW_NODE)
     tables = Tables(render_html(one)).tables

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acceptance_operator import kubeapi
+from acceptance_operator.plumbing import kubeapi
 from kubernetes import client
 
 
@@ -33,7 +33,7 @@ def test_the_connection_pool_is_sized_to_the_callers(monkeypatch):
 
 def test_one_rule_picks_the_configuration_for_operator_and_workload(monkeypatch):
     """kubectl's order: a named kubeconfig, else KUBECONFIG, else in-cluster in a pod, else ~/.kube/config."""
-    from acceptance_workload import kubeclient
+    from acceptance_workload.report import kubeclient
     from kubernetes import config
 
     pod = {"KUBERNETES_SERVICE_HOST": "10.0.0.1"}
@@ -56,7 +56,7 @@ def test_the_kubeconfig_named_by_kubeconfig_now_is_read_not_the_one_at_the_clien
     """kubernetes.config fixes its default path when it is imported (imported above, before KUBECONFIG is set):
     the workload's delivery must read the file KUBECONFIG names when it delivers."""
     import yaml
-    from acceptance_workload.kubeclient import configuration
+    from acceptance_workload.report.kubeclient import configuration
 
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump({

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_operator.rejudge import RunFacts, rejudge
-from acceptance_workload import localize
-from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.config import TestRef, WorkloadConfig
-from acceptance_workload.evidence import assemble, shard_names, split
-from acceptance_workload.report import CheckResult, PairRow
+from acceptance_operator.judging.rejudge import RunFacts, rejudge
+from acceptance_workload.checks.nccl import localize
+from acceptance_workload.report.evidence import assemble, shard_names, split
+from acceptance_workload.report.model import PairRow
+from acceptance_workload.spec.checkmodels import ChecksSpec
+from acceptance_workload.spec.config import TestRef, WorkloadConfig
+from acceptance_workload.spec.results import CheckResult
 
 from tests.reports import node_names, passing_report
 

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 import yaml
-from acceptance_operator import api, manifests
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.backends import build_children, build_job
-from acceptance_operator.job_builders import build_indexed_job, build_jobset, build_mpijob, build_pytorchjob
-from acceptance_operator.manifests import (
+from acceptance_operator.building import manifests
+from acceptance_operator.building.backends import build_children, build_job
+from acceptance_operator.building.job_builders import build_indexed_job, build_jobset, build_mpijob, build_pytorchjob
+from acceptance_operator.building.manifests import (
     build_affinity,
     build_evidence,
     build_network_env,
@@ -25,8 +24,10 @@ from acceptance_operator.manifests import (
     service_account_name,
 )
 from acceptance_operator.render import render
-from acceptance_operator.spec_input import parse_test
-from acceptance_workload.config import CONFIG_ENV, WorkloadConfig
+from acceptance_operator.resource import api
+from acceptance_operator.resource.api import AcceptanceTest
+from acceptance_operator.resource.spec_input import parse_test
+from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import urllib.request
 
-from acceptance_operator.api import Summary
-from acceptance_operator.metrics import OperatorMetrics
+from acceptance_operator.plumbing.metrics import OperatorMetrics
+from acceptance_operator.resource.api import Summary
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from acceptance_operator import api
-from acceptance_operator.api import AcceptanceTest, AcceptanceTestSpec
-from acceptance_operator.spec_input import RenderError, parse_test
+from acceptance_operator.resource import api
+from acceptance_operator.resource.api import AcceptanceTest, AcceptanceTestSpec
+from acceptance_operator.resource.spec_input import RenderError, parse_test
 from pydantic import ValidationError
 
 FOUR_LINES = """\

@@ -7,8 +7,7 @@ import json
 from datetime import datetime, timezone
 from typing import Any
 
-from acceptance_operator.api import OnPass
-from acceptance_operator.node_actions import (
+from acceptance_operator.fleet.node_actions import (
     CORDONED_ANNOTATION,
     PASSED_LABEL,
     PASSED_RUN_ANNOTATION,
@@ -21,6 +20,7 @@ from acceptance_operator.node_actions import (
     pass_patch,
     unlabel_patch,
 )
+from acceptance_operator.resource.api import OnPass
 
 UNTESTED = {"key": "gpu-acceptance.io/untested", "value": "true", "effect": "NoSchedule"}
 GPU = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from acceptance_operator.api import API_VERSION, KIND
-from acceptance_operator.metrics import OperatorMetrics
-from acceptance_operator.node_actions import PASSED_RUN_ANNOTATION
-from acceptance_operator.node_lifecycle import asks_to_change_nodes, hardware_verdict, node_seen, restore_from_test
+from acceptance_operator.fleet.node_actions import PASSED_RUN_ANNOTATION
+from acceptance_operator.fleet.node_lifecycle import (
+    asks_to_change_nodes,
+    hardware_verdict,
+    node_seen,
+    restore_from_test,
+)
+from acceptance_operator.plumbing.metrics import OperatorMetrics
 from acceptance_operator.render import render
-from acceptance_operator.spec_input import RenderError, parse_test
+from acceptance_operator.resource.api import API_VERSION, KIND
+from acceptance_operator.resource.spec_input import RenderError, parse_test
 
 from tests.unit.test_metrics import value
 

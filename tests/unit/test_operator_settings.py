@@ -7,8 +7,8 @@ import sys
 
 import kopf
 import pytest
-from acceptance_operator.api import DEFAULT_OPERATOR_IMAGE
-from acceptance_operator.settings import FINALIZER, OperatorSettings, configure_kopf
+from acceptance_operator.plumbing.settings import FINALIZER, OperatorSettings, configure_kopf
+from acceptance_operator.resource.api import DEFAULT_OPERATOR_IMAGE
 from acceptance_workload import __version__
 from kopf._cogs.structs.references import Resource
 
@@ -87,8 +87,8 @@ def test_user_policy_and_init_image(monkeypatch):
 
 def test_settings_import_no_kopf():
     """`gpu-acceptance render` applies the operator's settings without kopf installed."""
-    code = ("import sys, acceptance_operator.settings, acceptance_operator.policy, acceptance_operator.manifests; "
-            "sys.exit('kopf' in sys.modules)")
+    code = ("import sys, acceptance_operator.plumbing.settings, acceptance_operator.plumbing.policy, "
+            "acceptance_operator.building.manifests; sys.exit('kopf' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 

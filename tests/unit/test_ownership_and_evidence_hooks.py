@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from acceptance_operator import evidence_hooks
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.conditions import MAX_CONDITION_MESSAGE, clip_message
-from acceptance_operator.manifests import evidence_names
-from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.config import TestRef, WorkloadConfig
-from acceptance_workload.evidence import EVIDENCE_KEY, split
-from acceptance_workload.report import Report
+from acceptance_operator.building.manifests import evidence_names
+from acceptance_operator.reconcile import evidence_hooks
+from acceptance_operator.resource.api import AcceptanceTest
+from acceptance_operator.resource.conditions import MAX_CONDITION_MESSAGE, clip_message
+from acceptance_workload.report.evidence import EVIDENCE_KEY, split
+from acceptance_workload.report.model import Report
+from acceptance_workload.spec.checkmodels import ChecksSpec
+from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
 from tests.reports import passing_report
 
@@ -86,8 +86,8 @@ def _faulty(nodes: int = 20) -> tuple[Report, dict[str, str]]:
 def test_the_verdict_judges_the_evidence_part_by_part_as_the_whole_report_would():
     """What the operator concludes from a report read one ConfigMap at a time, keeping only what the verdict needs,
     is what judging the assembled report gives: verdict, counts, headline, message, blamed and measured nodes."""
-    from acceptance_operator.rejudge import RunFacts, rejudge
-    from acceptance_operator.verdict import measured_nodes, summarize, verdict_message
+    from acceptance_operator.judging.rejudge import RunFacts, rejudge
+    from acceptance_operator.judging.verdict import measured_nodes, summarize, verdict_message
 
     test = a_test(20)
     facts = RunFacts(manifests_config(test), "u", None)
@@ -120,7 +120,7 @@ def _all_failing(nodes: int = 20) -> tuple[Report, dict[str, str]]:
 
 def _judged_both_ways(delivery: dict[str, Any], nodes: int = 20) -> tuple[Report, Report]:
     """The report judged as the operator's verdict does (part by part, folded) and judged whole."""
-    from acceptance_operator.rejudge import RunFacts, rejudge
+    from acceptance_operator.judging.rejudge import RunFacts, rejudge
 
     test = a_test(nodes)
     facts = RunFacts(manifests_config(test), "u", None)
@@ -135,8 +135,8 @@ def _judged_both_ways(delivery: dict[str, Any], nodes: int = 20) -> tuple[Report
 def test_a_report_failing_everywhere_gets_the_same_verdict_folded():
     """Every result failing, ~160 a node: what the status, the condition and the node actions read of the folded
     report is what the whole report gives."""
-    from acceptance_operator.verdict import measured_nodes, summarize, verdict_message
-    from acceptance_workload.evidence import MAX_FAILURES, compact, node_rows
+    from acceptance_operator.judging.verdict import measured_nodes, summarize, verdict_message
+    from acceptance_workload.report.evidence import MAX_FAILURES, compact, node_rows
 
     judged, whole = _judged_both_ways(_all_failing()[1])
     assert not judged.verdict() and not whole.verdict()
@@ -154,9 +154,9 @@ def test_a_folded_verdict_keeps_a_bounded_number_of_each_nodes_failures():
     """Past the report's first MAX_FAILURES, a node's failures are kept whole up to FAILED_KEPT_PER_NODE; each
     further one (a missing required result too) is a shared stand-in of its check on its node, in its place; a
     failed transport, which says the job failed, stays whole."""
-    from acceptance_operator.rejudge import FAILED_KEPT_PER_NODE
-    from acceptance_workload import localize
-    from acceptance_workload.evidence import MAX_FAILURES
+    from acceptance_operator.judging.rejudge import FAILED_KEPT_PER_NODE
+    from acceptance_workload.checks.nccl import localize
+    from acceptance_workload.report.evidence import MAX_FAILURES
 
     judged, whole = _judged_both_ways(_all_failing()[1])
     kept: dict[str, set[int]] = {}  # per node, the distinct failed results kept as judged
@@ -184,8 +184,8 @@ def test_a_folded_verdict_keeps_a_bounded_number_of_each_nodes_failures():
 def test_a_failure_that_decides_what_is_required_is_never_folded():
     """A node's failed transport says the fabric failed, which makes the localisation stage's results required:
     folded past the node's first failures, it would leave that requirement out of the verdict and the counts."""
-    from acceptance_operator.verdict import summarize, verdict_message
-    from acceptance_workload import localize
+    from acceptance_operator.judging.verdict import summarize, verdict_message
+    from acceptance_workload.checks.nccl import localize
 
     report, _, _ = delivered(20)
     report.results = [r if r.node is None else r.model_copy(update={"value": None}) for r in report.results]
@@ -197,7 +197,7 @@ def test_a_failure_that_decides_what_is_required_is_never_folded():
 
 
 def test_the_verdict_reads_the_evidence_one_configmap_at_a_time():
-    from acceptance_workload.evidence import StatusReport, parts
+    from acceptance_workload.report.evidence import StatusReport, parts
 
     _, status, shards = delivered(20)
     k = Kube(shards)
@@ -211,7 +211,7 @@ def test_the_verdict_reads_the_evidence_one_configmap_at_a_time():
 def test_a_nodes_results_spread_over_two_configmaps_are_refused():
     """A GPU is judged against the rest of its node, found in the node's own ConfigMap: a report that puts one of
     a node's results into another ConfigMap (to be compared with nothing) cannot pass."""
-    from acceptance_operator.rejudge import RunFacts
+    from acceptance_operator.judging.rejudge import RunFacts
 
     test = a_test(20)
     _, delivery = _faulty()
@@ -232,7 +232,7 @@ def test_a_nodes_results_spread_over_two_configmaps_are_refused():
 
 
 def manifests_config(test: AcceptanceTest) -> WorkloadConfig:
-    from acceptance_operator.manifests import build_workload_config
+    from acceptance_operator.building.manifests import build_workload_config
 
     return build_workload_config(test)
 

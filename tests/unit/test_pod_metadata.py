@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from acceptance_operator import podmeta, sweep
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.backends import build_job
+from acceptance_operator.building.backends import build_job
+from acceptance_operator.fleet import sweep
 from acceptance_operator.render import render_file
-from acceptance_operator.spec_input import RenderError, parse_test
+from acceptance_operator.resource import podmeta
+from acceptance_operator.resource.api import AcceptanceTest
+from acceptance_operator.resource.spec_input import RenderError, parse_test
 
 from tests.unit.test_manifests import BACKENDS, make, templates
 

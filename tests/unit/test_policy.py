@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from acceptance_operator.api import DEFAULT_IMAGE
-from acceptance_operator.policy import image_allowed, node_action_problems, policy_problems
-from acceptance_operator.settings import OperatorSettings
+from acceptance_operator.plumbing.policy import image_allowed, node_action_problems, policy_problems
+from acceptance_operator.plumbing.settings import OperatorSettings
+from acceptance_operator.resource.api import DEFAULT_IMAGE
 
 from tests.unit.test_manifests import make
 
@@ -153,8 +153,8 @@ def test_every_reason_is_said():
 
 def test_a_sweeps_children_have_the_parents_standing():
     """The children carry the parent's spec (thresholds, image) and namespace: the same reasons, or none."""
-    from acceptance_operator.api import AcceptanceTest
-    from acceptance_operator.sweep import child
+    from acceptance_operator.fleet.sweep import child
+    from acceptance_operator.resource.api import AcceptanceTest
 
     loose = {"ddp": {"thresholds": {"maxStragglerRatio": 9}}}
     for namespace, checks in (("gpu", {}), ("tenant-a", {}), ("gpu", loose)):

@@ -7,11 +7,12 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from acceptance_operator import api, runs, sweep
-from acceptance_operator.assessment import Observation, Timing, assess, next_look
-from acceptance_operator.backends import BACKENDS, build_children, build_job
-from acceptance_operator.queueing import QUEUE_LABEL, Admission, admission, job_workload, suspended
-from acceptance_operator.spec_input import validation_messages
+from acceptance_operator.building.backends import BACKENDS, build_children, build_job
+from acceptance_operator.building.queueing import QUEUE_LABEL, Admission, admission, job_workload, suspended
+from acceptance_operator.fleet import sweep
+from acceptance_operator.judging.assessment import Observation, Timing, assess, next_look
+from acceptance_operator.resource import api, runs
+from acceptance_operator.resource.spec_input import validation_messages
 from pydantic import ValidationError
 
 from tests.unit.operator_samples import T0, job, pod, ts

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from acceptance_operator import manifests, runs
-from acceptance_operator.api import AcceptanceTest, AcceptanceTestSpec, HistoryEntry, Summary
-from acceptance_operator.schedule import last_slot, next_slot, schedule_problem
-from acceptance_operator.verdict import regressions
+from acceptance_operator.building import manifests
+from acceptance_operator.judging.verdict import regressions
+from acceptance_operator.resource import runs
+from acceptance_operator.resource.api import AcceptanceTest, AcceptanceTestSpec, HistoryEntry, Summary
+from acceptance_operator.resource.schedule import last_slot, next_slot, schedule_problem
 from pydantic import ValidationError
 
 NOW = datetime(2026, 11, 26, 9, 30, 10, tzinfo=timezone.utc)

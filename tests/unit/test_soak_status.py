@@ -6,10 +6,11 @@ import json
 
 import pytest
 import yaml
-from acceptance_operator import soak, sweep
-from acceptance_operator.api import AcceptanceTest, AcceptanceTestSpec
-from acceptance_operator.spec_input import RenderError, parse_test
-from acceptance_workload.evidence import PROGRESS_KEY, STATUS_KEY
+from acceptance_operator.fleet import sweep
+from acceptance_operator.resource import soak
+from acceptance_operator.resource.api import AcceptanceTest, AcceptanceTestSpec
+from acceptance_operator.resource.spec_input import RenderError, parse_test
+from acceptance_workload.report.evidence import PROGRESS_KEY, STATUS_KEY
 
 
 def manifest(spec: dict) -> str:

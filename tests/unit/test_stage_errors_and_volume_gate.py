@@ -9,13 +9,15 @@ from __future__ import annotations
 import errno
 
 import pytest
-from acceptance_operator.rejudge import rejudge
-from acceptance_workload import rules, stages
-from acceptance_workload.checkpoint import failure_text, os_error_text
-from acceptance_workload.checks import StorageCheck
-from acceptance_workload.junit import junit_xml
-from acceptance_workload.report import CHECK_NAMES, CheckResult, StageError, StorageDetail, StorageNode
-from acceptance_workload.storage import GATES, MARGIN_BYTES, gated, judge_gate
+from acceptance_operator.judging.rejudge import rejudge
+from acceptance_workload.checks.storage.checkpoint import failure_text, os_error_text
+from acceptance_workload.checks.storage.storage import GATES, MARGIN_BYTES, gated, judge_gate
+from acceptance_workload.report.junit import junit_xml
+from acceptance_workload.report.model import StageError, StorageDetail, StorageNode
+from acceptance_workload.runtime import stages
+from acceptance_workload.spec import rules
+from acceptance_workload.spec.checkmodels import StorageCheck
+from acceptance_workload.spec.results import CHECK_NAMES, CheckResult
 
 from tests.reports import node_names, passing_report
 from tests.unit.test_rejudge import config, facts, find
@@ -151,10 +153,10 @@ def test_a_checkpoint_failure_says_what_each_rank_saw() -> None:
 
 def test_the_volume_must_hold_every_nodes_files_the_checkpoint_and_a_margin() -> None:
     import torch
-    from acceptance_workload import fsdp
-    from acceptance_workload.config import WorkloadConfig
-    from acceptance_workload.profiles import cpu_smoke_checks
-    from acceptance_workload.storage import CHECKPOINT_OVERHEAD, checkpoint_size, needed
+    from acceptance_workload.checks.fsdp import fsdp
+    from acceptance_workload.checks.storage.storage import CHECKPOINT_OVERHEAD, checkpoint_size, needed
+    from acceptance_workload.spec.config import WorkloadConfig
+    from acceptance_workload.spec.profiles import cpu_smoke_checks
 
     cfg = WorkloadConfig(mode="cpu-smoke", checks=cpu_smoke_checks(WorkloadConfig().checks))
     model = fsdp.workload(cfg.checks.fsdp).make_model()
@@ -167,8 +169,8 @@ def test_the_volume_must_hold_every_nodes_files_the_checkpoint_and_a_margin() ->
 
 
 def test_the_html_report_shows_the_traceback_and_the_text_table_the_room() -> None:
-    from acceptance_workload.html_report import render_html
-    from acceptance_workload.render import storage_table
+    from acceptance_workload.report.html_report import render_html
+    from acceptance_workload.report.render import storage_table
 
     cfg = config()
     report = passing_report(cfg)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from acceptance_operator import sweep
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.kubetypes import MAX_VALUES
-from acceptance_operator.sweep import INTER_NODE, Child
+from acceptance_operator.fleet import sweep
+from acceptance_operator.fleet.sweep import INTER_NODE, Child
+from acceptance_operator.resource.api import AcceptanceTest
+from acceptance_operator.resource.kubetypes import MAX_VALUES
 
 NODES = [f"n{i}" for i in range(8)]
 

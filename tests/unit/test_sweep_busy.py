@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from acceptance_operator import sweep
-from acceptance_operator.sweep import Child
+from acceptance_operator.fleet import sweep
+from acceptance_operator.fleet.sweep import Child
 
 NODES = ["n0", "n1", "n2", "n3"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from acceptance_operator.conditions import FAILURE_REASONS, PASSED
+from acceptance_operator.resource.conditions import FAILURE_REASONS, PASSED
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "troubleshooting.md").read_text()
 

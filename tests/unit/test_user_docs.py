@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from acceptance_operator import kubetypes
-from acceptance_operator.api import AcceptanceTestSpec
-from acceptance_workload.checks import DdpThresholds, GpuThresholds, NcclThresholds, PreflightThresholds
-from acceptance_workload.profiles import PROFILES, Profile
-from acceptance_workload.wire import WireModel
+from acceptance_operator.resource import kubetypes
+from acceptance_operator.resource.api import AcceptanceTestSpec
+from acceptance_workload.spec.checkmodels import DdpThresholds, GpuThresholds, NcclThresholds, PreflightThresholds
+from acceptance_workload.spec.profiles import PROFILES, Profile
+from acceptance_workload.spec.wire import WireModel
 
 REPO = Path(__file__).resolve().parents[2]
 WRITING = (REPO / "docs" / "writing-tests.md").read_text()

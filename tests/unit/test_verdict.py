@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_operator.verdict import (
+from acceptance_operator.judging.verdict import (
     measured_nodes,
     report_for_generation,
     summarize,
     verdict_message,
 )
-from acceptance_workload.report import DdpDetail, DdpRank, NcclRow, NcclSweep, Report
+from acceptance_workload.report.model import DdpDetail, DdpRank, NcclRow, NcclSweep, Report
 
 from tests.unit.operator_samples import good_report, result
 

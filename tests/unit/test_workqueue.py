@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from acceptance_operator.workqueue import WorkQueue, start_workers
+from acceptance_operator.plumbing.workqueue import WorkQueue, start_workers
 
 
 class Clock:

@@ -6,7 +6,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from acceptance_workload.report import NcclRow, NcclSweep, Report
+from acceptance_workload.report.model import NcclRow, NcclSweep, Report
 
 from tests.workload.multiproc import REPO
 

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload import binding
-from acceptance_workload.checks import PreflightThresholds
-from acceptance_workload.config import PodLimits, WorkloadConfig
-from acceptance_workload.report import CheckResult, Report
+from acceptance_workload.checks.preflight import binding
+from acceptance_workload.report.model import Report
+from acceptance_workload.spec.checkmodels import PreflightThresholds
+from acceptance_workload.spec.config import PodLimits, WorkloadConfig
+from acceptance_workload.spec.results import CheckResult
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2

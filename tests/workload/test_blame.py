@@ -8,15 +8,15 @@ from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
-from acceptance_workload.bounded_store import BoundedStore
-from acceptance_workload.control import (
+from acceptance_workload.report.model import Report
+from acceptance_workload.runtime.bounded_store import BoundedStore
+from acceptance_workload.runtime.control import (
     Blamer,
     Control,
     RankInfo,
     culprit_results,
 )
-from acceptance_workload.report import Report
-from acceptance_workload.watchdog import Heartbeat
+from acceptance_workload.runtime.watchdog import Heartbeat
 
 WATCH = 0.6  # the Blamer's watch window; heartbeats below beat every 0.1 s
 
@@ -134,7 +134,7 @@ def test_bounded_store_passes_calls_and_errors_through() -> None:
 def test_a_rank_whose_process_ended_is_named_with_its_launchers_words_before_its_silence(tmp_path) -> None:
     """Its launcher or guard wrote its end (deaths.py): named at once, not after watching heartbeats; and the
     node's directory is passed into the store, where a rank 0 on another node reads it."""
-    from acceptance_workload import deaths
+    from acceptance_workload.runtime import deaths
 
     control, _, beats = _world()
     try:

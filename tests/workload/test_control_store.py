@@ -11,7 +11,7 @@ import threading
 from datetime import timedelta
 
 import torch.distributed as dist
-from acceptance_workload.control import Control
+from acceptance_workload.runtime.control import Control
 
 WORLD = 3
 ROUNDS = 200

@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from acceptance_workload import rules
-from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.config import WorkloadConfig
-from acceptance_workload.preflight import ib_checks
-from acceptance_workload.profiles import PROFILES
-from acceptance_workload.transport import classify, judge, parse_file, parse_lines
+from acceptance_workload.checks.nccl.transport import classify, judge, parse_file, parse_lines
+from acceptance_workload.checks.preflight.preflight import ib_checks
+from acceptance_workload.spec import rules
+from acceptance_workload.spec.checkmodels import ChecksSpec
+from acceptance_workload.spec.config import WorkloadConfig
+from acceptance_workload.spec.profiles import PROFILES
 
 from tests.workload.test_transport import NODE_A_IB
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from acceptance_workload.checks import ChecksSpec
-from acceptance_workload.config import TestRef, WorkloadConfig
-from acceptance_workload.evidence import (
+from acceptance_workload.report.evidence import (
     MAX_FAILURES,
     EvidenceError,
     StatusReport,
@@ -15,6 +13,8 @@ from acceptance_workload.evidence import (
     shard_names,
     split,
 )
+from acceptance_workload.spec.checkmodels import ChecksSpec
+from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
 from tests.reports import passing_report
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from acceptance_workload.nccl import count_wrong, expected_chunk, fill, period
+from acceptance_workload.checks.nccl.nccl import count_wrong, expected_chunk, fill, period
 
 
 def _inputs(n: int, elems: int, collective: str = "all_reduce") -> list:
@@ -66,7 +66,7 @@ def test_count_wrong_counts_misplaced_and_nan_elements() -> None:
 
 
 def test_bfloat16_sums_beyond_exact_range_pass_within_tolerance() -> None:
-    from acceptance_workload.nccl import tolerance
+    from acceptance_workload.checks.nccl.nccl import tolerance
 
     n = 100  # sums up to 250: beyond bf16's exact integers in places
     exact = _simulate("all_reduce", n, 16)[0]

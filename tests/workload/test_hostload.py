@@ -20,9 +20,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from acceptance_workload import hostload
-from acceptance_workload.config import CONFIG_ENV
-from acceptance_workload.report import CheckResult, HostLoad, HostProcess, NodeFacts, Report
+from acceptance_workload.checks.preflight import hostload
+from acceptance_workload.report.model import HostLoad, HostProcess, NodeFacts, Report
+from acceptance_workload.spec.config import CONFIG_ENV
+from acceptance_workload.spec.results import CheckResult
 
 CPUS = os.cpu_count() or 1
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_workload.launch import DistEnv, LaunchError, mpi_to_torch_env
+from acceptance_workload.runtime.launch import DistEnv, LaunchError, mpi_to_torch_env
 
 MPI = {
     "OMPI_COMM_WORLD_RANK": "13", "OMPI_COMM_WORLD_SIZE": "16",

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from acceptance_workload import models
-from acceptance_workload.checks import DdpCheck
-from acceptance_workload.control import Control
-from acceptance_workload.ddp import Trainer, measure, median_throughputs, window_efficiencies, workload_for
-from acceptance_workload.watchdog import Watchdog
+from acceptance_workload.checks.ddp import models
+from acceptance_workload.checks.ddp.ddp import Trainer, measure, median_throughputs, window_efficiencies, workload_for
+from acceptance_workload.runtime.control import Control
+from acceptance_workload.runtime.watchdog import Watchdog
+from acceptance_workload.spec.checkmodels import DdpCheck
 
 
 def test_resnet50_has_resnet50s_parameter_count() -> None:
@@ -87,7 +87,7 @@ def test_efficiency_pairs_each_ddp_window_with_its_own_baseline_window() -> None
 def test_a_built_model_has_the_cpu_weights_of_its_seed_drawn_once_and_keeps_its_head_tied(monkeypatch) -> None:
     # Workload.build: every model of a check starts from the weights torch.manual_seed(seed) gives on the CPU
     # (the baseline and the distributed copy alike), drawn once a process rather than once a model.
-    from acceptance_workload import ddp
+    from acceptance_workload.checks.ddp import ddp
 
     wl = workload_for(DdpCheck(model="gpt", batch_size=2, seq_len=16), "cpu-smoke")
     torch.manual_seed(ddp.SEED)

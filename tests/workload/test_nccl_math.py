@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_workload.checks import NcclCheck
-from acceptance_workload.nccl import (
+from acceptance_workload.checks.nccl.nccl import (
     Layout,
     Measured,
     bandwidths,
@@ -14,7 +13,8 @@ from acceptance_workload.nccl import (
     rows_from_ranks,
     tolerance,
 )
-from acceptance_workload.report import NcclRow, NcclSweep
+from acceptance_workload.report.model import NcclRow, NcclSweep
+from acceptance_workload.spec.checkmodels import NcclCheck
 
 GiB = 1 << 30
 

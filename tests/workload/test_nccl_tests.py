@@ -15,10 +15,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload import nccltests
-from acceptance_workload.checks import ChecksSpec, NcclCheck
+from acceptance_workload.checks.nccl import nccltests
 from acceptance_workload.local import cpu_smoke_checks
-from acceptance_workload.report import NcclRow, NcclSweep, Report
+from acceptance_workload.report.model import NcclRow, NcclSweep, Report
+from acceptance_workload.spec.checkmodels import ChecksSpec, NcclCheck
 
 from tests.workload.multiproc import REPO
 
@@ -209,7 +209,7 @@ def test_with_several_nodes_each_node_is_compared_with_its_own_sweep() -> None:
 
 def test_the_bench_comparison_reads_nccl_tests_with_the_workloads_reader() -> None:
     text = (REPO / "bench" / "compare_nccl_tests.py").read_text()
-    assert "from acceptance_workload.nccltests import parse" in text and "re.compile" not in text
+    assert "from acceptance_workload.checks.nccl.nccltests import parse" in text and "re.compile" not in text
 
 
 # ----------------------------------------------------------------------------- the mode end to end on CPU

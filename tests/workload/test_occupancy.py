@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from acceptance_workload.checks import PreflightThresholds
-from acceptance_workload.occupancy import failure_facts, judge_in_use, nvml_target, read
+from acceptance_workload.checks.preflight.occupancy import failure_facts, judge_in_use, nvml_target, read
+from acceptance_workload.spec.checkmodels import PreflightThresholds
 
 MIB = 1 << 20
 BOUND = PreflightThresholds(max_gpu_memory_in_use_mib=1024)

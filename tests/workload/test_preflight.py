@@ -6,10 +6,7 @@ import resource
 from pathlib import Path
 
 import pytest
-from acceptance_workload import rules
-from acceptance_workload.checks import PreflightThresholds
-from acceptance_workload.config import WorkloadConfig
-from acceptance_workload.preflight import (
+from acceptance_workload.checks.preflight.preflight import (
     GpuSnapshot,
     Versions,
     hca_selected,
@@ -20,8 +17,11 @@ from acceptance_workload.preflight import (
     shm_check,
     version_checks,
 )
-from acceptance_workload.profiles import PROFILES
-from acceptance_workload.wire import version_tuple
+from acceptance_workload.spec import rules
+from acceptance_workload.spec.checkmodels import PreflightThresholds
+from acceptance_workload.spec.config import WorkloadConfig
+from acceptance_workload.spec.profiles import PROFILES
+from acceptance_workload.spec.wire import version_tuple
 
 H100 = PROFILES["h100-sxm"].preflight
 

@@ -1,4 +1,4 @@
-"""The result-rule table (acceptance_workload.rules) is the only map from a result to its threshold.
+"""The result-rule table (acceptance_workload.spec.rules) is the only map from a result to its threshold.
 
 Three ways a result could escape the table, each closed here: a result a real run writes that has no row
 (a gloo CPU smoke run with every stage on, and the names the code declares), a judge that reads a
@@ -15,12 +15,17 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_operator import rejudge
-from acceptance_operator.rejudge import Context, judge_result
-from acceptance_workload import collectives, control, gpubench, latency, localize, nccltests, preflight, rules, stages
-from acceptance_workload.checks import COLLECTIVES, ChecksSpec, PreflightThresholds
-from acceptance_workload.config import WorkloadConfig
-from acceptance_workload.report import CHECK_NAMES, Report
+from acceptance_operator.judging import rejudge
+from acceptance_operator.judging.rejudge import Context, judge_result
+from acceptance_workload.checks.gpu import gpubench
+from acceptance_workload.checks.nccl import collectives, latency, localize, nccltests
+from acceptance_workload.checks.preflight import preflight
+from acceptance_workload.report.model import Report
+from acceptance_workload.runtime import control, stages
+from acceptance_workload.spec import rules
+from acceptance_workload.spec.checkmodels import COLLECTIVES, ChecksSpec, PreflightThresholds
+from acceptance_workload.spec.config import WorkloadConfig
+from acceptance_workload.spec.results import CHECK_NAMES
 
 from tests.reports import passing_report
 
@@ -73,14 +78,14 @@ def test_no_module_but_the_table_reads_a_threshold() -> None:
         reads = threshold_reads(ast.parse(path.read_text()), fields)
         if reads:
             offenders[str(path.relative_to(ROOT))] = reads
-    assert not offenders, f"read thresholds through acceptance_workload.rules instead: {offenders}"
+    assert not offenders, f"read thresholds through acceptance_workload.spec.rules instead: {offenders}"
 
 
 def test_rejudge_keeps_no_rule_of_its_own() -> None:
     """The operator's rules are the table's rows; it judges by a row's kind, never by a result's name."""
     assert rejudge.RULES is rules.RULES
     assert {row.kind for row in rules.RULES.values()} <= set(rejudge.KIND_JUDGES)
-    tree = ast.parse((ROOT / "operator/acceptance_operator/rejudge.py").read_text())
+    tree = ast.parse((ROOT / "operator/acceptance_operator/judging/rejudge.py").read_text())
     result_names = {name for _, name in rules.RULES}
     # Required results name results to say which must be present; no judgement may key on one.
     judged_by_name = [n.value for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name.startswith("_")
@@ -106,7 +111,7 @@ def literal_names() -> set[str]:
     """Result names written as literals in the workload's judges (result(), _result(), _flag(), add(), missing(),
     CheckResult(name=...)); names built from a record (f-strings) are in declared_names()."""
     out = set()
-    for path in (ROOT / "workload/acceptance_workload").glob("*.py"):
+    for path in (ROOT / "workload/acceptance_workload").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue
@@ -206,7 +211,8 @@ def literal_judgements(tree: ast.AST) -> list[str]:
 
 def test_no_judge_spells_a_threshold_comparison_or_unit() -> None:
     assert literal_judgements(ast.parse("CheckResult(check='nccl', name='x', threshold=1.0, comparison='ge')"))
-    paths = [p for p in (ROOT / "workload/acceptance_workload").glob("*.py")
-             if p.name not in LITERALS_EXEMPT | {"rules.py"}] + [ROOT / "operator/acceptance_operator/rejudge.py"]
+    paths = [p for p in (ROOT / "workload/acceptance_workload").rglob("*.py")
+             if p.name not in LITERALS_EXEMPT | {"rules.py"}]
+    paths.append(ROOT / "operator/acceptance_operator/judging/rejudge.py")
     offenders = {p.name: found for p in paths if (found := literal_judgements(ast.parse(p.read_text())))}
     assert not offenders, offenders

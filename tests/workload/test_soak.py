@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from acceptance_workload import evidence, soakjudge
-from acceptance_workload.checks import SoakThresholds
-from acceptance_workload.nvmlwatch import Watch, Watched
-from acceptance_workload.profiles import SOAK
-from acceptance_workload.report import CheckResult, Report, SoakDetail
-from acceptance_workload.soakjudge import Who, Window
+from acceptance_workload.checks.soak import soakjudge
+from acceptance_workload.checks.soak.nvmlwatch import Watch, Watched
+from acceptance_workload.checks.soak.soakjudge import Who, Window
+from acceptance_workload.report import evidence
+from acceptance_workload.report.model import Report, SoakDetail
+from acceptance_workload.spec.checkmodels import SoakThresholds
+from acceptance_workload.spec.profiles import SOAK
+from acceptance_workload.spec.results import CheckResult
 
 HERE = Path(__file__).parent
 FIXTURE = HERE / "fixtures" / "nvml_soak.json"
@@ -248,8 +250,8 @@ def thermal_report() -> Report:
 
 
 def test_html_plots_every_gpu_with_its_events_and_junit_has_a_case_per_gpu() -> None:
-    from acceptance_workload.html_report import render_html
-    from acceptance_workload.junit import junit_xml
+    from acceptance_workload.report.html_report import render_html
+    from acceptance_workload.report.junit import junit_xml
 
     report = thermal_report()
     page = render_html(report)
@@ -279,9 +281,9 @@ def test_the_log_shows_every_gpu_minute_by_minute() -> None:
 @pytest.mark.parametrize("scenario", ["healthy", "thermal", "xid79", "nvlink", "unsupported"])
 def test_the_operator_judges_every_soak_result_as_the_workload_did(scenario: str) -> None:
     """The operator's re-judging (rejudge.py, through the same rule table) reaches the workload's verdicts."""
-    from acceptance_operator.rejudge import Context, judge_result
-    from acceptance_workload.checks import ChecksSpec
-    from acceptance_workload.config import WorkloadConfig
+    from acceptance_operator.judging.rejudge import Context, judge_result
+    from acceptance_workload.spec.checkmodels import ChecksSpec
+    from acceptance_workload.spec.config import WorkloadConfig
 
     config = WorkloadConfig.build(checks=ChecksSpec.model_validate({"soak": {"enabled": True}}), nodes=1,
                                   gpus_per_node=2, profile="h200-sxm")
@@ -333,8 +335,8 @@ class _ApiServer:
 
 def test_progress_is_logged_every_window_and_written_at_most_every_30_s(tmp_path: Path, monkeypatch, capfd) -> None:
     """Into the job-wide evidence ConfigMap; a write that fails is said and never raised (the load goes on)."""
-    from acceptance_workload.config import TestRef, WorkloadConfig
-    from acceptance_workload.soak import Progress
+    from acceptance_workload.checks.soak.soak import Progress
+    from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
     api = _ApiServer()
     monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path / "kubeconfig")))

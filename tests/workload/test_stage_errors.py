@@ -19,11 +19,11 @@ EIO = "OSError: [Errno 5] Input/output error"
 
 
 @pytest.mark.parametrize(("check", "target"), [
-    ("preflight", "acceptance_workload.preflight:run_preflight:1:0"),
-    ("gpu", "acceptance_workload.gpubench:run_gpu:1:0"),
-    ("nccl", "acceptance_workload.nccl:run_sweeps:1:0"),
-    ("ddp", "acceptance_workload.ddp:run_ddp:1:0"),
-    ("fsdp", "acceptance_workload.fsdp:run_fsdp:1:0"),
+    ("preflight", "acceptance_workload.checks.preflight.preflight:run_preflight:1:0"),
+    ("gpu", "acceptance_workload.checks.gpu.gpubench:run_gpu:1:0"),
+    ("nccl", "acceptance_workload.checks.nccl.nccl:run_sweeps:1:0"),
+    ("ddp", "acceptance_workload.checks.ddp.ddp:run_ddp:1:0"),
+    ("fsdp", "acceptance_workload.checks.fsdp.fsdp:run_fsdp:1:0"),
 ])
 def test_an_exception_in_a_stage_fails_its_check_and_the_next_check_runs(tmp_path: Path, check: str,
                                                                          target: str) -> None:
@@ -56,7 +56,8 @@ def test_an_exception_in_storage_keeps_what_ran_before_and_cleans_the_volume(tmp
     volume = tmp_path / "volume"
     volume.mkdir()
     code, report, out = run_local(tmp_path, {"nccl": {"collectives": ["all_reduce"]}, "storage": NO_CHECKPOINT},
-                                  "--storage", str(volume), fault="acceptance_workload.storage:_node_io:0:0:EIO:x")
+                                  "--storage", str(volume),
+                                  fault="acceptance_workload.checks.storage.storage:_node_io:0:0:EIO:x")
     assert code == 1 and report.error is None, out[-4000:]
     assert [(r.check, r.name, r.gpu) for r in report.results if not r.passed] == [("storage", "stage_error", 0)]
     assert any(r.check == "nccl" and r.name == "all_reduce_correctness" and r.passed for r in report.results)

@@ -41,7 +41,7 @@ def test_a_volume_too_small_fails_storage_capacity_without_writing(tmp_path: Pat
 def test_a_read_only_volume_fails_storage_writable(tmp_path: Path) -> None:
     volume = tmp_path / "volume"
     with tmpfs(volume, "128m", read_only=True) as mounted:
-        fault = None if mounted else "acceptance_workload.storage:write_random:0:0:EROFS:x"
+        fault = None if mounted else "acceptance_workload.checks.storage.storage:write_random:0:0:EROFS:x"
         code, report, out = run_local(tmp_path, STORAGE, "--storage", str(volume), fault=fault)
     assert code == 1 and report.error is None, out[-4000:]
     node = report.environment.hostnames[0]

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-from acceptance_workload.checks import NcclCheck
-from acceptance_workload.launch import Group
-from acceptance_workload.nccl import OPS, sweep_collective
+from acceptance_workload.checks.nccl.nccl import OPS, sweep_collective
+from acceptance_workload.runtime.launch import Group
+from acceptance_workload.spec.checkmodels import NcclCheck
 
 
 class _Control:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acceptance_workload.transport import (
+from acceptance_workload.checks.nccl.transport import (
     TransportLog,
     classify,
     configure_logging,

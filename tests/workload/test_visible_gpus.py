@@ -7,7 +7,7 @@ models) plays it, since CI has no GPU. What is asserted is the CUDA_VISIBLE_DEVI
 from __future__ import annotations
 
 import pytest
-from acceptance_workload import occupancy
+from acceptance_workload.checks.preflight import occupancy
 
 NAMES = ["NVIDIA H100 80GB HBM3"] * 3 + ["NVIDIA H200"]
 

@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload import launch
-from acceptance_workload.checks import NcclCheck
-from acceptance_workload.control import Blame, Blamer, hard_exit
-from acceptance_workload.nccl import OPS, run_sweeps
-from acceptance_workload.watchdog import Heartbeat, Watchdog
+from acceptance_workload.checks.nccl.nccl import OPS, run_sweeps
+from acceptance_workload.runtime import launch
+from acceptance_workload.runtime.control import Blame, Blamer, hard_exit
+from acceptance_workload.runtime.watchdog import Heartbeat, Watchdog
+from acceptance_workload.spec.checkmodels import NcclCheck
 
 
 def small_check(**overrides: Any) -> NcclCheck:
@@ -108,7 +108,7 @@ def localize_after_job_failure(outdir: Path) -> None:
     A CPU run cannot fail its job-wide sweep (it has no absolute thresholds), so this rank program passes
     failed=True as the runner would after one; the rest is the real stage over real gloo groups.
     """
-    from acceptance_workload import localize
+    from acceptance_workload.checks.nccl import localize
 
     check = NcclCheck.model_validate({"maxBytes": "1Mi", "warmupIters": 1, "collectiveTimeoutSeconds": 60,
                                       "thresholds": {"interNodeRatioToMedian": 0.5}})
@@ -128,7 +128,8 @@ def localize_after_job_failure(outdir: Path) -> None:
 
 def crash_in_ddp() -> int:
     """The real workload, except that this rank's DDP check raises, as a GPU fault would."""
-    from acceptance_workload import ddp, run
+    from acceptance_workload import run
+    from acceptance_workload.checks.ddp import ddp
 
     def boom(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("CUDA error: an illegal memory access was encountered")

@@ -1,7 +1,7 @@
 """Entry point of the workload container: `python -m acceptance_workload` (under torchrun or mpirun)."""
 
-from acceptance_workload.control import hard_exit
 from acceptance_workload.run import main
+from acceptance_workload.runtime.control import hard_exit
 
 # Leave with os._exit (after flushing), not sys.exit: the heartbeat, the watchdog and the store thread are
 # daemon threads that call into torch's C++ store with the GIL released. One still inside such a call when the

@@ -28,7 +28,8 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
-from acceptance_workload import deaths, exits
+from acceptance_workload.runtime import deaths
+from acceptance_workload.spec import exits
 
 MODULE = "acceptance_workload.guard"  # what the pods' launchers start (job_builders.py)
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -75,8 +76,8 @@ def end_as(code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from acceptance_workload.control import FINAL_WAIT_SECONDS
-    from acceptance_workload.launch import DistEnv, LaunchError
+    from acceptance_workload.runtime.control import FINAL_WAIT_SECONDS
+    from acceptance_workload.runtime.launch import DistEnv, LaunchError
 
     env = dict(os.environ)
     env[deaths.DEATHS_ENV] = node_deaths_dir(env)

@@ -27,9 +27,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload import exits, hostload, nodefacts, occupancy, stages
-from acceptance_workload.config import CONFIG_ENV, WorkloadConfig, run_started
-from acceptance_workload.control import (
+from acceptance_workload.checks.preflight import hostload, nodefacts, occupancy
+from acceptance_workload.checks.preflight.occupancy import Occupancy
+from acceptance_workload.report.model import Environment, HostLoad, Report, Skip
+from acceptance_workload.report.render import full_text
+from acceptance_workload.report.status import TERMINATION_LOG
+from acceptance_workload.runtime import stages
+from acceptance_workload.runtime.control import (
     Blame,
     Blamer,
     Culprit,
@@ -39,12 +43,11 @@ from acceptance_workload.control import (
     hard_exit,
     root_unreachable,
 )
-from acceptance_workload.launch import DistEnv, LaunchError, Session
-from acceptance_workload.occupancy import Occupancy
-from acceptance_workload.render import full_text
-from acceptance_workload.report import CHECK_NAMES, CheckName, Environment, HostLoad, Report, Skip
-from acceptance_workload.status import TERMINATION_LOG
-from acceptance_workload.watchdog import Heartbeat, Watchdog
+from acceptance_workload.runtime.launch import DistEnv, LaunchError, Session
+from acceptance_workload.runtime.watchdog import Heartbeat, Watchdog
+from acceptance_workload.spec import exits
+from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig, run_started
+from acceptance_workload.spec.results import CHECK_NAMES, CheckName
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = exits.YES, exits.NO, exits.CANNOT  # the rule: exits.py
 ROOT_DEATH_WAIT_SECONDS = 3.0  # a broken collective may come before the word that rank 0 died (its guard writes it)
@@ -118,9 +121,9 @@ class Runner:
             sys.stdout.flush()
             if self.config.report_file:
                 Path(self.config.report_file).write_text(json.dumps(r.to_wire(), indent=2) + "\n")
-            from acceptance_workload import delivery
-            from acceptance_workload.status import DEFAULT_DEADLINE_SECONDS, StatusWriteError, patch_report
-            from acceptance_workload.status import write_termination_log as termination
+            from acceptance_workload.report import delivery
+            from acceptance_workload.report.status import DEFAULT_DEADLINE_SECONDS, StatusWriteError, patch_report
+            from acceptance_workload.report.status import write_termination_log as termination
 
             test = self.config.test
             if test is None:
@@ -174,8 +177,8 @@ class Runner:
 
     def _orphaned(self, blame: Blame) -> None:
         """Rank 0 (and the store it hosts) is gone: only a termination message can say so, naming its node."""
-        from acceptance_workload.render import summary
-        from acceptance_workload.status import write_termination_log
+        from acceptance_workload.report.render import summary
+        from acceptance_workload.report.status import write_termination_log
 
         orphan = self.report.model_copy(update={"error": blame.message, "finished_at": now()})
         if self.session is not None:
@@ -194,7 +197,7 @@ class Runner:
 
     # the run -------------------------------------------------------------------
     def run(self) -> int:
-        from acceptance_workload import launch
+        from acceptance_workload.runtime import launch
 
         nccl_cfg = self.config.checks.nccl
         timeout = float(nccl_cfg.collective_timeout_seconds)
@@ -328,7 +331,10 @@ class Runner:
     def checks(self, session: Session, watchdog: Watchdog) -> None:
         """Every enabled check in order (CHECK_NAMES), each under stages.guarded; a failed preflight skips the
         rest, and so does an API server the report cannot reach (delivery.reach_stage)."""
-        from acceptance_workload import delivery, ncclstage, preflight, soak
+        from acceptance_workload.checks.nccl import ncclstage
+        from acceptance_workload.checks.preflight import preflight
+        from acceptance_workload.checks.soak import soak
+        from acceptance_workload.report import delivery
 
         cfg = self.config
         versions = preflight.collect_versions() if session.env.local_rank == 0 else None
@@ -377,7 +383,7 @@ class Runner:
 
     def fsdp(self, session: Session, watchdog: Watchdog) -> None:
         """checks.fsdp: sharded training."""
-        from acceptance_workload import fsdp
+        from acceptance_workload.checks.fsdp import fsdp
 
         self.report.fsdp = self.run_stage(
             session, "fsdp", f"fsdp: unsharded baseline, then FSDP2 over {len(session.nodes())} node(s)",
@@ -385,7 +391,7 @@ class Runner:
 
     def storage(self, session: Session, watchdog: Watchdog) -> None:
         """checks.storage: the shared volume and a checkpoint on it."""
-        from acceptance_workload import storage
+        from acceptance_workload.checks.storage import storage
 
         cfg = self.config
         self.report.storage = self.run_stage(
@@ -397,7 +403,7 @@ class Runner:
 
     def preflight(self, session: Session, watchdog: Watchdog, versions: Any) -> bool:
         """The preflight stage; False when it failed (the later checks are skipped, saying why)."""
-        from acceptance_workload import preflight
+        from acceptance_workload.checks.preflight import preflight
 
         cfg, root = self.config, self.is_root
         self.enter("preflight", session)
@@ -427,14 +433,14 @@ class Runner:
                 self.report.skipped.append(Skip(check=check, name=check, reason=reason))
 
     def gpu(self, session: Session, watchdog: Watchdog) -> None:
-        from acceptance_workload import gpubench
+        from acceptance_workload.checks.gpu import gpubench
 
         self.report.gpu = self.run_stage(
             session, "gpu", "gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time",
             lambda: gpubench.run_gpu(session, self.config, watchdog, progress=self.progress))
 
     def ddp(self, session: Session, watchdog: Watchdog) -> None:
-        from acceptance_workload import ddp
+        from acceptance_workload.checks.ddp import ddp
 
         def measure() -> Any:
             out = ddp.run_ddp(session, self.config, watchdog, progress=self.progress)
@@ -484,7 +490,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     nccl_log = None
     if config.mode == "gpu":
-        from acceptance_workload.transport import configure_logging
+        from acceptance_workload.checks.nccl.transport import configure_logging
 
         nccl_log = configure_logging(os.environ, env.rank, Path(tempfile.gettempdir()) / "gpu-acceptance")
     try:

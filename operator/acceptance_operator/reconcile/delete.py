@@ -7,9 +7,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from acceptance_operator import evidence_hooks, manifests, sweep
-from acceptance_operator.backends import BACKENDS
-from acceptance_operator.kubeapi import Kube
+from acceptance_operator.building import manifests
+from acceptance_operator.building.backends import BACKENDS
+from acceptance_operator.fleet import sweep
+from acceptance_operator.plumbing.kubeapi import Kube
+from acceptance_operator.reconcile import evidence_hooks
 from acceptance_operator.reconcile.runtime import shell
 
 KubeDict = dict[str, Any]

@@ -12,17 +12,19 @@ from typing import Any
 
 import kopf
 
-from acceptance_operator import evidence_hooks, manifests, node_lifecycle, sweep
-from acceptance_operator.api import GROUP, KIND, PLURAL, VERSION
-from acceptance_operator.backends import BACKENDS, BackendSpec
-from acceptance_operator.calm import describe_error
-from acceptance_operator.conditions import is_finished
+from acceptance_operator.building import manifests
+from acceptance_operator.building.backends import BACKENDS, BackendSpec
+from acceptance_operator.fleet import node_lifecycle, sweep
+from acceptance_operator.plumbing.calm import describe_error
+from acceptance_operator.plumbing.settings import configure_kopf
+from acceptance_operator.plumbing.workqueue import start_workers
+from acceptance_operator.reconcile import evidence_hooks
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.loop import work
 from acceptance_operator.reconcile.runtime import awaits_run, inputs, kube, more_runs, shell
 from acceptance_operator.reconcile.status import refresh_metrics
-from acceptance_operator.settings import configure_kopf
-from acceptance_operator.workqueue import start_workers
+from acceptance_operator.resource.api import GROUP, KIND, PLURAL, VERSION
+from acceptance_operator.resource.conditions import is_finished
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

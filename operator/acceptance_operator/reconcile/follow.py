@@ -10,22 +10,24 @@ from datetime import datetime
 from typing import Any
 
 import kopf
-from acceptance_workload import evidence
-from acceptance_workload.report import CHECK_NAMES
+from acceptance_workload.report import evidence
+from acceptance_workload.spec.results import CHECK_NAMES
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator import evidence_hooks, manifests, observe, queueing, runs, soak
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.assessment import Observation, assess, next_look, pod_nodes
-from acceptance_operator.backends import backend_of, job_state
-from acceptance_operator.conditions import REPORT_REJECTED, TIMEOUT, RunState
-from acceptance_operator.diagnosis import parse_time
-from acceptance_operator.kubeapi import Kube
+from acceptance_operator.building import manifests, queueing
+from acceptance_operator.building.backends import backend_of, job_state
+from acceptance_operator.judging.assessment import Observation, assess, next_look, pod_nodes
+from acceptance_operator.judging.diagnosis import parse_time
+from acceptance_operator.judging.rejudge import Rejudged, RunFacts, run_problems
+from acceptance_operator.plumbing.kubeapi import Kube
+from acceptance_operator.reconcile import evidence_hooks, observe
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.runtime import after_run, run_selector, timing, utc_now
 from acceptance_operator.reconcile.start import start_run
 from acceptance_operator.reconcile.status import conclude, write_status
-from acceptance_operator.rejudge import Rejudged, RunFacts, run_problems
+from acceptance_operator.resource import runs, soak
+from acceptance_operator.resource.api import AcceptanceTest
+from acceptance_operator.resource.conditions import REPORT_REJECTED, TIMEOUT, RunState
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

@@ -11,13 +11,12 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import manifests, node_lifecycle, runs, spec_input
-from acceptance_operator.api import AcceptanceTest, parse_test
-from acceptance_operator.calm import describe_error
-from acceptance_operator.conditions import INVALID_SPEC, RunState, is_finished
-from acceptance_operator.diagnosis import parse_time
-from acceptance_operator.kubeapi import Kube
-from acceptance_operator.policy import policy_problems, written_image_problems
+from acceptance_operator.building import manifests
+from acceptance_operator.fleet import node_lifecycle
+from acceptance_operator.judging.diagnosis import parse_time
+from acceptance_operator.plumbing.calm import describe_error
+from acceptance_operator.plumbing.kubeapi import Kube
+from acceptance_operator.plumbing.policy import policy_problems, written_image_problems
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.delete import delete_children
 from acceptance_operator.reconcile.follow import follow_run
@@ -25,6 +24,9 @@ from acceptance_operator.reconcile.runtime import after_run, effective, kube, re
 from acceptance_operator.reconcile.start import start_run, stop_other_runs
 from acceptance_operator.reconcile.status import conclude, refresh_metrics
 from acceptance_operator.reconcile.sweeping import sweep_step
+from acceptance_operator.resource import runs, spec_input
+from acceptance_operator.resource.api import AcceptanceTest, parse_test
+from acceptance_operator.resource.conditions import INVALID_SPEC, RunState, is_finished
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

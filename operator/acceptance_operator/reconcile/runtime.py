@@ -16,17 +16,18 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import manifests, runs, spec_input
-from acceptance_operator.api import RERUN_ANNOTATION, AcceptanceTest, Condition, ObjectMeta, RunRef
-from acceptance_operator.assessment import Timing
-from acceptance_operator.calm import RateLimit
-from acceptance_operator.children import Children, SweepChildren
-from acceptance_operator.conditions import is_finished
-from acceptance_operator.kubeapi import Kube
-from acceptance_operator.metrics import OperatorMetrics
-from acceptance_operator.settings import KOPF_WORKERS, OperatorSettings
-from acceptance_operator.teststate import States
-from acceptance_operator.workqueue import WorkQueue
+from acceptance_operator.building import manifests
+from acceptance_operator.fleet.children import Children, SweepChildren
+from acceptance_operator.judging.assessment import Timing
+from acceptance_operator.plumbing.calm import RateLimit
+from acceptance_operator.plumbing.kubeapi import Kube
+from acceptance_operator.plumbing.metrics import OperatorMetrics
+from acceptance_operator.plumbing.settings import KOPF_WORKERS, OperatorSettings
+from acceptance_operator.plumbing.workqueue import WorkQueue
+from acceptance_operator.reconcile.teststate import States
+from acceptance_operator.resource import runs, spec_input
+from acceptance_operator.resource.api import RERUN_ANNOTATION, AcceptanceTest, Condition, ObjectMeta, RunRef
+from acceptance_operator.resource.conditions import is_finished
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

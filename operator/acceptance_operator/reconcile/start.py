@@ -14,15 +14,17 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator import evidence_hooks, manifests, runs
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.backends import BACKENDS, backend_of, build_children
-from acceptance_operator.conditions import BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, RunState
-from acceptance_operator.diagnosis import parse_time
-from acceptance_operator.kubeapi import Kube
+from acceptance_operator.building import manifests
+from acceptance_operator.building.backends import BACKENDS, backend_of, build_children
+from acceptance_operator.judging.diagnosis import parse_time
+from acceptance_operator.plumbing.kubeapi import Kube
+from acceptance_operator.reconcile import evidence_hooks
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.runtime import api_message, started_by
 from acceptance_operator.reconcile.status import conclude, write_status
+from acceptance_operator.resource import runs
+from acceptance_operator.resource.api import AcceptanceTest
+from acceptance_operator.resource.conditions import BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, RunState
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

@@ -10,21 +10,23 @@ from datetime import datetime
 from typing import Any
 
 import kopf
-from acceptance_workload.report import Report
+from acceptance_workload.report.model import Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from acceptance_operator import manifests, node_lifecycle, runs
-from acceptance_operator.api import AcceptanceTest, JobRef, Summary, SweepStatus
-from acceptance_operator.backends import backend_of
-from acceptance_operator.conditions import RunState, clip_message, conditions_for, is_smoke
-from acceptance_operator.diagnosis import parse_time
-from acceptance_operator.kubeapi import Kube
-from acceptance_operator.policy import node_action_problems
+from acceptance_operator.building import manifests
+from acceptance_operator.building.backends import backend_of
+from acceptance_operator.fleet import node_lifecycle
+from acceptance_operator.judging.diagnosis import parse_time
+from acceptance_operator.judging.verdict import measured_nodes
+from acceptance_operator.plumbing.kubeapi import Kube
+from acceptance_operator.plumbing.policy import node_action_problems
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.runtime import conditions_of, inputs, timestamp
-from acceptance_operator.soak import SoakStatus
-from acceptance_operator.verdict import measured_nodes
+from acceptance_operator.resource import runs
+from acceptance_operator.resource.api import AcceptanceTest, JobRef, Summary, SweepStatus
+from acceptance_operator.resource.conditions import RunState, clip_message, conditions_for, is_smoke
+from acceptance_operator.resource.soak import SoakStatus
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

@@ -10,14 +10,16 @@ from typing import Any
 
 import kopf
 
-from acceptance_operator import manifests, runs, soak, sweep
-from acceptance_operator.api import AcceptanceTest
-from acceptance_operator.conditions import RunState
-from acceptance_operator.diagnosis import parse_time
-from acceptance_operator.kubeapi import Kube
+from acceptance_operator.building import manifests
+from acceptance_operator.fleet import sweep
+from acceptance_operator.judging.diagnosis import parse_time
+from acceptance_operator.plumbing.kubeapi import Kube
 from acceptance_operator.reconcile import runtime as rt
 from acceptance_operator.reconcile.runtime import after_run, shell, started_by
 from acceptance_operator.reconcile.status import conclude, write_status
+from acceptance_operator.resource import runs, soak
+from acceptance_operator.resource.api import AcceptanceTest
+from acceptance_operator.resource.conditions import RunState
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

@@ -1,0 +1,12 @@
+"""The AcceptanceTest resource (gpu-acceptance.io/v1alpha1), as pure code: models and rules of its fields.
+
+- api: the pydantic models of spec and status (the source of truth); crd: the CRD generated from them;
+- conditions: condition types, phases and Reasons, set with Kubernetes semantics;
+- kubetypes, envnames, podmeta, efa: validation of the Kubernetes types, env names, pod metadata and EFA fields
+  the spec carries; spec_input: reading a manifest file (`render`);
+- runs, schedule: which run a test is on, when the next is due (rerun annotation, cron) and status.history;
+- soak: checks.soak's fit in the timeout and its progress in status.
+
+Imports: the workload's contract (acceptance_workload.spec, .report) and nothing of the operator outside
+resource/. No Kubernetes calls.
+"""

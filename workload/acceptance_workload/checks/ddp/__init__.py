@@ -1,0 +1,2 @@
+"""checks.ddp: synthetic-data DDP training (throughput per GPU, scaling efficiency against one GPU, the loss
+must fall): ddp; the two models it trains (a GPT-style decoder, ResNet-50) in plain torch.nn: models."""

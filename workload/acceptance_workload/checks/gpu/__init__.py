@@ -1,0 +1,2 @@
+"""checks.gpu: per-GPU GEMM (bf16 TFLOP/s), HBM copy and host copy bandwidth, judged against the profile and
+against the node's median GPU (a GPU failing the ratio is measured again before it is named): gpubench."""

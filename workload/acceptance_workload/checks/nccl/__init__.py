@@ -1,0 +1,8 @@
+"""checks.nccl: the NCCL collectives, measured the way nccl-tests measures them, and who to blame.
+
+- ncclstage: the check's stage (sweep, transports, localisation, cross-check);
+- nccl: the message-size sweep of each collective (algbw/busbw, correctness); collectives: the operations;
+- transport: the transport NCCL actually used (NVLink P2P, NET/IB with or without GDRDMA, sockets);
+- latency: small-message all_reduce latency; localize: pairwise tests and bisection that name a slow node;
+- nccltests: nccl-tests' binaries run beside the sweep as a cross-check.
+"""

@@ -1,0 +1,9 @@
+"""checks.preflight: each node's facts before any collective, failing fast and naming the node or GPU.
+
+- preflight: the check itself (GPU count and model, driver and library versions, ECC and remapped rows, clocks
+  and throttle reasons, temperature, PCIe and NVLink, InfiniBand ports, /dev/shm, memlock);
+- occupancy: GPUs in use by processes that are not this run's (gpu_in_use), from NVML's process lists;
+- hostload: the host's load, steal and busiest outside processes; nodefacts: each GPU's identity (UUID,
+  serial, bus id, VBIOS, InfoROM) for the evidence and every failure that names a GPU;
+- binding: CPU and NUMA binding of each rank; mig: MIG mode.
+"""

@@ -1,0 +1,191 @@
+"""Who else is on this rank's GPU: NVML's memory in use and compute processes, read before the workload touches it.
+
+A GPU another job is using gives that job's numbers, not the GPU's, and an
+allocation of ours may fail on it with an error nobody can act on ("NCCL
+Error 1: unhandled cuda error"). So each rank reads its own GPU through NVML
+before it creates a CUDA context (nothing of ours is on the GPU yet: whatever
+is in use belongs to someone else), the preflight judges it as `gpu_in_use`,
+and a CUDA/NCCL error the rank raises later is reported with these facts and a
+fresh reading beside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from acceptance_workload.spec import rules
+from acceptance_workload.spec.checkmodels import PreflightThresholds
+from acceptance_workload.spec.results import CheckResult
+
+MIB = 1 << 20
+MAX_NAMED_PROCESSES = 4
+NOTABLE_MIB = 64  # in use with no process listed: worth a word from here on
+
+
+@dataclass
+class GpuProcess:
+    pid: int
+    used_mib: float | None  # None: NVML does not say (no permission in a container)
+    command: str | None  # None: the pid is not in this process's pid namespace
+
+
+@dataclass
+class Occupancy:
+    """One GPU as NVML saw it (before the workload's CUDA context, or at a failure)."""
+
+    gpu: int  # the rank's local GPU index
+    nvml_index: int | str | None = None
+    used_mib: float | None = None
+    total_mib: float | None = None
+    processes: list[GpuProcess] = field(default_factory=list)
+    error: str | None = None
+
+    def describe(self) -> str:
+        """'76012 of 81559 MiB in use by pid 4242 (python hold.py, 76000 MiB)'."""
+        if self.used_mib is None:
+            return f"memory in use unreadable ({self.error or 'not reported'})"
+        text = f"{self.used_mib:.0f} of {self.total_mib:.0f} MiB in use"
+        if self.processes:
+            named = []
+            for p in self.processes[:MAX_NAMED_PROCESSES]:
+                extra = [x for x in (p.command, None if p.used_mib is None else f"{p.used_mib:.0f} MiB") if x]
+                named.append(f"pid {p.pid}" + (f" ({', '.join(extra)})" if extra else ""))
+            more = len(self.processes) - MAX_NAMED_PROCESSES
+            text += " by " + ", ".join(named) + (f" and {more} more" if more > 0 else "")
+        elif self.used_mib >= NOTABLE_MIB:
+            text += " (no compute process visible: another container's, or a graphics one)"
+        return text
+
+
+def nvml_target(local_rank: int, environ: Mapping[str, str]) -> int | str:
+    """The NVML index (or UUID) of the GPU this rank will use: CUDA_VISIBLE_DEVICES' entry, else its local rank.
+
+    CUDA numbers GPUs in PCI bus order here (CUDA_DEVICE_ORDER=PCI_BUS_ID is set
+    before torch starts), the order NVML numbers them in.
+    """
+    visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if local_rank < len(visible):
+        entry = visible[local_rank]
+        return int(entry) if entry.isdigit() else entry
+    return local_rank
+
+
+def visible_gpu_names(environ: Mapping[str, str] | None = None) -> list[str] | None:
+    """The names of the GPUs CUDA will show a process with this environment, through NVML: no torch import and
+    no CUDA context, which cost `gpu-acceptance local` seconds before its ranks could start.
+
+    CUDA_VISIBLE_DEVICES as CUDA reads it: the entries up to the first it cannot use, none when empty.
+    None where NVML cannot answer as CUDA would (no NVML or driver, a MIG instance, a UUID prefix, an entry
+    twice): the caller asks torch then.
+    """
+    env = os.environ if environ is None else environ
+    try:
+        nvml = nvml_init()
+        count = nvml.nvmlDeviceGetCount()
+        raw = env.get("CUDA_VISIBLE_DEVICES")
+        entries = [str(i) for i in range(count)] if raw is None else [e.strip() for e in raw.split(",")]
+        handles = []
+        for entry in entries:
+            if entry.isdigit() and int(entry) < count:
+                handles.append(nvml.nvmlDeviceGetHandleByIndex(int(entry)))
+            elif entry.startswith("GPU-"):
+                handles.append(nvml.nvmlDeviceGetHandleByUUID(entry))
+            elif entry.startswith("MIG-"):
+                return None
+            else:
+                break  # CUDA ignores this entry and every one after it
+        if len({str(nvml.nvmlDeviceGetUUID(h)) for h in handles}) < len(handles):
+            return None
+        names = [nvml.nvmlDeviceGetName(h) for h in handles]
+    except Exception:
+        return None
+    return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+
+
+def _command(pid: int, proc: Path) -> str | None:
+    with contextlib.suppress(OSError):
+        raw = (proc / str(pid) / "cmdline").read_bytes()
+        return " ".join(raw.decode(errors="replace").replace("\0", " ").split())[:120] or None
+    return None
+
+
+def _memory(nvml: Any, handle: Any) -> Any:
+    """NVML's v2 memory info where the driver has it: its `used` leaves out what the driver reserves for itself
+    (v1 counts ~480 MiB of an idle H100 as used; nvidia-smi shows v2's 0 MiB)."""
+    v2 = getattr(nvml, "nvmlMemory_v2", None)
+    if v2 is not None:
+        with contextlib.suppress(Exception):
+            return nvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
+    return nvml.nvmlDeviceGetMemoryInfo(handle)
+
+
+def read(nvml: Any, gpu: int, target: int | str, proc: Path = Path("/proc")) -> Occupancy:
+    """Memory in use and compute processes of one GPU; errors are kept, never raised."""
+    occ = Occupancy(gpu=gpu, nvml_index=target)
+    try:
+        handle = (nvml.nvmlDeviceGetHandleByIndex(target) if isinstance(target, int)
+                  else nvml.nvmlDeviceGetHandleByUUID(target))
+        memory = _memory(nvml, handle)
+        occ.used_mib, occ.total_mib = memory.used / MIB, memory.total / MIB
+    except Exception as e:
+        occ.error = f"{type(e).__name__}: {e}"
+        return occ
+    with contextlib.suppress(Exception):  # the processes only name the holder; the memory decides
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            used = getattr(p, "usedGpuMemory", None)
+            occ.processes.append(GpuProcess(int(p.pid), None if used is None else used / MIB,
+                                            _command(int(p.pid), proc)))
+    return occ
+
+
+def nvml_init() -> Any:
+    """pynvml, initialised (imported here, not at module load: the operator image has no NVML bindings)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def read_own(local_rank: int, environ: Mapping[str, str] | None = None) -> Occupancy:
+    """This rank's GPU, through NVML (which creates no CUDA context)."""
+    env = os.environ if environ is None else environ
+    target = nvml_target(local_rank, env)
+    try:
+        nvml = nvml_init()
+    except Exception as e:
+        return Occupancy(gpu=local_rank, nvml_index=target, error=f"NVML: {type(e).__name__}: {e}")
+    return read(nvml, local_rank, target)
+
+
+def judge_in_use(occ: Occupancy | None, th: PreflightThresholds, node: str) -> CheckResult | None:
+    """`gpu_in_use`: MiB in use before the run against maxGpuMemoryInUseMiB; unreadable fails where judged
+    (None: unreadable and not judged, a skip)."""
+    bound = rules.threshold("preflight", "gpu_in_use", th)
+    gpu = occ.gpu if occ is not None else None
+    label = f"GPU {gpu} on node {node}"
+    if occ is None or occ.used_mib is None:
+        if bound is None:
+            return None
+        why = "it was not read" if occ is None else occ.describe()
+        return rules.result("preflight", "gpu_in_use", None, th, node=node, gpu=gpu, message=f"{label}: {why}")
+    out = rules.result("preflight", "gpu_in_use", round(occ.used_mib, 1), th, node=node, gpu=gpu,
+                       observed=occ.describe()[:200])
+    message = f"{label}: {occ.describe()} before the run"
+    if not out.passed:
+        message += (f"; more than {bound:g} MiB: another process is using this GPU (its numbers would be that "
+                    "job's too). Stop it, or run the test on idle GPUs")
+    out.message = message[:1000]
+    return out
+
+
+def failure_facts(before: Occupancy | None, local_rank: int) -> str:
+    """What a CUDA/NCCL error's report adds: the GPU before the run, and now."""
+    if before is None:
+        return ""
+    now = read_own(local_rank)
+    return (f" [GPU {before.gpu} before the run: {before.describe()}; at this error: {now.describe()}]")

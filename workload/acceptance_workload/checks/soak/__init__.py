@@ -1,0 +1,5 @@
+"""checks.soak: the burn-in (full GEMM load plus all_reduce traffic for a duration), watched through NVML.
+
+- soak: the stage (load, sampling, progress); nvmlwatch: the per-GPU NVML sampler (clocks, throttle reasons,
+  power, temperatures, ECC, remaps, PCIe replays, NVLink errors, XID events); soakjudge: the per-minute judging.
+"""

@@ -1,0 +1,2 @@
+"""checks.storage: the shared volume of spec.storage (capacity, writability, cross-node consistency,
+throughput): storage; a distributed checkpoint saved on it and restored: checkpoint (reuses ddp's model)."""

@@ -1,0 +1,13 @@
+"""The contract the workload shares with the operator: what a run is asked to do and how its results are judged.
+
+- wire: the camelCase base model of everything that travels as Kubernetes JSON, and its value parsers;
+- checkmodels: each check's spec model (what goes under spec.checks.<name>) with its thresholds;
+- profiles: the threshold defaults per GPU model (h100-sxm, h200-sxm, ..., cpu-smoke);
+- config: the WorkloadConfig the operator hands every rank (the spec resolved for one run);
+- results: the one shape every result takes (CheckResult) and how one is judged;
+- rules: the rule table, one row per result name, shared by the workload's judges and the operator's re-judging;
+- exits: the exit codes of every command and of the workload.
+
+Imports: pydantic and the standard library only, and nothing of this package outside spec/. The operator imports
+these modules (it has no torch), so nothing here imports torch, kopf or the Kubernetes client.
+"""
