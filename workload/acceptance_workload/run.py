@@ -29,7 +29,7 @@ from typing import Any
 
 from acceptance_workload.checks.preflight import hostload, nodefacts, occupancy
 from acceptance_workload.checks.preflight.occupancy import Occupancy
-from acceptance_workload.report.model import Environment, HostLoad, Report, Skip
+from acceptance_workload.report.model import Environment, Report, Skip
 from acceptance_workload.report.render import full_text
 from acceptance_workload.report.status import TERMINATION_LOG
 from acceptance_workload.runtime import stages
@@ -87,6 +87,7 @@ class Runner:
         self._code: int | None = None
         self._absent: set[int] = set()  # ranks known to be gone: rank 0 does not wait for them at the end
         self.occupancy: Occupancy | None = None  # this rank's GPU before its CUDA context (gpu_in_use)
+        self.versions: Any = None  # local rank 0: the node's driver, CUDA, NCCL and torch versions (preflight)
         self.hostwatch: hostload.Watch | None = None  # local rank 0: the host's load stage by stage
         self._t0 = run_started()  # progress lines say how far into the run they are (where a run's time goes)
         self.termination_log: str = TERMINATION_LOG  # where Kubernetes reads the container's termination message
@@ -167,26 +168,13 @@ class Runner:
             hard_exit(code)
         print(f"gpu-acceptance: {self.env.describe()}: {blame.message}", file=sys.stderr, flush=True)
         if not blame.store_reachable:
-            self._orphaned(blame)
+            orphaned(self.report, self.session, self.stage, blame)
             hard_exit(EXIT_ERROR)
         code = EXIT_ERROR
         if control is not None and self.blamer is not None:
             # The watchdog's own connection: the main thread may be blocked inside the shared one.
             code = control.finish(EXIT_ERROR, via=self.blamer.store)
         hard_exit(code)
-
-    def _orphaned(self, blame: Blame) -> None:
-        """Rank 0 (and the store it hosts) is gone: only a termination message can say so, naming its node."""
-        from acceptance_workload.report.render import summary
-        from acceptance_workload.report.status import write_termination_log
-
-        orphan = self.report.model_copy(update={"error": blame.message, "finished_at": now()})
-        if self.session is not None:
-            orphan.results = culprit_results(self.session.control, self.stage, blame.culprits)
-        orphan.finalize()
-        print(f"gpu-acceptance: no report can be written without rank 0:\n{summary(orphan)}", file=sys.stderr,
-              flush=True)
-        write_termination_log(orphan)
 
     def _on_final(self, code: int) -> None:
         """Watchdog: rank 0 has already decided while this rank is still blocked."""
@@ -227,7 +215,7 @@ class Runner:
         code: int | None = None
         try:
             self.checks(session, watchdog)
-            self.host_loads(session)
+            nodefacts.gather_loads(session, self.hostwatch, self.report)
             self.progress("checks done")
         except BaseException as e:  # dcp's CheckpointException is a BaseException
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
@@ -268,12 +256,12 @@ class Runner:
             print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
             lost = self.blamer.unreachable() if waited and 0 in error.ranks and self.blamer else None
             if lost is not None:  # rank 0 is gone: nobody will announce an exit code to wait for
-                self._orphaned(root_unreachable(session.control, message, lost))
+                orphaned(self.report, self.session, self.stage, root_unreachable(session.control, message, lost))
                 hard_exit(EXIT_ERROR)
-            root_death = self._root_death()
+            root_death = self.blamer.root_death(ROOT_DEATH_WAIT_SECONDS) if self.blamer is not None else []
             if root_death:  # its guard said so (torchrun's agent keeps the store up): no report will come
-                self._orphaned(Blame(describe_culprits(session.control, root_death), root_death,
-                                     store_reachable=False))
+                blame = Blame(describe_culprits(session.control, root_death), root_death, store_reachable=False)
+                orphaned(self.report, self.session, self.stage, blame)
                 hard_exit(EXIT_ERROR)
             return EXIT_ERROR
         culprits: list[Culprit] = []
@@ -290,37 +278,12 @@ class Runner:
         self.blame(culprits, message)
         return EXIT_ERROR
 
-    def _root_death(self) -> list[Culprit]:
-        """Rank 0's death as its guard or launcher wrote it down, waited for briefly: a collective broken by that
-        death can reach this rank before the word of it does (deaths.py)."""
-        deadline = time.monotonic() + ROOT_DEATH_WAIT_SECONDS
-        while self.blamer is not None:
-            with contextlib.suppress(Exception):
-                dead = [c for c in self.blamer.died() if c.rank == 0]
-                if dead:
-                    return dead
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        return []
-
     def enter(self, stage: CheckName, session: Session) -> None:
         """Every rank starts a check: culprits go under it, and a rank silent before its first step says so."""
         self.stage = stage
         session.control.mark(stage)
         if self.hostwatch is not None:
             self.hostwatch.mark(stage)
-
-    def host_loads(self, session: Session) -> None:
-        """Each node's host load stage by stage (its local rank 0's Watch), into the report's node facts."""
-        loads = None
-        if self.hostwatch is not None:
-            self.hostwatch.mark(None)
-            loads = [h.to_wire() for h in self.hostwatch.loads]
-        gathered = session.control.gather("host load", loads)
-        if gathered is not None:
-            nodefacts.add_loads(self.report, ((info.node, [HostLoad.model_validate(h) for h in part])
-                                              for info, part in zip(session.ranks, gathered, strict=True) if part))
 
     def _gpu_facts(self) -> str:
         """This rank's GPU before the run and now, for the message of an error it raised ('' on CPU)."""
@@ -329,33 +292,31 @@ class Runner:
         return ""
 
     def checks(self, session: Session, watchdog: Watchdog) -> None:
-        """Every enabled check in order (CHECK_NAMES), each under stages.guarded; a failed preflight skips the
-        rest, and so does an API server the report cannot reach (delivery.reach_stage)."""
-        from acceptance_workload.checks.nccl import ncclstage
+        """Every enabled check in the registry's order, each under stages.guarded; a failed gate (preflight) skips
+        the rest, and so does an API server the report cannot reach (delivery.reach_stage)."""
+        from acceptance_workload.checks import registry
         from acceptance_workload.checks.preflight import preflight
-        from acceptance_workload.checks.soak import soak
         from acceptance_workload.report import delivery
 
         cfg = self.config
-        versions = preflight.collect_versions() if session.env.local_rank == 0 else None
-        facts = session.control.gather("environment", None if versions is None else versions.__dict__)
+        self.versions = preflight.collect_versions() if session.env.local_rank == 0 else None
+        facts = session.control.gather("environment", None if self.versions is None else self.versions.__dict__)
         if self.is_root:
             self.report.environment = environment(session, [f for f in facts or [] if f])
         if cfg.test is not None and not delivery.reach_stage(session, cfg.test, self.report, self.progress):
             self.unreachable = True  # no check runs; the delivery is tried briefly
             return
-        if cfg.checks.preflight.enabled:
-            out = self.guarded(session, "preflight", lambda: self.preflight(session, watchdog, versions))
+        for check in registry.CHECKS:
+            if not getattr(cfg.checks, check.name).enabled:
+                continue
+            out = self.guarded(session, check.name, lambda c=check: c.stage(self, session, watchdog))
+            if not check.gate:
+                continue
             if out.errors and out.value is not False and self.is_root:
-                self.skip_after_preflight(f"preflight failed ({stages.message(out.errors[0])}): later checks not run")
+                self.skip_after(check.name, f"{check.name} failed ({stages.message(out.errors[0])}): "
+                                            "later checks not run")
             if out.errors or not out.value:
                 return
-        stage_of: dict[CheckName, Callable[[Session, Watchdog], None]] = {
-            "gpu": self.gpu, "nccl": lambda s, w: ncclstage.stage(self, s, w, self.nccl_log), "ddp": self.ddp,
-            "fsdp": self.fsdp, "storage": self.storage, "soak": lambda s, w: soak.stage(self, s, w)}
-        for check, stage in stage_of.items():
-            if getattr(cfg.checks, check).enabled:
-                self.guarded(session, check, lambda stage=stage: stage(session, watchdog))
 
     def guarded(self, session: Session, check: CheckName, stage: Callable[[], Any]) -> stages.Outcome:
         """One check's stage: an exception a rank raises in it is a failed result of the check (rank 0 keeps it)."""
@@ -381,73 +342,27 @@ class Runner:
         self.report.skipped += skipped
         return detail
 
-    def fsdp(self, session: Session, watchdog: Watchdog) -> None:
-        """checks.fsdp: sharded training."""
-        from acceptance_workload.checks.fsdp import fsdp
+    def skip_after(self, check: CheckName, reason: str) -> None:
+        """Rank 0: every enabled check after `check` is skipped, saying why (a failed gate)."""
+        from acceptance_workload.checks import registry
 
-        self.report.fsdp = self.run_stage(
-            session, "fsdp", f"fsdp: unsharded baseline, then FSDP2 over {len(session.nodes())} node(s)",
-            lambda: fsdp.run_fsdp(session, self.config, watchdog, progress=self.progress))
+        for later in registry.after(check):
+            if getattr(self.config.checks, later.name).enabled:
+                self.report.skipped.append(Skip(check=later.name, name=later.name, reason=reason))
 
-    def storage(self, session: Session, watchdog: Watchdog) -> None:
-        """checks.storage: the shared volume and a checkpoint on it."""
-        from acceptance_workload.checks.storage import storage
 
-        cfg = self.config
-        self.report.storage = self.run_stage(
-            session, "storage", f"storage: {cfg.storage_path or 'no volume'}",
-            lambda: storage.run_storage(session, cfg, watchdog, progress=self.progress))
-        if self.is_root and not [r for r in self.report.results if r.check == "storage"]:
-            # skipped as a whole (no volume): not a missing check
-            self.report.checks_run = [c for c in self.report.checks_run if c != "storage"]
+def orphaned(report: Report, session: Session | None, stage: CheckName, blame: Blame) -> None:
+    """Rank 0 (and the store it hosts) is gone: only a termination message can say so, naming its node."""
+    from acceptance_workload.report.render import summary
+    from acceptance_workload.report.status import write_termination_log
 
-    def preflight(self, session: Session, watchdog: Watchdog, versions: Any) -> bool:
-        """The preflight stage; False when it failed (the later checks are skipped, saying why)."""
-        from acceptance_workload.checks.preflight import preflight
-
-        cfg, root = self.config, self.is_root
-        self.enter("preflight", session)
-        self.progress("preflight")
-        out = preflight.run_preflight(session, cfg, watchdog, versions, self.occupancy)
-        failures = None
-        if root:
-            assert out is not None
-            self.report.results += out.results
-            self.report.skipped += out.skipped
-            self.report.nodes = out.nodes
-            bad = out.failures()
-            failures = [f"{r.name} on {r.node or 'the job'}" + (f" GPU {r.gpu}" if r.gpu is not None else "")
-                        for r in bad]
-            self.progress(f"preflight: {len(out.results)} measurements, {len(bad)} failed"
-                          + (f" ({', '.join(failures[:5])})" if bad else ""))
-        failures = session.control.broadcast("preflight verdict", failures)
-        if not failures:
-            return True
-        if root:
-            self.skip_after_preflight("preflight failed (" + ", ".join(failures[:5]) + "): later checks not run")
-        return False
-
-    def skip_after_preflight(self, reason: str) -> None:
-        for check in ("gpu", "nccl", "ddp", "fsdp", "storage", "soak"):
-            if getattr(self.config.checks, check).enabled:
-                self.report.skipped.append(Skip(check=check, name=check, reason=reason))
-
-    def gpu(self, session: Session, watchdog: Watchdog) -> None:
-        from acceptance_workload.checks.gpu import gpubench
-
-        self.report.gpu = self.run_stage(
-            session, "gpu", "gpu: GEMM and memory copy on every GPU, host copies one GPU of a node at a time",
-            lambda: gpubench.run_gpu(session, self.config, watchdog, progress=self.progress))
-
-    def ddp(self, session: Session, watchdog: Watchdog) -> None:
-        from acceptance_workload.checks.ddp import ddp
-
-        def measure() -> Any:
-            out = ddp.run_ddp(session, self.config, watchdog, progress=self.progress)
-            return None if out is None else (out[0], [], out[1])  # DDP skips nothing of its own
-
-        self.report.ddp = self.run_stage(
-            session, "ddp", f"ddp {self.config.checks.ddp.model}: one-GPU baseline, then DDP", measure)
+    orphan = report.model_copy(update={"error": blame.message, "finished_at": now()})
+    if session is not None:
+        orphan.results = culprit_results(session.control, stage, blame.culprits)
+    orphan.finalize()
+    print(f"gpu-acceptance: no report can be written without rank 0:\n{summary(orphan)}", file=sys.stderr,
+          flush=True)
+    write_termination_log(orphan)
 
 
 def environment(session: Session, facts: list[dict]) -> Environment:

@@ -279,6 +279,19 @@ class Blamer:
             out.append(Culprit(r, "died", f"{text}, at step '{step}'"))
         return out
 
+    def root_death(self, wait_seconds: float) -> list[Culprit]:
+        """Rank 0's death as its guard or launcher wrote it down, waited for briefly: a collective broken by that
+        death can reach another rank before the word of it does (deaths.py)."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            with contextlib.suppress(Exception):
+                dead = [c for c in self.died() if c.rank == 0]
+                if dead:
+                    return dead
+            if time.monotonic() > deadline:
+                return []
+            time.sleep(0.2)
+
     def stage_errors(self, stage: str) -> dict[int, str]:
         """The errors ranks raised inside `stage`, by rank (stages.py posts them)."""
         out = {}

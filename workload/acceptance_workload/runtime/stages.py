@@ -46,8 +46,11 @@ from acceptance_workload.spec import rules
 from acceptance_workload.spec.results import CheckName, CheckResult
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from acceptance_workload.report.model import Report
     from acceptance_workload.runtime.launch import Session
+    from acceptance_workload.runtime.watchdog import Watchdog
     from acceptance_workload.spec.config import WorkloadConfig
 
 RESULT = rules.STAGE_ERROR  # the failed result of a check whose stage raised (a culprit row of every check)
@@ -59,12 +62,15 @@ POLL_SECONDS = 0.1
 
 
 class StageRunner(Protocol):
-    """What a check's stage that lives in its own module (ncclstage.stage, soak.stage) needs of the run (run.Runner
-    has it): its config, its report, its logging, how a check is entered and measured. A protocol, not run.Runner
-    itself, so those modules do not import the run."""
+    """What a check's stage needs of the run (run.Runner has it): its config, its report, its logging, how a check
+    is entered and measured, and what the run read before the checks (the node's versions, this rank's GPU before
+    the run, NCCL's log file). A protocol, not run.Runner itself, so the checks do not import the run."""
 
     config: WorkloadConfig
     report: Report
+    versions: Any
+    occupancy: Any  # checks.preflight.occupancy.Occupancy or None
+    nccl_log: Path | None
 
     @property
     def is_root(self) -> bool: ...
@@ -74,6 +80,22 @@ class StageRunner(Protocol):
     def enter(self, stage: CheckName, session: Session) -> None: ...
 
     def run_stage(self, session: Session, check: Any, line: str, measure: Callable[[], Any]) -> Any: ...
+
+    def skip_after(self, check: CheckName, reason: str) -> None: ...
+
+
+Stage = Callable[[StageRunner, "Session", "Watchdog"], Any]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check as the run takes it (checks/registry.py lists them in run order): its name (spec.checks.<name>, the
+    report's `check`) and its stage, what every rank runs. A gate's stage returns False when the check failed:
+    the checks after it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
+
+    name: CheckName
+    stage: Stage
+    gate: bool = False
 
 
 class StageBroken(RuntimeError):

@@ -6,3 +6,8 @@
 - latency: small-message all_reduce latency; localize: pairwise tests and bisection that name a slow node;
 - nccltests: nccl-tests' binaries run beside the sweep as a cross-check.
 """
+
+from acceptance_workload.checks.nccl.ncclstage import stage
+from acceptance_workload.runtime.stages import Check
+
+CHECK = Check("nccl", stage)

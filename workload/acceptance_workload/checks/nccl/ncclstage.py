@@ -1,6 +1,7 @@
 """The nccl check's stage in the run: the collective sweep, the transports NCCL used, localisation, the cross-check.
 
-run.Runner.checks calls `stage` for checks.nccl. Each part is one step of the stage, on every rank: the sweep
+`stage` is this package's CHECK in the registry (run.Runner.checks calls it). Each part is one step of the
+stage, on every rank: the sweep
 (nccl.run_sweeps), each rank's NCCL log gathered and judged as transports (transport.py), the inter-node
 localisation when the job-wide results or `checks.nccl.localize` call for it (localize.py), and nccl-tests beside
 our sweep when `checks.nccl.crossCheck` asks (nccltests.py). Rank 0 keeps the results in its report. Its own
@@ -9,7 +10,6 @@ module, not run.Runner's methods, so the run's class stays the run's lifecycle (
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.nccl import localize, nccl, nccltests, transport
@@ -22,9 +22,10 @@ if TYPE_CHECKING:
     from acceptance_workload.runtime.watchdog import Watchdog
 
 
-def stage(runner: StageRunner, session: Session, watchdog: Watchdog, nccl_log: Path | None) -> None:
-    """checks.nccl: the sweep and its transports, then localisation and the cross-check where asked for."""
-    cfg, root, report = runner.config, runner.is_root, runner.report
+def stage(runner: StageRunner, session: Session, watchdog: Watchdog) -> None:
+    """checks.nccl: the sweep and its transports (from NCCL's log, runner.nccl_log), then localisation and the
+    cross-check where asked for."""
+    cfg, root, report, nccl_log = runner.config, runner.is_root, runner.report, runner.nccl_log
     runner.enter("nccl", session)
     runner.progress("nccl sweep")
     out = nccl.run_sweeps(session, cfg.checks.nccl, watchdog, progress=runner.progress,

@@ -7,3 +7,8 @@
   serial, bus id, VBIOS, InfoROM) for the evidence and every failure that names a GPU;
 - binding: CPU and NUMA binding of each rank; mig: MIG mode.
 """
+
+from acceptance_workload.checks.preflight.stage import stage
+from acceptance_workload.runtime.stages import Check
+
+CHECK = Check("preflight", stage, gate=True)

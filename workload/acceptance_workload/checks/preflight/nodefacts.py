@@ -159,6 +159,19 @@ def add_loads(report: Report, loads: Iterable[tuple[str, list[HostLoad]]]) -> No
         facts.host_load += more
 
 
+def gather_loads(session: Any, watch: Any, report: Report) -> None:
+    """Each node's host load stage by stage (its local rank 0's hostload.Watch, None elsewhere), gathered on
+    every rank into rank 0's report's node facts."""
+    loads = None
+    if watch is not None:
+        watch.mark(None)
+        loads = [h.to_wire() for h in watch.loads]
+    gathered = session.control.gather("host load", loads)
+    if gathered is not None:
+        add_loads(report, ((info.node, [HostLoad.model_validate(h) for h in part])
+                           for info, part in zip(session.ranks, gathered, strict=True) if part))
+
+
 def annotate(report: Report) -> int:
     """Every failed result naming a GPU gets the GPU's serial and bus id in its message. Idempotent."""
     changed = 0

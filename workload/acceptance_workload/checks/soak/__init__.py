@@ -3,3 +3,8 @@
 - soak: the stage (load, sampling, progress); nvmlwatch: the per-GPU NVML sampler (clocks, throttle reasons,
   power, temperatures, ECC, remaps, PCIe replays, NVLink errors, XID events); soakjudge: the per-minute judging.
 """
+
+from acceptance_workload.checks.soak.soak import stage
+from acceptance_workload.runtime.stages import Check
+
+CHECK = Check("soak", stage)

@@ -176,7 +176,8 @@ class Progress:
 
 
 def stage(runner: StageRunner, session: Session, watchdog: Watchdog) -> None:
-    """The soak's stage in the run (run.Runner.checks): its results and detail into rank 0's report."""
+    """The soak's stage in the run (this package's CHECK in the registry): its results and detail into rank 0's
+    report."""
     check = runner.config.checks.soak
     line = (f"soak: GEMM on every GPU and all_reduce across {session.world_size} ranks for "
             f"{check.duration_seconds} s" + ("" if session.device.type != "cuda" else

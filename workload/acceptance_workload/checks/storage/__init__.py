@@ -1,2 +1,7 @@
 """checks.storage: the shared volume of spec.storage (capacity, writability, cross-node consistency,
 throughput): storage; a distributed checkpoint saved on it and restored: checkpoint (reuses ddp's model)."""
+
+from acceptance_workload.checks.storage.stage import stage
+from acceptance_workload.runtime.stages import Check
+
+CHECK = Check("storage", stage)

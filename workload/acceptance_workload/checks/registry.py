@@ -1,0 +1,27 @@
+"""The registry: every check, in the order a run takes them. Adding a check is its package and one line here.
+
+The run (run.Runner.checks) walks it; each entry is the package's CHECK (runtime.stages.Check: the check's name
+and its stage). The order is the contract's too (spec.results.CHECK_NAMES, the report's and the CRD's order);
+a test holds the two together.
+"""
+
+from __future__ import annotations
+
+from acceptance_workload.checks import ddp, fsdp, gpu, nccl, preflight, soak, storage
+from acceptance_workload.runtime.stages import Check
+
+CHECKS: tuple[Check, ...] = (
+    preflight.CHECK,
+    gpu.CHECK,
+    nccl.CHECK,
+    ddp.CHECK,
+    fsdp.CHECK,
+    storage.CHECK,
+    soak.CHECK,
+)
+
+
+def after(name: str) -> tuple[Check, ...]:
+    """The checks a run takes after `name` (what a failed gate skips)."""
+    names = [c.name for c in CHECKS]
+    return CHECKS[names.index(name) + 1:]
