@@ -238,11 +238,8 @@ def write_files(args: argparse.Namespace, config: WorkloadConfig, code: int, sta
         report = Report(mode=config.mode, checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
                         error=f"the local run ended with exit code {code} and {reason}").finalize()
     try:
-        for line in write_exports(report, html=args.html, junit=args.junit):
+        for line in write_exports(report, html=args.html, junit=args.junit):  # never changes the code
             print(f"gpu-acceptance local: {line}", file=sys.stderr)
-    except ExportError as e:
-        print(f"gpu-acceptance local: {e}", file=sys.stderr)
-        return EXIT_ERROR
     finally:
         if not args.json:  # the scratch file report_path made
             shutil.rmtree(path.parent, ignore_errors=True)
