@@ -436,12 +436,9 @@ class Runner:
     def ddp(self, session: Session, watchdog: Watchdog) -> None:
         from acceptance_workload import ddp
 
-        def measure() -> Any:
-            out = ddp.run_ddp(session, self.config, watchdog, progress=self.progress)
-            return None if out is None else (out[0], [], out[1])  # DDP skips nothing of its own
-
         self.report.ddp = self.run_stage(
-            session, "ddp", f"ddp {self.config.checks.ddp.model}: one-GPU baseline, then DDP", measure)
+            session, "ddp", f"ddp {self.config.checks.ddp.model}: one-GPU baseline, then DDP",
+            lambda: ddp.run_ddp(session, self.config, watchdog, progress=self.progress))
 
 
 def environment(session: Session, facts: list[dict]) -> Environment:
