@@ -120,8 +120,8 @@ def worker() -> int:
         for part in logs:
             seen = seen.merge(transport.TransportLog.from_json(part))
         report = Report(mode="gpu", checks_run=["nccl"] + (["ddp"] if ddp else []), nccl=nccl.sweeps,
-                        results=nccl.results + (ddp[0] if ddp else []), skipped=nccl.skipped,
-                        ddp=ddp[1] if ddp else None).finalize()
+                        results=nccl.results + (ddp[0] if ddp else []),
+                        skipped=nccl.skipped + (ddp[1] if ddp else []), ddp=ddp[2] if ddp else None).finalize()
         for sweep in report.nccl:
             print(nccl_table(sweep) + "\n")
         if report.ddp:

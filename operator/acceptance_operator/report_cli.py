@@ -226,12 +226,8 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         out.write(f"{test.metadata.namespace}/{test.metadata.name} generation {report.generation}: "
                   f"{operator_verdict}\n{verdict.get('message', '')}\n\n")
         out.write(full_text(judged))
-    try:
-        for line in write_exports(judged, html=args.html, junit=args.junit, name=title,
-                                  operator_verdict=f"The operator's verdict (generation {report.generation}): "
-                                  f"{operator_verdict}. {verdict.get('message', '')}".strip()):
-            err.write(line + "\n")
-    except ExportError as e:
-        err.write(f"error: {e}\n")
-        return exits.CANNOT
+    for line in write_exports(judged, html=args.html, junit=args.junit, name=title,  # never changes the code
+                              operator_verdict=f"The operator's verdict (generation {report.generation}): "
+                              f"{operator_verdict}. {verdict.get('message', '')}".strip()):
+        err.write(line + "\n")
     return exits.YES

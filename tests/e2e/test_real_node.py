@@ -169,7 +169,9 @@ def test_cpu_smoke_run_passes_on_the_real_node(operator_release: RealNode, test_
     pod = container_exited(node, test_namespace, pod["metadata"]["name"], container_name)
     container = next(c for c in pod["spec"]["containers"] if c["name"] == container_name)
     assert container["image"] == node.registry.image("workload", chart_version())
-    assert container["command"][:2] == ["torchrun", "--standalone"]
+    # torchrun under the guard's --launcher: the container's exit code is the workload's own (guard.py)
+    assert container["command"][:6] == ["python", "-m", "acceptance_workload.guard", "--launcher", "torchrun",
+                                        "--standalone"]
     assert "nvidia.com/gpu" not in (container.get("resources") or {}).get("requests", {})
     assert exit_code(pod, container_name) == 0
 
@@ -337,9 +339,10 @@ def test_a_run_whose_pods_cannot_reach_the_api_server_ends_report_not_delivered_
     assert took < 120, f"ReportNotDelivered after {took:.0f}s"
     (pod,) = run_pods(node, test_namespace, name)
     status = next(s for s in pod["status"]["containerStatuses"] if s["name"] == WORKLOAD_CONTAINERS["Job"])
-    # The pod's code is torchrun's: its agent exits 1 for any failed worker (the workload's own process exits 2,
-    # tests/workload/test_delivery.py); the termination message is the workload's, and leads with the failure.
-    assert status["state"]["terminated"]["exitCode"] != 0, status
+    # The pod's code is the workload's own: 2, could not answer (torchrun's agent alone exits 1 for any failed
+    # worker; the guard's --launcher passes the workload's code through); the termination message is the workload's,
+    # and leads with the failure.
+    assert status["state"]["terminated"]["exitCode"] == 2, status
     assert status["state"]["terminated"]["message"].startswith("report NOT delivered: "), status
 
 

@@ -300,3 +300,57 @@ def test_report_node_keeps_the_nodes_own_pairs_and_its_judgement(localized: Repo
     assert "# localize: 2 round(s)" in text and text.count(f"{SLOW_NODE} ") >= 2
     xml = junit_xml(one, "ns/t")
     assert "median of the other nodes" in xml and "# localize: 2 round(s)" in xml
+
+
+def one_rank(report: Report) -> Report:
+    """`report` as one rank measures it: every collective moves no bytes, so each busbw row is 0."""
+    for s in report.nccl:
+        s.ranks = 1
+        for row in s.rows:
+            row.algbw_gbps = row.busbw_gbps = 0.0
+    report.results = [r for r in report.results if not r.name.endswith("_busbw")]
+    return report.finalize()
+
+
+def test_one_ranks_sweeps_are_a_sentence_saying_why_not_a_log_axis_of_zeros():
+    """A one-GPU run's busbw is 0 at every size: matplotlib cannot log-scale it (the page crashed a passed run)."""
+    cfg = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=1, gpus_per_node=1)
+    report = one_rank(passing_report(cfg, ["gpu-node-a"]))
+    assert report.passed
+    problems: list[str] = []
+    page = render_html(report, problems=problems)
+    assert problems == []
+    parsed = Page(page)
+    assert "verdict" in parsed.ids and "plot-latency" in parsed.figure_svgs
+    for c in COLLECTIVES:  # the figure is there, with a sentence instead of an empty log plot
+        assert NCCL_PLOT_ID.format(collective=c) in parsed.ids
+        assert NCCL_PLOT_ID.format(collective=c) not in parsed.figure_svgs
+    assert page.count("not plotted (one rank: a collective moves no bytes between GPUs") == len(COLLECTIVES)
+
+
+def test_a_part_that_fails_is_one_line_and_a_sentence_and_the_files_are_still_written(
+        h200_page, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A faulty plotting library (its bar chart raises) costs the DDP plot only: the page and the JUnit file are
+    written, the failure is one line naming the file and the cause; a file that cannot be written is one line."""
+    import matplotlib.axes
+    from acceptance_workload.report.exports import write_exports
+
+    report, _ = h200_page
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bar broke\nsecond line")
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "bar", broken)
+    html, xml = tmp_path / "r.html", tmp_path / "r.xml"
+    lines = write_exports(report, html=str(html), junit=str(xml), name="ns/t")
+    assert lines == [f"wrote the JUnit XML to {xml}", f"wrote the HTML report to {html}",
+                     f"{html}: the DDP plot left out: RuntimeError: bar broke"]
+    page = Page(html.read_text())
+    assert "verdict" in page.ids and DDP_PLOT_ID in page.ids and DDP_PLOT_ID not in page.figure_svgs
+    assert all(NCCL_PLOT_ID.format(collective=c) in page.figure_svgs for c in COLLECTIVES)  # the rest is drawn
+    assert "the DDP plot could not be drawn (RuntimeError: bar broke)" in html.read_text()
+    blocked = tmp_path / "a-directory"
+    blocked.mkdir()
+    lines = write_exports(report, html=str(blocked), junit=str(xml))
+    assert lines[0] == f"wrote the JUnit XML to {xml}"
+    assert lines[1].startswith(f"could not write the HTML report to {blocked}: ") and len(lines) == 2

@@ -83,7 +83,7 @@ def torchrun_args(command: list[str], env: dict[str, str]):
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        return run.get_args_parser().parse_args(command[1:])
+        return run.get_args_parser().parse_args(command[command.index("torchrun") + 1:])
     finally:
         for k, v in saved.items():
             if v is None:
@@ -395,7 +395,8 @@ def test_pytorchjob_master_and_workers():
     for replica in replicas.values():
         container = main_container(replica["template"]["spec"])
         assert container["name"] == "pytorch"
-        assert container["command"] == ["torchrun", "--rdzv-conf=timeout=1800", "--max-restarts=0",
+        assert container["command"] == ["python", "-m", "acceptance_workload.guard", "--launcher",
+                                        "torchrun", "--rdzv-conf=timeout=1800", "--max-restarts=0",
                                         "-m", "acceptance_workload.guard"]
         assert {"name": "pytorchjob-port", "containerPort": 23456, "protocol": "TCP"} in container["ports"]
     # Master and Worker pods are built alike but are separate objects (no shared, mutable state).

@@ -177,3 +177,14 @@ def test_floors_between_nodes_that_assume_rdma_are_not_judged_over_sockets_unles
     assert one_node.ddp.thresholds.min_scaling_efficiency is not None  # one node: no network in the way
     mine = ChecksSpec.model_validate({"ddp": {"thresholds": {"minScalingEfficiency": 0.3}}})
     assert resolve_checks(mine, "h100-sxm", 2, fabric="ethernet").ddp.thresholds.min_scaling_efficiency == 0.3
+
+
+def test_one_gpu_has_no_ddp_scaling_floor_so_the_workload_and_the_operator_both_skip_it():
+    """A run of one rank has nothing to scale over (ddp.py skips it, saying why): the profile sets no floor, so
+    the operator's re-judging does not require the result; a floor the spec sets is kept (and fails as missing)."""
+    one = resolve_checks(ChecksSpec(), "h100-sxm", 1, gpus_per_node=1)
+    assert one.ddp.thresholds.min_scaling_efficiency is None
+    assert one.ddp.thresholds.max_straggler_ratio is not None and one.ddp.thresholds.min_throughput_per_gpu
+    assert resolve_checks(ChecksSpec(), "h100-sxm", 1, gpus_per_node=2).ddp.thresholds.min_scaling_efficiency == 0.9
+    mine = ChecksSpec.model_validate({"ddp": {"thresholds": {"minScalingEfficiency": 0.5}}})
+    assert resolve_checks(mine, "h100-sxm", 1, gpus_per_node=1).ddp.thresholds.min_scaling_efficiency == 0.5

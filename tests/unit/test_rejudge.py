@@ -253,3 +253,22 @@ def test_cross_check_results_are_required_per_node_and_judged_by_the_tolerance()
     default = config(checks={"nccl": {"crossCheck": True}})
     assert default.checks.nccl.thresholds.cross_check_limit() == 0.1
     assert config(profile="custom").checks.nccl.thresholds.cross_check_limit() == 0.1  # custom sets none: the default
+
+
+def test_a_one_gpu_report_without_busbw_or_scaling_efficiency_passes_as_the_operator_judges_it():
+    """One rank: the workload skips busbw and DDP scaling, saying why (nccl.py, ddp.py). The operator requires
+    neither, so its verdict and the headline of the summary agree with the workload's: passed, no 0.0 numbers."""
+    cfg = config(nodes=1, gpus=1)
+    report = passing_report(cfg)
+    for s in report.nccl:
+        s.ranks = 1
+        for row in s.rows:
+            row.algbw_gbps = row.busbw_gbps = 0.0
+    report.results = [r for r in report.results if not r.name.endswith("_busbw") and r.name != "scaling_efficiency"]
+    judged = rejudge(report.finalize(), facts(cfg)).report
+    assert judged.passed, [r.message for r in judged.results if not r.passed]
+    head = judged.headline()
+    assert head.all_reduce_busbw_gbps is None and head.scaling_efficiency is None
+    assert "ddp" in {req.check for req in required_results(cfg, ["gpu-node-0000"])}
+    assert not {"scaling_efficiency", "all_reduce_busbw", "node_all_reduce_busbw"} & {
+        req.name for req in required_results(cfg, ["gpu-node-0000"])}

@@ -270,3 +270,47 @@ def test_a_rank_the_oom_killer_kills_is_named_so(tmp_path: Path) -> None:
     assert f"rank 1 on node {VICTIM}, GPU 0, died: killed by SIGKILL (signal 9): the OOM killer" in culprit.message
     assert "Killed process" in culprit.message or "oom_kill" in culprit.message, culprit.message
     print(culprit.message)
+
+
+def _child_of(parent: int, rank: int) -> int | None:
+    """The pid of the CLI's child whose environment says RANK=rank."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent
+                    and f"RANK={rank}".encode() in (entry / "environ").read_bytes().split(b"\0")):
+                return int(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def test_the_only_rank_killed_in_ddp_still_leaves_a_report_file_naming_it(tmp_path: Path) -> None:
+    """`local --json FILE` on one rank, SIGSEGV sent to it from outside during DDP: nobody is left to write the
+    report but its launcher, which writes what completed (the preflight) and a failed result naming the rank, its
+    node and GPU, the signal and the stage. The run could not complete: exit 2."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_manifest(("ddp",)))
+    killed: list[int] = []
+
+    def on_line(line: str, proc: subprocess.Popen) -> None:
+        if "] ddp " in line and not killed:
+            time.sleep(0.3)
+            pid = _child_of(proc.pid, 0)
+            assert pid is not None
+            os.kill(pid, signal.SIGSEGV)
+            killed.append(pid)
+
+    code, stderr, report = run_local(tmp_path, "-f", str(manifest), on_line=on_line, nodes=1)
+    assert killed, stderr[-3000:]
+    assert code == exits.CANNOT and report is not None, stderr[-3000:]
+    assert not report.passed and report.checks_run == ["preflight", "ddp"]
+    assert [r.check for r in report.results if r.passed] and all(
+        r.check == "preflight" for r in report.results if r.passed)  # what completed before the death
+    (culprit,) = [r for r in report.results if not r.passed]
+    node = report.environment.hostnames[0]
+    assert (culprit.check, culprit.name, culprit.node, culprit.gpu) == ("ddp", "rank_exited", node, 0), culprit
+    assert culprit.message == (f"rank 0 on node {node}, GPU 0, died: killed by SIGSEGV (signal 11); pid {killed[0]}, "
+                               "in stage ddp: the run could not complete"), culprit.message
+    assert report.error == culprit.message and report.failed_nodes == [node]
+    assert not (tmp_path / "r.json.progress").exists()
+    assert "rank 0 ended with signal SIGSEGV: the run could not complete" in stderr

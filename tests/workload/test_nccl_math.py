@@ -13,7 +13,7 @@ from acceptance_workload.checks.nccl.nccl import (
     rows_from_ranks,
     tolerance,
 )
-from acceptance_workload.report.model import NcclRow, NcclSweep
+from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclRow, NcclSweep
 from acceptance_workload.spec.checkmodels import NcclCheck
 
 GiB = 1 << 30
@@ -167,3 +167,19 @@ def test_a_result_judged_by_an_estimated_floor_says_so() -> None:
         "[estimated threshold]")
     assert r[("all_gather_busbw", None)].estimated is None  # its floor is not an estimate
     assert r[("all_reduce_correctness", None)].estimated is None  # correctness is never estimated
+
+
+def test_one_rank_has_no_busbw_a_skip_saying_why_and_a_floor_set_anyway_fails() -> None:
+    """One rank moves no bytes: its busbw is a skip with the reason (sendrecv's way), never a 0.0 that looks
+    measured; the sweep's correctness is still judged. A floor the spec sets anyway cannot pass."""
+    one = [s.model_copy(update={"ranks": 1}) for s in (_sweep("all_reduce", [(GiB, 0.0)]),
+                                                       _sweep("all_gather", [(GiB, 0.0)]))]
+    out = judge_sweeps(_check(), one, {}, ["n1"], "nccl")
+    assert {(r.name, r.node) for r in out.results} == {("all_reduce_correctness", None),
+                                                       ("all_gather_correctness", None)}
+    assert {(s.name, s.reason) for s in out.skipped} == {
+        ("all_reduce_busbw", ONE_RANK_BUSBW), ("all_gather_busbw", ONE_RANK_BUSBW),
+        ("node_all_reduce_busbw on node n1", ONE_RANK_BUSBW)}
+    r = _by_name(judge_sweeps(_check(allReduceBusbwGBps=100), one, {}, ["n1"], "nccl"))
+    floor = r[("all_reduce_busbw", None)]
+    assert floor.value is None and not floor.passed and ONE_RANK_BUSBW in floor.message

@@ -131,3 +131,25 @@ def test_ddp_results_judged_by_an_estimated_floor_say_so() -> None:
     assert results[("throughput_per_gpu", None)].estimated and results[("gpu_throughput", 0)].estimated
     assert "[estimated threshold]" in results[("throughput_per_gpu", None)].message
     assert results[("scaling_efficiency", None)].estimated is None
+
+
+def test_one_rank_has_no_scaling_efficiency_a_skip_and_the_headline_shows_no_zero_busbw() -> None:
+    """DDP on one rank does not scale, and a one-rank all_reduce moves no bytes: neither is a number in the
+    headline or the results (a skip says why); a floor the spec sets anyway fails as missing."""
+    from acceptance_workload.checks.ddp.ddp import one_rank_skips
+    from acceptance_workload.report.model import ONE_RANK_SCALING
+
+    d = detail([100.0], [99.5])
+    results = judge_ddp(check(), d, [5.0, 4.0])
+    assert "scaling_efficiency" not in {r.name for r in results}
+    assert one_rank_skips(d, results) == [Skip(check="ddp", name="scaling_efficiency", reason=ONE_RANK_SCALING)]
+    (floor,) = [r for r in judge_ddp(check(minScalingEfficiency=0.9), d, [5.0, 4.0]) if r.name == "scaling_efficiency"]
+    assert floor.value is None and not floor.passed and ONE_RANK_SCALING in floor.message
+    sweep = NcclSweep(collective="all_reduce", scope="job", ranks=1, dtype="float32", rows=[
+        NcclRow(size=1 << 30, count=1 << 28, time_us=9.0, algbw_gbps=0.0, busbw_gbps=0.0, wrong=0)])
+    report = Report(checks_run=["nccl", "ddp"], nccl=[sweep], ddp=d, results=results).finalize()
+    head = report.headline()
+    assert head.all_reduce_busbw_gbps is None and head.scaling_efficiency is None
+    assert not any("busbw" in p or "scaling" in p for p in head.parts())
+    two = report.model_copy(update={"nccl": [sweep.model_copy(update={"ranks": 2})]})
+    assert two.headline().all_reduce_busbw_gbps == 0.0  # two ranks that moved nothing: a measured 0 stays one

@@ -15,6 +15,16 @@ then ends as the rank ended (the same signal), as its launcher would have seen.
 
 `gpu-acceptance local` needs no guard: its launcher is the ranks' parent and
 writes the deaths directory itself.
+
+`python -m acceptance_workload.guard --launcher torchrun ...` is the pod's
+first process, above the launcher: torchrun's agent exits 1 for any failed
+rank, so a report that could not be delivered (2) and a failed check (1)
+would look the same to Kubernetes and the operator. Each guard writes how its
+rank ended into a directory this process names (EXIT_DIR_ENV), and the
+container ends with the workload's own code (exits.py): 0 passed, 1 failed, 2
+could not answer (also a rank that died, or a launcher that failed before any
+rank ended). Signals reach the launcher as they reached it before (this
+process is PID 1 in the container: it passes them on).
 """
 
 from __future__ import annotations
@@ -32,6 +42,8 @@ from acceptance_workload.runtime import deaths
 from acceptance_workload.spec import exits
 
 MODULE = "acceptance_workload.guard"  # what the pods' launchers start (job_builders.py)
+LAUNCHER_FLAG = "--launcher"  # `-m acceptance_workload.guard --launcher torchrun ...`: the container's command
+EXIT_DIR_ENV = "GPU_ACCEPTANCE_EXIT_DIR"  # where each guard writes its rank's exit code for the container's end
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 STORE_CONNECT_SECONDS = 15
 
@@ -75,7 +87,75 @@ def end_as(code: int) -> int:
     return code
 
 
+def record_exit(environ: dict[str, str], code: int, pid: int) -> None:
+    """This rank's exit code (a Popen returncode: negative for a signal) where the container's first process
+    reads it (launch_main); nothing when no such process asked."""
+    directory = environ.get(EXIT_DIR_ENV)
+    if directory:
+        with contextlib.suppress(OSError):
+            deaths.record(directory, int(environ.get("RANK", "") or pid), str(code))
+
+
+def container_code(launcher: int, ranks: list[int], stopped: bool) -> int:
+    """The container's exit code from the launcher's and this pod's ranks' (exits.py's rule).
+
+    Every rank exits with the code rank 0 decided, so the ranks' own codes are the answer (the highest: 2, could
+    not answer, over 1). A rank that ended otherwise (a signal) or none that ended (the launcher failed first):
+    the run could not complete, 2. Stopped from outside (the kubelet's SIGTERM): the launcher's own end.
+    """
+    if stopped:
+        return launcher if launcher >= 0 else 128 - launcher
+    if launcher == exits.YES:
+        return exits.YES
+    if ranks and all(c in (exits.YES, exits.NO, exits.CANNOT) for c in ranks) and max(ranks) > exits.YES:
+        return max(ranks)
+    return exits.CANNOT
+
+
+def launch_main(argv: list[str]) -> int:
+    """Run the launcher (`torchrun ...`) and end with the workload's own exit code (container_code)."""
+    directory = tempfile.mkdtemp(prefix="gpu-acceptance-exits-")
+    env = {**os.environ, EXIT_DIR_ENV: directory}
+    stopped: list[int] = []
+    children: list[subprocess.Popen] = []
+
+    def forward(sig: int, _frame: object) -> None:
+        stopped.append(sig)
+        for child in children:
+            with contextlib.suppress(OSError):
+                child.send_signal(sig)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
+    try:
+        children.append(subprocess.Popen(argv, env=env))
+    except OSError as e:
+        print(f"gpu-acceptance: cannot start the launcher {argv[0]!r}: {e}", file=sys.stderr, flush=True)
+        return exits.CANNOT
+    if stopped:
+        forward(stopped[0], None)
+    launcher = children[0].wait()
+    ranks = [int(code) for code in deaths.read(directory).values() if code.strip().lstrip("-").isdigit()]
+    code = container_code(launcher, ranks, bool(stopped))
+    if code != launcher:
+        print(f"gpu-acceptance: {argv[0]} ended with code {launcher}, this pod's ranks with {sorted(set(ranks))}: "
+              f"the container ends with the workload's code {code} (0 passed, 1 failed, 2 could not answer)",
+              file=sys.stderr, flush=True)
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == [LAUNCHER_FLAG]:
+        if len(args) < 2:
+            print(f"usage: python -m {MODULE} {LAUNCHER_FLAG} LAUNCHER [ARGS...]", file=sys.stderr)
+            return exits.CANNOT
+        return launch_main(args[1:])
+    return guard_main(args)
+
+
+def guard_main(args: list[str]) -> int:
+    """Run this rank under its guard (the module's docstring)."""
     from acceptance_workload.runtime.control import FINAL_WAIT_SECONDS
     from acceptance_workload.runtime.launch import DistEnv, LaunchError
 
@@ -93,12 +173,12 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in FORWARDED:  # before the rank starts: a stop right away must reach it too
         signal.signal(sig, forward)
-    child = subprocess.Popen([sys.executable, "-m", "acceptance_workload", *(sys.argv[1:] if argv is None else argv)],
-                             env=env)
+    child = subprocess.Popen([sys.executable, "-m", "acceptance_workload", *args], env=env)
     children.append(child)
     if stopped:
         forward(stopped[0], None)
     code = child.wait()
+    record_exit(env, code, child.pid)
     if code in (exits.YES, exits.NO, exits.CANNOT) or stopped:  # its own exit, or stopped with the job: no death
         return end_as(code)
     text = deaths.describe_death(code, child.pid, oom)

@@ -10,6 +10,7 @@ collective, a falling loss and every measurement being present still count.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -18,20 +19,21 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import ValidationError
 
 from acceptance_workload.checks.nccl.nccltests import DIR_ENV as NCCL_TESTS_DIR_ENV
-from acceptance_workload.checks.preflight import occupancy
+from acceptance_workload.checks.preflight import nodefacts, occupancy
 from acceptance_workload.report.exports import ExportError, write_exports
 from acceptance_workload.report.exports import require as require_exports
 from acceptance_workload.report.model import Report
 from acceptance_workload.report.render import CPU_BANNER
 from acceptance_workload.runtime import deaths
 from acceptance_workload.runtime.launch import free_port
-from acceptance_workload.spec import exits
+from acceptance_workload.spec import exits, rules
 from acceptance_workload.spec.checkmodels import ChecksSpec, SoakCheck
 from acceptance_workload.spec.config import CONFIG_ENV, STARTED_ENV, Fabric, WorkloadConfig, run_started
 from acceptance_workload.spec.profiles import CPU_SMOKE, PROFILE_NAMES, ProfileName, cpu_smoke_checks, profile_for_gpu
@@ -241,11 +243,8 @@ def write_files(args: argparse.Namespace, config: WorkloadConfig, code: int, sta
         report = Report(mode=config.mode, checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
                         error=f"the local run ended with exit code {code} and {reason}").finalize()
     try:
-        for line in write_exports(report, html=args.html, junit=args.junit):
+        for line in write_exports(report, html=args.html, junit=args.junit):  # never changes the code
             print(f"gpu-acceptance local: {line}", file=sys.stderr)
-    except ExportError as e:
-        print(f"gpu-acceptance local: {e}", file=sys.stderr)
-        return EXIT_ERROR
     finally:
         if not args.json:  # the scratch file report_path made
             shutil.rmtree(path.parent, ignore_errors=True)
@@ -374,9 +373,11 @@ def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.execu
     logs = [None] + [tempfile.TemporaryFile(mode="w+") for _ in range(world - 1)]  # noqa: SIM115 (closed below)
     procs = []
     dead = Deaths()
+    root_node = ""
     for rank in range(world):
         out = None if rank == 0 else logs[rank]
         env = child_env(config, rank, world, port, launched)
+        root_node = root_node or env["NODE_NAME"]
         env[deaths.DEATHS_ENV] = dead.directory
         procs.append(subprocess.Popen([python, "-m", "acceptance_workload"], env=env,
                                       stdout=subprocess.DEVNULL if rank else None, stderr=out,
@@ -417,11 +418,44 @@ def run_processes(config: WorkloadConfig, world: int, *, python: str = sys.execu
                 print(f"--- rank {rank} stderr (tail) ---\n{tail}", file=sys.stderr)
         print(f"gpu-acceptance local: rank 0 ended with {_describe_code(code)}: the run could not complete",
               file=sys.stderr)
+        if config.report_file:
+            write_unfinished(config, root_node, deaths.describe_death(code, procs[0].pid, dead.oom))
         code = EXIT_ERROR
     for log in logs:
         if log is not None:
             log.close()
     return code
+
+
+def write_unfinished(config: WorkloadConfig, node: str, how: str) -> None:
+    """Rank 0 died (a signal) before it wrote its report: write it here, as what rank 0 had completed (its
+    progress file) and a failed `rank_exited` result naming rank 0, its node and GPU (serial and bus id where the
+    preflight read them), how it ended and the check it was in. The run could not complete: report.error says so.
+    """
+    assert config.report_file is not None and config.progress_file is not None
+    progress = Path(config.progress_file)
+    try:
+        saved = json.loads(progress.read_text())
+        report, stage = Report.model_validate(saved["report"]), saved["stage"]
+    except (OSError, ValueError, KeyError, TypeError):  # died before its first check (ValidationError: ValueError)
+        report = Report(mode=config.mode, checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled])
+        stage = report.checks_run[0] if report.checks_run else "preflight"
+    message = f"rank 0 on node {node}, GPU 0, died: {how}, in stage {stage}: the run could not complete"
+    report.results.append(rules.result(stage, "rank_exited", 0.0, None, observed="died", expected="alive and in step",
+                                       passed=False, message=message, node=node, gpu=0))
+    report.error = message
+    report.finished_at = datetime.now(timezone.utc)
+    nodefacts.annotate(report)  # the GPU's serial and bus id, where the preflight read them
+    report.finalize()
+    try:
+        Path(config.report_file).write_text(json.dumps(report.to_wire(), indent=2) + "\n")
+        progress.unlink(missing_ok=True)
+    except OSError as e:
+        print(f"gpu-acceptance local: could not write the report to {config.report_file}: {e.strerror or e}",
+              file=sys.stderr)
+        return
+    print(f"gpu-acceptance local: wrote the report of the unfinished run to {config.report_file}: {message}",
+          file=sys.stderr)
 
 
 def _describe_code(code: int) -> str:

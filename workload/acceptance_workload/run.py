@@ -122,6 +122,8 @@ class Runner:
             sys.stdout.flush()
             if self.config.report_file:
                 Path(self.config.report_file).write_text(json.dumps(r.to_wire(), indent=2) + "\n")
+                with contextlib.suppress(OSError):
+                    Path(str(self.config.progress_file)).unlink(missing_ok=True)
             from acceptance_workload.report import delivery
             from acceptance_workload.report.status import DEFAULT_DEADLINE_SECONDS, StatusWriteError, patch_report
             from acceptance_workload.report.status import write_termination_log as termination
@@ -284,6 +286,18 @@ class Runner:
         session.control.mark(stage)
         if self.hostwatch is not None:
             self.hostwatch.mark(stage)
+        self.save_progress()
+
+    def save_progress(self) -> None:
+        """Rank 0, with a report file: what has completed and the check now running, for its launcher to write the
+        report if rank 0 itself dies (local.write_unfinished); whole or not at all (written aside, then renamed)."""
+        path = self.config.progress_file
+        if not self.is_root or path is None:
+            return
+        with contextlib.suppress(OSError), self._lock:
+            scratch = Path(path + ".part")
+            scratch.write_text(json.dumps({"stage": self.stage, "report": self.report.to_wire()}))
+            scratch.replace(path)
 
     def _gpu_facts(self) -> str:
         """This rank's GPU before the run and now, for the message of an error it raised ('' on CPU)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from acceptance_workload.guard import LAUNCHER_FLAG
 from acceptance_workload.guard import MODULE as GUARD_MODULE
 
 from acceptance_operator.building.manifests import (
@@ -67,13 +68,20 @@ def torchrun_command(test: AcceptanceTest) -> list[str]:
             "-m", GUARD_MODULE]
 
 
+def pod_command(test: AcceptanceTest) -> list[str]:
+    """The container's command: torchrun_command under the guard's `--launcher`, so the container's exit code is
+    the workload's own (0 passed, 1 failed, 2 could not answer; acceptance_workload.guard), not torchrun's 1 for
+    any failed rank."""
+    return ["python", "-m", GUARD_MODULE, LAUNCHER_FLAG, *torchrun_command(test)]
+
+
 def build_pytorchjob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
     """kubeflow.org/v1 PyTorchJob: a Master and nodes-1 Workers, each one pod of gpusPerNode processes."""
     spec = test.spec
 
     def replica(count: int) -> dict[str, Any]:
         container = _gpu_container(
-            test, PYTORCH_CONTAINER, torchrun_command(test), [*_env_list(workload_env(test)), *_downward_env()]
+            test, PYTORCH_CONTAINER, pod_command(test), [*_env_list(workload_env(test)), *_downward_env()]
         )
         container["ports"] = [{"name": PYTORCH_PORT_NAME, "containerPort": PYTORCH_PORT, "protocol": "TCP"}]
         return {"replicas": count, "restartPolicy": "Never",
@@ -220,7 +228,7 @@ def _pod_failure_policy() -> dict[str, Any]:
 def _indexed_job_spec(test: AcceptanceTest, master_addr: str, subdomain: str, init_image: str) -> dict[str, Any]:
     """An Indexed Job of one GPU pod per node (completions = parallelism = nodes), no retries, the run's deadline."""
     spec = test.spec
-    container = _gpu_container(test, WORKLOAD_CONTAINER, torchrun_command(test), [
+    container = _gpu_container(test, WORKLOAD_CONTAINER, pod_command(test), [
         *_env_list(workload_env(test)), *_downward_env(), *_static_rendezvous_env(test, master_addr)])
     container["ports"] = [{"name": "rendezvous", "containerPort": STATIC_MASTER_PORT, "protocol": "TCP"}]
     pod_spec = _pod_spec(test, [container], gpu=True, init_image=init_image)

@@ -3,18 +3,21 @@
 Both commands hand over a Report and where to write it; what a file holds is
 html_report.py's and junit.py's business. matplotlib is needed only for
 --html, and `require` says so before a run is spent on a page that cannot be
-made.
+made. An export never changes a verdict or an exit code: it comes after the
+JSON and the text, and what fails in it is one line naming the file and the
+cause, the file written without the part that failed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from acceptance_workload.report.model import Report
 
 
 class ExportError(RuntimeError):
-    """A file could not be written (or --html cannot be made here); the message says what to fix."""
+    """--html cannot be made here (no matplotlib), said before the run; the message says what to fix."""
 
 
 def require(html: str | None) -> None:
@@ -30,26 +33,34 @@ def require(html: str | None) -> None:
 
 def write_exports(report: Report, *, html: str | None = None, junit: str | None = None, name: str = "local",
                   operator_verdict: str | None = None) -> list[str]:
-    """Write the files asked for; returns one 'wrote ...' line per file."""
-    written = []
+    """Write the files asked for; returns one line per file written and one per part or file that failed.
+
+    Never raises for a file: the verdict and the exit code are the run's (the JSON and the text are out before
+    this), so a part that cannot be made is left out of its file, and a file that cannot be made or written is one
+    line naming it and the cause.
+    """
+    lines = []
     if junit:
         from acceptance_workload.report.junit import junit_xml
 
-        written.append(_write(junit, junit_xml(report, name), "JUnit XML"))
+        lines += _export(junit, "JUnit XML", lambda problems: junit_xml(report, name, problems))
     if html:
-        from acceptance_workload.report.html_report import HtmlUnavailable, render_html
+        from acceptance_workload.report.html_report import render_html
 
-        try:
-            page = render_html(report, title=f"GPU acceptance: {name}", operator_verdict=operator_verdict)
-        except HtmlUnavailable as e:
-            raise ExportError(str(e)) from None
-        written.append(_write(html, page, "HTML report"))
-    return written
+        lines += _export(html, "HTML report", lambda problems: render_html(
+            report, title=f"GPU acceptance: {name}", operator_verdict=operator_verdict, problems=problems))
+    return lines
 
 
-def _write(path: str, text: str, what: str) -> str:
+def _export(path: str, what: str, make: Callable[[list[str]], str]) -> list[str]:
+    """Make and write one file: 'wrote ...', then a line per part left out; or one line saying why there is none."""
+    problems: list[str] = []
+    try:
+        text = make(problems)
+    except Exception as e:  # a bug or a missing library outside every part: this file only
+        return [f"could not make the {what} {path}: {type(e).__name__}: {str(e).strip()[:300]}"]
     try:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as e:
-        raise ExportError(f"could not write the {what} to {path}: {e.strerror or e}") from None
-    return f"wrote the {what} to {path}"
+        return [f"could not write the {what} to {path}: {e.strerror or e}"]
+    return [f"wrote the {what} to {path}"] + [f"{path}: {p}" for p in problems]

@@ -8,6 +8,11 @@ Everything is inside the file (the plots are matplotlib SVG, the style is
 inline), so nothing is fetched when it is opened, also offline or in a
 ticket system.
 
+Each part of the page (a plot, a section) is drawn on its own: a part that
+fails is a sentence on the page saying why, and one line for the command to
+print (`problems`); the page is written without it. An export never changes
+the verdict (exports.py).
+
 matplotlib is an optional extra (`pip install 'gpu-acceptance[report]'`): it
 is imported only here and only when a page is made, so the workload image does
 not need it. What the report means (verdict, tally, headline, failed nodes)
@@ -27,7 +32,7 @@ from typing import Any
 from acceptance_workload.checks.nccl import latency, localize
 from acceptance_workload.report.html_nodes import nodes_section
 from acceptance_workload.report.html_soak import soak_section
-from acceptance_workload.report.model import NcclSweep, Report
+from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclSweep, Report
 from acceptance_workload.report.render import CPU_BANNER, human_bytes, verdict_line
 from acceptance_workload.spec.checkmodels import Collective
 from acceptance_workload.spec.results import CheckResult
@@ -151,6 +156,29 @@ def _svg(plt: Any, fig: Any, salt: str) -> str:
     text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{salt}-{m.group(1)}"', text)
     return re.sub(r'(url\(#|href="#)([^")]+)',
                   lambda m: m.group(1) + (f"{salt}-" if m.group(2) in ids else "") + m.group(2), text)
+
+
+def part(problems: list[str] | None, what: str, draw: Callable[[], str | None]) -> str:
+    """One part of the page: what `draw` makes, or, where it raises, a sentence saying which part is left out and
+    why (and one line in `problems`): a plot that cannot be drawn must not cost the page or the run's exit code."""
+    try:
+        return draw() or ""
+    except Exception as e:
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        why = f"{type(e).__name__}: {lines[0] if lines else repr(e)}"[:300]
+        if problems is not None:
+            problems.append(f"{what} left out: {why}")
+        return f'<p class="muted part-error">{_e(what)} could not be drawn ({_e(why)}); the rest of the page is ' \
+               "complete.</p>"
+
+
+def no_plot_reason(sweeps: list[NcclSweep]) -> str | None:
+    """Why a collective's busbw cannot be drawn on log axes (none above 0), None when it can."""
+    if any(_points(s)[0] for s in sweeps):
+        return None
+    if all(s.ranks == 1 for s in sweeps):
+        return ONE_RANK_BUSBW
+    return "no busbw above 0 was measured, and log axes cannot show 0"
 
 
 def _points(sweep: NcclSweep) -> tuple[list[int], list[float]]:
@@ -447,7 +475,7 @@ def _verdict_section(report: Report, title: str, operator_verdict: str | None) -
     return "\n".join(parts)
 
 
-def _nccl_section(plt: Any, report: Report) -> str:
+def _nccl_section(plt: Any, report: Report, problems: list[str] | None = None) -> str:
     by_collective: dict[str, list[NcclSweep]] = {}
     for s in report.nccl:
         by_collective.setdefault(s.collective, []).append(s)
@@ -460,9 +488,13 @@ def _nccl_section(plt: Any, report: Report) -> str:
     figures = []
     for collective, sweeps in by_collective.items():
         fig_id = NCCL_PLOT_ID.format(collective=collective)
-        figures.append(f'<figure id="{fig_id}" class="plot">{nccl_figure(plt, report, collective, sweeps)}</figure>')
-    lat = latency_figure(plt, report)
-    if lat is not None:
+        why = no_plot_reason(sweeps)
+        figure = (f'<p class="muted">{_e(collective)}: not plotted ({_e(why)}).</p>' if why else
+                  part(problems, f"the {collective} busbw plot",
+                       lambda c=collective, w=sweeps: nccl_figure(plt, report, c, w)))  # type: ignore[misc]
+        figures.append(f'<figure id="{fig_id}" class="plot">{figure}</figure>')
+    lat = part(problems, "the all_reduce latency plot", lambda: latency_figure(plt, report))
+    if lat:
         figures.append(f'<figure id="{LATENCY_PLOT_ID}" class="plot">{lat}</figure>')
     return "\n".join(parts) + f'<div class="plots">{"".join(figures)}</div>'
 
@@ -558,25 +590,32 @@ def _sweep_tables(report: Report) -> str:
     return "<h2>NCCL sweep tables</h2>" + "".join(blocks)
 
 
-def render_html(report: Report, title: str = "GPU acceptance report", operator_verdict: str | None = None) -> str:
-    """The whole page. `operator_verdict` is the operator's phase, reason and message, for a cluster run."""
+def render_html(report: Report, title: str = "GPU acceptance report", operator_verdict: str | None = None,
+                problems: list[str] | None = None) -> str:
+    """The whole page. `operator_verdict` is the operator's phase, reason and message, for a cluster run.
+
+    Every part after the verdict is drawn on its own (part()): one that fails is a sentence on the page, and a
+    line in `problems` when a list is given."""
     plt = pyplot()
-    body = [_verdict_section(report, title, operator_verdict), _nccl_section(plt, report),
-            _localization_section(report)]
+    body = [_verdict_section(report, title, operator_verdict),
+            part(problems, "the NCCL plots", lambda: _nccl_section(plt, report, problems)),
+            part(problems, "the localisation section", lambda: _localization_section(report))]
     nodes, _, _ = node_metrics(report)
     if nodes:
-        body.append(f'<h2>Nodes</h2><figure id="{HEATMAP_ID}" class="plot">{heatmap_figure(plt, report)}'
+        heatmap = part(problems, "the node heatmap", lambda: heatmap_figure(plt, report))
+        body.append(f'<h2>Nodes</h2><figure id="{HEATMAP_ID}" class="plot">{heatmap}'
                     "<figcaption>Each node's numbers, coloured by their ratio to the median node; grey: not "
                     "measured.</figcaption></figure>")
     if report.ddp and report.ddp.ranks:
-        body.append(f'<h2>DDP</h2><figure id="{DDP_PLOT_ID}" class="plot">{ddp_figure(plt, report)}</figure>')
-    body.append(soak_section(report))
-    body.append(_passed_section(report))
-    body.append(nodes_section(report))
+        ddp = part(problems, "the DDP plot", lambda: ddp_figure(plt, report))
+        body.append(f'<h2>DDP</h2><figure id="{DDP_PLOT_ID}" class="plot">{ddp}</figure>')
+    body.append(part(problems, "the soak section", lambda: soak_section(report)))
+    body.append(part(problems, "the passed results", lambda: _passed_section(report)))
+    body.append(part(problems, "the nodes' facts", lambda: nodes_section(report)))
     if report.skipped:
         items = "".join(f"<li>{_e(s.check)} {_e(s.name)}: {_e(s.reason)}</li>" for s in report.skipped)
         body.append(f"<h2>Not measured</h2><ul>{items}</ul>")
-    body.append(_sweep_tables(report))
+    body.append(part(problems, "the NCCL sweep tables", lambda: _sweep_tables(report)))
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f"<style>{STYLE}</style></head><body>\n" + "\n".join(b for b in body if b) + "\n</body></html>\n")
     return _strip_svg_metadata(page)

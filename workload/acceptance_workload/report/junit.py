@@ -103,38 +103,27 @@ def _suite_attrs(suite: ET.Element, cases: list[ET.Element]) -> None:
     suite.set("skipped", "0")
 
 
-def junit_xml(report: Report, name: str = "local") -> str:
-    """The report as a JUnit XML document; `name` (the test's namespace/name, or 'local') names the suites."""
+def junit_xml(report: Report, name: str = "local", problems: list[str] | None = None) -> str:
+    """The report as a JUnit XML document; `name` (the test's namespace/name, or 'local') names the suites.
+
+    Each suite is made on its own: one whose evidence cannot be written keeps a bare testcase per result (its
+    pass or failure, so the document's verdict is the report's) and says why in its system-err, and a line in
+    `problems` (exports.py prints it)."""
     root = ET.Element("testsuites", {"name": f"{SUITES_NAME} {name}"})
     checks = [c for c in CHECK_NAMES if c in report.checks_run or any(r.check == c for r in report.results)]
-    missing = set(report.missing_checks())
     all_cases: list[ET.Element] = []
     for check in checks:
-        classname = f"{SUITES_NAME}.{check}"
         suite = ET.SubElement(root, "testsuite", {"name": f"{name} {check}"})
-        if report.mode == "cpu-smoke":
-            props = ET.SubElement(suite, "properties")
-            ET.SubElement(props, "property", {"name": "mode", "value": "cpu-smoke (NOT a GPU acceptance verdict)"})
-        results = [r for r in report.results if r.check == check]
-        cases = _gpu_cases(suite, classname, report, results) if check in PER_GPU_CHECKS else []
-        for r in (r for r in results if check not in PER_GPU_CHECKS or r.gpu is None):
-            case = _case(suite, classname, case_name(r))
-            if not r.passed:
-                message = r.message or f"{r.name}: {_number(r.value)} {r.unit}".rstrip()
-                ident = report.gpu_identity(r.node, r.gpu)
-                ET.SubElement(case, "failure", {"message": message, "type": "missing" if r.value is None
-                                                else "threshold"}).text = evidence(r, ident) + _traceback(report, r)
-            cases.append(case)
-        if check in missing:
-            case = _case(suite, classname, f"{check} (no result)")
-            ET.SubElement(case, "failure", {"message": f"check {check} was enabled and produced no result",
-                                            "type": "missing"}).text = "A missing measurement fails (fail closed)."
-            cases.append(case)
-        out = [f"not measured: {s.name}: {s.reason}" for s in report.skipped if s.check == check]
-        if check == "nccl" and report.localization is not None:
-            out.append(localization_table(report))
-        if out:
-            ET.SubElement(suite, "system-out").text = "\n".join(out)
+        try:
+            cases = _check_suite(suite, report, check, name)
+        except Exception as e:
+            why = f"{type(e).__name__}: {str(e).strip()[:300]}"
+            if problems is not None:
+                problems.append(f"the {check} suite's evidence left out: {why}")
+            suite.clear()
+            suite.set("name", f"{name} {check}")
+            cases = _bare_cases(suite, report, check)
+            ET.SubElement(suite, "system-err").text = f"this suite's evidence could not be written: {why}"
         _suite_attrs(suite, cases)
         all_cases += cases
     if report.error:
@@ -146,3 +135,49 @@ def junit_xml(report: Report, name: str = "local") -> str:
     _suite_attrs(root, all_cases)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _check_suite(suite: ET.Element, report: Report, check: str, name: str) -> list[ET.Element]:
+    """One check's testcases with their evidence, the skipped measurements in the suite's output."""
+    classname = f"{SUITES_NAME}.{check}"
+    if report.mode == "cpu-smoke":
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", {"name": "mode", "value": "cpu-smoke (NOT a GPU acceptance verdict)"})
+    results = [r for r in report.results if r.check == check]
+    cases = _gpu_cases(suite, classname, report, results) if check in PER_GPU_CHECKS else []
+    for r in (r for r in results if check not in PER_GPU_CHECKS or r.gpu is None):
+        case = _case(suite, classname, case_name(r))
+        if not r.passed:
+            message = r.message or f"{r.name}: {_number(r.value)} {r.unit}".rstrip()
+            ident = report.gpu_identity(r.node, r.gpu)
+            ET.SubElement(case, "failure", {"message": message, "type": "missing" if r.value is None
+                                            else "threshold"}).text = evidence(r, ident) + _traceback(report, r)
+        cases.append(case)
+    cases += _missing_case(suite, report, check)
+    out = [f"not measured: {s.name}: {s.reason}" for s in report.skipped if s.check == check]
+    if check == "nccl" and report.localization is not None:
+        out.append(localization_table(report))
+    if out:
+        ET.SubElement(suite, "system-out").text = "\n".join(out)
+    return cases
+
+
+def _missing_case(suite: ET.Element, report: Report, check: str) -> list[ET.Element]:
+    """An enabled check without any result: one more failed testcase (fail closed)."""
+    if check not in report.missing_checks():
+        return []
+    case = _case(suite, f"{SUITES_NAME}.{check}", f"{check} (no result)")
+    ET.SubElement(case, "failure", {"message": f"check {check} was enabled and produced no result",
+                                    "type": "missing"}).text = "A missing measurement fails (fail closed)."
+    return [case]
+
+
+def _bare_cases(suite: ET.Element, report: Report, check: str) -> list[ET.Element]:
+    """A testcase per result with its pass or failure only: what a suite keeps when its evidence failed."""
+    cases = []
+    for r in (r for r in report.results if r.check == check):
+        case = _case(suite, f"{SUITES_NAME}.{check}", case_name(r))
+        if not r.passed:
+            ET.SubElement(case, "failure", {"message": (r.message or r.name)[:1000], "type": "threshold"})
+        cases.append(case)
+    return cases + _missing_case(suite, report, check)

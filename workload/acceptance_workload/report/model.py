@@ -33,6 +33,11 @@ THROUGHPUT_PER_GPU = "throughput_per_gpu"
 SCALING_EFFICIENCY = "scaling_efficiency"
 
 
+# Why a run of one rank has no bus bandwidth and no scaling: a skip's reason, never a 0.0 that looks measured.
+ONE_RANK_BUSBW = "one rank: a collective moves no bytes between GPUs, so it has no bus bandwidth"
+ONE_RANK_SCALING = "one rank: DDP does not scale across GPUs, so there is no scaling efficiency"
+
+
 class Skip(WireModel):
     """A measurement deliberately not taken (e.g. a collective gloo cannot run); never a pass."""
 
@@ -403,10 +408,11 @@ class Report(WireModel):
                      if r.check == check and r.name == name and r.node is None and r.value is not None), None)
 
     def headline(self) -> Headline:
-        """all_reduce busbw (the judged job-wide result, else the best row of the job-wide sweep), DDP numbers."""
+        """all_reduce busbw (the judged job-wide result, else the best row of the job-wide sweep of 2+ ranks: one
+        rank moves no bytes), DDP numbers."""
         busbw_result = self._job_wide("nccl", ALL_REDUCE_BUSBW)
         busbw = busbw_result.value if busbw_result is not None else max(
-            (row.busbw_gbps for s in self.nccl if s.collective == "all_reduce" and s.scope == "job"
+            (row.busbw_gbps for s in self.nccl if s.collective == "all_reduce" and s.scope == "job" and s.ranks > 1
              for row in s.rows), default=None)
         throughput = self._job_wide("ddp", THROUGHPUT_PER_GPU)
         efficiency = self._job_wide("ddp", SCALING_EFFICIENCY)

@@ -96,6 +96,12 @@ class WorkloadConfig(WireModel):
         "--simulate-nodes`, the node's own view); None: checks.storage is skipped, saying so.")
     report_file: str | None = Field(None, description="Rank 0 also writes the report object (JSON) to this path.")
 
+    @property
+    def progress_file(self) -> str | None:
+        """Where rank 0 keeps what has completed while it runs (beside report_file): the report its launcher
+        writes when rank 0 itself dies (local.write_unfinished); gone once the report is written."""
+        return None if self.report_file is None else self.report_file + ".progress"
+
     @classmethod
     def build(cls, *, checks: ChecksSpec, profile: ProfileName, nodes: int, **facts: object) -> WorkloadConfig:
         """A config whose thresholds are the profile's, overridden by what the spec set."""

@@ -390,6 +390,8 @@ def resolve_checks(checks: ChecksSpec, profile: ProfileName, nodes: int,
         ddp_defaults = ddp_defaults.model_copy(update={"min_throughput_per_gpu": None})
     if over_sockets(nodes, fabric):
         ddp_defaults = ddp_defaults.model_copy(update={"min_scaling_efficiency": None, "min_throughput_per_gpu": None})
+    if nodes * gpus_per_node == 1:  # one rank: DDP has nothing to scale over (a skip, ddp.py), no floor to hold
+        ddp_defaults = ddp_defaults.model_copy(update={"min_scaling_efficiency": None})
     if _less_ddp_work_than_default(checks.ddp):
         # Measured at 0.80-0.99 run to run at a quarter of the default gpt batch: no floor to hold it to.
         ddp_defaults = ddp_defaults.model_copy(update={"min_scaling_efficiency": None})

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.report.model import DdpDetail, DdpRank
+from acceptance_workload.report.model import ONE_RANK_SCALING, DdpDetail, DdpRank, Skip
 from acceptance_workload.spec import rules
 from acceptance_workload.spec.checkmodels import DdpCheck
 from acceptance_workload.spec.results import CheckName, CheckResult
@@ -188,8 +188,9 @@ def measure(trainers: dict[str, Trainer], check: DdpCheck, device: Any, watchdog
 
 
 def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
-            progress: Callable[[str], None] | None = None) -> tuple[list[CheckResult], DdpDetail] | None:
-    """The one-GPU baseline and DDP, in alternating windows on every rank; results and detail on rank 0."""
+            progress: Callable[[str], None] | None = None
+            ) -> tuple[list[CheckResult], list[Skip], DdpDetail] | None:
+    """The one-GPU baseline and DDP, in alternating windows on every rank; results, skips and detail on rank 0."""
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -230,9 +231,18 @@ def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
     )
     losses = [statistics.fmean(step) for step in zip(*(g["losses"] for g in gathered), strict=True)]
     results = judge_ddp(check, detail, losses, config.estimated_thresholds)
+    skipped = one_rank_skips(detail, results)
     if progress:
-        progress(f"ddp {wl.name}: " + "; ".join(r.message for r in results if r.node is None))
-    return results, detail
+        progress(f"ddp {wl.name}: " + "; ".join([r.message for r in results if r.node is None]
+                                                + [f"{s.name} skipped ({s.reason})" for s in skipped]))
+    return results, skipped, detail
+
+
+def one_rank_skips(detail: DdpDetail, results: list[CheckResult]) -> list[Skip]:
+    """DDP on one rank: its scaling efficiency is a skip saying why, unless a floor asked for it (then it failed)."""
+    if detail.world_size != 1 or any(r.name == "scaling_efficiency" for r in results):
+        return []
+    return [Skip(check="ddp", name="scaling_efficiency", reason=ONE_RANK_SCALING)]
 
 
 def window_efficiencies(gathered: list[dict[str, list[float]]]) -> list[float]:
@@ -275,15 +285,19 @@ def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float],
         add("gpu_throughput", r.baseline_throughput,
             f"GPU {r.gpu} on node {r.node} alone: {r.baseline_throughput:,.0f} {unit}", node=r.node, gpu=r.gpu,
             u=unit)
-    if detail.window_efficiency:
+    if n == 1 and name == "ddp":  # nothing to scale over: a skip (one_rank_skips), or missing where a floor asks
+        if rules.threshold("ddp", "scaling_efficiency", th) is not None:
+            add("scaling_efficiency", None, f"{ONE_RANK_SCALING}; its threshold cannot pass")
+    elif detail.window_efficiency:
         efficiency: float | None = statistics.median(detail.window_efficiency)
         spread = (f", median of {len(detail.window_efficiency)} windows "
                   f"{min(detail.window_efficiency):.3f}-{max(detail.window_efficiency):.3f}")
     else:
         efficiency, spread = (per_gpu / mean_base if mean_base > 0 else None), ""
-    add("scaling_efficiency", None if efficiency is None else round(efficiency, 4),
-        f"scaling efficiency {efficiency:.3f} (DDP {per_gpu:,.0f} vs one GPU {mean_base:,.0f} {unit}{spread})"
-        if efficiency is not None else "no one-GPU throughput measured")
+    if not (n == 1 and name == "ddp"):
+        add("scaling_efficiency", None if efficiency is None else round(efficiency, 4),
+            f"scaling efficiency {efficiency:.3f} (DDP {per_gpu:,.0f} vs one GPU {mean_base:,.0f} {unit}{spread})"
+            if efficiency is not None else "no one-GPU throughput measured")
     slowest = min(detail.ranks, key=lambda r: r.baseline_throughput)
     ratio = statistics.median(base) / slowest.baseline_throughput if slowest.baseline_throughput > 0 else None
     add("straggler_ratio", None if ratio is None else round(ratio, 4),

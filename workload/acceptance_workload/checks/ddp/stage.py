@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from acceptance_workload.checks.ddp import ddp
 
@@ -13,9 +13,6 @@ if TYPE_CHECKING:
 
 
 def stage(runner: StageRunner, session: Session, watchdog: Watchdog) -> None:
-    def measure() -> Any:
-        out = ddp.run_ddp(session, runner.config, watchdog, progress=runner.progress)
-        return None if out is None else (out[0], [], out[1])  # DDP skips nothing of its own
-
     runner.report.ddp = runner.run_stage(
-        session, "ddp", f"ddp {runner.config.checks.ddp.model}: one-GPU baseline, then DDP", measure)
+        session, "ddp", f"ddp {runner.config.checks.ddp.model}: one-GPU baseline, then DDP",
+        lambda: ddp.run_ddp(session, runner.config, watchdog, progress=runner.progress))

@@ -36,7 +36,7 @@ from acceptance_workload.checks.nccl.collectives import (  # noqa: F401  (the sw
     period,
     tolerance,
 )
-from acceptance_workload.report.model import NcclRow, NcclSweep, Skip
+from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclRow, NcclSweep, Skip
 from acceptance_workload.spec import rules
 from acceptance_workload.spec.checkmodels import COLLECTIVES, Collective, NcclCheck
 from acceptance_workload.spec.results import CheckResult
@@ -318,6 +318,9 @@ def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple
                     "nccl", f"{collective}_busbw", None, threshold,
                     message=f"{collective} was not measured ({why}); its threshold cannot pass"))
             continue
+        if sweep.ranks == 1:
+            _one_rank(out, f"{collective}_busbw", collective, threshold, None)
+            continue
         out.results.append(busbw_result(f"{collective}_busbw", sweep, threshold, reference, max_bytes))
     if "all_reduce" in check.collectives and not check.per_node and len(nodes) > 1:
         # perNode off asks for no sweep inside each node: its floor is not judged (nothing is missing), said once.
@@ -337,8 +340,21 @@ def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple
                         "nccl", "node_all_reduce_busbw", None, node_threshold, node=node,
                         message=f"all_reduce inside node {node} was not measured ({why})"))
                 continue
+            if sweep.ranks == 1:
+                _one_rank(out, "node_all_reduce_busbw", f"all_reduce on node {node}", node_threshold, node)
+                continue
             out.results.append(busbw_result("node_all_reduce_busbw", sweep, node_threshold, reference, max_bytes))
     return out
+
+
+def _one_rank(out: NcclOutcome, name: str, what: str, threshold: float | None, node: str | None) -> None:
+    """A busbw of one rank: a skip saying why (the sweep's rows still show the operation ran, and its correctness
+    is judged); where a threshold asks for it anyway (the spec set one), a missing value that fails."""
+    if threshold is None:
+        out.skipped.append(Skip(check="nccl", name=name + (f" on node {node}" if node else ""), reason=ONE_RANK_BUSBW))
+        return
+    out.results.append(rules.judged("nccl", name, None, threshold, node=node,
+                                    message=f"{what}: {ONE_RANK_BUSBW}; its threshold cannot pass"))
 
 
 # ----------------------------------------------------------------------------- the check on a session
