@@ -24,11 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workload"))
 
 from acceptance_workload.checks.gpu.gpubench import METRICS  # noqa: E402
+from acceptance_workload.contract.checkmodels import ChecksSpec  # noqa: E402
+from acceptance_workload.contract.config import WorkloadConfig  # noqa: E402
+from acceptance_workload.contract.profiles import PROFILE_NAMES, profile_for_gpu  # noqa: E402
 from acceptance_workload.local import quick_checks, run_processes, visible_gpus  # noqa: E402
 from acceptance_workload.report.model import Report  # noqa: E402
-from acceptance_workload.spec.checkmodels import ChecksSpec  # noqa: E402
-from acceptance_workload.spec.config import WorkloadConfig  # noqa: E402
-from acceptance_workload.spec.profiles import PROFILE_NAMES, profile_for_gpu  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -44,8 +44,8 @@ def main() -> int:
         node = f"sim-node-{rank // (world // args.simulate_nodes)}"
         os.environ.update(NODE_NAME=node, NCCL_HOSTID=node)
     from acceptance_workload.checks.nccl import nccl
+    from acceptance_workload.contract.checkmodels import NcclCheck
     from acceptance_workload.runtime import launch
-    from acceptance_workload.spec.checkmodels import NcclCheck
 
     session = launch.start(launch.DistEnv.from_environ(), args.backend, rendezvous_timeout=120, collective_timeout=120)
     check = NcclCheck(collectives=["all_reduce"], min_bytes=8, max_bytes="64Ki")

@@ -24,9 +24,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workload"))
 
+from acceptance_workload.contract.checkmodels import COLLECTIVES, ChecksSpec  # noqa: E402
+from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig  # noqa: E402
 from acceptance_workload.runtime.launch import free_port  # noqa: E402
-from acceptance_workload.spec.checkmodels import COLLECTIVES, ChecksSpec  # noqa: E402
-from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig  # noqa: E402
 
 OUT_ENV = "BENCH_OUT"
 

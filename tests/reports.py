@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from acceptance_workload.checks.gpu.gpubench import METRICS
 from acceptance_workload.checks.nccl import localize
+from acceptance_workload.contract.checkmodels import COLLECTIVES
+from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import (
     DdpDetail,
     DdpRank,
@@ -22,9 +25,6 @@ from acceptance_workload.report.model import (
     NcclSweep,
     Report,
 )
-from acceptance_workload.spec.checkmodels import COLLECTIVES
-from acceptance_workload.spec.config import WorkloadConfig
-from acceptance_workload.spec.results import CheckResult
 
 # What a healthy H100/H200 GPU measures (GpuRow field -> value): above every profile floor.
 GPU_VALUES = {"gemm_tflops": 665.0, "hbm_gbps": 4_200.0, "h2d_gbps": 55.3, "d2h_gbps": 55.4}

@@ -3,7 +3,7 @@
 Each subcommand imports what it needs when it runs, so `crd`, `render` and
 `local` work without kopf or the Kubernetes client installed.
 
-Exit codes, for every command (acceptance_workload.spec.exits has the rule): 0 yes
+Exit codes, for every command (acceptance_workload.contract.exits has the rule): 0 yes
 (passed, printed, rendered, judged), 1 no (a check failed, an invalid
 manifest, no usable report yet, a delivery not judged), 2 could not answer
 (bad arguments, unreadable input, API errors, any unexpected error).
@@ -15,7 +15,7 @@ import argparse
 import sys
 import traceback
 
-from acceptance_workload.spec import exits
+from acceptance_workload.contract import exits
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
-from acceptance_workload.spec import exits
+from acceptance_workload.contract import exits
 
 from acceptance_operator.building.backends import build_children
 from acceptance_operator.building.manifests import resolve_image

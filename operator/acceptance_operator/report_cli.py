@@ -15,7 +15,7 @@ waits (`--wait`, default 60 s) for the operator's verdict on that run and says
 it; delivered but not judged (the operator ignored it: the test moved on to
 another run; rejected it: ReportRejected; or gave no verdict in time) is exit 1.
 
-Exit codes follow the one rule of every command (acceptance_workload.spec.exits): 0
+Exit codes follow the one rule of every command (acceptance_workload.contract.exits): 0
 printed, or delivered and judged; 1 no usable report yet, or a delivery the
 operator ignored, rejected or did not judge in time; 2 could not read or write
 (no such test, no cluster configuration, refused, a FILE that is not a report).
@@ -31,10 +31,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from acceptance_workload.contract import exits
 from acceptance_workload.report.exports import ExportError, write_exports
 from acceptance_workload.report.exports import require as require_exports
 from acceptance_workload.report.model import Report
-from acceptance_workload.spec import exits
 from pydantic import ValidationError
 
 from acceptance_operator.resource.conditions import SUCCEEDED, TERMINAL_PHASES

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import junitparser
 import pytest
+from acceptance_workload.contract.checkmodels import ChecksSpec
+from acceptance_workload.contract.config import TestRef, WorkloadConfig
 from acceptance_workload.report.model import Report
-from acceptance_workload.spec.checkmodels import ChecksSpec
-from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
 from tests.cluster.operator_harness import MERGE, Cluster, report
 from tests.reports import node_names, passing_report

@@ -15,9 +15,9 @@ from typing import Any
 
 from acceptance_operator.building import manifests
 from acceptance_operator.resource.api import parse_test
+from acceptance_workload.contract.config import WorkloadConfig
 from acceptance_workload.report.evidence import PROGRESS_KEY, STATUS_KEY
 from acceptance_workload.report.status import core_api, patch_report
-from acceptance_workload.spec.config import WorkloadConfig
 
 from tests.cluster.operator_harness import Cluster
 from tests.reports import passing_report

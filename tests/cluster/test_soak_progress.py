@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from acceptance_workload.contract.config import WorkloadConfig
 from acceptance_workload.report.evidence import PROGRESS_KEY
 from acceptance_workload.report.status import core_api, patch_progress
-from acceptance_workload.spec.config import WorkloadConfig
 
 from tests.cluster.operator_harness import Cluster
 

@@ -7,10 +7,10 @@ import pytest
 from acceptance_operator.judging.rejudge import rejudge
 from acceptance_workload.checks.nccl import latency
 from acceptance_workload.checks.preflight import mig
+from acceptance_workload.contract.checkmodels import ChecksSpec, NcclCheck, PreflightThresholds
+from acceptance_workload.contract.config import PodLimits, TestRef, WorkloadConfig
+from acceptance_workload.contract.wire import format_bytes
 from acceptance_workload.report.model import NcclRow, NcclSweep
-from acceptance_workload.spec.checkmodels import ChecksSpec, NcclCheck, PreflightThresholds
-from acceptance_workload.spec.config import PodLimits, TestRef, WorkloadConfig
-from acceptance_workload.spec.wire import format_bytes
 
 from tests.reports import node_names, passing_report
 from tests.unit.test_bounds import errors_of, manifest

@@ -6,7 +6,7 @@ import importlib
 
 from acceptance_workload import run
 from acceptance_workload.checks import registry
-from acceptance_workload.spec.results import CHECK_NAMES
+from acceptance_workload.contract.results import CHECK_NAMES
 
 
 def test_the_registry_lists_every_check_of_the_contract_in_its_order() -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from acceptance_operator.resource import api
 from acceptance_operator.resource.crd import build_crd, crd_yaml
-from acceptance_workload.spec.wire import parse_bytes
+from acceptance_workload.contract.wire import parse_bytes
 
 REPO = Path(__file__).resolve().parents[2]
 COMMITTED = [REPO / "crds" / "acceptancetest.yaml", REPO / "charts" / "gpu-acceptance" / "crds" / "acceptancetest.yaml"]

@@ -1,4 +1,5 @@
-"""One exit-code rule for every command (acceptance_workload.spec.exits, README "Exit codes"): 0 yes, 1 no, 2 could not.
+"""One exit-code rule for every command (acceptance_workload.contract.exits, README "Exit codes"): 0 yes, 1 no,
+2 could not.
 
 Each command is run as a user runs it (a subprocess of the real CLI); the cases of `report` against a cluster
 (no report yet, a rejected delivery) are in tests/cluster/test_operator_evidence.py.
@@ -13,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload.spec import exits
+from acceptance_workload.contract import exits
 
 ROOT = Path(__file__).resolve().parents[2]
 VALID = "apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\nspec: {nodes: 1}\n"

@@ -9,8 +9,8 @@ from acceptance_operator.judging.rejudge import RULES
 from acceptance_operator.resource.api import parse_test
 from acceptance_workload.checks.fsdp.fsdp import consensus, predicted_memory
 from acceptance_workload.checks.storage.storage import judge_storage, odd_nodes, sequential
+from acceptance_workload.contract.checkmodels import StorageCheck
 from acceptance_workload.report.model import StorageDetail, StorageNode
-from acceptance_workload.spec.checkmodels import StorageCheck
 from pydantic import ValidationError
 
 
@@ -77,10 +77,10 @@ def test_bad_specs_are_refused_naming_the_field(spec: dict, message: str) -> Non
 
 
 def test_fsdp_and_storage_detail_travel_with_their_nodes_in_the_evidence() -> None:
+    from acceptance_workload.contract.checkmodels import ChecksSpec
+    from acceptance_workload.contract.config import TestRef, WorkloadConfig
     from acceptance_workload.report.evidence import assemble, shard_names, split
     from acceptance_workload.report.model import FsdpDetail, FsdpRank
-    from acceptance_workload.spec.checkmodels import ChecksSpec
-    from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
     from tests.reports import passing_report
 
@@ -142,7 +142,7 @@ def test_every_gpu_pod_mounts_the_storage_volume_and_the_workload_knows_where(ba
 
 def test_the_operator_rejudges_fsdp_and_storage_results_and_requires_them() -> None:
     from acceptance_operator.judging.rejudge import rejudge
-    from acceptance_workload.spec.results import CheckResult
+    from acceptance_workload.contract.results import CheckResult
 
     from tests.reports import node_names, passing_report
     from tests.unit.test_rejudge import config, facts, find

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from acceptance_operator.judging.rejudge import RunFacts, rejudge
+from acceptance_workload.contract.checkmodels import COLLECTIVES, ChecksSpec
+from acceptance_workload.contract.config import TestRef, WorkloadConfig
 from acceptance_workload.report.html_report import (
     DDP_PLOT_ID,
     HEATMAP_ID,
@@ -28,8 +30,6 @@ from acceptance_workload.report.html_report import (
     render_html,
 )
 from acceptance_workload.report.model import Report
-from acceptance_workload.spec.checkmodels import COLLECTIVES, ChecksSpec
-from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
 from tests.reports import node_names, passing_report, with_slow_node
 

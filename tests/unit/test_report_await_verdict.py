@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from acceptance_operator import report_cli
-from acceptance_workload.spec import exits
+from acceptance_workload.contract import exits
 
 RUN = "g1-r2"
 

@@ -12,12 +12,12 @@ import pytest
 from acceptance_operator.judging.rejudge import rejudge
 from acceptance_workload.checks.storage.checkpoint import failure_text, os_error_text
 from acceptance_workload.checks.storage.storage import GATES, MARGIN_BYTES, gated, judge_gate
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import StorageCheck
+from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
 from acceptance_workload.report.junit import junit_xml
 from acceptance_workload.report.model import StageError, StorageDetail, StorageNode
 from acceptance_workload.runtime import stages
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import StorageCheck
-from acceptance_workload.spec.results import CHECK_NAMES, CheckResult
 
 from tests.reports import node_names, passing_report
 from tests.unit.test_rejudge import config, facts, find
@@ -155,8 +155,8 @@ def test_the_volume_must_hold_every_nodes_files_the_checkpoint_and_a_margin() ->
     import torch
     from acceptance_workload.checks.fsdp import fsdp
     from acceptance_workload.checks.storage.storage import CHECKPOINT_OVERHEAD, checkpoint_size, needed
-    from acceptance_workload.spec.config import WorkloadConfig
-    from acceptance_workload.spec.profiles import cpu_smoke_checks
+    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.profiles import cpu_smoke_checks
 
     cfg = WorkloadConfig(mode="cpu-smoke", checks=cpu_smoke_checks(WorkloadConfig().checks))
     model = fsdp.workload(cfg.checks.fsdp).make_model()

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from acceptance_operator.resource import kubetypes
 from acceptance_operator.resource.api import AcceptanceTestSpec
-from acceptance_workload.spec.checkmodels import DdpThresholds, GpuThresholds, NcclThresholds, PreflightThresholds
-from acceptance_workload.spec.profiles import PROFILES, Profile
-from acceptance_workload.spec.wire import WireModel
+from acceptance_workload.contract.checkmodels import DdpThresholds, GpuThresholds, NcclThresholds, PreflightThresholds
+from acceptance_workload.contract.profiles import PROFILES, Profile
+from acceptance_workload.contract.wire import WireModel
 
 REPO = Path(__file__).resolve().parents[2]
 WRITING = (REPO / "docs" / "writing-tests.md").read_text()

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.preflight import binding
+from acceptance_workload.contract.checkmodels import PreflightThresholds
+from acceptance_workload.contract.config import PodLimits, WorkloadConfig
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import Report
-from acceptance_workload.spec.checkmodels import PreflightThresholds
-from acceptance_workload.spec.config import PodLimits, WorkloadConfig
-from acceptance_workload.spec.results import CheckResult
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2

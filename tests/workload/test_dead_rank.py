@@ -23,13 +23,13 @@ from pathlib import Path
 
 import pytest
 from acceptance_operator.building.job_builders import torchrun_command
+from acceptance_workload.contract import exits
+from acceptance_workload.contract.checkmodels import HEARTBEAT_TIMEOUT_SECONDS
+from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.contract.profiles import cpu_smoke_checks
 from acceptance_workload.report.model import Report
 from acceptance_workload.runtime import deaths
 from acceptance_workload.runtime.deaths import DEATHS_ENV
-from acceptance_workload.spec import exits
-from acceptance_workload.spec.checkmodels import HEARTBEAT_TIMEOUT_SECONDS
-from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.spec.profiles import cpu_smoke_checks
 
 from tests.unit.test_manifests import make
 from tests.workload.multiproc import free_port, rank_env

@@ -13,14 +13,14 @@ import sys
 from pathlib import Path
 
 import yaml
+from acceptance_workload.contract.checkmodels import ChecksSpec
+from acceptance_workload.contract.config import CONFIG_ENV, TestRef, WorkloadConfig
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import delivery
 from acceptance_workload.report.model import Report
 from acceptance_workload.run import EXIT_ERROR, Runner
 from acceptance_workload.runtime.launch import DistEnv
-from acceptance_workload.spec.checkmodels import ChecksSpec
-from acceptance_workload.spec.config import CONFIG_ENV, TestRef, WorkloadConfig
-from acceptance_workload.spec.results import CheckResult
 
 from tests.workload.multiproc import REPO, free_port
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from acceptance_workload.checks.nccl.transport import classify, judge, parse_file, parse_lines
 from acceptance_workload.checks.preflight.preflight import ib_checks
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import ChecksSpec
-from acceptance_workload.spec.config import WorkloadConfig
-from acceptance_workload.spec.profiles import PROFILES
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import ChecksSpec
+from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.contract.profiles import PROFILES
 
 from tests.workload.test_transport import NODE_A_IB
 

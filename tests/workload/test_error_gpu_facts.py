@@ -15,8 +15,8 @@ import json
 import sys
 from pathlib import Path
 
+from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.local import cpu_smoke_checks
-from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig
 
 from tests.workload.multiproc import free_port, rank_env, start
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from acceptance_workload.contract.checkmodels import ChecksSpec
+from acceptance_workload.contract.config import TestRef, WorkloadConfig
 from acceptance_workload.report.evidence import (
     MAX_FAILURES,
     EvidenceError,
@@ -13,8 +15,6 @@ from acceptance_workload.report.evidence import (
     shard_names,
     split,
 )
-from acceptance_workload.spec.checkmodels import ChecksSpec
-from acceptance_workload.spec.config import TestRef, WorkloadConfig
 
 from tests.reports import passing_report
 

@@ -16,13 +16,13 @@ from types import SimpleNamespace
 import pytest
 from acceptance_operator.report_cli import for_node
 from acceptance_workload.checks.preflight import nodefacts
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report import evidence
 from acceptance_workload.report.html_nodes import nodes_section
 from acceptance_workload.report.html_report import render_html
 from acceptance_workload.report.junit import junit_xml
 from acceptance_workload.report.model import GpuIdentity, HostLoad, Nic, NodeFacts, Report
 from acceptance_workload.report.render import full_text, summary
-from acceptance_workload.spec.results import CheckResult
 
 
 class NVMLError_NotSupported(Exception):  # pynvml's spelling

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.gpu.gpubench import host_id, host_turn, judge_gpus, rate, suspects
+from acceptance_workload.contract.checkmodels import ChecksSpec, GpuCheck
+from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import render
 from acceptance_workload.report.model import GpuDetail, GpuRow, Report
-from acceptance_workload.spec.checkmodels import ChecksSpec, GpuCheck
-from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.spec.results import CheckResult
 
 from tests.workload.multiproc import run_with_a_slowed_rank
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.preflight import hostload
+from acceptance_workload.contract.config import CONFIG_ENV
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import HostLoad, HostProcess, NodeFacts, Report
-from acceptance_workload.spec.config import CONFIG_ENV
-from acceptance_workload.spec.results import CheckResult
 
 CPUS = os.cpu_count() or 1
 

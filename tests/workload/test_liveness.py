@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 import pytest
+from acceptance_workload.contract.checkmodels import HEARTBEAT_TIMEOUT_SECONDS
+from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report.model import Report
-from acceptance_workload.spec.checkmodels import HEARTBEAT_TIMEOUT_SECONDS
-from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig
 
 from tests.workload.multiproc import free_port, rank_env, start
 

@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 
 from acceptance_workload.checks.nccl import localize
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import LocalizationDetail
-from acceptance_workload.spec.results import CheckResult
 
 from tests.workload.multiproc import free_port, rank_env, start
 from tests.workload.test_localize_faults import StopLoop

@@ -6,9 +6,9 @@ import pytest
 import torch
 from acceptance_workload.checks.ddp import models
 from acceptance_workload.checks.ddp.ddp import Trainer, measure, median_throughputs, window_efficiencies, workload_for
+from acceptance_workload.contract.checkmodels import DdpCheck
 from acceptance_workload.runtime.control import Control
 from acceptance_workload.runtime.watchdog import Watchdog
-from acceptance_workload.spec.checkmodels import DdpCheck
 
 
 def test_resnet50_has_resnet50s_parameter_count() -> None:

@@ -13,8 +13,8 @@ from acceptance_workload.checks.nccl.nccl import (
     rows_from_ranks,
     tolerance,
 )
+from acceptance_workload.contract.checkmodels import NcclCheck
 from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclRow, NcclSweep
-from acceptance_workload.spec.checkmodels import NcclCheck
 
 GiB = 1 << 30
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.nccl import nccltests
+from acceptance_workload.contract.checkmodels import ChecksSpec, NcclCheck
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report.model import NcclRow, NcclSweep, Report
-from acceptance_workload.spec.checkmodels import ChecksSpec, NcclCheck
 
 from tests.workload.multiproc import REPO
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from acceptance_workload.checks.preflight.occupancy import failure_facts, judge_in_use, nvml_target, read
-from acceptance_workload.spec.checkmodels import PreflightThresholds
+from acceptance_workload.contract.checkmodels import PreflightThresholds
 
 MIB = 1 << 20
 BOUND = PreflightThresholds(max_gpu_memory_in_use_mib=1024)

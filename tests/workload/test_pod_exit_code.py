@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 from acceptance_operator.building.job_builders import pod_command
+from acceptance_workload.contract import exits
+from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.contract.profiles import cpu_smoke_checks
 from acceptance_workload.guard import container_code
-from acceptance_workload.spec import exits
-from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.spec.profiles import cpu_smoke_checks
 
 from tests.unit.test_manifests import make
 from tests.workload.faults import fault_env

@@ -17,11 +17,11 @@ from acceptance_workload.checks.preflight.preflight import (
     shm_check,
     version_checks,
 )
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import PreflightThresholds
-from acceptance_workload.spec.config import WorkloadConfig
-from acceptance_workload.spec.profiles import PROFILES
-from acceptance_workload.spec.wire import version_tuple
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import PreflightThresholds
+from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.contract.profiles import PROFILES
+from acceptance_workload.contract.wire import version_tuple
 
 H100 = PROFILES["h100-sxm"].preflight
 

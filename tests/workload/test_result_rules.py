@@ -1,4 +1,4 @@
-"""The result-rule table (acceptance_workload.spec.rules) is the only map from a result to its threshold.
+"""The result-rule table (acceptance_workload.contract.rules) is the only map from a result to its threshold.
 
 Three ways a result could escape the table, each closed here: a result a real run writes that has no row
 (a gloo CPU smoke run with every stage on, and the names the code declares), a judge that reads a
@@ -20,12 +20,12 @@ from acceptance_operator.judging.rejudge import Context, judge_result
 from acceptance_workload.checks.gpu import gpubench
 from acceptance_workload.checks.nccl import collectives, latency, localize, nccltests
 from acceptance_workload.checks.preflight import preflight
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import COLLECTIVES, ChecksSpec, PreflightThresholds
+from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.contract.results import CHECK_NAMES
 from acceptance_workload.report.model import Report
 from acceptance_workload.runtime import control, stages
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import COLLECTIVES, ChecksSpec, PreflightThresholds
-from acceptance_workload.spec.config import WorkloadConfig
-from acceptance_workload.spec.results import CHECK_NAMES
 
 from tests.reports import passing_report
 
@@ -78,7 +78,7 @@ def test_no_module_but_the_table_reads_a_threshold() -> None:
         reads = threshold_reads(ast.parse(path.read_text()), fields)
         if reads:
             offenders[str(path.relative_to(ROOT))] = reads
-    assert not offenders, f"read thresholds through acceptance_workload.spec.rules instead: {offenders}"
+    assert not offenders, f"read thresholds through acceptance_workload.contract.rules instead: {offenders}"
 
 
 def test_rejudge_keeps_no_rule_of_its_own() -> None:

@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from acceptance_workload.contract.config import CONFIG_ENV, TestRef, WorkloadConfig
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import delivery
 from acceptance_workload.report.evidence import EVIDENCE_KEY, STATUS_KEY, StatusReport, assemble, split
 from acceptance_workload.report.model import DdpDetail, Report
 from acceptance_workload.report.status import StatusWriteError, core_api, patch_report, write_termination_log
-from acceptance_workload.spec.config import CONFIG_ENV, TestRef, WorkloadConfig
-from acceptance_workload.spec.results import CheckResult
 from kubernetes.client.exceptions import ApiException
 
 from tests.workload.multiproc import REPO
@@ -81,7 +81,7 @@ def test_without_evidence_names_nothing_is_written_and_the_error_says_why() -> N
 def test_a_report_too_large_to_deliver_is_refused_with_its_size_and_the_limit_before_any_write() -> None:
     """A report of many more nodes than the test has: its evidence, split for the test's spec.nodes, would exceed
     what a ConfigMap holds (the API server drops such a request; it used to be retried until the deadline)."""
-    from acceptance_workload.spec.checkmodels import ChecksSpec
+    from acceptance_workload.contract.checkmodels import ChecksSpec
 
     from tests.reports import passing_report
 

@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.distributed as dist
 from acceptance_workload.checks.nccl.nccl import OPS, sweep_collective
+from acceptance_workload.contract.checkmodels import NcclCheck
 from acceptance_workload.runtime.launch import Group
-from acceptance_workload.spec.checkmodels import NcclCheck
 
 
 class _Control:

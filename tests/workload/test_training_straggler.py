@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 import pytest
+from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report.model import Report
-from acceptance_workload.spec.config import CONFIG_ENV, WorkloadConfig
 
 from tests.workload.multiproc import run_with_a_slowed_rank
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.nccl import nccltests
+from acceptance_workload.contract.checkmodels import COLLECTIVES
 from acceptance_workload.installation import RDMA_LIBRARIES
-from acceptance_workload.spec.checkmodels import COLLECTIVES
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = (REPO / "Dockerfile.workload").read_text()

@@ -38,8 +38,8 @@ import tempfile
 from datetime import timedelta
 from pathlib import Path
 
+from acceptance_workload.contract import exits
 from acceptance_workload.runtime import deaths
-from acceptance_workload.spec import exits
 
 MODULE = "acceptance_workload.guard"  # what the pods' launchers start (job_builders.py)
 LAUNCHER_FLAG = "--launcher"  # `-m acceptance_workload.guard --launcher torchrun ...`: the container's command

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from acceptance_workload.spec import exits
+from acceptance_workload.contract import exits
 
 
 def _probe(name: str, fn: Callable[[], str]) -> tuple[str, str | None, str | None]:
@@ -217,7 +217,7 @@ def check_installation(args: list[str]) -> int:
         probes += [("aws-ofi-nccl plugin", _efa_plugin), ("libfabric", _libfabric),
                    ("libfabric efa provider", _efa_provider)]
     if "--nccl-tests" in args:  # the cross-check's binaries (checks.nccl.crossCheck)
-        from acceptance_workload.spec.checkmodels import COLLECTIVES
+        from acceptance_workload.contract.checkmodels import COLLECTIVES
 
         probes += [(f"nccl-tests {c}_perf", _nccl_tests(c)) for c in COLLECTIVES]
     missing = 0

@@ -27,18 +27,24 @@ from pydantic import ValidationError
 
 from acceptance_workload.checks.nccl.nccltests import DIR_ENV as NCCL_TESTS_DIR_ENV
 from acceptance_workload.checks.preflight import nodefacts, occupancy
+from acceptance_workload.contract import exits, rules
+from acceptance_workload.contract.checkmodels import ChecksSpec, SoakCheck
+from acceptance_workload.contract.config import CONFIG_ENV, STARTED_ENV, Fabric, WorkloadConfig, run_started
+from acceptance_workload.contract.profiles import (
+    CPU_SMOKE,
+    PROFILE_NAMES,
+    ProfileName,
+    cpu_smoke_checks,
+    profile_for_gpu,
+)
+from acceptance_workload.contract.results import CHECK_NAMES
+from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.report.exports import ExportError, write_exports
 from acceptance_workload.report.exports import require as require_exports
 from acceptance_workload.report.model import Report
 from acceptance_workload.report.render import CPU_BANNER
 from acceptance_workload.runtime import deaths
 from acceptance_workload.runtime.launch import free_port
-from acceptance_workload.spec import exits, rules
-from acceptance_workload.spec.checkmodels import ChecksSpec, SoakCheck
-from acceptance_workload.spec.config import CONFIG_ENV, STARTED_ENV, Fabric, WorkloadConfig, run_started
-from acceptance_workload.spec.profiles import CPU_SMOKE, PROFILE_NAMES, ProfileName, cpu_smoke_checks, profile_for_gpu
-from acceptance_workload.spec.results import CHECK_NAMES
-from acceptance_workload.spec.wire import parse_bytes
 
 EXIT_ERROR = exits.CANNOT  # the rule: exits.py
 CPU_PROCESSES = 2

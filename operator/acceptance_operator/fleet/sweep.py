@@ -29,7 +29,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceptance_workload.spec.results import CHECK_NAMES
+from acceptance_workload.contract.results import CHECK_NAMES
 from pydantic import ValidationError
 
 from acceptance_operator.resource.api import (

@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from acceptance_workload.checks.gpu.gpubench import METRICS as GPU_METRICS
 from acceptance_workload.checks.nccl import latency, localize, nccltests
 from acceptance_workload.checks.storage import storage
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.contract.results import CHECK_NAMES, CheckResult, Comparison, judge
+from acceptance_workload.contract.rules import RATIO_SUFFIX
+from acceptance_workload.contract.wire import version_tuple
 from acceptance_workload.report.evidence import MAX_FAILURES
 from acceptance_workload.report.model import DdpRank, Report
 from acceptance_workload.report.render import threshold_text, value_text
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.config import WorkloadConfig
-from acceptance_workload.spec.results import CHECK_NAMES, CheckResult, Comparison, judge
-from acceptance_workload.spec.rules import RATIO_SUFFIX
-from acceptance_workload.spec.wire import version_tuple
 
 from acceptance_operator.resource.runs import report_run
 
@@ -186,7 +186,7 @@ def _culprit(row: rules.Rule, _r: CheckResult, x: Context) -> Judgement:
     return Judgement(_threshold(row, x), row.comparison, False)
 
 
-# How the operator judges each kind of row of the result-rule table (acceptance_workload.spec.rules); the table, not
+# How the operator judges each kind of row of the result-rule table (acceptance_workload.contract.rules); the table, not
 # this module, says which result is of which kind and which threshold judges it.
 KIND_JUDGES: dict[str, KindJudge] = {
     "measured": _measured, "version": _version, "model": _gpu_model, "transport": _transport,

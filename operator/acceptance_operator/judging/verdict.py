@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from acceptance_workload.contract.results import CHECK_NAMES, CheckName, CheckResult
 from acceptance_workload.report.model import Report
-from acceptance_workload.spec.results import CHECK_NAMES, CheckName, CheckResult
 from pydantic import ValidationError
 
 from acceptance_operator.resource.api import HistoryEntry, Summary

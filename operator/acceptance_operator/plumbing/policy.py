@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance_workload.spec import rules
+from acceptance_workload.contract import rules
 
 from acceptance_operator.plumbing.settings import OperatorSettings
 from acceptance_operator.resource.api import DEFAULT_IMAGE, AcceptanceTest, Pod

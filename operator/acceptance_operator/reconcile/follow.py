@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 import kopf
+from acceptance_workload.contract.results import CHECK_NAMES
 from acceptance_workload.report import evidence
-from acceptance_workload.spec.results import CHECK_NAMES
 from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator.building import manifests, queueing

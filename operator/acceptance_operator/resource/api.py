@@ -12,12 +12,12 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from acceptance_workload import __version__
+from acceptance_workload.contract.checkmodels import ChecksSpec
+from acceptance_workload.contract.config import Fabric
+from acceptance_workload.contract.profiles import ProfileName
+from acceptance_workload.contract.results import CHECK_NAMES, OPT_IN_CHECKS
+from acceptance_workload.contract.wire import WireModel, byte_size, text
 from acceptance_workload.report.evidence import StatusReport
-from acceptance_workload.spec.checkmodels import ChecksSpec
-from acceptance_workload.spec.config import Fabric
-from acceptance_workload.spec.profiles import ProfileName
-from acceptance_workload.spec.results import CHECK_NAMES, OPT_IN_CHECKS
-from acceptance_workload.spec.wire import WireModel, byte_size, text
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from acceptance_operator.resource import efa, podmeta

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from acceptance_workload.spec.wire import WireModel, text
+from acceptance_workload.contract.wire import WireModel, text
 from pydantic import ConfigDict, Field, model_validator
 
 # Label keys are [prefix/]name: a DNS subdomain (<= 253) and a name (<= 63).

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from acceptance_workload.spec.wire import text
+from acceptance_workload.contract.wire import text
 from pydantic import AfterValidator, WithJsonSchema
 
 # Label and annotation keys are [prefix/]name: the prefix a DNS subdomain (<= 253), the name <= 63 characters.

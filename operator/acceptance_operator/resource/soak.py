@@ -15,9 +15,9 @@ import math
 from datetime import datetime
 from typing import Any
 
+from acceptance_workload.contract.checkmodels import SoakCheck
+from acceptance_workload.contract.wire import WireModel
 from acceptance_workload.report.evidence import PROGRESS_KEY
-from acceptance_workload.spec.checkmodels import SoakCheck
-from acceptance_workload.spec.wire import WireModel
 from pydantic import Field, ValidationError
 
 # What a run needs besides the soak itself within spec.timeoutSeconds: scheduling and a cold pull of the workload

@@ -7,6 +7,6 @@
 - status, delivery, kubeclient: rank 0's delivery of the report into the cluster (evidence ConfigMaps, the
   termination message) and the one rule for reaching the Kubernetes API.
 
-Imports: spec/ only (and matplotlib inside the HTML writer's functions). The operator imports model, evidence,
+Imports: contract/ only (and matplotlib inside the HTML writer's functions). The operator imports model, evidence,
 render, status and exports; nothing here imports torch or the operator.
 """

@@ -25,9 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance_workload.contract.config import TestRef
 from acceptance_workload.report.model import Report, Skip
 from acceptance_workload.report.render import TERMINATION_LOG_LIMIT, summary
-from acceptance_workload.spec.config import TestRef
 
 NOT_DELIVERED = "report NOT delivered"
 CHECKS_SAID = "; the checks said: "

@@ -25,9 +25,9 @@ from typing import TypeVar
 
 from pydantic import Field
 
+from acceptance_workload.contract.results import CHECK_NAMES, CheckName, CheckResult
+from acceptance_workload.contract.wire import WireModel
 from acceptance_workload.report.model import Environment, NcclSweep, Report, SoakSeries
-from acceptance_workload.spec.results import CHECK_NAMES, CheckName, CheckResult
-from acceptance_workload.spec.wire import WireModel
 
 NODES_PER_SHARD = 8  # ~45 KB of evidence a node (8 GPUs): 8 nodes stay far under the 1 MiB object limit
 SHARD_BUDGET_BYTES = 900 * 1024  # a shard larger than this drops its sweep rows (and says so)

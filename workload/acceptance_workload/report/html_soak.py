@@ -7,20 +7,16 @@ anywhere. Failed GPUs come first; each figure's id is soak-<node>-gpu<index>.
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.report.html_base import escape as _e
 from acceptance_workload.report.model import Report, SoakGpu
-from acceptance_workload.spec.results import CheckResult
 
 SECTION_ID = "soak"
 W, H, PAD = 300, 110, 30  # one panel's size and its left margin, pixels
 COLOURS = ("#1f77b4", "#ff7f0e")
 EVENT_COLOUR = {"xid": "#d62728", "throttle": "#9467bd", "slowdown": "#d62728"}
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text))
 
 
 def _scale(values: Sequence[float], lo_pad: float = 0.05) -> tuple[float, float]:

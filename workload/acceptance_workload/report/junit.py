@@ -17,10 +17,10 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter
 
+from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
+from acceptance_workload.contract.rules import STAGE_ERROR
 from acceptance_workload.report.model import GpuIdentity, Report
 from acceptance_workload.report.render import localization_table
-from acceptance_workload.spec.results import CHECK_NAMES, CheckResult
-from acceptance_workload.spec.rules import STAGE_ERROR
 
 SUITES_NAME = "gpu-acceptance"
 RUN_CASE = "run"  # the errored testcase of a run that could not complete

@@ -19,12 +19,12 @@ from typing import Literal
 
 from pydantic import Field
 
-from acceptance_workload.spec.checkmodels import Collective, Transport
-from acceptance_workload.spec.results import (
+from acceptance_workload.contract.checkmodels import Collective, Transport
+from acceptance_workload.contract.results import (
     CheckName,
     CheckResult,
 )
-from acceptance_workload.spec.wire import WireModel
+from acceptance_workload.contract.wire import WireModel
 
 REPORT_VERSION = "v1"
 # Names of the headline results, as the checks write them (job-wide: no node).

@@ -10,9 +10,9 @@ import statistics
 from collections import defaultdict
 
 from acceptance_workload.checks.nccl import localize
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.wire import format_bytes
 from acceptance_workload.report.model import NcclSweep, Report
-from acceptance_workload.spec.results import CheckResult
-from acceptance_workload.spec.wire import format_bytes
 
 CPU_BANNER = "CPU SMOKE RUN (gloo on CPU, tiny sizes): NOT a GPU acceptance verdict"
 TERMINATION_LOG_LIMIT = 4000  # Kubernetes keeps 4096 bytes of a termination message

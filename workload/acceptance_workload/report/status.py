@@ -24,10 +24,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from acceptance_workload.contract.config import TestRef
 from acceptance_workload.report.evidence import PROGRESS_KEY, STATUS_KEY, deliveries
 from acceptance_workload.report.model import Report
 from acceptance_workload.report.render import summary
-from acceptance_workload.spec.config import TestRef
 
 RETRY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
 DEFAULT_DEADLINE_SECONDS = 120.0

@@ -7,6 +7,6 @@
 - stages: the stage protocol (a check's stage is timed, its exceptions become results) shared by every check;
 - installation: `python -m acceptance_workload --check-install`: does this environment have what runs need.
 
-Imports: spec/ and report/ only; torch only inside functions (the operator image imports nothing of it, but
+Imports: contract/ and report/ only; torch only inside functions (the operator image imports nothing of it, but
 the layering keeps it possible).
 """

@@ -33,7 +33,7 @@ from acceptance_workload.runtime import deaths
 from acceptance_workload.runtime.bounded_store import BoundedStore
 
 if TYPE_CHECKING:
-    from acceptance_workload.spec.results import CheckName, CheckResult
+    from acceptance_workload.contract.results import CheckName, CheckResult
 
 MAX_NAMED_RANKS = 8
 HEARTBEAT_SECONDS = 1.0  # how often each rank beats
@@ -466,7 +466,7 @@ def culprit_results(control: Control, check: CheckName, culprits: list[Culprit])
     They have the usual one-measurement shape, so the report's failed nodes
     (and the operator's summary.failedNodes) include the culprits' nodes.
     """
-    from acceptance_workload.spec import rules
+    from acceptance_workload.contract import rules
 
     out = []
     for c in culprits:

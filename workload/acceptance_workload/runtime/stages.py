@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.results import CheckName, CheckResult
 from acceptance_workload.report.model import StageError
 from acceptance_workload.runtime.control import (
     Blamer,
@@ -42,16 +44,14 @@ from acceptance_workload.runtime.control import (
     StageAborted,
     describe_culprits,
 )
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.results import CheckName, CheckResult
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from acceptance_workload.contract.config import WorkloadConfig
     from acceptance_workload.report.model import Report
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
-    from acceptance_workload.spec.config import WorkloadConfig
 
 RESULT = rules.STAGE_ERROR  # the failed result of a check whose stage raised (a culprit row of every check)
 MAX_TRACEBACK = 4000  # characters of a traceback kept (its end: where it was raised)

@@ -20,16 +20,16 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import DdpCheck
+from acceptance_workload.contract.results import CheckName, CheckResult
+from acceptance_workload.contract.rules import MIN_LOSS_DECREASE  # noqa: F401  (the loss rule's threshold, for readers)
 from acceptance_workload.report.model import ONE_RANK_SCALING, DdpDetail, DdpRank, Skip
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import DdpCheck
-from acceptance_workload.spec.results import CheckName, CheckResult
-from acceptance_workload.spec.rules import MIN_LOSS_DECREASE  # noqa: F401  (the loss rule's threshold, for readers)
 
 if TYPE_CHECKING:
+    from acceptance_workload.contract.config import WorkloadConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
-    from acceptance_workload.spec.config import WorkloadConfig
 
 LOSS_WINDOW = 3  # steps averaged at each end
 SEED = 1234

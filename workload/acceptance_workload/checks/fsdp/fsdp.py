@@ -28,15 +28,15 @@ from acceptance_workload.checks.ddp.ddp import (
     median_throughputs,
     window_efficiencies,
 )
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import FsdpCheck
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import DdpDetail, DdpRank, FsdpDetail, FsdpRank, Skip
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import FsdpCheck
-from acceptance_workload.spec.results import CheckResult
 
 if TYPE_CHECKING:
+    from acceptance_workload.contract.config import WorkloadConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
-    from acceptance_workload.spec.config import WorkloadConfig
 
 SEED = 4321
 GIB = 1 << 30

@@ -29,17 +29,17 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import GpuCheck
+from acceptance_workload.contract.results import ESTIMATED_SUFFIX, CheckResult
+from acceptance_workload.contract.rules import RATIO_SUFFIX
+from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.report.model import GpuDetail, GpuRow, Skip
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import GpuCheck
-from acceptance_workload.spec.results import ESTIMATED_SUFFIX, CheckResult
-from acceptance_workload.spec.rules import RATIO_SUFFIX
-from acceptance_workload.spec.wire import parse_bytes
 
 if TYPE_CHECKING:
+    from acceptance_workload.contract.config import WorkloadConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
-    from acceptance_workload.spec.config import WorkloadConfig
 
 SEED = 4321
 

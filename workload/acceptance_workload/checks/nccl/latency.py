@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import NcclCheck
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.wire import format_bytes
 from acceptance_workload.report.model import NcclRow, NcclSweep
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import NcclCheck
-from acceptance_workload.spec.results import CheckResult
-from acceptance_workload.spec.wire import format_bytes
 
 MIN_BYTES = 8
 MAX_BYTES = 64 << 10

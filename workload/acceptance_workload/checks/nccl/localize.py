@@ -43,11 +43,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import Localize, NcclCheck
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.wire import format_bytes, parse_bytes
 from acceptance_workload.report.model import LocalizationDetail, PairRow
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import Localize, NcclCheck
-from acceptance_workload.spec.results import CheckResult
-from acceptance_workload.spec.wire import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
     from acceptance_workload.runtime.launch import Group, Session

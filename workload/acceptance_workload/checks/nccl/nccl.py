@@ -36,11 +36,11 @@ from acceptance_workload.checks.nccl.collectives import (  # noqa: F401  (the sw
     period,
     tolerance,
 )
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import COLLECTIVES, Collective, NcclCheck
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.wire import format_bytes, parse_bytes
 from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclRow, NcclSweep, Skip
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import COLLECTIVES, Collective, NcclCheck
-from acceptance_workload.spec.results import CheckResult
-from acceptance_workload.spec.wire import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
 

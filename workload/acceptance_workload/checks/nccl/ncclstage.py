@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.nccl import localize, nccl, nccltests, transport
+from acceptance_workload.contract import rules
 from acceptance_workload.report.model import Skip
-from acceptance_workload.spec import rules
 
 if TYPE_CHECKING:
     from acceptance_workload.runtime.launch import Session

@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import COLLECTIVES, Collective, NcclCheck
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.wire import format_bytes
 from acceptance_workload.report.model import NcclSweep
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import COLLECTIVES, Collective, NcclCheck
-from acceptance_workload.spec.results import CheckResult
-from acceptance_workload.spec.wire import format_bytes
 
 if TYPE_CHECKING:
     from acceptance_workload.runtime.launch import Session

@@ -22,9 +22,9 @@ from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import Transport
-from acceptance_workload.spec.results import CheckResult
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import Transport
+from acceptance_workload.contract.results import CheckResult
 
 # The plugin's network name may hold a space ("AWS Libfabric"): the only one known to, so it is spelled out.
 _VIA = re.compile(r"NCCL INFO Channel \d+(?:/\d+)?\s*:\s*\d+\[\w+\]\s*->\s*\d+\[\w+\].*?\bvia "

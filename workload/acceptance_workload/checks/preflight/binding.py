@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.wire import format_bytes
 from acceptance_workload.report.model import Skip
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.results import CheckResult
-from acceptance_workload.spec.wire import format_bytes
 
 if TYPE_CHECKING:
-    from acceptance_workload.spec.checkmodels import PreflightThresholds
-    from acceptance_workload.spec.config import WorkloadConfig
+    from acceptance_workload.contract.checkmodels import PreflightThresholds
+    from acceptance_workload.contract.config import WorkloadConfig
 
 CPU_SET_WORDS = 64  # 64-bit words of NVML's affinity mask: up to 4096 CPUs
 UNLIMITED_V1 = 1 << 62  # cgroup v1 reports "no memory limit" as a page-rounded LONG_MAX

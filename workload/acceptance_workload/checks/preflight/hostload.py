@@ -35,10 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.config import CONFIG_ENV, STARTED_ENV
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import HostLoad, HostProcess, NodeFacts, Report
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.config import CONFIG_ENV, STARTED_ENV
-from acceptance_workload.spec.results import CheckResult
 
 WINDOW_SECONDS = 0.5  # the preflight's own sample: 50 clock ticks a CPU, enough to tell busy from idle
 BUSY_SHARE = 0.9  # the run's CPUs (nearly) all busy: a thread that wakes waits for one

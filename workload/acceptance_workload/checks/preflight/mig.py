@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.results import CheckResult
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.results import CheckResult
 
 if TYPE_CHECKING:
-    from acceptance_workload.spec.checkmodels import MigMode, PreflightThresholds
+    from acceptance_workload.contract.checkmodels import MigMode, PreflightThresholds
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_FUNCTION_NOT_FOUND = 13

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import PreflightThresholds
-from acceptance_workload.spec.results import CheckResult
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import PreflightThresholds
+from acceptance_workload.contract.results import CheckResult
 
 MIB = 1 << 20
 MAX_NAMED_PROCESSES = 4

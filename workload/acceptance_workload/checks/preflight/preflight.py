@@ -20,18 +20,18 @@ from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.preflight import binding, hostload, mig, nodefacts
 from acceptance_workload.checks.preflight.occupancy import Occupancy, judge_in_use, nvml_init
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import PreflightThresholds
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.rules import Run
+from acceptance_workload.contract.wire import format_bytes, version_tuple
 from acceptance_workload.report.model import NodeFacts, Skip
 from acceptance_workload.report.render import human_bytes
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import PreflightThresholds
-from acceptance_workload.spec.results import CheckResult
-from acceptance_workload.spec.rules import Run
-from acceptance_workload.spec.wire import format_bytes, version_tuple
 
 if TYPE_CHECKING:
+    from acceptance_workload.contract.config import WorkloadConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
-    from acceptance_workload.spec.config import WorkloadConfig
 
 # NVML clock event (throttle) reasons that mean the hardware is slowing the GPU down.
 HW_SLOWDOWN = 0x8

@@ -28,14 +28,14 @@ from acceptance_workload.checks.preflight import occupancy
 from acceptance_workload.checks.soak import soakjudge
 from acceptance_workload.checks.soak.nvmlwatch import Watch, Watched
 from acceptance_workload.checks.soak.soakjudge import Who, Window
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import Skip, SoakDetail
-from acceptance_workload.spec.results import CheckResult
 
 if TYPE_CHECKING:
+    from acceptance_workload.contract.config import WorkloadConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.stages import StageRunner
     from acceptance_workload.runtime.watchdog import Watchdog
-    from acceptance_workload.spec.config import WorkloadConfig
 
 WINDOW_SECONDS = 30.0  # one window of the load; two make a judged minute
 PROGRESS_SECONDS = 30.0  # the progress is written at most this often

@@ -15,10 +15,10 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from acceptance_workload.checks.soak.nvmlwatch import MINUTE_SECONDS, Minute, Watched
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import SoakThresholds
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import SoakEvent, SoakGpu, SoakSeries
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import SoakThresholds
-from acceptance_workload.spec.results import CheckResult
 
 SETTLE_MINUTES = 2  # the "first minutes" each GPU is compared with: at most half of the run's minutes
 # NVLink CRC counters that grow on healthy links while the soak's all_reduce traffic starts: on 4 healthy H200s

@@ -18,10 +18,10 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import FsdpCheck, StorageCheck
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import StorageDetail
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import FsdpCheck, StorageCheck
-from acceptance_workload.spec.results import CheckResult
 
 if TYPE_CHECKING:
     from acceptance_workload.runtime.launch import Session

@@ -40,16 +40,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.storage.checkpoint import os_error_text
+from acceptance_workload.contract import rules
+from acceptance_workload.contract.checkmodels import StorageCheck
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.report.model import Skip, StorageDetail, StorageNode
-from acceptance_workload.spec import rules
-from acceptance_workload.spec.checkmodels import StorageCheck
-from acceptance_workload.spec.results import CheckResult
-from acceptance_workload.spec.wire import parse_bytes
 
 if TYPE_CHECKING:
+    from acceptance_workload.contract.config import WorkloadConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
-    from acceptance_workload.spec.config import WorkloadConfig
 
 GB = 1e9
 PROBE_BYTES = 4096

@@ -62,7 +62,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from acceptance_workload.spec.checkmodels import (
+from acceptance_workload.contract.checkmodels import (
     COLLECTIVES,
     CROSS_CHECK_TOLERANCE,
     DdpThresholds,
@@ -73,11 +73,11 @@ from acceptance_workload.spec.checkmodels import (
     SoakThresholds,
     StorageThresholds,
 )
-from acceptance_workload.spec.results import ESTIMATED_SUFFIX, CheckName, CheckResult, Comparison, judge
-from acceptance_workload.spec.wire import WireModel, parse_bytes, version_tuple
+from acceptance_workload.contract.results import ESTIMATED_SUFFIX, CheckName, CheckResult, Comparison, judge
+from acceptance_workload.contract.wire import WireModel, parse_bytes, version_tuple
 
 if TYPE_CHECKING:
-    from acceptance_workload.spec.config import WorkloadConfig
+    from acceptance_workload.contract.config import WorkloadConfig
 
 Kind = Literal["measured", "version", "model", "transport", "ratio", "inter_node", "culprit"]
 THRESHOLD_MODELS: dict[str, type[WireModel]] = {
@@ -354,7 +354,7 @@ def find(check: str, name: str) -> Rule | None:
 def rule(check: str, name: str) -> Rule:
     found = find(check, name)
     if found is None:
-        raise UnknownResult(f"no result rule for {check}/{name}: add a row to acceptance_workload.spec.rules.RULES")
+        raise UnknownResult(f"no result rule for {check}/{name}: add a row to acceptance_workload.contract.rules.RULES")
     return found
 
 

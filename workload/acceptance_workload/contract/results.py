@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from acceptance_workload.spec.wire import WireModel
+from acceptance_workload.contract.wire import WireModel
 
 CheckName = Literal["preflight", "gpu", "nccl", "ddp", "fsdp", "storage", "soak"]
 CHECK_NAMES: tuple[CheckName, ...] = (  # the order they run in

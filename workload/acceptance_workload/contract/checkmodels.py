@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from acceptance_workload.spec.wire import WireModel, byte_size, parse_bytes, text
+from acceptance_workload.contract.wire import WireModel, byte_size, parse_bytes, text
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast", "sendrecv"]
 COLLECTIVES: tuple[Collective, ...] = (

@@ -8,6 +8,6 @@
 - rules: the rule table, one row per result name, shared by the workload's judges and the operator's re-judging;
 - exits: the exit codes of every command and of the workload.
 
-Imports: pydantic and the standard library only, and nothing of this package outside spec/. The operator imports
+Imports: pydantic and the standard library only, and nothing of this package outside contract/. The operator imports
 these modules (it has no torch), so nothing here imports torch, kopf or the Kubernetes client.
 """

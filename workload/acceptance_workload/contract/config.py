@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import Field
 
-from acceptance_workload.spec.checkmodels import ChecksSpec, Transport
-from acceptance_workload.spec.profiles import ProfileName, estimated_thresholds, resolve_checks
-from acceptance_workload.spec.wire import WireModel, parse_bytes
+from acceptance_workload.contract.checkmodels import ChecksSpec, Transport
+from acceptance_workload.contract.profiles import ProfileName, estimated_thresholds, resolve_checks
+from acceptance_workload.contract.wire import WireModel, parse_bytes
 
 CONFIG_ENV = "GPU_ACCEPTANCE_CONFIG"
 # Unix time the run started (`gpu-acceptance local` sets it for its ranks): progress lines count from it; unset,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from acceptance_workload.spec.checkmodels import (
+from acceptance_workload.contract.checkmodels import (
     CROSS_CHECK_TOLERANCE,
     ChecksSpec,
     DdpCheck,
@@ -27,7 +27,7 @@ from acceptance_workload.spec.checkmodels import (
     PreflightThresholds,
     SoakThresholds,
 )
-from acceptance_workload.spec.wire import WireModel, parse_bytes
+from acceptance_workload.contract.wire import WireModel, parse_bytes
 
 ProfileName = Literal["h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom", "cpu-smoke"]
 PROFILE_NAMES: tuple[ProfileName, ...] = ("h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom", "cpu-smoke")
