@@ -10,6 +10,8 @@
 # BASE=public|debian|auto (default auto): the Dockerfiles' public base images (python:3.12-slim, pytorch/pytorch),
 #   or bases made here from Debian packages (debootstrap, cached under ~/.cache/gpu-acceptance/images) with Python
 #   and PyPI's torch in a venv; auto takes debian when Docker Hub does not answer.
+# TORCH (default torch==2.15.0, the CUDA 13.2 build with NCCL 2.30.7 that CI's images carry; docs/checks.md,
+#   "Compatibility"): the pip requirement of the Debian base's torch. The public base pins its own by its tag.
 # NCCL_TESTS_SRC=DIR: an nccl-tests source tree for the workload's nccl-tests stage (it needs nvcc, so a CUDA devel
 #   BUILD_IMAGE). Without one the stage is skipped, and the log, the image's label io.gpu-acceptance.nccl-tests and
 #   /opt/nccl-tests/bin/SKIPPED say so (`--check-install --nccl-tests` then fails with that reason).
@@ -36,6 +38,7 @@ DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 DEBIAN_IMAGE=localhost/gpu-acceptance/debian:${DEBIAN_SUITE}
 PYTHON_IMAGE=localhost/gpu-acceptance/python:${DEBIAN_SUITE}
 TORCH_IMAGE=localhost/gpu-acceptance/torch:${DEBIAN_SUITE}
+TORCH=${TORCH:-torch==2.15.0}
 INPUTS_LABEL=io.gpu-acceptance.inputs
 # Each image's inputs (the hash that decides a rebuild): its Dockerfile and what it COPYs, hack/install-*.sh's
 # IMAGE_FILES; tests/unit/test_images.py keeps them and .dockerignore in step.
@@ -154,8 +157,8 @@ debian_bases() {
   build_if_changed "$PYTHON_IMAGE" "$(inputs_hash "$(image_id "$DEBIAN_IMAGE")" "$f")" \
     -f "$repo/$f" --build-arg "DEBIAN_IMAGE=$DEBIAN_IMAGE" "$repo/hack/images"
   f=hack/images/torch-base.Containerfile
-  build_if_changed "$TORCH_IMAGE" "$(inputs_hash "$(image_id "$PYTHON_IMAGE") ${TORCH:-torch}" "$f")" \
-    -f "$repo/$f" --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --build-arg "TORCH=${TORCH:-torch}" "$repo/hack/images"
+  build_if_changed "$TORCH_IMAGE" "$(inputs_hash "$(image_id "$PYTHON_IMAGE") ${TORCH}" "$f")" \
+    -f "$repo/$f" --build-arg "PYTHON_IMAGE=$PYTHON_IMAGE" --build-arg "TORCH=${TORCH}" "$repo/hack/images"
 }
 
 choose_base() {

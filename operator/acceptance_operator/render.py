@@ -32,6 +32,8 @@ def notes(test: AcceptanceTest) -> list[str]:
     if spec.sweep:
         busy = ("nodes whose GPUs other pods use are skipped (skipBusyNodes)" if spec.skip_busy_nodes
                 else "nodes whose GPUs other pods use are tested too (skipBusyNodes: false)")
+        if spec.skip_passed_nodes:
+            busy += f"; nodes labelled {PASSED_LABEL} are skipped (skipPassedNodes)"
         out.append(f"sweep: a single-node test per node matching placement.nodeSelector, at most "
                    f"{spec.max_concurrent} at once; {busy}; each runs the objects below, pinned to its node")
     if spec.on_failure != "none":

@@ -14,6 +14,11 @@ re-delivering a report from a pod's log after an outage, or a test. It then
 waits (`--wait`, default 60 s) for the operator's verdict on that run and says
 it; delivered but not judged (the operator ignored it: the test moved on to
 another run; rejected it: ReportRejected; or gave no verdict in time) is exit 1.
+`--from-log FILE` reads the report from rank 0's pod log (`kubectl logs POD >
+FILE`), which ends with it on one marked line when the delivery failed
+(acceptance_workload.report.delivery.report_line): delivered as `--deliver` does while
+its run has no verdict, else (ReportNotDelivered) printed as the operator would
+judge it, saying that the run's verdict stays what it is.
 
 Exit codes follow the one rule of every command (acceptance_workload.contract.exits): 0
 printed, or delivered and judged; 1 no usable report yet, or a delivery the
@@ -51,8 +56,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--junit", metavar="FILE", help="also write the report as JUnit XML (one testcase per result)")
     p.add_argument("--deliver", metavar="FILE",
                    help="deliver this saved report (as `local --json` writes it) for the test's current run")
+    p.add_argument("--from-log", metavar="FILE",
+                   help="the report from rank 0's pod log (kubectl logs POD > FILE; - reads stdin), which ends with it "
+                   "when its delivery failed: delivered while the run has no verdict, else printed as the operator "
+                   "would judge it")
     p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
-                   help="with --deliver: wait this long for the operator's verdict on the run (0: do not wait)")
+                   help="with --deliver or --from-log: wait this long for the operator's verdict on the run "
+                   "(0: do not wait)")
     p.set_defaults(func=run_report)
 
 
@@ -101,6 +111,8 @@ def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO =
             return exits.CANNOT
         if args.deliver:
             return deliver(k, obj, Path(args.deliver), out, err, wait=args.wait)
+        if getattr(args, "from_log", None):
+            return from_log(k, obj, args, out, err)
         return show(k, obj, args, out, err)
     except ApiException as e:
         err.write(f"error: the API server refused: HTTP {e.status} {e.reason}\n")
@@ -118,9 +130,7 @@ def _test(obj: dict):
 
 def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60.0) -> int:
     """Deliver the saved report for the test's current run, as rank 0 does, then wait for the operator's verdict."""
-    from acceptance_workload.report.status import StatusWriteError, patch_report
 
-    from acceptance_operator.building import manifests
 
     try:
         report = Report.model_validate_json(path.read_text())
@@ -128,6 +138,52 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60
         err.write(f"error: {path} is not a saved report (`gpu-acceptance local --json FILE` writes one): "
                   f"{str(e)[:500]}\n")
         return exits.CANNOT
+    return deliver_report(k, obj, report, str(path), out, err, wait)
+
+
+def from_log(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """The report rank 0's log ends with when its delivery failed: delivered while its run has no verdict, else
+    printed as the operator would judge it (the run's verdict stays: the operator judges no other report for it)."""
+    from acceptance_workload.report.delivery import report_from_log
+
+    from acceptance_operator.building import manifests
+    from acceptance_operator.resource.runs import report_run
+
+    source = "stdin" if args.from_log == "-" else args.from_log
+    try:
+        text = sys.stdin.read() if args.from_log == "-" else Path(args.from_log).read_text(errors="replace")
+        raw = report_from_log(text)
+        report = Report.model_validate(raw) if raw is not None else None
+    except (OSError, ValidationError) as e:
+        err.write(f"error: cannot read a report from {source}: {str(e)[:500]}\n")
+        return exits.CANNOT
+    if report is None:
+        err.write(f"error: {source} holds no report: rank 0's log ends with one (a line starting "
+                  "'gpu-acceptance undelivered report (JSON): ') only when its delivery failed; read the log of "
+                  "rank 0's pod (an MPIJob: its launcher's), e.g. kubectl logs POD > FILE\n")
+        return exits.CANNOT
+    test = _test(obj)
+    ref = manifests.build_workload_config(test).test
+    assert ref is not None and ref.run is not None
+    logged = report_run(report.run, report.generation)
+    if logged != ref.run:
+        err.write(f"error: the report in {source} is for run {logged}; {ref.name} is on run {ref.run} now\n")
+        return exits.NO
+    ended = _verdict_of(obj, ref.run)
+    if ended is None:
+        return deliver_report(k, obj, report, source, out, err, args.wait)
+    heading = (f"the operator's verdict on run {ref.run} stays {ended[0]}: it judges no other report for a run "
+               f"that ended; below, the report recovered from {source}, judged here with the test's thresholds as "
+               "the operator would: NOT delivered, not a verdict (run the test again for one: the rerun annotation)")
+    return write_report(test, obj.get("status") or {}, report, args, out, err, heading)
+
+
+def deliver_report(k, obj: dict, report: Report, source: str, out: TextIO, err: TextIO, wait: float = 60.0) -> int:
+    """Deliver `report` for the test's current run, as rank 0 does, then wait for the operator's verdict."""
+    from acceptance_workload.report.status import StatusWriteError, patch_report
+
+    from acceptance_operator.building import manifests
+
     test = _test(obj)
     ref = manifests.build_workload_config(test).test
     assert ref is not None and ref.run is not None
@@ -142,7 +198,7 @@ def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60
     except StatusWriteError as e:
         err.write(f"error: {e}\n")
         return exits.CANNOT
-    out.write(f"delivered {path} into the {len(ref.evidence)} evidence ConfigMaps of acceptancetests/{ref.name} "
+    out.write(f"delivered {source} into the {len(ref.evidence)} evidence ConfigMaps of acceptancetests/{ref.name} "
               f"in {ref.namespace} for run {ref.run}\n")
     if wait <= 0:
         return exits.YES
@@ -190,11 +246,10 @@ def await_verdict(read: Callable[[], dict | None], run_id: str, seconds: float,
 
 
 def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from acceptance_workload.report.render import full_text
 
     from acceptance_operator.building import manifests
-    from acceptance_operator.judging.rejudge import RunFacts, rejudge
     from acceptance_operator.reconcile import evidence_hooks
+
 
     test = _test(obj)
     status = obj.get("status") or {}
@@ -214,17 +269,31 @@ def show(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> in
         err.write(f"status.report is for run {report_run(report.run, report.generation)}, the test is on run "
                   f"{current}: no report for the current run yet\n")
         return exits.NO
+    return write_report(test, status, report, args, out, err)
+
+
+def write_report(test, status: dict, report: Report, args: argparse.Namespace, out: TextIO, err: TextIO,
+                 heading: str | None = None) -> int:
+    """Print `report` as the operator judges it (its thresholds) under the operator's verdict (and `heading`, what
+    the reader must know first), and write the exports asked for."""
+    from acceptance_workload.report.render import full_text
+
+    from acceptance_operator.building import manifests
+    from acceptance_operator.judging.rejudge import RunFacts, rejudge
+
     judged = rejudge(report, RunFacts(manifests.build_workload_config(test), test.metadata.uid)).report
     if args.node:
         report, judged = for_node(report, args.node), for_node(judged, args.node)
     verdict = next((c for c in status.get("conditions") or [] if c.get("type") == SUCCEEDED), {})
     operator_verdict = f"{status.get('phase') or 'Pending'} {verdict.get('reason', '')}".rstrip()
     title = f"{test.metadata.namespace}/{test.metadata.name}" + (f" node {args.node}" if args.node else "")
+    if heading:
+        err.write(heading + "\n")
     if args.json:
         out.write(json.dumps(report.to_wire(), indent=2) + "\n")
     else:
         out.write(f"{test.metadata.namespace}/{test.metadata.name} generation {report.generation}: "
-                  f"{operator_verdict}\n{verdict.get('message', '')}\n\n")
+                  f"{operator_verdict}\n{verdict.get('message', '')}\n" + (f"{heading}\n" if heading else "") + "\n")
         out.write(full_text(judged))
     for line in write_exports(judged, html=args.html, junit=args.junit, name=title,  # never changes the code
                               operator_verdict=f"The operator's verdict (generation {report.generation}): "

@@ -188,6 +188,44 @@ def test_deliver_is_for_the_current_run_and_says_when_the_operator_does_not_take
     assert ("g1-r3", "Passed") in [(h["id"], h["result"]) for h in cluster.status("late")["history"]]
 
 
+def from_log(cluster: Cluster, name: str, log: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "KUBECONFIG": str(cluster.server.kubeconfig)}
+    return subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "report", name, "--from-log", str(log),
+                           "--wait", "30", "-n", cluster.ns], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_report_recovered_from_rank_zeros_log_is_delivered_or_shown_as_not_a_verdict(cluster: Cluster,
+                                                                                      tmp_path: Path):
+    """`report NAME --from-log FILE` reads the marked line a failed delivery leaves at the end of rank 0's log:
+    delivered and judged while the run has no verdict; once it has one (ReportNotDelivered, say) printed as the
+    operator would judge it, saying that the verdict stays; a log without the line says where to find it."""
+    from acceptance_workload.report.delivery import report_line
+    from acceptance_workload.report.model import Report
+
+    cluster.create_test("lost", {"nodes": 1})
+    wait_run(cluster, "lost", "g1")
+    cluster.place_pods("lost", 1, ["node-a"])
+    log = tmp_path / "rank0.log"
+    log.write_text("[gpu-acceptance] ddp (+80.1 s)\ngpu-acceptance: report NOT delivered: ...\n"
+                   + report_line(Report.model_validate(report(1, nodes=("node-a",)))) + "\n")
+    empty = tmp_path / "other.log"
+    empty.write_text("PASSED: 12/12 checks passed\n")
+    missing = from_log(cluster, "lost", empty)
+    assert missing.returncode == 2 and "holds no report" in missing.stderr, missing.stderr
+    judged = from_log(cluster, "lost", log)
+    assert judged.returncode == 0, (judged.stdout, judged.stderr)
+    assert f"delivered {log}" in judged.stdout and "the operator's verdict on run g1: Succeeded ChecksPassed" in \
+        judged.stdout
+    shown = from_log(cluster, "lost", log)
+    assert shown.returncode == 0, shown.stderr
+    assert "the operator's verdict on run g1 stays Succeeded ChecksPassed" in shown.stderr
+    assert "NOT delivered, not a verdict" in shown.stdout and "all_reduce" in shown.stdout
+    annotate(cluster, "lost", "two")
+    wait_run(cluster, "lost", "g1-r2")
+    stale = from_log(cluster, "lost", log)
+    assert stale.returncode == 1 and "is for run g1; lost is on run g1-r2 now" in stale.stderr, stale.stderr
+
+
 def test_a_rerun_value_too_long_to_record_as_it_is_starts_one_recorded_run(cluster: Cluster):
     """A 147 KB rerun value (the API server allows it: annotations have 256 KiB in all) is recorded by its digest:
     the run starts, is recorded (status.run, history) and ends. Recorded as it is, it once made the run

@@ -95,21 +95,50 @@ def test_a_sweep_completes_both_stages_through_the_real_controllers(
     assert sorted(p["spec"]["nodeName"] for p in pods_of(real, stage["metadata"]["name"])) == sorted(nodes)
 
 
-def test_pods_the_api_server_refuses_are_named_not_a_missing_controller(
-        sweep_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator):
+@pytest.mark.parametrize("profile", ["h100-sxm", "cpu-smoke"])
+def test_pods_pod_security_refuses_end_the_run_at_once_naming_the_policy_and_the_fix(
+        sweep_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator, profile: str):
     """The namespace enforces Pod Security "baseline", which the privileged ulimit init container violates: the Job
-    is admitted (only a warning), its pods are not. The Job controller's FailedCreate event says why, and the run
-    fails with those words instead of waiting for its timeout or blaming the backend's controller."""
-    real = operator_in_new_namespace(sweep_cluster, start_operator, REAL_ENV,
-                                     labels={"pod-security.kubernetes.io/enforce": "baseline"})
-    real.create_test("refused", {"backend": "Job", "nodes": 1})
-    status = real.wait_phase("refused", "Failed", timeout=90)
-    succeeded = real.condition("refused", "Succeeded")
+    is admitted (only a warning), its pods are not. Waiting cannot change that: with the default 600 s grace the
+    run still fails within 30 s, with the Job controller's words (its FailedCreate event), the policy and what to
+    change, instead of waiting out the grace or blaming the backend's controller."""
+    cluster = operator_in_new_namespace(sweep_cluster, start_operator,
+                                        {**REAL_ENV, "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "600"},
+                                        labels={"pod-security.kubernetes.io/enforce": "baseline"})
+    started = time.monotonic()
+    cluster.create_test("refused", {"backend": "Job", "nodes": 1, "profile": profile})
+    status = cluster.wait_phase("refused", "Failed", timeout=30)
+    took = time.monotonic() - started
+    succeeded = cluster.condition("refused", "Succeeded")
     assert succeeded["reason"] == "PodsRefused", succeeded
-    assert "the API server refused the pods of Job refused-g1" in succeeded["message"], succeeded["message"]
-    assert 'violates PodSecurity "baseline:latest": privileged' in succeeded["message"], succeeded["message"]
+    message = succeeded["message"]
+    assert "the API server refused the pods of Job refused-g1" in message, message
+    assert 'violates PodSecurity "baseline:latest": privileged' in message, message
+    assert f'namespace {cluster.ns} enforces Pod Security "baseline:latest"' in message, message
+    assert f"kubectl label namespace {cluster.ns} pod-security.kubernetes.io/enforce=privileged" in message, message
     assert status["summary"]["failedNodes"] == []
-    real.wait(lambda: real.job("Job", "refused-g1") is None, "the refused Job to be deleted")
+    print(f"PodsRefused {took:.1f} s after the test was created ({profile})")
+    cluster.wait(lambda: cluster.job("Job", "refused-g1") is None, "the refused Job to be deleted")
+
+
+def test_a_refusal_that_may_pass_keeps_the_grace_and_the_pending_message_quotes_it(
+        sweep_cluster: tuple[ApiServer, list[str], Controllers], start_operator: StartOperator):
+    """A ResourceQuota the pods exceed (other pods may end and free it): the run stays Pending through the grace,
+    and its message quotes the API server's latest refusal meanwhile."""
+    cluster = operator_in_new_namespace(sweep_cluster, start_operator,
+                                        {**REAL_ENV, "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "600"})
+    cluster.server.request("POST", f"/api/v1/namespaces/{cluster.ns}/resourcequotas", {
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}})
+    cluster.create_test("quota", {"backend": "Job", "nodes": 1, "profile": "cpu-smoke"})
+
+    def quoted() -> str | None:
+        messages = [c.get("message") or "" for c in cluster.status("quota").get("conditions") or []]
+        return next((m for m in messages if "exceeded quota: no-pods" in m), None)
+
+    message = cluster.wait(quoted, "a condition's message to quote the quota's refusal", timeout=45)
+    assert cluster.status("quota")["phase"] == "Pending"
+    assert "the API server refuses the pods" in message and "retried until the unschedulable grace ends" in message, \
+        message
 
 
 @pytest.mark.parametrize("named", ["gpu-node-0", ""])

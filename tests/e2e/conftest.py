@@ -82,16 +82,31 @@ def chart_reference(node: RealNode) -> list[str]:
             "--registry-config", str(node.registry.auth_file)]
 
 
-@pytest.fixture(scope="package")
-def operator_release(real_node: RealNode) -> Iterator[RealNode]:
+def install_release(node: RealNode) -> None:
     """The chart installed from the node's registry (oci://), the node's values on top: the operator image pulled from
     the registry with the chart's imagePullSecrets."""
-    env = {**os.environ, "KUBECONFIG": str(real_node.kubeconfig)}
-    helm("install", RELEASE, *chart_reference(real_node), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
-         "-f", str(real_node.dir / "values.yaml"), "--wait", "--timeout", "100s",
+    env = {**os.environ, "KUBECONFIG": str(node.kubeconfig)}
+    helm("install", RELEASE, *chart_reference(node), "--namespace", RELEASE_NAMESPACE, "--create-namespace",
+         "-f", str(node.dir / "values.yaml"), "--wait", "--timeout", "100s",
          env=env)
-    yield real_node
+
+
+def uninstall_release(node: RealNode) -> None:
+    env = {**os.environ, "KUBECONFIG": str(node.kubeconfig)}
     helm("uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE, "--wait", "--timeout", "100s", env=env, check=False)
+
+
+def release_installed(node: RealNode) -> bool:
+    env = {**os.environ, "KUBECONFIG": str(node.kubeconfig)}
+    return helm("status", RELEASE, "--namespace", RELEASE_NAMESPACE, env=env, check=False).returncode == 0
+
+
+@pytest.fixture(scope="package")
+def operator_release(real_node: RealNode) -> Iterator[RealNode]:
+    """The chart installed from the node's registry (install_release), for the package's tests."""
+    install_release(real_node)
+    yield real_node
+    uninstall_release(real_node)
 
 
 @pytest.fixture

@@ -59,7 +59,10 @@ def test_a_job_no_controller_acts_on_fails_as_backend_not_running_after_the_grac
     untouched["metadata"].update(namespace="ns", creationTimestamp=T0.strftime("%Y-%m-%dT%H:%M:%SZ"))
     a = assess(obs(job=untouched), T0 + timedelta(seconds=599), TIMING)
     assert a.state.phase == "Pending" and "is the Kubeflow training-operator running?" in a.state.message
-    assert next_look(obs(job=untouched), T0 + timedelta(seconds=5), TIMING) == T0 + timedelta(seconds=600)
+    # While it lacks pods it is looked at 5, 10, 20 ... s after its creation (a refusal is an event no watch
+    # announces), and at the grace's end at the latest.
+    assert [next_look(obs(job=untouched), T0 + timedelta(seconds=s), TIMING) - T0 for s in (0, 5, 12, 599)] == [
+        timedelta(seconds=s) for s in (5, 10, 20, 600)]
     a = assess(obs(job=untouched), T0 + timedelta(seconds=600), TIMING)
     assert (a.state.phase, a.state.reason, a.stop_job) == ("Failed", "BackendNotRunning", True)
     assert a.state.message.startswith("PyTorchJob t-g2 has no status and no pods 600s after it was created: the "

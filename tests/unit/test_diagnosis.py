@@ -255,10 +255,14 @@ def test_ready_nodes_unread_nodes_and_ended_pods_blame_nobody():
     assert lost_nodes(ended, {"n2": LOST}, T0, 0) is None  # the job's own failure tells that story
 
 
-def refusal(involved: str, count: int = 3, reason: str = "FailedCreate") -> dict:
-    return {"type": "Warning", "reason": reason, "count": count, "lastTimestamp": "2025-01-01T12:00:05Z",
-            "involvedObject": {"kind": "Job", "name": involved},
-            "message": 'Error creating: Pod "t-g1-0" is invalid: spec.affinity: must be only one value'}
+QUOTA = ('Error creating: pods "t-g1-0-x" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=8, '
+         'used: requests.nvidia.com/gpu=8, limited: requests.nvidia.com/gpu=8')
+
+
+def refusal(involved: str, count: int = 3, reason: str = "FailedCreate", message: str = QUOTA,
+            at: str = "2025-01-01T12:00:05Z") -> dict:
+    return {"type": "Warning", "reason": reason, "count": count, "lastTimestamp": at,
+            "involvedObject": {"kind": "Job", "name": involved}, "message": message}
 
 
 def test_pods_the_api_server_refuses_are_named_with_the_controllers_words():
@@ -269,7 +273,8 @@ def test_pods_the_api_server_refuses_are_named_with_the_controllers_words():
     finding = pods_refused(created, [], events, 1, T0 + timedelta(seconds=10), 10)
     assert finding is not None and finding.reason == "PodsRefused"
     assert finding.message.startswith("the API server refused the pods of Job t-g1 (3 attempt(s), the latest by "
-                                      "Job t-g1): Error creating: Pod \"t-g1-0\" is invalid"), finding.message
+                                      "Job t-g1): Error creating: pods \"t-g1-0-x\" is forbidden: exceeded quota"), \
+        finding.message
     # A JobSet's Jobs carry its name as their prefix; the training-operator says FailedCreatePod.
     assert pods_refused(created, [], [refusal("t-g1-workers-0", reason="FailedCreatePod")], 1,
                         T0 + timedelta(seconds=10), 10) is not None

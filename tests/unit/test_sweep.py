@@ -131,3 +131,41 @@ def test_nodes_cordoned_deleted_or_whose_test_name_is_taken_are_skipped_with_why
     moved = sweep.plan([Child("c0", "n0", "Succeeded")], [], [], 3, {"n0"})
     assert {n: (s.reason, s.message) for n, s in moved.skipped.items()} == {
         "n0": ("LeftPool", "no longer matches placement.nodeSelector: its test's verdict does not count")}
+
+
+def test_skip_passed_nodes_tests_only_the_nodes_without_the_passed_label():
+    """spec.skipPassedNodes (examples/admit-nodes.yaml): a node labelled gpu-acceptance.io/passed is left out with
+    reason Passed; the others are tested; a run that finds none to test passes, saying there was nothing new."""
+    nodes = [node("n0"), node("n1"), node("n2"), node("n3")]
+    for n in nodes[:2]:
+        n["metadata"]["labels"]["gpu-acceptance.io/passed"] = "2026-12-01"
+    earlier = sweep.passed_before(nodes)
+    assert earlier == {"n0", "n1"}
+    schedulable, cordoned = sweep.matching(nodes, {"pool": "a"})
+    first = sweep.plan([], schedulable, cordoned, 16, {"n0", "n1", "n2", "n3"}, None, earlier)
+    assert first.start == ["n2", "n3"] and first.status.total == 2 and first.status.skipped == 2
+    assert {n: s.reason for n, s in first.skipped.items()} == {"n0": "Passed", "n1": "Passed"}
+    # The nodes this run passes get the label too (onPass): they are not taken for skipped ones.
+    done = [Child("c2", "n2", "Succeeded"), Child("c3", "n3", "Succeeded"), Child("s", INTER_NODE, "Succeeded")]
+    final = sweep.plan(done, schedulable, cordoned, 16, None, None, earlier | {"n2", "n3"})
+    state, summary = sweep.verdict(done, final.status, "g1", "pool", {}, final.skipped)
+    assert state.phase == "Succeeded" and (summary.passed, summary.total) == (2, 2)
+    assert "2 passed before, not tested (skipPassedNodes)" in state.message
+    # Every node passed before: nothing to test is not a failure (the hourly admission run of a full pool).
+    every = sweep.passed_before(nodes[:2])
+    idle = sweep.plan([], ["n0", "n1"], [], 16, None, None, every)
+    assert idle.start == [] and idle.finished
+    state, summary = sweep.verdict([], idle.status, "g2", "pool", {}, idle.skipped)
+    assert (state.phase, state.reason) == ("Succeeded", "ChecksPassed") and "no node to test" in state.message
+    # Without the option (the default) nothing changes; a pool with no node at all still fails NoNodes.
+    assert sweep.plan([], schedulable, cordoned, 16).start == ["n0", "n1", "n2", "n3"]
+    empty = sweep.plan([], [], [], 16)
+    assert sweep.verdict([], empty.status, "g3", "pool", {})[0].reason == "NoNodes"
+
+
+def test_skip_passed_nodes_is_a_parent_field_the_children_drop():
+    parent = AcceptanceTest.model_validate({"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
+                                            "metadata": {"name": "admit", "namespace": "ns", "uid": "u"},
+                                            "spec": {"sweep": True, "skipPassedNodes": True}})
+    obj = sweep.child(parent, "g1", "admit", ["n0"], "n0")
+    assert "skipPassedNodes" not in obj["spec"] and "sweep" not in obj["spec"]

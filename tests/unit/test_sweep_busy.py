@@ -68,7 +68,7 @@ def test_a_sweep_of_busy_nodes_only_fails_as_no_nodes_saying_so():
     p = sweep.plan([], NODES, [], 2, busy=busy)
     assert p.finished and not p.start and p.status.skipped == 4
     state, _ = sweep.verdict([], p.status, "g1", "pool", {"pool": "a"})
-    assert state.reason == "NoNodes" and "4 matching node(s) cordoned or busy" in state.message
+    assert state.reason == "NoNodes" and "4 matching node(s) cordoned, busy or passed before" in state.message
     assert "busy nodes are tested by the next run" in state.message
 
 

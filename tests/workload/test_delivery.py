@@ -70,8 +70,23 @@ def test_the_termination_message_after_a_failed_delivery_starts_with_the_deliver
     assert parsed.error.endswith(f"(API server {address})") and parsed.checks_said == "PASSED: 1/1 checks passed"
     assert runner.deliver() == 2  # once: a later call returns the same code
     err = capsys.readouterr().err
+    *before, last = err.rstrip().splitlines()
     assert "writing evidence ConfigMap smoke-evidence-0 of acceptancetests/smoke in namespace ns: attempt 1 failed" \
-        in err and err.rstrip().endswith(first)
+        in err and before[-1].endswith(first)
+    # The log ends with the whole report on one marked line: what `report --from-log` reads back.
+    assert last.startswith(delivery.REPORT_LINE)
+    recovered = Report.model_validate(delivery.report_from_log(err))
+    assert (recovered.generation, recovered.run) == (1, "g1") and recovered.results == runner.report.results
+
+
+def test_the_report_is_read_back_from_a_log_as_kubectl_prints_it():
+    line = delivery.report_line(passed_report())
+    assert "\n" not in line
+    stamped = f"2026-12-07T01:00:00.000000000Z {line}"  # kubectl logs --timestamps
+    log = "\n".join(["[gpu-acceptance] ddp (+12.0 s)", stamped, "trailing noise"])
+    assert Report.model_validate(delivery.report_from_log(log)) == passed_report()
+    assert delivery.report_from_log("no report here\n") is None
+    assert delivery.report_from_log(line[:-10]) is None  # cut short: not a report
 
 
 def test_a_message_without_the_line_is_not_a_failed_delivery():
@@ -103,3 +118,5 @@ def test_a_pod_that_cannot_reach_the_api_server_stops_before_its_checks_naming_t
     # No check ran: the run stopped after the probe, not after minutes of checks.
     assert "preflight:" not in proc.stderr and "nccl sweep" not in proc.stderr, proc.stderr[-3000:]
     assert "within 5s" in proc.stderr  # the delivery after a failed probe is brief
+    assert proc.stderr.rstrip().splitlines()[-1].startswith(delivery.REPORT_LINE)
+    assert delivery.report_from_log(proc.stderr)["run"] == "g1"

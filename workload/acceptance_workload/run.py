@@ -147,6 +147,7 @@ class Runner:
                 message = delivery.not_delivered(str(e), address, r)
                 termination(message, self.termination_log)
                 print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
+                print(delivery.report_line(r), file=sys.stderr, flush=True)  # `report --from-log` reads it
                 code = EXIT_ERROR
             self._code = code
             return code

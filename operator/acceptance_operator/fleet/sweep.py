@@ -32,6 +32,7 @@ from typing import Any
 from acceptance_workload.contract.results import CHECK_NAMES
 from pydantic import ValidationError
 
+from acceptance_operator.fleet.node_actions import PASSED_LABEL
 from acceptance_operator.resource.api import (
     API_VERSION,
     GPU_RESOURCE,
@@ -53,7 +54,8 @@ LABEL_SWEEP_RUN = f"{GROUP}/sweep-run"  # the parent's run id
 NODE_ANNOTATION = f"{GROUP}/node"  # a single-node child's node ("" for the inter-node stage)
 INTER_NODE = ""
 # The spec fields that make a test a sweep or a series of runs; its children are single runs.
-PARENT_ONLY = ("sweep", "maxConcurrent", "skipBusyNodes", "schedule", "historyLimit", "baseline", "regressionTolerance")
+PARENT_ONLY = ("sweep", "maxConcurrent", "skipBusyNodes", "skipPassedNodes", "schedule", "historyLimit", "baseline",
+               "regressionTolerance")
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 MAX_BUSY_PODS_NAMED = 3  # pods named per busy node (the count is given too)
 MAX_LISTED_NODES = 32  # failed nodes named in status.sweep (all are in the children)
@@ -96,17 +98,26 @@ def matching(nodes: list[KubeDict], selector: dict[str, str]) -> tuple[list[str]
     return sorted(ok), sorted(cordoned)
 
 
+def passed_before(nodes: list[KubeDict]) -> frozenset[str]:
+    """The names of the nodes labelled PASSED_LABEL (spec.skipPassedNodes): an earlier pass let them in, and a
+    failure since would have removed the label (node_actions)."""
+    return frozenset(n["metadata"]["name"] for n in nodes
+                     if PASSED_LABEL in ((n.get("metadata") or {}).get("labels") or {}))
+
+
 def _skip(node: str, reason: str, message: str) -> SkippedNode:
     return SkippedNode(node=node, reason=reason, message=message)
 
 
 def skipped_nodes(single: dict[str, Child], schedulable: list[str], cordoned: list[str],
-                  present: set[str] | None, busy: dict[str, str] | None = None) -> dict[str, SkippedNode]:
+                  present: set[str] | None, busy: dict[str, str] | None = None,
+                  passed: frozenset[str] = frozenset()) -> dict[str, SkippedNode]:
     """The pool's nodes this run leaves out, each with why: the one place a reason to skip a node is decided.
 
     `present`: the names of every node there is (None: unknown, no node is taken for gone). `busy`: node -> which
-    pods use its GPUs (busy_nodes; spec.skipBusyNodes): a node not started yet is skipped while it stays so. A node
-    whose test failed is never skipped: it stays failed whatever became of it.
+    pods use its GPUs (busy_nodes; spec.skipBusyNodes): a node not started yet is skipped while it stays so.
+    `passed`: the nodes that passed before (passed_before; spec.skipPassedNodes), skipped unless started already. A
+    node whose test failed is never skipped: it stays failed whatever became of it.
     """
     out: dict[str, SkippedNode] = {}
     pool = set(schedulable) | set(cordoned)
@@ -116,7 +127,9 @@ def skipped_nodes(single: dict[str, Child], schedulable: list[str], cordoned: li
         elif single[node].phase == "Succeeded":
             out[node] = _skip(node, "Cordoned", "cordoned after its test passed: left out of the inter-node stage")
     for node in schedulable:
-        if node not in single and node in (busy or {}):
+        if node not in single and node in passed:
+            out[node] = _skip(node, "Passed", f"labelled {PASSED_LABEL}: passed before (skipPassedNodes)")
+        elif node not in single and node in (busy or {}):
             out[node] = _skip(node, "Busy", busy[node])
     for node, c in single.items():
         if c.name_taken:
@@ -170,18 +183,21 @@ def _pods_text(names: list[str]) -> str:
 
 
 def plan(children: list[Child], schedulable: list[str], cordoned: list[str], max_concurrent: int,
-         present: set[str] | None = None, busy: dict[str, str] | None = None) -> Plan:
+         present: set[str] | None = None, busy: dict[str, str] | None = None,
+         passed_earlier: frozenset[str] = frozenset()) -> Plan:
     """The next step of a sweep run from its children and the pool as it is now.
 
-    `present`: every node's name; `busy`: node -> why its GPUs are in use (busy_nodes, for spec.skipBusyNodes).
+    `present`: every node's name; `busy`: node -> why its GPUs are in use (busy_nodes, for spec.skipBusyNodes);
+    `passed_earlier`: the nodes spec.skipPassedNodes leaves out (passed_before).
     """
     busy = busy or {}
     single = {c.node: c for c in children if c.node != INTER_NODE}
     stage = next((c for c in children if c.node == INTER_NODE), None)
     stage_started = stage is not None
-    waiting = [] if stage_started else [n for n in schedulable if n not in single and n not in busy]
+    waiting = [] if stage_started else [n for n in schedulable
+                                        if n not in single and n not in busy and n not in passed_earlier]
     # Busy nodes stay skipped once the inter-node stage started: busy is the run's last look.
-    skipped = skipped_nodes(single, schedulable, cordoned, present, busy)
+    skipped = skipped_nodes(single, schedulable, cordoned, present, busy, passed_earlier)
     running = [c for c in single.values() if c.phase not in TERMINAL_PHASES and not c.name_taken]
     start = waiting[:max(0, max_concurrent - len(running))]
     passed = sorted(n for n, c in single.items() if c.phase == "Succeeded" and n not in skipped)
@@ -343,10 +359,15 @@ def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_labe
     summary = Summary(result="Failed", passed=len(passed), failed=len(failed), total=len(single),
                       all_reduce_busbw_gbps=stage.busbw if stage is not None else None,
                       ddp_throughput_per_gpu=stage.ddp if stage is not None else None, failed_nodes=blamed)
+    if not single and skipped and all(s.reason == "Passed" for s in skipped.values()):
+        return RunState("Succeeded", PASSED, (
+            f"sweep run {run_id}: no node to test: all {len(skipped)} matching node(s) are labelled "
+            f"{PASSED_LABEL} (skipPassedNodes): they passed before")), summary.model_copy(update={"result": "Passed"})
     if not single:
         return RunState("Failed", NO_NODES, (
             f"sweep run {run_id}: no schedulable node matches placement.nodeSelector {selector or '{}'} "
-            f"({status.skipped} matching node(s) cordoned or busy{_busy_text(status)}): label the nodes to test or "
+            f"({status.skipped} matching node(s) cordoned, busy or passed before{_busy_text(status)}): label the nodes "
+            "to test or "
             "fix the selector; busy nodes are tested by the next run")), summary
     where = f"kubectl get at -l {LABEL_SWEEP}={parent_label},{LABEL_SWEEP_RUN}={run_id}"
     stage_text = ("no inter-node stage (fewer than 2 nodes passed)" if stage is None
@@ -368,9 +389,13 @@ def verdict(children: list[Child], status: SweepStatus, run_id: str, parent_labe
 
 def _skips(skipped: dict[str, SkippedNode], limit: int = 5) -> str:
     """'; 2 skipped (n1: cordoned before its test started; n4: deleted during the sweep)': the nodes left out for
-    another reason than Busy (_busy_text tells those, with the pods that use them)."""
-    names = sorted(n for n, s in skipped.items() if s.reason != "Busy")
+    another reason than Busy (_busy_text tells those, with the pods that use them); those that passed before
+    (spec.skipPassedNodes) are counted, not listed: in a pool being admitted they are most of it."""
+    earlier = sum(1 for s in skipped.values() if s.reason == "Passed")
+    head = f"; {earlier} passed before, not tested (skipPassedNodes)" if earlier else ""
+    names = sorted(n for n, s in skipped.items() if s.reason not in ("Busy", "Passed"))
     if not names:
-        return ""
+        return head
     more = f" (and {len(names) - limit} more: status.sweep.skippedNodes)" if len(names) > limit else ""
-    return f"; {len(names)} skipped (" + "; ".join(f"{n}: {skipped[n].message}" for n in names[:limit]) + more + ")"
+    return head + f"; {len(names)} skipped (" + "; ".join(f"{n}: {skipped[n].message}" for n in names[:limit]) + \
+        more + ")"

@@ -36,6 +36,7 @@ from acceptance_operator.resource.conditions import (
 )
 
 KubeDict = dict[str, Any]
+REFUSAL_FIRST_LOOK_SECONDS = 5.0  # refusal_look
 SMOKE_NOTE = "CPU smoke run (spec.profile cpu-smoke: gloo on CPU, no GPU), not a hardware verdict"
 
 
@@ -201,6 +202,10 @@ def assess(obs: Observation, now: datetime, timing: Timing) -> Assessment:
         )
 
     progress = diagnosis.progress(job, obs.pods)
+    refused = diagnosis.refusal(job, obs.pods, obs.events, obs.gpu_pods, not_before=admitted_at(obs))
+    if refused is not None:  # one that may pass (pods_refused ended the run on any other): quoted while it waits
+        progress += (f"; the API server refuses the pods ({refused.attempts} attempt(s), retried until the "
+                     f"unschedulable grace ends): {refused.words}")
     if report_problem:
         progress += f"; {report_problem}"
     if state.state in ("Running", "Restarting") or diagnosis.any_running(obs.pods):
@@ -271,6 +276,16 @@ def _stalled(obs: Observation, now: datetime, timing: Timing) -> Assessment | No
     return None
 
 
+def refusal_look(missing_since: datetime, now: datetime) -> datetime:
+    """When to look again at a job that lacks pods: no watch event announces its controller's FailedCreate event,
+    so 5, 10, 20, 40 ... s after the job: a refusal that cannot pass ends the run within seconds, at a few reads
+    of the events over the whole grace."""
+    step = REFUSAL_FIRST_LOOK_SECONDS
+    while missing_since + timedelta(seconds=step) <= now:
+        step *= 2
+    return missing_since + timedelta(seconds=step)
+
+
 def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | None:
     """The earliest moment after `now` at which the clock alone can change assess()'s answer.
 
@@ -296,6 +311,9 @@ def next_look(obs: Observation, now: datetime, timing: Timing) -> datetime | Non
                  or diagnosis.missing_pods_since(obs.job, obs.pods, obs.gpu_pods, not_before=admitted))
     if unstarted is not None:
         deadlines.append(unstarted + timedelta(seconds=timing.unschedulable_grace_seconds))
+    missing = diagnosis.missing_pods_since(obs.job, obs.pods, obs.gpu_pods, not_before=admitted)
+    if missing is not None:
+        deadlines.append(refusal_look(missing, now))
     for node in obs.nodes.values():
         if (since := diagnosis.not_ready_since(node)) is not None:
             deadlines.append(since + timedelta(seconds=timing.node_lost_grace_seconds))

@@ -21,6 +21,7 @@ from acceptance_workload.runtime.deaths import exit_code_signal, signal_name
 from acceptance_operator.building.backends import controller_of, job_state
 from acceptance_operator.building.jobstate import parse_time
 from acceptance_operator.building.manifests import LABEL_ROLE, ROLE_LAUNCHER
+from acceptance_operator.judging import refusals
 from acceptance_operator.resource.conditions import (
     BACKEND_NOT_RUNNING,
     IMAGE_PULL_FAILED,
@@ -475,11 +476,6 @@ def backend_not_running(job: KubeDict | None, pods: list[KubeDict], now: datetim
         "its Deployment and its logs, then run the test again (the rerun annotation)"))
 
 
-# The reasons a controller's event has when it could not create a pod (or a JobSet's / MPIJob's Job): Kubernetes'
-# controllers say FailedCreate, Kubeflow's training-operator FailedCreatePod.
-CREATE_FAILED = ("FailedCreate", "FailedCreatePod")
-
-
 def missing_pods_since(job: KubeDict | None, pods: list[KubeDict], expected: int, *,
                        not_before: datetime | None = None) -> datetime | None:
     """When the job was created (or admitted by Kueue, `not_before`), while it has fewer GPU pods than the run
@@ -489,27 +485,34 @@ def missing_pods_since(job: KubeDict | None, pods: list[KubeDict], expected: int
     return _created(job, not_before)
 
 
+def refusal(job: KubeDict | None, pods: list[KubeDict], events: list[KubeDict], expected: int, *,
+            not_before: datetime | None = None) -> refusals.Refusal | None:
+    """The latest refusal of the run's pods while the job lacks some (refusals.latest), or None."""
+    if job is None or missing_pods_since(job, pods, expected, not_before=not_before) is None:
+        return None
+    return refusals.latest(job, events)
+
+
 def pods_refused(job: KubeDict | None, pods: list[KubeDict], events: list[KubeDict], expected: int, now: datetime,
                  grace_seconds: float, *, not_before: datetime | None = None) -> Finding | None:
-    """The run's pods could not be created for the grace period, and the controller's FailedCreate events say why
-    (the API server refused them: an invalid pod, a quota, an admission policy). Not BackendNotRunning: the
+    """The API server refused the run's pods, and the controller's FailedCreate events say why: at the first
+    refusal that every retry repeats (Pod Security, a LimitRange, an invalid pod: refusals.permanent_fix), else
+    once the pods have been missing for the grace period (a quota, a webhook). Not BackendNotRunning: the
     controller runs, and its own words are the cause."""
     since = missing_pods_since(job, pods, expected, not_before=not_before)
-    if since is None or (now - since).total_seconds() < grace_seconds:
+    last = refusal(job, pods, events, expected, not_before=not_before)
+    if since is None or last is None:
         return None
-    meta = (job or {}).get("metadata") or {}
-    kind, name = (job or {}).get("kind", "job"), meta.get("name", "?")
-    mine = [e for e in events if e.get("reason") in CREATE_FAILED
-            and ((n := (e.get("involvedObject") or {}).get("name", "")) == name or n.startswith(f"{name}-"))]
-    if not mine:
+    kind, name = (job or {}).get("kind", "job"), ((job or {}).get("metadata") or {}).get("name", "?")
+    head = (f"the API server refused the pods of {kind} {name} ({last.attempts} attempt(s), the latest by "
+            f"{last.kind} {last.name}): {last.words} -> ")
+    if last.fix is not None:
+        return Finding(PODS_REFUSED, f"{head}{last.fix}; waiting cannot change this refusal. Then run the test "
+                                     "again (the rerun annotation) or apply it again")
+    if (now - since).total_seconds() < grace_seconds:
         return None
-    latest = max(mine, key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
-    attempts = sum(int(e.get("count") or 1) for e in mine)
-    words = (latest.get("message") or "").strip()[:600]
     return Finding(PODS_REFUSED, (
-        f"the API server refused the pods of {kind} {name} ({attempts} attempt(s), the latest by "
-        f"{(latest.get('involvedObject') or {}).get('kind', '?')} "
-        f"{(latest.get('involvedObject') or {}).get('name', '?')}): {words} -> the pods built from the spec are not "
+        f"{head}refused for {int((now - since).total_seconds())}s: the pods built from the spec are not "
         "accepted (fix spec.placement, spec.pod or spec.resources), or a ResourceQuota or admission policy of the "
         "namespace refuses them; then apply the spec again or run the test again (the rerun annotation)"))
 

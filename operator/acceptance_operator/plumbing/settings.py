@@ -5,9 +5,12 @@ under a plain `kopf run -m acceptance_operator.handlers`:
 
 - GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS (600): how long pods may stay
   Pending with FailedScheduling (or a container stuck in ImagePullBackOff)
-  before the run fails as Unschedulable (or JobFailed); also how long the job
-  may go without its controller (no status and no pods, or refused by its
-  admission webhook) before BackendNotRunning.
+  before the run fails as Unschedulable (or ImagePullFailed, JobFailed); how
+  long the API server may refuse the pods for a reason that may pass (a quota,
+  a webhook that did not answer) before PodsRefused (one that cannot pass,
+  Pod Security, ends it at once); also how long the job may go without its
+  controller (no status and no pods, or refused by its admission webhook)
+  before BackendNotRunning.
 - GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS (60): how long a node under a live pod
   of a run must stay not Ready before the run fails as NodeNotReady (an API
   server outage leaves nodes Unknown for a moment after it: not a verdict).

@@ -22,7 +22,7 @@ from acceptance_operator.judging.rejudge import Rejudged, RunFacts, run_problems
 from acceptance_operator.plumbing.kubeapi import Kube
 from acceptance_operator.reconcile import evidence_hooks, observe
 from acceptance_operator.reconcile import runtime as rt
-from acceptance_operator.reconcile.runtime import after_run, run_selector, timing, utc_now
+from acceptance_operator.reconcile.runtime import after_run, run_selector, timing
 from acceptance_operator.reconcile.start import start_run
 from acceptance_operator.reconcile.status import conclude, write_status
 from acceptance_operator.resource import runs, soak
@@ -115,8 +115,7 @@ def observe_run(k: Kube, test: AcceptanceTest, status: KubeDict, *, fresh: bool,
     pods = rt.CHILDREN.with_gone(namespace, label, run_id, pods)  # a failed pod deleted since: where it failed
     state = rt.STATES.peek((namespace, test.metadata.name))
     logger = state.logger if state and state.logger else log
-    events = observe.run_events(k, namespace, job, pods, test.spec.nodes, utc_now(),
-                                timing().unschedulable_grace_seconds, rt.METRICS, logger)
+    events = observe.run_events(k, namespace, job, pods, test.spec.nodes, rt.METRICS, logger)
     bound = rt.CHILDREN.bound_nodes(namespace, manifests.test_label_value(test), runs.run_of(test).id)
     facts = RunFacts(manifests.build_workload_config(test), test.metadata.uid, pod_nodes(pods) | bound)
     delivered = delivered_part(k, test, job, status, fresh)

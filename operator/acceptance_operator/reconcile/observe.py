@@ -6,7 +6,6 @@ run costs none; without permission to read them, the run is judged from its pods
 from __future__ import annotations
 
 import logging
-from datetime import datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -18,14 +17,15 @@ from acceptance_operator.plumbing.metrics import OperatorMetrics
 KubeDict = dict[str, Any]
 
 
-def run_events(k: Kube, namespace: str, job: KubeDict | None, pods: list[KubeDict], expected: int, now: datetime,
-               grace_seconds: float, metrics: OperatorMetrics, logger: logging.Logger) -> list[KubeDict]:
-    """FailedScheduling events while a pod waits for a node; the namespace's Warning events (FailedCreate) once
-    the job has lacked pods for the grace period (diagnosis.pods_refused). Without permission, none: the pods'
-    PodScheduled condition still says why they wait."""
+def run_events(k: Kube, namespace: str, job: KubeDict | None, pods: list[KubeDict], expected: int,
+               metrics: OperatorMetrics, logger: logging.Logger) -> list[KubeDict]:
+    """FailedScheduling events while a pod waits for a node; the namespace's Warning events (FailedCreate) while
+    the job lacks pods: a refusal that waiting cannot change ends the run at once, one that may pass is quoted
+    meanwhile (diagnosis.pods_refused). Without permission, none: the pods' PodScheduled condition still says why
+    they wait, and missing pods end as BackendNotRunning after the grace."""
     missing = diagnosis.missing_pods_since(job, pods, expected)
     try:
-        if missing is not None and (now - missing).total_seconds() >= grace_seconds:
+        if missing is not None:
             return k.warning_events(namespace)  # FailedScheduling is a Warning too
         if any(not (p.get("spec") or {}).get("nodeName") for p in pods):
             return k.scheduling_events(namespace)

@@ -47,12 +47,16 @@ def sweep_step(k: Kube, obj: KubeDict, test: AcceptanceTest, starting: bool, now
     schedulable, cordoned = sweep.matching(rt.SWEEPS.nodes(), selector)
     present = {n["metadata"]["name"] for n in rt.SWEEPS.nodes()}
     children, limit = rt.SWEEPS.children(namespace, parent, run.id), test.spec.max_concurrent
-    plan = sweep.plan(children, schedulable, cordoned, limit, present, rt.SWEEPS.busy(namespace, parent, run.id))
-    if test.spec.skip_busy_nodes and sweep.plan(children, schedulable, cordoned, limit, present).start:
+    earlier = sweep.passed_before(rt.SWEEPS.nodes()) if test.spec.skip_passed_nodes else frozenset()
+    plan = sweep.plan(children, schedulable, cordoned, limit, present, rt.SWEEPS.busy(namespace, parent, run.id),
+                      earlier)
+    if test.spec.skip_busy_nodes and sweep.plan(children, schedulable, cordoned, limit, present,
+                                                passed_earlier=earlier).start:
         # A slot is free: which nodes' GPUs do other pods use now (one LIST)? Those are skipped (spec.skipBusyNodes).
         rt.SWEEPS.set_busy(namespace, parent, run.id,
                         sweep.busy_nodes(k.list_active_pods(), rt.SWEEPS.leaving(namespace, parent, run.id)))
-        plan = sweep.plan(children, schedulable, cordoned, limit, present, rt.SWEEPS.busy(namespace, parent, run.id))
+        plan = sweep.plan(children, schedulable, cordoned, limit, present, rt.SWEEPS.busy(namespace, parent, run.id),
+                          earlier)
     for node in plan.start:
         create_sweep_child(k, obj, test, parent, [node], node)
     if plan.inter_node:

@@ -358,6 +358,10 @@ class AcceptanceTestSpec(WireModel):
         True, description="A sweep skips a node whose GPUs other pods use (nvidia.com/gpu requested by a pod on it "
         "that has not ended) when its turn comes; it is counted in status.sweep.skippedNodes and tested by the "
         "next run. false: test it anyway (its test waits for the GPUs).")
+    skip_passed_nodes: bool = Field(
+        False, description="A sweep skips a node labelled gpu-acceptance.io/passed (spec.onPass.label: it passed "
+        "before; a failure removes the label), so a sweep that admits new nodes tests only those: counted in "
+        "status.sweep.skippedNodes (reason Passed); a run that finds no other node passes with nothing to test.")
     history_limit: int = Field(10, ge=0, le=MAX_HISTORY, description="Finished runs kept in status.history.")
     baseline: Baseline = Field(
         "none", description="lastPassed: a run whose headline numbers (all_reduce busbw, DDP throughput per GPU) "
@@ -495,7 +499,7 @@ class HistoryEntry(WireModel):
 
 MAX_SKIPPED_LISTED = 32
 # Why a sweep left a node of its pool out of a run (status.sweep.skippedNodes[].reason); message says more.
-SkipReason = Literal["Cordoned", "Deleted", "LeftPool", "NameTaken", "Busy"]
+SkipReason = Literal["Cordoned", "Deleted", "LeftPool", "NameTaken", "Busy", "Passed"]
 
 
 class SkippedNode(WireModel):

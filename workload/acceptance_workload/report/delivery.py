@@ -13,13 +13,17 @@ the end of the run), the checks' verdict is worthless to the operator, so:
   "report NOT delivered: <error> (API server <address>); the checks said: ..."
   (not_delivered) and the pod exits 2. The operator finds that line
   (parse) and ends the run ReportNotDelivered, quoting the pod's summary as
-  unverified: it never passes on it.
+  unverified: it never passes on it;
+- the log then ends with the whole report on one marked line (report_line):
+  `gpu-acceptance report --from-log` reads it back from `kubectl logs`
+  (report_from_log), so what the checks measured is never lost with the delivery.
 
-The line's format lives here alone: the workload writes it, the operator reads it.
+The lines' formats live here alone: the workload writes them, the operator and the CLI read them.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +41,8 @@ PROBE_SECONDS = 20.0  # how long rank 0 tries to reach the API server before the
 PROBE_ATTEMPT = (5.0, 10.0)  # connect, read timeouts of one probe request
 MIN_DELIVERY_SECONDS = 5.0  # a delivery is always tried for this long, however little of the run's time is left
 MAX_ERROR_CHARS = 600
+# The marker of the log line that holds the undelivered report as JSON (report_line); nothing else starts so.
+REPORT_LINE = "gpu-acceptance undelivered report (JSON): "
 
 
 def api_server(kubeconfig: str | None = None) -> str:
@@ -62,6 +68,28 @@ def not_delivered(error: str, address: str, report: Report) -> str:
     error = error if len(error) <= MAX_ERROR_CHARS else error[:MAX_ERROR_CHARS - 3] + "..."
     text = "\n".join([f"{NOT_DELIVERED}: {error}{API_SERVER}{address}){CHECKS_SAID}{said[0]}", *said[1:]])
     return text if len(text) <= TERMINATION_LOG_LIMIT else text[:TERMINATION_LOG_LIMIT - 4] + "\n..."
+
+
+def report_line(report: Report) -> str:
+    """The report as one marked log line (compact JSON, no newline inside), the last line of an undelivered run's
+    log."""
+    return REPORT_LINE + json.dumps(report.to_wire(), separators=(",", ":"))
+
+
+def report_from_log(text: str) -> dict[str, Any] | None:
+    """The report object of the last report_line in a pod's log (`kubectl logs`, with or without --timestamps or
+    --prefix before each line); None when the log has none. A line cut short (a log rotated mid-line) is not one."""
+    for line in reversed(text.splitlines()):
+        at = line.find(REPORT_LINE)
+        if at < 0:
+            continue
+        try:
+            found = json.loads(line[at + len(REPORT_LINE):])
+        except ValueError:
+            continue
+        if isinstance(found, dict):
+            return found
+    return None
 
 
 @dataclass(frozen=True)
