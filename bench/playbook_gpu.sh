@@ -60,7 +60,7 @@ wrong_cpu() {  # the last rank re-pinned, from outside, to CPUs remote from its 
   last=$(( $(nvidia-smi -L | wc -l) - 1 ))
   remote=$(python3 -c '
 import os, sys
-from acceptance_workload import binding
+from acceptance_workload.checks.preflight import binding
 from acceptance_workload.checks.preflight.occupancy import nvml_init
 n = nvml_init(); gpu = int(sys.argv[1])
 local = binding.mask_cpus(n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(gpu), 64))

@@ -46,7 +46,8 @@ NCCL_ERROR = "NCCL Error 1: unhandled cuda error (run with NCCL_DEBUG=INFO for d
 
 LAUNCH_ON_GLOO = f'''
 import os, runpy
-from acceptance_workload import launch, preflight
+from acceptance_workload.checks.preflight import preflight
+from acceptance_workload.runtime import launch
 real_start, real_preflight = launch.start, preflight.run_preflight
 
 def start(env, backend, **kw):  # no GPU here: the process group a GPU run would have, on gloo
