@@ -88,6 +88,7 @@ class Runner:
         self._t0 = run_started()  # progress lines say how far into the run they are (where a run's time goes)
         self.termination_log: str = TERMINATION_LOG  # where Kubernetes reads the container's termination message
         self.unreachable = False  # the API server could not be reached before the checks (delivery.probe)
+        self.taken: str | None = None  # another process took a GPU's memory: why the later checks are skipped
 
     @property
     def is_root(self) -> bool:
@@ -362,18 +363,40 @@ class Runner:
             "gpu": self.gpu, "nccl": lambda s, w: ncclstage.stage(self, s, w, self.nccl_log), "ddp": self.ddp,
             "fsdp": self.fsdp, "storage": self.storage, "soak": lambda s, w: soak.stage(self, s, w)}
         for check, stage in stage_of.items():
-            if getattr(cfg.checks, check).enabled:
-                self.guarded(session, check, lambda stage=stage: stage(session, watchdog))
+            if not getattr(cfg.checks, check).enabled:
+                continue
+            if self.taken is not None:  # every check runs on every GPU: none can run on the one taken
+                if self.is_root:
+                    self.report.skipped.append(Skip(check=check, name=check, reason=self.taken))
+                continue
+            self.guarded(session, check, lambda stage=stage: stage(session, watchdog))
 
     def guarded(self, session: Session, check: CheckName, stage: Callable[[], Any]) -> stages.Outcome:
-        """One check's stage: an exception a rank raises in it is a failed result of the check (rank 0 keeps it)."""
-        out = stages.guarded(session, check, stage, self.blamer)
+        """One check's stage: an exception a rank raises in it is a failed result of the check (rank 0 keeps it).
+        Out of memory because another process holds it (every rank sees the same errors): the later checks are
+        skipped with that reason, so the holder is named once."""
+        out = stages.guarded(session, check, stage, self.blamer, lambda e: self.explain(e, session))
+        taken = next((e for e in out.errors if occupancy.NOT_OURS in e.error), None)
+        if taken is not None and self.taken is None:
+            self.taken = f"{taken.error.partition(': ')[2]} (in stage {check}): later checks on this GPU not run"
         if out.errors and self.is_root:
             self.report.results += stages.results(out.errors)
             self.report.stage_errors += out.errors
             self.progress(f"{check}: {len(out.errors)} rank(s) raised, the check fails: "
                           f"{stages.message(out.errors[0])}")
         return out
+
+    def explain(self, error: BaseException, session: Session) -> str | None:
+        """An out-of-memory error on this rank's GPU, said as the preflight says a busy GPU: NVML's processes on
+        it that are not this run's ranks (occupancy.out_of_memory_message); None for any other error."""
+        if not occupancy.out_of_memory(error):
+            return None
+        me = session.ranks[session.rank]
+        ours = {info.pid for info in session.ranks if info.host == me.host}
+        with contextlib.suppress(Exception):
+            return occupancy.out_of_memory_message(occupancy.read_own(self.env.local_rank), self.occupancy, ours,
+                                                   me.node)
+        return None
 
     def run_stage(self, session: Session, check: CheckName, line: str, measure: Callable[[], Any]) -> Any:
         """One check's stage on every rank: entered, announced, measured; rank 0 keeps its results and skips and
