@@ -1,4 +1,5 @@
 """A stand-in for nvidia-ml-py's `pynvml` that replays recorded NVML series (tests/workload/fixtures/nvml_soak.json).
+
 Outside the product: the tests hand this module to nvmlwatch.Watch where the workload hands the real pynvml, or put
 this directory first on PYTHONPATH, with FAKE_NVML=FILE:SCENARIO to replay that scenario from the import on. A
 scenario gives each GPU its readings at the start (`base`) and the readings that change from a sample on
