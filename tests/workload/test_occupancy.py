@@ -19,6 +19,7 @@ from acceptance_workload.occupancy import (
     NOT_OURS,
     failure_facts,
     judge_in_use,
+    new_pids,
     nvml_target,
     out_of_memory,
     out_of_memory_message,
@@ -199,3 +200,14 @@ def test_a_step_label_is_the_step_that_ran_in_fsdp_too(tmp_path: Path) -> None:
     assert code == 1, out[-3000:]
     (error,) = report.stage_errors
     assert (error.check, error.step, error.error) == ("fsdp", "fsdp baseline warmup 0", "RuntimeError: boom")
+
+
+def test_this_ranks_own_process_is_never_blamed_in_whatever_pid_namespace_nvml_numbers_it(tmp_path: Path) -> None:
+    """In a pod NVML lists the rank by its host pid, which the pod's /proc does not show: the pid NVML lists anew
+    once the rank's CUDA context exists is the rank's (run.Runner.note_own_gpu_pids), never a neighbour."""
+    before = read(FakeNvml({0: (3, 81_559, [(9, 100)])}), 0, 0, proc=tmp_path)
+    after = read(FakeNvml({0: (603, 81_559, [(9, 100), (31337, 500)])}), 0, 0, proc=tmp_path)
+    assert new_pids(before, after) == {31337}
+    full = read(FakeNvml({0: (81_000, 81_559, [(9, 100), (31337, 80_900)])}), 0, 0, proc=tmp_path)
+    text = out_of_memory_message(full, before, {42} | new_pids(before, after), "n")
+    assert "by pid 9 (100 MiB) at this error, not this run's" in text and "31337" not in text

@@ -212,6 +212,12 @@ def out_of_memory(error: BaseException) -> bool:
     return any(t in text for t in OUT_OF_MEMORY_TEXTS)
 
 
+def new_pids(before: Occupancy, now: Occupancy) -> set[int]:
+    """The processes NVML lists on the GPU now and did not list before the run: this rank's own, once its CUDA
+    context exists, as NVML numbers them (in a container, the host's pids, which its /proc does not show)."""
+    return {p.pid for p in now.processes} - {p.pid for p in before.processes}
+
+
 def out_of_memory_message(now: Occupancy, before: Occupancy | None, ours: Collection[int], node: str) -> str:
     """An out-of-memory error on GPU `now.gpu`, said as `gpu_in_use` says a busy GPU: the memory in use at the
     error and the processes holding it that are not this run's (`ours`: the pids of this run's ranks on the node),

@@ -89,6 +89,7 @@ class Runner:
         self.termination_log: str = TERMINATION_LOG  # where Kubernetes reads the container's termination message
         self.unreachable = False  # the API server could not be reached before the checks (delivery.probe)
         self.taken: str | None = None  # another process took a GPU's memory: why the later checks are skipped
+        self.own_gpu_pids: set[int] = set()  # this rank as NVML lists it on its GPU (note_own_gpu_pids)
 
     @property
     def is_root(self) -> bool:
@@ -359,6 +360,7 @@ class Runner:
                 self.skip_after_preflight(f"preflight failed ({stages.message(out.errors[0])}): later checks not run")
             if out.errors or not out.value:
                 return
+        self.note_own_gpu_pids()
         stage_of: dict[CheckName, Callable[[Session, Watchdog], None]] = {
             "gpu": self.gpu, "nccl": lambda s, w: ncclstage.stage(self, s, w, self.nccl_log), "ddp": self.ddp,
             "fsdp": self.fsdp, "storage": self.storage, "soak": lambda s, w: soak.stage(self, s, w)}
@@ -386,13 +388,20 @@ class Runner:
                           f"{stages.message(out.errors[0])}")
         return out
 
+    def note_own_gpu_pids(self) -> None:
+        """After the preflight, this rank's CUDA context is on its GPU: the pids NVML lists there that it did not list
+        before are this rank's, whichever pid namespace NVML numbers them in (a pod's /proc shows other numbers)."""
+        if self.occupancy is not None:
+            with contextlib.suppress(Exception):
+                self.own_gpu_pids = occupancy.new_pids(self.occupancy, occupancy.read_own(self.env.local_rank))
+
     def explain(self, error: BaseException, session: Session) -> str | None:
         """An out-of-memory error on this rank's GPU, said as the preflight says a busy GPU: NVML's processes on
         it that are not this run's ranks (occupancy.out_of_memory_message); None for any other error."""
         if not occupancy.out_of_memory(error):
             return None
         me = session.ranks[session.rank]
-        ours = {info.pid for info in session.ranks if info.host == me.host}
+        ours = {info.pid for info in session.ranks if info.host == me.host} | self.own_gpu_pids
         with contextlib.suppress(Exception):
             return occupancy.out_of_memory_message(occupancy.read_own(self.env.local_rank), self.occupancy, ours,
                                                    me.node)
