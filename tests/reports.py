@@ -158,6 +158,17 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
     ).finalize()
 
 
+def one_rank(report: Report) -> Report:
+    """`report` as one rank measures it: every collective moves no bytes, so each busbw row is 0, and the busbw
+    and DDP scaling results are skips (nccl.py, ddp.py)."""
+    for s in report.nccl:
+        s.ranks = 1
+        for row in s.rows:
+            row.algbw_gbps = row.busbw_gbps = 0.0
+    report.results = [r for r in report.results if not r.name.endswith("_busbw") and r.name != "scaling_efficiency"]
+    return report.finalize()
+
+
 # What a healthy H100/H200 GPU's burn-in (checks.soak) reports, result name -> value (soakjudge.py's names).
 SOAK_VALUES = {"tflops": 640.0, "tflops_ratio_to_first_minutes": 0.99, "tflops_ratio_to_node_median": 1.0,
                "throttle": 0.0, "gpu_temperature": 71.0, "memory_temperature": 78.0, "nvlink_errors": 0.0,

@@ -21,7 +21,7 @@ from acceptance_workload.contract.config import TestRef, WorkloadConfig
 from acceptance_workload.report.model import Report
 
 from tests.cluster.operator_harness import MERGE, Cluster, report
-from tests.reports import node_names, passing_report
+from tests.reports import node_names, one_rank, passing_report
 
 STATUS_LIMIT = 256 * 1024
 
@@ -131,6 +131,28 @@ def test_report_cli_prints_the_full_report_and_delivers_a_saved_one(cluster: Clu
     bad.write_text("{}}")
     refused = cli(cluster, "cli", "--deliver", str(bad))
     assert refused.returncode == 2 and "is not a saved report" in refused.stderr
+
+
+def test_report_html_of_a_one_gpu_run_is_written_and_an_export_never_changes_the_code(cluster: Cluster,
+                                                                                     tmp_path: Path):
+    """`report --html` as `local --html`: a one-GPU run's busbw is 0 at every size (matplotlib cannot log-scale it;
+    the command crashed with exit 2 and no page), so its plots are a sentence; a --junit file that cannot be
+    written is one line. The code stays the report's: 0."""
+    cluster.create_test("one", {"nodes": 1, "gpusPerNode": 1})
+    cluster.wait_phase("one", "Pending")
+    config = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=1, gpus_per_node=1,
+                                  test=TestRef(name="local", namespace="-"))
+    (tmp_path / "saved.json").write_text(json.dumps(one_rank(passing_report(config, ["n-1"])).to_wire()))
+    cluster.place_pods("one", 1, ["n-1"])
+    assert cli(cluster, "one", "--deliver", str(tmp_path / "saved.json")).returncode == 0
+    cluster.wait_phase("one", "Succeeded")
+    (tmp_path / "blocked.xml").mkdir()
+    files = cli(cluster, "one", "--html", str(tmp_path / "r.html"), "--junit", str(tmp_path / "blocked.xml"))
+    assert files.returncode == 0, files.stderr
+    assert f"could not write the JUnit XML to {tmp_path / 'blocked.xml'}: Is a directory" in files.stderr
+    assert f"wrote the HTML report to {tmp_path / 'r.html'}" in files.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "Succeeded ChecksPassed" in page and "all_reduce: not plotted (one rank: a collective moves no bytes" in page
 
 
 def test_a_delivered_cpu_smoke_report_fails_naming_why(cluster: Cluster, tmp_path: Path):

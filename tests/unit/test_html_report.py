@@ -31,7 +31,7 @@ from acceptance_workload.report.html_report import (
 )
 from acceptance_workload.report.model import Report
 
-from tests.reports import node_names, passing_report, with_slow_node
+from tests.reports import node_names, one_rank, passing_report, with_slow_node
 
 NODES = ["gpu-node-a", "gpu-node-b"]
 
@@ -300,16 +300,6 @@ def test_report_node_keeps_the_nodes_own_pairs_and_its_judgement(localized: Repo
     assert "# localize: 2 round(s)" in text and text.count(f"{SLOW_NODE} ") >= 2
     xml = junit_xml(one, "ns/t")
     assert "median of the other nodes" in xml and "# localize: 2 round(s)" in xml
-
-
-def one_rank(report: Report) -> Report:
-    """`report` as one rank measures it: every collective moves no bytes, so each busbw row is 0."""
-    for s in report.nccl:
-        s.ranks = 1
-        for row in s.rows:
-            row.algbw_gbps = row.busbw_gbps = 0.0
-    report.results = [r for r in report.results if not r.name.endswith("_busbw")]
-    return report.finalize()
 
 
 def test_one_ranks_sweeps_are_a_sentence_saying_why_not_a_log_axis_of_zeros():

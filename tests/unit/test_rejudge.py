@@ -8,7 +8,7 @@ from acceptance_workload.contract.checkmodels import ChecksSpec
 from acceptance_workload.contract.config import TestRef, WorkloadConfig
 from acceptance_workload.contract.results import CheckResult
 
-from tests.reports import node_names, passing_report
+from tests.reports import node_names, one_rank, passing_report
 
 UID = "0f6b7c1e-uid"
 
@@ -259,13 +259,7 @@ def test_a_one_gpu_report_without_busbw_or_scaling_efficiency_passes_as_the_oper
     """One rank: the workload skips busbw and DDP scaling, saying why (nccl.py, ddp.py). The operator requires
     neither, so its verdict and the headline of the summary agree with the workload's: passed, no 0.0 numbers."""
     cfg = config(nodes=1, gpus=1)
-    report = passing_report(cfg)
-    for s in report.nccl:
-        s.ranks = 1
-        for row in s.rows:
-            row.algbw_gbps = row.busbw_gbps = 0.0
-    report.results = [r for r in report.results if not r.name.endswith("_busbw") and r.name != "scaling_efficiency"]
-    judged = rejudge(report.finalize(), facts(cfg)).report
+    judged = rejudge(one_rank(passing_report(cfg)), facts(cfg)).report
     assert judged.passed, [r.message for r in judged.results if not r.passed]
     head = judged.headline()
     assert head.all_reduce_busbw_gbps is None and head.scaling_efficiency is None

@@ -38,12 +38,15 @@ def fault_env(fault: str | None) -> dict[str, str]:
     return {"TEST_FAULT": fault, "PYTHONPATH": os.pathsep.join([str(SHIM), os.environ.get("PYTHONPATH", "")])}
 
 
-def run_local(tmp_path: Path, checks: dict, *args: str, fault: str | None = None) -> tuple[int, Report, str]:
-    """`local --cpu` with these checks (the default ones off unless given), a report in r.json."""
+def run_local(tmp_path: Path, checks: dict, *args: str, fault: str | None = None,
+              env: dict[str, str] | None = None) -> tuple[int, Report, str]:
+    """`local --cpu` with these checks (the default ones off unless given), a report in r.json; `env` over
+    fault_env's."""
     merged = {**ALL_OFF, **checks}
     lines = "\n".join(f"    {name}: {json.dumps(spec)}" for name, spec in merged.items())
     (tmp_path / "t.yaml").write_text(MANIFEST % lines)
-    proc = cli("--cpu", "-f", "t.yaml", "--json", "r.json", *args, cwd=tmp_path, env=fault_env(fault))
+    proc = cli("--cpu", "-f", "t.yaml", "--json", "r.json", *args, cwd=tmp_path,
+               env={**fault_env(fault), **(env or {})})
     out = proc.stdout + proc.stderr
     assert (tmp_path / "r.json").exists(), f"no report written (exit {proc.returncode}):\n{out[-4000:]}"
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))

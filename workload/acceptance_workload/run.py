@@ -92,6 +92,7 @@ class Runner:
         self._t0 = run_started()  # progress lines say how far into the run they are (where a run's time goes)
         self.termination_log: str = TERMINATION_LOG  # where Kubernetes reads the container's termination message
         self.unreachable = False  # the API server could not be reached before the checks (delivery.probe)
+        self.neighbours = occupancy.Neighbours(env.local_rank)  # the others on this GPU during the run (OOM)
 
     @property
     def is_root(self) -> bool:
@@ -125,30 +126,15 @@ class Runner:
                 with contextlib.suppress(OSError):
                     Path(str(self.config.progress_file)).unlink(missing_ok=True)
             from acceptance_workload.report import delivery
-            from acceptance_workload.report.status import DEFAULT_DEADLINE_SECONDS, StatusWriteError, patch_report
-            from acceptance_workload.report.status import write_termination_log as termination
+            from acceptance_workload.report.status import write_termination_log
 
-            test = self.config.test
-            if test is None:
-                termination(r, self.termination_log)
-                self._code = code
-                return code
-            address = delivery.api_server()
-            termination(delivery.not_delivered(delivery.IN_FLIGHT, address, r), self.termination_log)
-            seconds = delivery.delivery_seconds(self.config.timeout_seconds, time.time() - self._t0,
-                                                delivery.MIN_DELIVERY_SECONDS if self.unreachable
-                                                else DEFAULT_DEADLINE_SECONDS)
-            try:
-                patch_report(test, r, log=self.progress, deadline_seconds=seconds)
-                termination(r, self.termination_log)
-                self.progress(f"report delivered into the evidence ConfigMaps {', '.join(test.evidence)} of "
-                              f"acceptancetests/{test.name} in namespace {test.namespace}")
-            except StatusWriteError as e:
-                message = delivery.not_delivered(str(e), address, r)
-                termination(message, self.termination_log)
-                print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
-                print(delivery.report_line(r), file=sys.stderr, flush=True)  # `report --from-log` reads it
-                code = EXIT_ERROR
+            if self.config.test is None:
+                write_termination_log(r, self.termination_log)
+            else:
+                code = delivery.deliver(self.config.test, r, code, termination_log=self.termination_log,
+                                        timeout_seconds=self.config.timeout_seconds,
+                                        elapsed=time.time() - self._t0, unreachable=self.unreachable,
+                                        log=self.progress)
             self._code = code
             return code
 
@@ -324,6 +310,14 @@ class Runner:
         for check in registry.CHECKS:
             if not getattr(cfg.checks, check.name).enabled:
                 continue
+            if not check.gate:
+                if not self.neighbours.noted:  # after the gates: this rank's CUDA context is on its GPU
+                    self.neighbours.note_own_pids(self.occupancy)
+                if self.neighbours.taken is not None:  # every check runs on every GPU: none on the one taken
+                    if self.is_root:
+                        self.report.skipped.append(Skip(check=check.name, name=check.name,
+                                                        reason=self.neighbours.taken))
+                    continue
             out = self.guarded(session, check.name, lambda c=check: c.stage(self, session, watchdog))
             if not check.gate:
                 continue
@@ -334,8 +328,12 @@ class Runner:
                 return
 
     def guarded(self, session: Session, check: CheckName, stage: Callable[[], Any]) -> stages.Outcome:
-        """One check's stage: an exception a rank raises in it is a failed result of the check (rank 0 keeps it)."""
-        out = stages.guarded(session, check, stage, self.blamer)
+        """One check's stage: an exception a rank raises in it is a failed result of the check (rank 0 keeps it).
+        Out of memory because another process holds it (every rank sees the same errors): the later checks are
+        skipped with that reason, so the holder is named once."""
+        out = stages.guarded(session, check, stage, self.blamer,
+                             lambda e: self.neighbours.explain(e, self.occupancy, session))
+        self.neighbours.take(out.errors, check)
         if out.errors and self.is_root:
             self.report.results += stages.results(out.errors)
             self.report.stage_errors += out.errors

@@ -1,17 +1,19 @@
 """A stand-in for nvidia-ml-py's `pynvml` that replays recorded NVML series (tests/workload/fixtures/nvml_soak.json).
 
-Outside the product: the tests hand this module to nvmlwatch.Watch where the workload hands the real pynvml, or
-put this directory first on PYTHONPATH. A scenario gives each GPU its readings at the start (`base`) and the
-readings that change from a sample on (`changes`), the XID events it raises (`xids`), the readings it does not
-support and the samples in which a reading fails. One sample is one period of the watch: the watch's pause is
-nvmlEventSetWait, which here moves the GPU's replay on by one sample (and returns the XID recorded for it);
-`clock(gpu)` is the replay's time in seconds, the watch's clock in the tests. At the end of the recording the
-wait returns timeouts without moving on, so the watch takes no sample the recording does not have.
+Outside the product: the tests hand this module to nvmlwatch.Watch where the workload hands the real pynvml, or put
+this directory first on PYTHONPATH, with FAKE_NVML=FILE:SCENARIO to replay that scenario from the import on. A
+scenario gives each GPU its readings at the start (`base`) and the readings that change from a sample on
+(`changes`), the XID events it raises (`xids`), the readings it does not support and the samples in which a reading
+fails. One sample is one period of the watch: the watch's pause is nvmlEventSetWait, which here moves the GPU's
+replay on by one sample (and returns the XID recorded for it); `clock(gpu)` is the replay's time in seconds, the
+watch's clock in the tests. At the end of the recording the wait returns timeouts without moving on, so the watch
+takes no sample the recording does not have.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -140,6 +142,21 @@ def nvmlEventSetWait(event_set: dict[str, Any], timeout_ms: int) -> _Data:
     raise NVMLError(NVML_ERROR_TIMEOUT)
 
 
+def nvmlDeviceGetMemoryInfo(h: _Gpu) -> Any:
+    """Memory in use as `memory_used_mib` of `memory_total_mib` says (the v1 call: this stand-in has no v2)."""
+    from types import SimpleNamespace
+
+    used, total = int(h.value("memory_used_mib")) << 20, int(h.value("memory_total_mib")) << 20
+    return SimpleNamespace(used=used, total=total, free=total - used)
+
+
+def nvmlDeviceGetComputeRunningProcesses(h: _Gpu) -> list[Any]:
+    """The processes `processes` lists, [pid, MiB] each (an outside process the test started stands for one)."""
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(pid=pid, usedGpuMemory=mib << 20) for pid, mib in h.value("processes")]
+
+
 def nvmlDeviceGetClockInfo(h: _Gpu, kind: int) -> int:
     return int(h.value("sm_clock" if kind == 1 else "mem_clock"))
 
@@ -181,3 +198,8 @@ def nvmlDeviceGetPcieReplayCounter(h: _Gpu) -> int:
 def nvmlDeviceGetRemappedRows(h: _Gpu) -> tuple[int, int, int, int]:
     corr, unc, pending, failure = h.value("remapped_rows")
     return corr, unc, pending, failure
+
+
+if os.environ.get("FAKE_NVML"):
+    _file, _, _scenario = os.environ["FAKE_NVML"].rpartition(":")
+    load(_file, _scenario)

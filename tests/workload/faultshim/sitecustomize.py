@@ -4,7 +4,8 @@ TEST_FAULT="MODULE:ATTR:RANK:AFTER:EXCEPTION:TEXT" replaces MODULE's ATTR (dotte
 Trainer.step) in the process whose RANK it is, once MODULE is imported (at once for one already imported, such
 as os), with a wrapper that calls the real one AFTER times and then raises EXCEPTION(TEXT) on every later call:
 EXCEPTION is a builtin exception (OSError, RuntimeError) or an errno name (ENOSPC, EIO, EROFS: an OSError with
-that errno and the system's text). The workload has no hook for this: the test changes the function from
+that errno and the system's text) or a library's exception by its dotted name (torch.OutOfMemoryError).
+TEXT may hold colons. The workload has no hook for this: the test changes the function from
 outside, as a faulty library, driver or disk would make it raise.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import builtins
 import errno
 import functools
+import importlib
 import importlib.abc
 import importlib.util
 import os
@@ -26,6 +28,9 @@ def _error(name: str, text: str) -> BaseException:
     code = getattr(errno, name, None)
     if isinstance(code, int) and name.startswith("E"):
         return OSError(code, os.strerror(code))
+    if "." in name:  # a library's own exception, e.g. torch.OutOfMemoryError (what CUDA raises on a full GPU)
+        module, _, attr = name.rpartition(".")
+        return getattr(importlib.import_module(module), attr)(text)
     return getattr(builtins, name)(text)
 
 

@@ -13,10 +13,14 @@ Every command answers one question, and its exit code says how:
   the image needs is missing.
 - 2 (CANNOT): it could not answer: bad arguments, a file it cannot read or
   write (including a manifest `local` cannot use), no such test, the API server
-  unreachable or refusing, a port it cannot bind, a run that ended without a
-  report, a workload whose report could not be delivered, or any unexpected
-  error (cli.main turns one into 2 rather than Python's 1, which would read as
-  "a check failed").
+  unreachable or refusing, a port it cannot bind, a run that could not
+  complete (a rank that died), a workload whose report could not be delivered,
+  or any unexpected error (cli.main turns one into 2 rather than Python's 1,
+  which would read as "a check failed").
+
+An export (`--html`, `--junit`) never changes the code (exports.py), and a
+pod's container ends with the workload's code under torchrun too (guard.py's
+`--launcher`: torchrun alone exits 1 for any failed rank).
 
 README.md ("Exit codes") says the same for users; tests/unit/test_exit_codes.py holds both to it.
 """

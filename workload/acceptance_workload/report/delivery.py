@@ -24,6 +24,7 @@ The lines' formats live here alone: the workload writes them, the operator and t
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,3 +170,31 @@ def reach_stage(session: Any, test: TestRef, report: Report, progress: Callable[
         report.skipped += [Skip(check=check, name=check, reason="the report could not be delivered")
                            for check in report.checks_run]
     return False
+
+
+def deliver(test: TestRef, report: Report, code: int, *, termination_log: str, timeout_seconds: float,
+            elapsed: float, unreachable: bool, log: Callable[[str], None]) -> int:
+    """Rank 0's finished report into the test's evidence ConfigMaps; `code` (the verdict's exit code) if it got
+    there, else 2. The termination message says "not delivered" while the delivery is retried and after a
+    failure (the operator's evidence of last resort), and a report that did not get there ends the log as one
+    marked JSON line (`gpu-acceptance report NAME --from-log`)."""
+    from acceptance_workload.contract.exits import CANNOT
+    from acceptance_workload.report.status import DEFAULT_DEADLINE_SECONDS, StatusWriteError, patch_report
+    from acceptance_workload.report.status import write_termination_log as termination
+
+    address = api_server()
+    termination(not_delivered(IN_FLIGHT, address, report), termination_log)
+    seconds = delivery_seconds(timeout_seconds, elapsed, MIN_DELIVERY_SECONDS if unreachable
+                               else DEFAULT_DEADLINE_SECONDS)
+    try:
+        patch_report(test, report, log=log, deadline_seconds=seconds)
+    except StatusWriteError as e:
+        message = not_delivered(str(e), address, report)
+        termination(message, termination_log)
+        print(f"gpu-acceptance: {message}", file=sys.stderr, flush=True)
+        print(report_line(report), file=sys.stderr, flush=True)  # `report --from-log` reads it
+        return CANNOT
+    termination(report, termination_log)
+    log(f"report delivered into the evidence ConfigMaps {', '.join(test.evidence)} of "
+        f"acceptancetests/{test.name} in namespace {test.namespace}")
+    return code

@@ -126,10 +126,15 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else repr(error)}"[:500]
 
 
-def describe(error: BaseException, session: Session, check: CheckName) -> StageError:
+def describe(error: BaseException, session: Session, check: CheckName,
+             explain: Callable[[BaseException], str | None] | None = None) -> StageError:
+    """The error as its result names it: its type and first line, or what `explain` says of it instead (an
+    out-of-memory error: whose memory it is, run.Runner.explain); the traceback is kept either way."""
     info = session.ranks[session.rank]
+    said = explain(error) if explain is not None else None
     return StageError(check=check, rank=session.rank, node=info.node, gpu=info.gpu,
-                      step=session.control.last_step, error=first_line(error),
+                      step=session.control.last_step,
+                      error=first_line(error) if said is None else f"{type(error).__name__}: {said}"[:1000],
                       traceback="".join(traceback.format_exception(error))[-MAX_TRACEBACK:])
 
 
@@ -151,7 +156,8 @@ class Outcome:
     errors: list[StageError]
 
 
-def guarded(session: Session, check: CheckName, fn: Callable[[], Any], blamer: Blamer | None) -> Outcome:
+def guarded(session: Session, check: CheckName, fn: Callable[[], Any], blamer: Blamer | None,
+            explain: Callable[[BaseException], str | None] | None = None) -> Outcome:
     """Run `fn` (this rank's part of the check's stage); an error it raises becomes a StageError on every rank.
 
     The rank that raised aborts its process groups, which ends the gloo collectives other ranks wait in for it
@@ -176,7 +182,7 @@ def guarded(session: Session, check: CheckName, fn: Callable[[], Any], blamer: B
             control.stage = control.abort = None
             raise
         if not collective_failure(e):
-            mine = describe(e, session, check)
+            mine = describe(e, session, check, explain)
             print(f"gpu-acceptance: {message(mine)}\n{mine.traceback}", file=sys.stderr, flush=True)
             control.store.set(f"stage-error/{check}/{session.rank}",
                               f"{mine.error} (stage {check}, step '{mine.step}')")

@@ -154,31 +154,32 @@ def median_throughputs(windows: list[list[float]], items_per_step: int) -> list[
 
 
 def measure(trainers: dict[str, Trainer], check: DdpCheck, device: Any, watchdog: Watchdog,
-            barrier: Callable[[], None]) -> dict[str, list[list[float]]]:
+            barrier: Callable[[], None], stage: str = "ddp") -> dict[str, list[list[float]]]:
     """Warm up every trainer, then alternate timed windows of each; step seconds per trainer and window.
 
     Alternating the one-GPU and DDP windows puts slow drift (clocks, temperature,
     a neighbour on the host) on both sides of the efficiency ratio instead of on
     whichever phase ran during it. Every window starts with the ranks aligned, so
     a DDP window does not time the wait for the slowest rank's previous window.
+    `stage` starts each step's label: the check that runs it (fsdp measures this way too).
     """
     import torch
 
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     for name, trainer in trainers.items():
         for i in range(check.warmup_steps):
-            with watchdog.step(f"ddp {name} warmup {i}"):
+            with watchdog.step(f"{stage} {name} warmup {i}"):
                 trainer.step()
     out: dict[str, list[list[float]]] = {name: [] for name in trainers}
     for w in range(check.window_count()):
         for name, trainer in trainers.items():
-            with watchdog.step(f"ddp {name} window {w} start"):
+            with watchdog.step(f"{stage} {name} window {w} start"):
                 sync()
                 barrier()
                 sync()  # NCCL's all_reduce returns before it completes: wait until every rank has arrived
             times = []
             for i in range(check.steps_per_window()):
-                with watchdog.step(f"ddp {name} window {w} step {i}"):
+                with watchdog.step(f"{stage} {name} window {w} step {i}"):
                     t0 = time.perf_counter()
                     trainer.step()
                     sync()  # the step's kernels are done; DDP already waited for its all-reduce in backward

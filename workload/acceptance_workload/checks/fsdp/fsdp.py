@@ -169,7 +169,7 @@ def _unsharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, wat
 
     device, mem = session.device, Memory(session.device)
     alone = Trainer(wl.build(device, SEED), wl, batch, device)
-    times = measure({"baseline": alone}, check, device, watchdog, barrier)  # type: ignore[arg-type]
+    times = measure({"baseline": alone}, check, device, watchdog, barrier, "fsdp")  # type: ignore[arg-type]
     alone.opt.zero_grad(set_to_none=True)
     state = mem.allocated()  # parameters and AdamW's two moments; gradients come and go with the step's peak
     with watchdog.step("fsdp unsharded memory"):
@@ -197,7 +197,7 @@ def _sharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, watch
         with watchdog.step("fsdp shard node model"):
             trainers = {"node": Trainer(sharded_model(wl, mesh["shard"], device), wl, batch, device), "fsdp": fsdp}
     fsdp.losses.clear()
-    times = measure(trainers, check, device, watchdog, barrier)  # type: ignore[arg-type]
+    times = measure(trainers, check, device, watchdog, barrier, "fsdp")  # type: ignore[arg-type]
     with watchdog.step("fsdp checksum"):
         digest = checksum(fsdp.model)
     out = {name: median_throughputs(t, wl.items_per_step) for name, t in times.items()}

@@ -6,14 +6,18 @@ Error 1: unhandled cuda error"). So each rank reads its own GPU through NVML
 before it creates a CUDA context (nothing of ours is on the GPU yet: whatever
 is in use belongs to someone else), the preflight judges it as `gpu_in_use`,
 and a CUDA/NCCL error the rank raises later is reported with these facts and a
-fresh reading beside it.
+fresh reading beside it. Memory another process takes after the preflight
+shows as an out-of-memory error in a check: that error reads the GPU again and
+names the processes that are not this run's, as `gpu_in_use` does
+(out_of_memory_message), and the later checks are skipped with that reason
+(run.py) instead of failing with torch's text one after the other.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +29,9 @@ from acceptance_workload.contract.results import CheckResult
 MIB = 1 << 20
 MAX_NAMED_PROCESSES = 4
 NOTABLE_MIB = 64  # in use with no process listed: worth a word from here on
+# What CUDA, cuBLAS, NCCL and torch say when a GPU allocation fails (torch.OutOfMemoryError aside).
+OUT_OF_MEMORY_TEXTS = ("out of memory", "cublas_status_alloc_failed", "cudaerrormemoryallocation")
+NOT_OURS = "not this run's"  # an out-of-memory message that names another process's memory says this
 
 
 @dataclass
@@ -189,3 +196,78 @@ def failure_facts(before: Occupancy | None, local_rank: int) -> str:
         return ""
     now = read_own(local_rank)
     return (f" [GPU {before.gpu} before the run: {before.describe()}; at this error: {now.describe()}]")
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """A GPU allocation failed: torch's OutOfMemoryError, or CUDA's, cuBLAS's or NCCL's words for it (a host
+    MemoryError is not the GPU's)."""
+    if isinstance(error, MemoryError):
+        return False
+    with contextlib.suppress(ImportError, AttributeError):
+        import torch
+
+        if isinstance(error, torch.OutOfMemoryError):
+            return True
+    text = str(error)[:4000].lower()
+    return any(t in text for t in OUT_OF_MEMORY_TEXTS)
+
+
+def new_pids(before: Occupancy, now: Occupancy) -> set[int]:
+    """The processes NVML lists on the GPU now and did not list before the run: this rank's own, once its CUDA
+    context exists, as NVML numbers them (in a container, the host's pids, which its /proc does not show)."""
+    return {p.pid for p in now.processes} - {p.pid for p in before.processes}
+
+
+def out_of_memory_message(now: Occupancy, before: Occupancy | None, ours: Collection[int], node: str) -> str:
+    """An out-of-memory error on GPU `now.gpu`, said as `gpu_in_use` says a busy GPU: the memory in use at the
+    error and the processes holding it that are not this run's (`ours`: the pids of this run's ranks on the node),
+    with pid, command and MiB; what the preflight read before the run beside it. Without another process listed
+    (NVML cannot see it, or the memory is this run's) it says what it saw and does not blame."""
+    others = Occupancy(gpu=now.gpu, nvml_index=now.nvml_index, used_mib=now.used_mib, total_mib=now.total_mib,
+                       processes=[p for p in now.processes if p.pid not in ours], error=now.error)
+    shown = others if others.processes or not now.processes else now
+    text = f"GPU {now.gpu} on node {node} ran out of memory: {shown.describe()} at this error"
+    if shown is now:
+        text += ", all of it this run's"
+    elif others.processes:
+        text += (f", {NOT_OURS}: another process took this GPU's memory after the preflight"
+                 + (f" ({before.describe()} before the run)" if before is not None and before.used_mib is not None
+                    else "") + ". Stop it, or run the test on idle GPUs")
+    return text[:1000]
+
+
+@dataclass
+class Neighbours:
+    """What one rank knows of the other processes on its GPU during the run: the pids that are its own (noted
+    once its CUDA context exists, after the preflight) and, once another process took the GPU's memory, why the
+    checks after that one do not run there (`taken`: the holder is named once, not once a check)."""
+
+    local_rank: int
+    own_pids: set[int] = field(default_factory=set)
+    noted: bool = False
+    taken: str | None = None
+
+    def note_own_pids(self, before: Occupancy | None) -> None:
+        """The pids NVML lists on this GPU now that it did not list before the run are this rank's, whichever pid
+        namespace NVML numbers them in (a pod's /proc shows other numbers)."""
+        self.noted = True
+        if before is not None:
+            with contextlib.suppress(Exception):
+                self.own_pids = new_pids(before, read_own(self.local_rank))
+
+    def explain(self, error: BaseException, before: Occupancy | None, session: Any) -> str | None:
+        """An out-of-memory error on this GPU, said as the preflight says a busy GPU: NVML's processes on it that
+        are not this run's ranks (out_of_memory_message); None for any other error."""
+        if not out_of_memory(error):
+            return None
+        me = session.ranks[session.rank]
+        ours = {info.pid for info in session.ranks if info.host == me.host} | self.own_pids
+        with contextlib.suppress(Exception):
+            return out_of_memory_message(read_own(self.local_rank), before, ours, me.node)
+        return None
+
+    def take(self, errors: list[Any], check: str) -> None:
+        """The first stage error that names memory held by another process: the later checks are skipped for it."""
+        taken = next((e for e in errors if NOT_OURS in e.error), None)
+        if taken is not None and self.taken is None:
+            self.taken = f"{taken.error.partition(': ')[2]} (in stage {check}): later checks on this GPU not run"
