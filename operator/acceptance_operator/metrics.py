@@ -59,6 +59,15 @@ class OperatorMetrics:
         self.errors = Counter("gpu_acceptance_reconcile_errors",
                               "Reconciliations that failed and will be retried, by reason.",
                               ["reason"], registry=r)
+        self.leader = Gauge("gpu_acceptance_operator_leader",
+                            "1 while this replica holds the leader lease and reconciles, 0 while it stands by.",
+                            registry=r)
+        self.leader_changes = Counter("gpu_acceptance_operator_leader_changes",
+                                      "Changes of the lease's holder this replica has seen (itself, another replica, "
+                                      "or none after a release).", registry=r)
+        self.crd_missing_fields = Gauge("gpu_acceptance_crd_missing_fields",
+                                        "Fields of this operator's AcceptanceTest schema that the installed CRD lacks "
+                                        "(0: up to date); while above 0 new runs end CRDOutdated.", registry=r)
         self._units: dict[tuple[str, str], str] = {}
         self._passes: dict[str, float] = {}  # node -> its last pass, known whether or not the node was seen yet
         self._nodes: set[str] = set()  # nodes that exist (the node watch): only they have last-pass series

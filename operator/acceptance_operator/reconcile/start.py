@@ -14,10 +14,16 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator import evidence_hooks, manifests, runs
+from acceptance_operator import crdcheck, evidence_hooks, manifests, runs
 from acceptance_operator.api import AcceptanceTest
 from acceptance_operator.backends import BACKENDS, backend_of, build_children
-from acceptance_operator.conditions import BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, RunState
+from acceptance_operator.conditions import (
+    BACKEND_NOT_INSTALLED,
+    BACKEND_NOT_RUNNING,
+    CRD_OUTDATED,
+    INVALID_SPEC,
+    RunState,
+)
 from acceptance_operator.diagnosis import parse_time
 from acceptance_operator.kubeapi import Kube
 from acceptance_operator.reconcile import runtime as rt
@@ -68,6 +74,11 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     first_step = begun is None or begun[0] != run_id
     if first_step:
         stopped = stop_other_runs(k, test, generation)
+        missing = crd_gap(k)
+        if missing:
+            conclude(k, obj, test, RunState("Failed", CRD_OUTDATED, crdcheck.outdated_message(missing)), now=now,
+                     logger=logger)
+            return None
         problem = k.backend_problem(test.spec.backend)
         if problem:
             conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
@@ -102,6 +113,12 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
         kept.begun = None
     _started(k, obj, test, now, logger, start, adopted, stopped)
     return None
+
+
+def crd_gap(k: Kube) -> list[str]:
+    """What the installed CRD lacks of this operator's schema (read now if not yet known: fail closed)."""
+    missing = rt.CRD.missing
+    return missing if missing is not None else rt.installed_crd_changed(k.read_crd(crdcheck.CRD_NAME))
 
 
 def _built(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
