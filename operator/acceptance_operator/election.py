@@ -200,6 +200,7 @@ class Election:
         return f"Lease {self.api.namespace}/{LEASE_NAME}"
 
     def start(self) -> None:
+        self.metrics.standby = True
         log.info("leader election: %s, identity %s, duration %gs, renew deadline %gs, retry period %gs", self.where,
                  self.identity, self.timing.duration, self.timing.renew_deadline, self.timing.retry_period)
         for target, name in ((self._run, "lease"), (self._fence, "lease-fence")):
@@ -271,6 +272,7 @@ class Election:
 
     def _became_leader(self, action: str) -> None:
         self.metrics.leader.set(1)
+        self.metrics.standby = False
         self.metrics.leader_changes.inc()
         how = {"create": "created", "acquire": "took over", "renew": "holds"}[action]
         log.info("leader election: this replica (%s) leads now: it %s the %s", self.identity, how, self.where)
@@ -284,6 +286,7 @@ class Election:
                 continue
             ended = self._clock()
             self.metrics.leader.set(0)
+            self.metrics.standby = True
             log.warning("leader election: this replica (%s) leads no more: no renewal of the %s within the renew "
                         "deadline (%gs); it stopped reconciling and stands by (last error: %s)", self.identity,
                         self.where, self.timing.renew_deadline, self.problem or "none")
@@ -314,6 +317,7 @@ class Election:
                 lease["spec"].update(holderIdentity=None, leaseDurationSeconds=1, renewTime=micro_time())
                 self.api.write(lease, create=False)
                 self.metrics.leader.set(0)
+                self.metrics.standby = True
                 log.info("leader election: this replica (%s) released the %s", self.identity, self.where)
             except Exception as e:  # the lease then expires by itself
                 log.warning("leader election: could not release the %s (%s): it expires by itself", self.where,

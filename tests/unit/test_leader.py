@@ -219,3 +219,21 @@ def test_record_of_reads_what_the_api_server_stores():
     lease["metadata"]["resourceVersion"] = "7"
     assert record_of(lease) == LeaseRecord("a", 15.0, "2026-01-01T00:00:00.000000Z",
                                            "2026-01-01T00:00:00.000000Z", 0, "7")
+
+
+def test_a_standby_exports_its_own_state_only_and_the_leader_everything():
+    """Two replicas exporting the same test and node series would double every sum and alert: the standby keeps
+    them (current at takeover) but shows only its process's families."""
+    from prometheus_client import generate_latest
+
+    api, clock = FakeLeaseApi(), Clock()
+    a, b = election(api, "a", clock), election(api, "b", clock)
+    for e in (a, b):
+        e.metrics.standby = True  # as start() sets it
+        e.metrics.set_phase("lab", "t", "Running")
+        e.step()
+    shown = {e.identity: generate_latest(e.metrics).decode() for e in (a, b)}  # type: ignore[arg-type]
+    assert 'gpu_acceptance_test_phase{name="t",namespace="lab",phase="Running"} 1.0' in shown["a"]
+    assert "gpu_acceptance_test_phase" not in shown["b"]
+    assert "gpu_acceptance_operator_leader 0.0" in shown["b"] and "gpu_acceptance_runs_total" in shown["b"]
+    assert b.metrics.phase.labels(namespace="lab", name="t", phase="Running")._value.get() == 1  # kept, not shown
