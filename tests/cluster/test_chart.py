@@ -116,6 +116,7 @@ def test_helm_install_grants_exactly_the_contract(
         assert "NOTES:" in notes
         assert "kubectl apply -f examples/quick.yaml" in notes
         assert "kubectl get at -w" in notes
+        assert "get lease gpu-acceptance-operator" in notes and "2 replica(s), one of which leads" in notes
         assert f"http://{release}-gpu-acceptance-metrics.{namespace}.svc:8470/metrics" in notes
         assert "serviceMonitor.enabled=true" in notes
         granted, checked = permission_matrix(apiserver, namespace, sa_name)
