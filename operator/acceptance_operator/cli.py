@@ -34,7 +34,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 def _cmd_operator(args: argparse.Namespace) -> int:
     from acceptance_operator.runner import run_operator
 
-    return run_operator(namespace=args.namespace, metrics_port=args.metrics_port,
+    return run_operator(namespace=args.namespace, lease_namespace=args.lease_namespace, metrics_port=args.metrics_port,
                         health_port=args.health_port, json_logs=args.json_logs, verbose=args.verbose)
 
 
@@ -60,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("operator", help="run the operator against the current kubeconfig or in-cluster config")
     p.add_argument("--namespace", action="append", default=None,
                    help="watch only this namespace (repeatable); default: all namespaces")
+    p.add_argument("--lease-namespace", metavar="NAMESPACE",
+                   help="namespace of the leader Lease gpu-acceptance-operator that every replica of this operator "
+                   "shares (one reconciles; default: the pod's namespace, else `default`)")
     p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
                    help=f"port of /metrics (0: off; default {DEFAULT_METRICS_PORT})")
     p.add_argument("--health-port", type=int, default=DEFAULT_HEALTH_PORT,

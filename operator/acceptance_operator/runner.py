@@ -21,7 +21,8 @@ class _QuietEvents(logging.Filter):
 
 
 def run_operator(
-    namespace: list[str] | None, metrics_port: int, health_port: int, json_logs: bool, verbose: bool
+    namespace: list[str] | None, metrics_port: int, health_port: int, json_logs: bool, verbose: bool,
+    lease_namespace: str | None = None,
 ) -> int:
     """Run until SIGTERM/SIGINT; 0 on a clean stop, 2 when the settings are unusable or a port is taken."""
     problems = unbindable_ports({"metrics": metrics_port, "health": health_port})
@@ -42,6 +43,8 @@ def run_operator(
         print(f"gpu-acceptance operator: {e}", file=sys.stderr)
         return 2
     handlers.SETTINGS.metrics_port = metrics_port
+    if lease_namespace:
+        handlers.SETTINGS.lease_namespace = lease_namespace
     logging.getLogger("gpu_acceptance.operator").info(
         "starting: %s, metrics port %s, health port %s, node actions %s, unschedulable grace %ss",
         f"namespaces {', '.join(namespace)}" if namespace else "all namespaces",

@@ -37,6 +37,18 @@ def pytorch_only_apiserver() -> Iterator[ApiServer]:
         server.stop()
 
 
+@pytest.fixture
+def own_server(tmp_path: Path) -> Iterator[ApiServer]:
+    """An API server of this test alone (every CRD installed): stopping it (an outage) must not disturb the others."""
+    server = ApiServer(tmp_path / "cluster")
+    server.start()
+    try:
+        server.install_crds([*backend_crd_paths(), AT_CRD])
+        yield server
+    finally:
+        server.stop()
+
+
 StartOperator = Callable[..., OperatorProcess]
 
 
@@ -50,8 +62,9 @@ def start_operator(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[S
     started: list[OperatorProcess] = []
 
     def start(kubeconfig: Path, namespaces: list[str] | None, env: dict[str, str] | None = None,
-              args: tuple[str, ...] = ("--verbose",)) -> OperatorProcess:
-        proc = OperatorProcess(kubeconfig, tmp_path / f"operator-{len(started)}", namespaces, env or {}, args)
+              args: tuple[str, ...] = ("--verbose",), lease_namespace: str | None = None) -> OperatorProcess:
+        proc = OperatorProcess(kubeconfig, tmp_path / f"operator-{len(started)}", namespaces, env or {}, args,
+                               lease_namespace)
         proc.log_dir.mkdir()
         started.append(proc)
         return proc.start()

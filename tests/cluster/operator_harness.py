@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -68,9 +69,13 @@ class OperatorProcess:
     """`gpu-acceptance operator` in a subprocess of its own process group, logging to a file."""
 
     def __init__(self, kubeconfig: Path, log_dir: Path, namespaces: list[str] | None, env: dict[str, str],
-                 args: tuple[str, ...] = ("--verbose",)):
+                 args: tuple[str, ...] = ("--verbose",), lease_namespace: str | None = None):
         self.kubeconfig, self.log_dir, self.namespaces, self.args = kubeconfig, log_dir, namespaces, args
-        self.env = {**FAST_ENV, **env}
+        # One pod's operator container: the same identity across its restarts (POD_NAME, as the chart sets it), so
+        # a restarted operator renews its own lease at once. The lease lives in the first watched namespace unless
+        # told otherwise, so the operators of different tests never wait for each other's lease.
+        self.env = {**FAST_ENV, "POD_NAME": f"operator-{uuid.uuid4().hex[:8]}", **env}
+        self.lease_namespace = lease_namespace or (namespaces[0] if namespaces else None)
         self.metrics_port, self.health_port = free_ports(2)
         self.proc: subprocess.Popen | None = None
         self.starts = 0
@@ -85,6 +90,8 @@ class OperatorProcess:
                 str(self.metrics_port), "--health-port", str(self.health_port), *self.args]
         for ns in self.namespaces or []:
             args += ["--namespace", ns]
+        if self.lease_namespace:
+            args += ["--lease-namespace", self.lease_namespace]
         env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig), "PYTHONUNBUFFERED": "1"}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         with open(self.log_path, "wb") as log:
@@ -94,13 +101,25 @@ class OperatorProcess:
         return self
 
     def _healthy(self) -> bool:
+        return self.health() is not None
+
+    def health(self) -> dict[str, Any] | None:
+        """/healthz's body (None: no answer); its "leadership" part says whether this operator leads."""
         if self.proc is None or self.proc.poll() is not None:
             raise AssertionError(f"the operator exited with {self.proc and self.proc.returncode}:\n{self.log_tail()}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
+                return json.loads(r.read() or b"{}") if r.status == 200 else None
+        except (OSError, ValueError):
+            return None
+
+    def leading(self) -> bool:
+        """The leader gauge (live; /healthz's body is kopf's cached probe, up to 10 s old)."""
+        return self.sample("gpu_acceptance_operator_leader") == 1
+
+    @property
+    def identity(self) -> str:
+        return self.env["POD_NAME"]
 
     def kill(self) -> None:
         """SIGKILL, as a crash or an evicted pod would end it: no cleanup code runs."""

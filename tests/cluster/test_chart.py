@@ -49,8 +49,8 @@ def test_rendered_chart_passes_server_side_dry_run(apiserver: ApiServer, namespa
     assert kinds.keys() >= NOT_INSTALLABLE_HERE, "rendered, and checked in the unit tests"
     sent = [o for o in objects if o["kind"] not in NOT_INSTALLABLE_HERE]
     assert sorted({o["kind"] for o in sent}) == [
-        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment", "Service",
-        "ServiceAccount"]
+        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "CustomResourceDefinition", "Deployment",
+        "PodDisruptionBudget", "Role", "RoleBinding", "Service", "ServiceAccount"]
     out = dry_run(apiserver, namespace, sent)
     for obj in sent:
         line = [line for line in out.splitlines() if f"/{obj['metadata']['name']} " in line
@@ -67,8 +67,10 @@ def test_server_dry_run_rejects_what_the_api_rejects(apiserver: ApiServer, names
     assert "runAsUser" in proc.stderr
 
 
-def can(apiserver: ApiServer, namespace: str, sa: str, group: str, resource: str, verb: str) -> bool:
-    """SubjectAccessReview for the ServiceAccount (as its token would be authorized), in another namespace."""
+def can(apiserver: ApiServer, namespace: str, sa: str, group: str, resource: str, verb: str,
+        where: str = "some-tenant", object_name: str = "") -> bool:
+    """SubjectAccessReview for the ServiceAccount (as its token would be authorized), in namespace `where` (by
+    default another than the release's), on any object or the one named."""
     name, _, sub = resource.partition("/")
     review = apiserver.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", {
         "apiVersion": "authorization.k8s.io/v1",
@@ -76,8 +78,8 @@ def can(apiserver: ApiServer, namespace: str, sa: str, group: str, resource: str
         "spec": {
             "user": f"system:serviceaccount:{namespace}:{sa}",
             "groups": ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-            "resourceAttributes": {"namespace": "some-tenant", "group": group, "resource": name,
-                                   "subresource": sub, "verb": verb},
+            "resourceAttributes": {"namespace": where, "group": group, "resource": name,
+                                   "subresource": sub, "verb": verb, "name": object_name},
         },
     })
     return bool(review["status"].get("allowed"))
@@ -114,6 +116,7 @@ def test_helm_install_grants_exactly_the_contract(
         assert "NOTES:" in notes
         assert "kubectl apply -f examples/quick.yaml" in notes
         assert "kubectl get at -w" in notes
+        assert "get lease gpu-acceptance-operator" in notes and "2 replica(s), one of which leads" in notes
         assert f"http://{release}-gpu-acceptance-metrics.{namespace}.svc:8470/metrics" in notes
         assert "serviceMonitor.enabled=true" in notes
         granted, checked = permission_matrix(apiserver, namespace, sa_name)
@@ -129,8 +132,15 @@ def test_helm_install_grants_exactly_the_contract(
 
         deployment = apiserver.request(
             "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{release}-gpu-acceptance")
-        assert deployment["spec"]["replicas"] == 1
-        assert deployment["spec"]["strategy"]["type"] == "Recreate"
+        assert deployment["spec"]["replicas"] == 2
+        assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+        # The leader lease: get and update on the one Lease and create, in the release namespace only.
+        lease = ("coordination.k8s.io", "leases")
+        in_release = {v for v in VERBS if can(apiserver, namespace, sa_name, *lease, v, where=namespace,
+                                              object_name="gpu-acceptance-operator")}
+        assert in_release == {"get", "update", "create"}
+        assert not can(apiserver, namespace, sa_name, *lease, "update", where=namespace, object_name="other-lease")
+        assert not {v for v in VERBS if can(apiserver, namespace, sa_name, *lease, v)}, "no lease elsewhere"
     finally:
         helm("uninstall", release, "-n", namespace, env=helm_env)
     cluster_role = apiserver.request(

@@ -32,7 +32,8 @@ def install_chart_rbac(server: ApiServer, namespace: str) -> tuple[str, dict[str
                              namespace=RELEASE_NAMESPACE))
     server.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                   "metadata": {"name": RELEASE_NAMESPACE}}, expect=(201, 409))
-    rbac = objects["ServiceAccount"] + objects["ClusterRole"] + objects["ClusterRoleBinding"]
+    rbac = (objects["ServiceAccount"] + objects["ClusterRole"] + objects["ClusterRoleBinding"] + objects["Role"]
+            + objects["RoleBinding"])
     server.kubectl("apply", "-f", "-", input="\n".join(json.dumps(o) for o in rbac))
     (deployment,) = objects["Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -50,6 +51,7 @@ def test_lifecycle_with_the_charts_rbac_only(pytorch_only_apiserver: ApiServer, 
     kubeconfig = server.kubeconfig_for_token(token, tmp_path / "operator.kubeconfig")
     # The chart's environment, with the test's short report grace.
     env = {k: v for k, v in chart_env.items() if k.startswith("GPU_ACCEPTANCE_")}
+    env["POD_NAMESPACE"] = RELEASE_NAMESPACE  # the downward API's value: the lease is the release namespace's
     proc = start_operator(kubeconfig, None, {**env, "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "1"})
 
     namespace = server.create_namespace(namespace)

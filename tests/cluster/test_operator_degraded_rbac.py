@@ -52,6 +52,12 @@ def operator_without(acceptance_crd: ApiServer, namespace: str, start_operator: 
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": "operator", "namespace": namespace}]})
         created.append(name)
+        for kind in ("Role", "RoleBinding"):  # the chart's lease grant, in the namespace of the test's operator
+            (obj,) = by_kind(render(namespace=namespace))[kind]
+            acceptance_crd.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/{kind.lower()}s",
+                                   {**obj, "subjects": [{"kind": "ServiceAccount", "name": "operator",
+                                                         "namespace": namespace}]} if kind == "RoleBinding" else obj,
+                                   expect=(201, 409))
         token = acceptance_crd.token_for_service_account(namespace, "operator")
         kubeconfig = acceptance_crd.kubeconfig_for_token(token, tmp_path / f"{name}.kubeconfig")
         proc = start_operator(kubeconfig, [namespace], {"GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "2"})

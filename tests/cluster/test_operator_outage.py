@@ -10,13 +10,9 @@ written, and every test must end Succeeded with one job each.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
-
-from tests.apiserver import ApiServer, backend_crd_paths
-from tests.cluster.conftest import AT_CRD, StartOperator
+from tests.apiserver import ApiServer
+from tests.cluster.conftest import StartOperator
 from tests.cluster.operator_harness import Cluster, report
 
 TESTS = 20
@@ -25,18 +21,6 @@ TESTS = 20
 DOWN_SECONDS = 10
 # What the outage may add to the log: a line per kind of failure and period (kopf's watch streams, our calls).
 MAX_OUTAGE_LINES = 120
-
-
-@pytest.fixture
-def own_server(tmp_path: Path) -> Iterator[ApiServer]:
-    """An API server of this test alone: stopping it must not disturb the others."""
-    server = ApiServer(tmp_path / "cluster")
-    server.start()
-    try:
-        server.install_crds([*backend_crd_paths(), AT_CRD])
-        yield server
-    finally:
-        server.stop()
 
 
 def test_outage_leaves_a_small_log_and_every_run_finishes(own_server: ApiServer, start_operator: StartOperator):

@@ -80,7 +80,8 @@ def test_helm_lint_fails_on_a_bad_value(tmp_path: Path) -> None:
 def test_default_render_has_exactly_the_operator_objects() -> None:
     objects = render()
     assert sorted(o["kind"] for o in objects) == [
-        "ClusterRole", "ClusterRoleBinding", "Deployment", "Service", "ServiceAccount"]
+        "ClusterRole", "ClusterRoleBinding", "Deployment", "PodDisruptionBudget", "Role", "RoleBinding", "Service",
+        "ServiceAccount"]
     for obj in objects:
         labels = obj["metadata"]["labels"]
         assert labels["app.kubernetes.io/name"] == "gpu-acceptance"
@@ -92,12 +93,72 @@ def test_default_render_has_exactly_the_operator_objects() -> None:
             assert obj["metadata"]["namespace"] == NAMESPACE
 
 
-def test_deployment_one_replica_recreate() -> None:
-    dep = deployment(render())
-    assert dep["spec"]["replicas"] == 1
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
+def test_two_replicas_rolling_with_a_disruption_budget_and_spread_over_nodes() -> None:
+    """The leader lease keeps two replicas from both reconciling, so the rollout may overlap them: a new pod first."""
+    objects = render()
+    dep = deployment(objects)
+    assert dep["spec"]["replicas"] == 2
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     selector = dep["spec"]["selector"]["matchLabels"]
     assert selector.items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    (pdb,) = by_kind(objects)["PodDisruptionBudget"]
+    assert pdb["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    (term,) = dep["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname",
+                                       "labelSelector": {"matchLabels": selector}}
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "role", "operator": "In", "values": ["ops"]}]}]}}}
+    assert deployment(render({"affinity": own}))["spec"]["template"]["spec"]["affinity"] == own
+
+
+def test_one_replica_still_works_and_renders_no_disruption_budget() -> None:
+    """A PDB of minAvailable 1 over one pod would block every drain of its node."""
+    objects = render({"replicas": 1})
+    assert deployment(objects)["spec"]["replicas"] == 1
+    assert "PodDisruptionBudget" not in by_kind(objects)
+    assert "PodDisruptionBudget" not in by_kind(render({"podDisruptionBudget": {"enabled": False}}))
+
+
+def test_the_lease_role_grants_leases_in_the_release_namespace_only() -> None:
+    kinds = by_kind(render())
+    (role,), (binding,) = kinds["Role"], kinds["RoleBinding"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == NAMESPACE
+    assert role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": ["gpu-acceptance-operator"],
+         "verbs": ["get", "update"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]}]
+    (sa,) = kinds["ServiceAccount"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+                                    "namespace": NAMESPACE}]
+    (cluster_role,) = kinds["ClusterRole"]
+    assert not [r for r in cluster_role["rules"] if "coordination.k8s.io" in r["apiGroups"]]
+    from acceptance_operator.plumbing.leader import LEASE_NAME
+
+    assert role["rules"][0]["resourceNames"] == [LEASE_NAME]
+
+
+def test_the_lease_timing_identity_and_readiness_reach_the_operator() -> None:
+    container = operator_container(render({"leaderElection": {
+        "leaseDurationSeconds": 30, "renewDeadlineSeconds": 20, "retryPeriodSeconds": 4}}))
+    env = env_of(container)
+    assert (env["GPU_ACCEPTANCE_LEASE_DURATION_SECONDS"], env["GPU_ACCEPTANCE_LEASE_RENEW_DEADLINE_SECONDS"],
+            env["GPU_ACCEPTANCE_LEASE_RETRY_PERIOD_SECONDS"]) == ("30", "20", "4")
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_NAMESPACE"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
+    probe = container["readinessProbe"]
+    assert (probe["httpGet"], probe["periodSeconds"]) == ({"path": "/healthz", "port": "health"}, 10)
+
+
+def test_the_crd_template_is_the_crds_file_kept_on_uninstall_and_only_when_asked() -> None:
+    assert "CustomResourceDefinition" not in by_kind(render())
+    (crd,) = by_kind(render({"crds": {"upgrade": True}}))["CustomResourceDefinition"]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    copy = yaml.safe_load((CHART / "crds" / "acceptancetest.yaml").read_text())
+    del crd["metadata"]["annotations"]
+    assert crd == copy
 
 
 def test_no_service_links_and_host_network_only_when_asked() -> None:
@@ -462,7 +523,11 @@ def test_grafana_dashboard_covers_what_the_issue_asks_and_uses_its_datasource_va
     ("values", "field"),
     [
         ({"logFormat": "xml"}, "logFormat"),
-        ({"replicas": 2}, "replicas"),
+        ({"replicas": 0}, "/replicas"),
+        ({"leaderElection": {"retryPeriodSeconds": 0}}, "/leaderElection/retryPeriodSeconds"),
+        ({"leaderElection": {"renewDeadlineSeconds": 15}}, "must be longer than leaderElection.renewDeadlineSeconds"),
+        ({"leaderElection": {"retryPeriodSeconds": 10}}, "must be longer than leaderElection.retryPeriodSeconds"),
+        ({"crds": {"upgrade": "yes"}}, "/crds/upgrade"),
         ({"metrics": {"port": 0, "service": {"type": "ClusterIP", "port": 8080}}}, "/metrics/port"),
         ({"health": {"port": "8081"}}, "/health/port"),
         ({"image": {"repository": "r", "tag": "", "pullPolicy": "Sometimes"}}, "/image/pullPolicy"),

@@ -40,6 +40,11 @@ class FakeKube:
     def backend_problem(self, backend: str) -> str | None:
         return None
 
+    def read_crd(self, name: str) -> dict[str, Any] | None:
+        from acceptance_operator.resource.crd import build_crd
+
+        return self.crd if hasattr(self, "crd") else build_crd()
+
     def create(self, obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         if obj["kind"] in self.reject:
             raise self.reject[obj["kind"]]
@@ -236,6 +241,32 @@ def test_backend_not_installed_says_how_to_run_again(events, monkeypatch: pytest
     assert succeeded["reason"] == "BackendNotInstalled"
     # Applying the same manifest again changes nothing (no new generation): say what does start a run.
     assert "delete and re-create" in succeeded["message"] and "change its spec" in succeeded["message"]
+
+
+def test_an_installed_crd_older_than_the_operator_ends_a_new_run_crd_outdated(events, monkeypatch):
+    """The installed CRD lacks spec.checks.soak (one field removed): no job; the run ends Failed CRDOutdated, its
+    condition and Warning event naming the field and the command that fixes it."""
+    from acceptance_operator.plumbing.crdcheck import CrdCheck
+    from acceptance_operator.resource.crd import build_crd
+
+    monkeypatch.setattr(runtime, "CRD", CrdCheck())  # nothing known yet: the start reads the CRD
+    k = FakeKube(stored(1))
+    k.crd = build_crd()
+    schema = k.crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    del schema["properties"]["spec"]["properties"]["checks"]["properties"]["soak"]
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert not any(kind == "PyTorchJob" for kind, _ in k.objects)
+    assert k.test["status"]["phase"] == "Failed"
+    succeeded = next(c for c in k.test["status"]["conditions"] if c["type"] == "Succeeded")
+    assert succeeded["reason"] == "CRDOutdated"
+    assert "it lacks spec.checks.soak. The API server" in succeeded["message"]  # the outermost field, alone
+    assert "kubectl apply --server-side" in succeeded["message"] and "crds.upgrade=true" in succeeded["message"]
+    assert events[-1][0] == "CRDOutdated" and "spec.checks.soak" in events[-1][1]
+    # The CRD upgraded: the next new run starts.
+    runtime.installed_crd_changed(build_crd())
+    k.test["metadata"]["generation"] = 2
+    handlers.reconcile(k, NS, NAME, NOW)
+    assert ("PyTorchJob", "run-g2") in k.objects
 
 
 class Patched:

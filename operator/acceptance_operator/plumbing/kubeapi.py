@@ -60,6 +60,14 @@ def api_client(pool_size: int = 10) -> client.ApiClient:
         return _api_client
 
 
+def separate_client() -> client.ApiClient:
+    """A client with a connection pool of its own and no retries (the caller tries again on its own period): for
+    the leader lease, whose renewals no burst of reconciles may queue behind."""
+    configuration = kubeclient.configuration()
+    configuration.retries = 0
+    return client.ApiClient(configuration)
+
+
 def _json(response: Any) -> KubeDict:
     return json.loads(response.data)
 
@@ -171,6 +179,10 @@ class Kube:
                     f"{', '.join(served) or 'nothing'}): install {spec.install}")
         self._backends_seen[backend] = time.monotonic()
         return None
+
+    def read_crd(self, name: str) -> KubeDict | None:
+        """A CustomResourceDefinition as served (None: not installed)."""
+        return _or_none(self.ext.read_custom_resource_definition, name)
 
     def get_job(self, backend: Backend, namespace: str, name: str) -> KubeDict | None:
         b = backend_of(backend)

@@ -3,19 +3,30 @@
 Cardinality stays bounded by design: series are per test (namespace, name),
 per node, per result or per error reason, never per message size, collective
 or check; a deleted test's series are removed.
+
+A standby replica (election.py) keeps its test and node gauges current from
+its watches, so they are right the moment it leads, but does not export them:
+the leader's are the fleet's, and a second copy would double every sum and
+every alert. It exports the families of its own process (STANDBY_FAMILIES).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Iterator
 from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
 
 from acceptance_operator.resource.api import Phase, Summary
 
 PHASES: tuple[Phase, ...] = get_args(Phase)  # the API's phases, in their order
+# What a standby's /metrics shows: its own state (the alerts on a down operator read gpu_acceptance_runs_total).
+STANDBY_FAMILIES = frozenset({"gpu_acceptance_operator_leader", "gpu_acceptance_operator_leader_changes",
+                              "gpu_acceptance_crd_missing_fields", "gpu_acceptance_runs",
+                              "gpu_acceptance_reconcile_errors"})
 DURATION_BUCKETS = (60, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, float("inf"))
 
 
@@ -59,6 +70,16 @@ class OperatorMetrics:
         self.errors = Counter("gpu_acceptance_reconcile_errors",
                               "Reconciliations that failed and will be retried, by reason.",
                               ["reason"], registry=r)
+        self.leader = Gauge("gpu_acceptance_operator_leader",
+                            "1 while this replica holds the leader lease and reconciles, 0 while it stands by.",
+                            registry=r)
+        self.leader_changes = Counter("gpu_acceptance_operator_leader_changes",
+                                      "Changes of the lease's holder this replica has seen (itself, another replica, "
+                                      "or none after a release).", registry=r)
+        self.crd_missing_fields = Gauge("gpu_acceptance_crd_missing_fields",
+                                        "Fields of this operator's AcceptanceTest schema that the installed CRD lacks "
+                                        "(0: up to date); while above 0 new runs end CRDOutdated.", registry=r)
+        self.standby = False  # set by the leader election: export STANDBY_FAMILIES only
         self._units: dict[tuple[str, str], str] = {}
         self._passes: dict[str, float] = {}  # node -> its last pass, known whether or not the node was seen yet
         self._nodes: set[str] = set()  # nodes that exist (the node watch): only they have last-pass series
@@ -143,9 +164,15 @@ class OperatorMetrics:
         if unit is not None:
             _remove(self.throughput, namespace, name, unit)
 
+    def collect(self) -> Iterator[Metric]:
+        """What /metrics shows: every family, or on a standby its own process's only."""
+        for family in self.registry.collect():
+            if not self.standby or family.name in STANDBY_FAMILIES:
+                yield family
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         """Serve /metrics on a background thread."""
-        start_http_server(port, addr=addr, registry=self.registry)
+        start_http_server(port, addr=addr, registry=self)  # type: ignore[arg-type]  # a collector, as registries are
 
 
 def _remove(metric: Gauge, *labels: str) -> None:

@@ -40,6 +40,13 @@ under a plain `kopf run -m acceptance_operator.handlers`:
 - GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES (default: POD_NAMESPACE, the operator's
   own; outside a pod: none): comma-separated namespaces whose tests may change
   nodes (spec.onPass, spec.onFailure) when node actions are on.
+- GPU_ACCEPTANCE_LEASE_DURATION_SECONDS (15), GPU_ACCEPTANCE_LEASE_RENEW_DEADLINE_SECONDS
+  (10), GPU_ACCEPTANCE_LEASE_RETRY_PERIOD_SECONDS (2): the leader lease's timing
+  (leader.py says why these; duration > renew deadline > retry period).
+- The lease's namespace: `--lease-namespace`, else POD_NAMESPACE (the chart
+  sets it), else the namespace of the pod's service account, else `default`.
+  Its holder identity: POD_NAME (the chart sets it), else this host's name with
+  a random suffix (two operators started by hand are two identities).
 
 Importing this module needs no kopf (`gpu-acceptance render` applies the same settings).
 """
@@ -48,12 +55,16 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+import secrets
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acceptance_operator.building.backends import BACKENDS
 from acceptance_operator.building.manifests import LABEL_TEST
 from acceptance_operator.judging.assessment import Timing
+from acceptance_operator.plumbing.leader import LeaseTiming
 from acceptance_operator.plumbing.ports import DEFAULT_METRICS_PORT
 from acceptance_operator.resource.api import DEFAULT_IMAGE, DEFAULT_OPERATOR_IMAGE, GROUP
 
@@ -64,6 +75,7 @@ FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
 KOPF_WORKERS = 4
 # Watched children: (group, version, plural). Every one carries the test's label.
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 CHILD_RESOURCES = (*((b.group, b.version, b.plural) for b in BACKENDS.values()), ("", "v1", "pods"))
 
 
@@ -114,6 +126,9 @@ class OperatorSettings:
     allow_host_network: bool = False
     allowed_images: tuple[str, ...] = ()
     node_action_namespaces: tuple[str, ...] = ()
+    lease: LeaseTiming = field(default_factory=LeaseTiming)
+    lease_namespace: str = "default"
+    lease_identity: str = ""
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -138,6 +153,9 @@ class OperatorSettings:
             allowed_images=_env_list("GPU_ACCEPTANCE_ALLOWED_IMAGES"),
             node_action_namespaces=_env_list("GPU_ACCEPTANCE_NODE_ACTION_NAMESPACES",
                                              os.environ.get("POD_NAMESPACE", "")),
+            lease=lease_timing(),
+            lease_namespace=own_namespace(),
+            lease_identity=own_identity(),
         )
 
     def workload_image(self) -> str:
@@ -151,6 +169,37 @@ class OperatorSettings:
     def timing(self) -> Timing:
         """The assessment's patience: the three graces, as the pure core takes them."""
         return Timing(self.unschedulable_grace_seconds, self.report_grace_seconds, self.node_lost_grace_seconds)
+
+
+def lease_timing() -> LeaseTiming:
+    """The lease's timing from GPU_ACCEPTANCE_LEASE_*; unsafe timings are an error that names them."""
+    default = LeaseTiming()
+    timing = LeaseTiming(
+        duration=_env_float("GPU_ACCEPTANCE_LEASE_DURATION_SECONDS", default.duration, 1),
+        renew_deadline=_env_float("GPU_ACCEPTANCE_LEASE_RENEW_DEADLINE_SECONDS", default.renew_deadline, 0.5),
+        retry_period=_env_float("GPU_ACCEPTANCE_LEASE_RETRY_PERIOD_SECONDS", default.retry_period, 0.1),
+    )
+    problems = timing.problems()
+    if problems:
+        raise ValueError("; ".join(problems) + " (GPU_ACCEPTANCE_LEASE_DURATION_SECONDS, "
+                         "GPU_ACCEPTANCE_LEASE_RENEW_DEADLINE_SECONDS, GPU_ACCEPTANCE_LEASE_RETRY_PERIOD_SECONDS)")
+    return timing
+
+
+def own_namespace() -> str:
+    """The pod's namespace (POD_NAMESPACE, else its service account's), else `default` (run by hand)."""
+    from_env = os.environ.get("POD_NAMESPACE", "").strip()
+    if from_env:
+        return from_env
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def own_identity() -> str:
+    """The pod's name (POD_NAME), else the host's name with a random suffix: unique per process."""
+    return os.environ.get("POD_NAME", "").strip() or f"{socket.gethostname()}-{secrets.token_hex(3)}"
 
 
 def configure_kopf(settings: kopf.OperatorSettings) -> None:

@@ -29,7 +29,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -176,17 +176,40 @@ class WorkQueue(Generic[K]):
             return len(self._waiting | set(self._due))
 
 
-def start_workers(queue: WorkQueue[K], work: Callable[[K], None], count: int, name: str) -> list[threading.Thread]:
-    """`count` daemon threads that process keys until the queue is closed; `work` must not raise."""
+class WorkGate(Protocol):
+    """What decides whether a worker may work now (election.Gate: only while this replica leads)."""
+
+    def wait_leading(self) -> bool: ...
+
+    def begin(self) -> bool: ...
+
+    def end(self) -> None: ...
+
+
+def start_workers(queue: WorkQueue[K], work: Callable[[K], None], count: int, name: str,
+                  gate: WorkGate | None = None) -> list[threading.Thread]:
+    """`count` daemon threads that process keys until the queue is closed; `work` must not raise.
+
+    With a `gate`, a worker waits for it before taking a key, and a key taken while the gate closed goes back
+    to the queue unworked (a standby keeps its queue current and works it off once it leads).
+    """
 
     def loop() -> None:
         while True:
+            if gate is not None and not gate.wait_leading():
+                return
             key = queue.get()
             if key is None:
                 return
+            if gate is not None and not gate.begin():
+                queue.add(key)  # back in the queue (re-enqueued by done() below)
+                queue.done(key)
+                continue
             try:
                 work(key)
             finally:
+                if gate is not None:
+                    gate.end()
                 queue.done(key)
 
     threads = [threading.Thread(target=loop, name=f"{name}-{i}", daemon=True) for i in range(count)]

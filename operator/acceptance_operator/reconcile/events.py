@@ -4,6 +4,7 @@ key in the work queue (after a short settle where a burst is likely); deletion d
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import copy
 import json
@@ -15,7 +16,10 @@ import kopf
 from acceptance_operator.building import manifests
 from acceptance_operator.building.backends import BACKENDS, BackendSpec
 from acceptance_operator.fleet import node_lifecycle, sweep
+from acceptance_operator.plumbing import crdcheck
 from acceptance_operator.plumbing.calm import describe_error
+from acceptance_operator.plumbing.election import Election, LeaseApi
+from acceptance_operator.plumbing.kubeapi import separate_client
 from acceptance_operator.plumbing.settings import configure_kopf
 from acceptance_operator.plumbing.workqueue import start_workers
 from acceptance_operator.reconcile import evidence_hooks
@@ -41,13 +45,19 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
         log.info("serving /metrics on port %d", rt.SETTINGS.metrics_port)
     if not rt.WORKERS:
         warm_up()
-        rt.WORKERS.extend(start_workers(rt.QUEUE, work, rt.SETTINGS.workers, "reconcile"))
+        rt.WORKERS.extend(start_workers(rt.QUEUE, work, rt.SETTINGS.workers, "reconcile", gate=rt.GATE))
+    if rt.ELECTION is None:
+        s = rt.SETTINGS
+        rt.ELECTION = Election(LeaseApi(separate_client(), s.lease_namespace, s.lease), s.lease_identity, s.lease,
+                               rt.GATE, rt.METRICS, on_lose=rt.forget_work)
+        rt.ELECTION.start()
 
 
 def warm_up() -> None:
     """Load the client's lazily imported API modules and open a connection per worker now, not in the first
     tests' time."""
     try:
+        rt.installed_crd_changed(kube().read_crd(crdcheck.CRD_NAME))
         kube().backend_problem("PyTorchJob")
         kube().open_connections(rt.SETTINGS.workers)
     except Exception as e:  # the first reconcile will say what is wrong, in its own rate-limited line
@@ -55,8 +65,27 @@ def warm_up() -> None:
 
 
 @kopf.on.cleanup()
-def cleanup(**_: Any) -> None:
+async def cleanup(**_: Any) -> None:
+    """A clean stop (SIGTERM: a rolling update, a drain): no new reconcile; the lease is given back once the
+    reconciles in flight ended, so a standby takes over within its retry period."""
     rt.QUEUE.close()
+    if rt.ELECTION is not None:
+        await asyncio.to_thread(rt.ELECTION.stop)
+    rt.GATE.close()
+
+
+@kopf.on.probe(id="leadership")
+def leadership(**_: Any) -> KubeDict:
+    """/healthz (liveness and readiness) says who leads: a standby is healthy and ready, it only waits."""
+    return rt.ELECTION.status() if rt.ELECTION is not None else {"leading": False}
+
+
+@kopf.on.event("apiextensions.k8s.io", "v1", "customresourcedefinitions", field="metadata.name",
+               value=crdcheck.CRD_NAME)
+async def on_crd_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+    """The installed AcceptanceTest CRD changed (an upgrade, a downgrade): compare it again."""
+    rt.installed_crd_changed(None if type == "DELETED" else dict(body))
+
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL)

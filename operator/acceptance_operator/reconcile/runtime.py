@@ -19,7 +19,9 @@ from pydantic import ValidationError
 from acceptance_operator.building import manifests
 from acceptance_operator.fleet.children import Children, SweepChildren
 from acceptance_operator.judging.assessment import Timing
+from acceptance_operator.plumbing import crdcheck
 from acceptance_operator.plumbing.calm import RateLimit
+from acceptance_operator.plumbing.election import Election, Gate
 from acceptance_operator.plumbing.kubeapi import Kube
 from acceptance_operator.plumbing.metrics import OperatorMetrics
 from acceptance_operator.plumbing.settings import KOPF_WORKERS, OperatorSettings
@@ -27,7 +29,7 @@ from acceptance_operator.plumbing.workqueue import WorkQueue
 from acceptance_operator.reconcile.teststate import States
 from acceptance_operator.resource import runs, spec_input
 from acceptance_operator.resource.api import RERUN_ANNOTATION, AcceptanceTest, Condition, ObjectMeta, RunRef
-from acceptance_operator.resource.conditions import is_finished
+from acceptance_operator.resource.conditions import CRD_OUTDATED, is_finished
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")
@@ -47,6 +49,11 @@ QUEUE: WorkQueue[TestKey] = WorkQueue(burst_hold=0.25, burst_hold_max=1.0)
 # What the operator keeps about each test (teststate.TestState), dropped when the test is deleted.
 STATES = States()
 WORKERS: list[threading.Thread] = []
+# The workers reconcile only while this replica holds the leader lease (election.py); ELECTION is set at startup.
+GATE = Gate()
+ELECTION: Election | None = None
+# What the installed AcceptanceTest CRD lacks of this operator's schema (crdcheck.py); read at startup, watched.
+CRD = crdcheck.CrdCheck()
 ERRORS = RateLimit()
 # Deleted tests whose children are still to delete: their last body (its uid says which children are theirs).
 GONE: dict[TestKey, KubeDict] = {}
@@ -68,6 +75,32 @@ def kube() -> Kube:
             # One connection per thread that may call at once: our workers and kopf's (the delete handler).
             _kube = Kube(pool_size=SETTINGS.workers + KOPF_WORKERS)
         return _kube
+
+
+def forget_work() -> None:
+    """The leadership ended: what a reconcile kept about its own steps may be out of date when this replica
+    leads again (another replica went on meanwhile); what the watches keep stays."""
+    for key in STATES.keys_where(lambda s: True):
+        state = STATES.peek(key)
+        if state is not None:
+            state.begun = state.unreachable_since = None
+            state.failures = 0
+
+
+def installed_crd_changed(installed: KubeDict | None) -> list[str]:
+    """Compare the installed CRD with this operator's; a change is told once (log line, metric). The fields it
+    lacks now."""
+    missing = CRD.update(installed)
+    if missing is None:
+        return CRD.missing or []
+    METRICS.crd_missing_fields.set(len(missing))
+    if missing:
+        log.warning("the installed AcceptanceTest CRD lacks %d field(s) this operator knows: %s; new runs end %s "
+                    "until it is upgraded: %s", len(missing), ", ".join(missing), CRD_OUTDATED,
+                    crdcheck.FIX)
+    else:
+        log.info("the installed AcceptanceTest CRD has every field this operator knows")
+    return missing
 
 
 def utc_now() -> datetime:

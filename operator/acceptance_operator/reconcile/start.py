@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 from acceptance_operator.building import manifests
 from acceptance_operator.building.backends import BACKENDS, backend_of, build_children
 from acceptance_operator.judging.diagnosis import parse_time
+from acceptance_operator.plumbing import crdcheck
 from acceptance_operator.plumbing.kubeapi import Kube
 from acceptance_operator.reconcile import evidence_hooks
 from acceptance_operator.reconcile import runtime as rt
@@ -24,7 +25,13 @@ from acceptance_operator.reconcile.runtime import api_message, started_by
 from acceptance_operator.reconcile.status import conclude, write_status
 from acceptance_operator.resource import runs
 from acceptance_operator.resource.api import AcceptanceTest
-from acceptance_operator.resource.conditions import BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, RunState
+from acceptance_operator.resource.conditions import (
+    BACKEND_NOT_INSTALLED,
+    BACKEND_NOT_RUNNING,
+    CRD_OUTDATED,
+    INVALID_SPEC,
+    RunState,
+)
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")
@@ -70,6 +77,11 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     first_step = begun is None or begun[0] != run_id
     if first_step:
         stopped = stop_other_runs(k, test, generation)
+        missing = crd_gap(k)
+        if missing:
+            conclude(k, obj, test, RunState("Failed", CRD_OUTDATED, crdcheck.outdated_message(missing)), now=now,
+                     logger=logger)
+            return None
         problem = k.backend_problem(test.spec.backend)
         if problem:
             conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
@@ -104,6 +116,12 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
         kept.begun = None
     _started(k, obj, test, now, logger, start, adopted, stopped)
     return None
+
+
+def crd_gap(k: Kube) -> list[str]:
+    """What the installed CRD lacks of this operator's schema (read now if not yet known: fail closed)."""
+    missing = rt.CRD.missing
+    return missing if missing is not None else rt.installed_crd_changed(k.read_crd(crdcheck.CRD_NAME))
 
 
 def _built(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,

@@ -51,13 +51,15 @@ QUEUED = "Queued"  # in progress (Pending): Kueue has not admitted the run's job
 # A container's image cannot be pulled (ErrImagePull, ImagePullBackOff): at once when the registry refused the login
 # (a pull Secret's wrong password), else after the unschedulable grace.
 IMAGE_PULL_FAILED = "ImagePullFailed"
+# The installed CRD lacks fields this operator knows (crdcheck.py): the spec may have lost some; no run is started.
+CRD_OUTDATED = "CRDOutdated"
 FAILURE_REASONS: tuple[str, ...] = (
     CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_NOT_DELIVERED, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE,
     TIMEOUT, NODE_NOT_READY, BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES, PODS_REFUSED,
-    IMAGE_PULL_FAILED,
+    IMAGE_PULL_FAILED, CRD_OUTDATED,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
-BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC)
+BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC, CRD_OUTDATED)
 TERMINAL_PHASES: tuple[Phase, ...] = ("Succeeded", "Failed")
 
 
