@@ -23,7 +23,8 @@ judge it, saying that the run's verdict stays what it is.
 Exit codes follow the one rule of every command (acceptance_workload.contract.exits): 0
 printed, or delivered and judged; 1 no usable report yet, or a delivery the
 operator ignored, rejected or did not judge in time; 2 could not read or write
-(no such test, no cluster configuration, refused, a FILE that is not a report).
+(no such test, no cluster configuration, refused, a FILE that is not a report). `--html` and `--junit` never
+change the code: a part or a file that cannot be made or written is one line (exports.py).
 """
 
 from __future__ import annotations
