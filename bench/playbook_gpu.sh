@@ -60,11 +60,11 @@ wrong_cpu() {  # the last rank re-pinned, from outside, to CPUs remote from its 
   last=$(( $(nvidia-smi -L | wc -l) - 1 ))
   remote=$(python3 -c '
 import os, sys
-from acceptance_workload.checks.preflight import binding
+from acceptance_workload.runtime import pinning
 from acceptance_workload.checks.preflight.occupancy import nvml_init
 n = nvml_init(); gpu = int(sys.argv[1])
-local = binding.mask_cpus(n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(gpu), 64))
-print(binding.cpulist(set(os.sched_getaffinity(0)) - local))' "$last")
+local = pinning.mask_cpus(n.nvmlDeviceGetCpuAffinity(n.nvmlDeviceGetHandleByIndex(gpu), 64))
+print(pinning.cpulist(set(os.sched_getaffinity(0)) - local))' "$last")
   echo "wrong-cpu: GPU $last's remote CPUs: $remote" | tee -a "$WORK/times.txt"
   [ "$remote" = none ] && return 0
   NODE_NAME=fault-node timed wrong-cpu python3 bench/repin.py --rank "$last" --cpus "$remote" -- \

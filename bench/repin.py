@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workload"))
-from acceptance_workload.checks.preflight.binding import parse_cpulist
+from acceptance_workload.runtime.pinning import parse_cpulist
 
 
 def descendants(root: int) -> list[int]:

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload.checks.preflight import binding
 from acceptance_workload.report.model import Report
+from acceptance_workload.runtime import pinning
 
 from tests.workload.multiproc import REPO
 
@@ -20,11 +20,11 @@ VICTIM = 1  # the rank (and GPU) re-pinned
 
 
 def _remote_cpus(gpu: int) -> frozenset[int]:
-    from acceptance_workload.checks.preflight.occupancy import nvml_init
+    from acceptance_workload.runtime.gpus import nvml_init
 
     nvml = nvml_init()
-    local = binding.mask_cpus(nvml.nvmlDeviceGetCpuAffinity(nvml.nvmlDeviceGetHandleByIndex(gpu),
-                                                            binding.CPU_SET_WORDS))
+    local = pinning.mask_cpus(nvml.nvmlDeviceGetCpuAffinity(nvml.nvmlDeviceGetHandleByIndex(gpu),
+                                                            pinning.CPU_SET_WORDS))
     return frozenset(os.sched_getaffinity(0)) - local
 
 
@@ -37,7 +37,7 @@ def test_a_rank_on_a_remote_numa_node_fails_naming_node_gpu_and_cpus(tmp_path: P
     if not remote:
         pytest.skip(f"GPU {VICTIM} is local to every CPU of this host (one NUMA node): nothing remote to pin to")
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "repin.py"), "--rank", str(VICTIM), "--cpus",
-                           binding.cpulist(remote), "--", sys.executable, "-m", "acceptance_operator.cli", "local",
+                           pinning.cpulist(remote), "--", sys.executable, "-m", "acceptance_operator.cli", "local",
                            "--quick", "--json", "r.json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
     affinity = [r for r in report.results if r.name == "cpu_affinity"]

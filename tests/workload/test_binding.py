@@ -17,6 +17,7 @@ from acceptance_workload.contract.checkmodels import PreflightThresholds
 from acceptance_workload.contract.config import PodLimits, WorkloadConfig
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import Report
+from acceptance_workload.runtime import pinning
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_CPUS = len(os.sched_getaffinity(0)) >= 2
@@ -66,15 +67,15 @@ def test_a_rank_re_pinned_from_outside_fails_naming_node_gpu_and_cpus(tmp_path: 
 
 
 def test_cpu_lists_and_nvml_masks() -> None:
-    assert binding.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
-    assert binding.cpulist({11, 0, 1, 2, 3, 8, 10}) == "0-3,8,10-11" and binding.cpulist(()) == "none"
-    assert binding.mask_cpus([0b1011, 1 << 63]) == {0, 1, 3, 127}
+    assert pinning.parse_cpulist("0-3,8,10-11\n") == {0, 1, 2, 3, 8, 10, 11}
+    assert pinning.cpulist({11, 0, 1, 2, 3, 8, 10}) == "0-3,8,10-11" and pinning.cpulist(()) == "none"
+    assert pinning.mask_cpus([0b1011, 1 << 63]) == {0, 1, 3, 127}
 
 
 def test_even_share_gives_each_local_rank_its_own_slice() -> None:
-    assert [binding.even_share(range(64), r, 8) for r in (0, 7)] == [set(range(8)), set(range(56, 64))]
-    assert [binding.even_share([4, 5], r, 4) for r in range(4)] == [{4}, {5}, {4}, {5}]  # fewer CPUs: round robin
-    assert binding.even_share(range(10), 2, 3) == {6, 7, 8}
+    assert [pinning.even_share(range(64), r, 8) for r in (0, 7)] == [set(range(8)), set(range(56, 64))]
+    assert [pinning.even_share([4, 5], r, 4) for r in range(4)] == [{4}, {5}, {4}, {5}]  # fewer CPUs: round robin
+    assert pinning.even_share(range(10), 2, 3) == {6, 7, 8}
 
 
 def test_affinity_on_a_remote_numa_node_fails_naming_it(tmp_path: Path) -> None:
@@ -82,13 +83,13 @@ def test_affinity_on_a_remote_numa_node_fails_naming_it(tmp_path: Path) -> None:
         (tmp_path / "sys/devices/system/node" / node).mkdir(parents=True)
         (tmp_path / "sys/devices/system/node" / node / "cpulist").write_text(cpus + "\n")
     th = PreflightThresholds(require_numa_local_cpus=True)
-    where = binding.Placement(frozenset(range(32, 64)), "GPU 5's NUMA-local CPUs (NUMA node 1)")
+    where = pinning.Placement(frozenset(range(32, 64)), "GPU 5's NUMA-local CPUs (NUMA node 1)")
     ok = binding.affinity_result(th, where, "n1", 5, frozenset(range(40, 48)), tmp_path)
     assert ok.passed and ok.value == 1.0
     bad = binding.affinity_result(th, where, "n1", 5, frozenset({30, 31, 32, 33}), tmp_path)
     assert not bad.passed and bad.value == 0.5 and bad.node == "n1" and bad.gpu == 5
     assert "GPU 5 on node n1: the rank ran on CPUs 30-33, of which 30-31 (NUMA node 0) lie outside" in bad.message
-    unknown = binding.affinity_result(th, binding.Placement(None, "GPU 5", "NVML: boom"), "n1", 5, frozenset({1}))
+    unknown = binding.affinity_result(th, pinning.Placement(None, "GPU 5", "NVML: boom"), "n1", 5, frozenset({1}))
     assert not unknown.passed and unknown.value is None and "NVML: boom" in unknown.message  # fail closed
     assert binding.affinity_result(PreflightThresholds(), where, "n1", 5, frozenset({1})).comparison == "info"
 

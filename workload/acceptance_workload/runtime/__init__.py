@@ -1,6 +1,8 @@
 """What every check's stage runs on: the ranks, the store they share, their liveness and their deaths.
 
 - launch: torch.distributed's process group for this run (DistEnv, Session), and the launch errors;
+- pinning: where a rank belongs (its GPU's NUMA-local CPUs, or its share of the pod's) and pinning it there at
+  launch; gpus: which GPU a rank uses as NVML numbers it, and NVML itself;
 - control, bounded_store: the control store (TCPStore) that carries heartbeats, blame and stage barriers;
 - watchdog: each rank's heartbeat thread and the watchdog that names a silent or stuck rank;
 - deaths: how a rank's process ended, as its parent saw it (exit code, signal, OOM kill);

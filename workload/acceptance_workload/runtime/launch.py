@@ -1,7 +1,7 @@
 """Who this process is in the job, and how it joins the others.
 
 Every launcher's ranks pass through start(), which first pins the rank to its
-GPU's NUMA-local CPUs (binding.pin; on CPU runs its even share of the pod's).
+GPU's NUMA-local CPUs (pinning.pin; on CPU runs its even share of the pod's).
 
 torchrun (PyTorchJob) sets RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR itself;
 mpirun (MPIJob) sets OpenMPI's OMPI_COMM_WORLD_* instead, which
@@ -212,11 +212,11 @@ def start(env: DistEnv, backend: Literal["nccl", "gloo"], *, rendezvous_timeout:
     import torch
     import torch.distributed as dist
 
-    from acceptance_workload.checks.preflight import binding
+    from acceptance_workload.runtime import pinning
 
     os.environ.update(env.torch_env())
     # Before any thread of the process group or the control plane exists: they inherit the CPUs.
-    print(f"gpu-acceptance: {env.describe()}: {binding.pin(backend == 'nccl', env.local_rank, env.local_world_size)}",
+    print(f"gpu-acceptance: {env.describe()}: {pinning.pin(backend == 'nccl', env.local_rank, env.local_world_size)}",
           file=sys.stderr, flush=True)
     if backend == "nccl":
         if not torch.cuda.is_available() or torch.cuda.device_count() <= env.local_rank:

@@ -118,7 +118,7 @@ class Allowed:
 
 
 def allowed_cpus(sys_root: Path = Path("/"), proc: Path = Path("/proc")) -> Allowed:
-    """The container's cpuset (cgroup v2, else v1, else the affinity of pid 1, which binding.pin did not narrow)
+    """The container's cpuset (cgroup v2, else v1, else the affinity of pid 1, which pinning.pin did not narrow)
     and its CPU quota (cpu.max, else cpu.cfs_quota_us / cpu.cfs_period_us)."""
     cg = sys_root / "sys" / "fs" / "cgroup"
     cpus: set[int] = set()

@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload.checks.preflight.occupancy import nvml_init, nvml_target
 from acceptance_workload.report.model import GpuIdentity, HostLoad, Nic, NodeFacts, Report
+from acceptance_workload.runtime.gpus import nvml_init, nvml_target
 
 ETHTOOL_SECONDS = 2  # one interface's `ethtool -i`: a hung driver must not hold the preflight
 # Each identity field and the NVML call that reads it (older bindings may lack a call: the field stays None).
@@ -58,7 +58,7 @@ def gpu_identity(nvml: Any, handle: Any, gpu: int) -> GpuIdentity:
 
 
 def own_gpu(local_rank: int, environ: Mapping[str, str] | None = None, nvml: Any = None) -> GpuIdentity:
-    """This rank's GPU (as occupancy.nvml_target finds it: CUDA_VISIBLE_DEVICES' entry, else the local rank)."""
+    """This rank's GPU (as gpus.nvml_target finds it: CUDA_VISIBLE_DEVICES' entry, else the local rank)."""
     target = nvml_target(local_rank, os.environ if environ is None else environ)
     try:
         nvml = nvml if nvml is not None else nvml_init()

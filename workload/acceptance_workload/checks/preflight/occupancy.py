@@ -25,6 +25,7 @@ from typing import Any
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.checkmodels import PreflightThresholds
 from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.runtime.gpus import nvml_init, nvml_target
 
 MIB = 1 << 20
 MAX_NAMED_PROCESSES = 4
@@ -67,19 +68,6 @@ class Occupancy:
         elif self.used_mib >= NOTABLE_MIB:
             text += " (no compute process visible: another container's, or a graphics one)"
         return text
-
-
-def nvml_target(local_rank: int, environ: Mapping[str, str]) -> int | str:
-    """The NVML index (or UUID) of the GPU this rank will use: CUDA_VISIBLE_DEVICES' entry, else its local rank.
-
-    CUDA numbers GPUs in PCI bus order here (CUDA_DEVICE_ORDER=PCI_BUS_ID is set
-    before torch starts), the order NVML numbers them in.
-    """
-    visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if local_rank < len(visible):
-        entry = visible[local_rank]
-        return int(entry) if entry.isdigit() else entry
-    return local_rank
 
 
 def visible_gpu_names(environ: Mapping[str, str] | None = None) -> list[str] | None:
@@ -148,14 +136,6 @@ def read(nvml: Any, gpu: int, target: int | str, proc: Path = Path("/proc")) -> 
             occ.processes.append(GpuProcess(int(p.pid), None if used is None else used / MIB,
                                             _command(int(p.pid), proc)))
     return occ
-
-
-def nvml_init() -> Any:
-    """pynvml, initialised (imported here, not at module load: the operator image has no NVML bindings)."""
-    import pynvml
-
-    pynvml.nvmlInit()
-    return pynvml
 
 
 def read_own(local_rank: int, environ: Mapping[str, str] | None = None) -> Occupancy:

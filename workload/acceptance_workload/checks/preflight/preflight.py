@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.preflight import binding, hostload, mig, nodefacts
-from acceptance_workload.checks.preflight.occupancy import Occupancy, judge_in_use, nvml_init
+from acceptance_workload.checks.preflight.occupancy import Occupancy, judge_in_use
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.checkmodels import PreflightThresholds
 from acceptance_workload.contract.results import CheckResult
@@ -27,6 +27,7 @@ from acceptance_workload.contract.rules import Run
 from acceptance_workload.contract.wire import format_bytes, version_tuple
 from acceptance_workload.report.model import NodeFacts, Skip
 from acceptance_workload.report.render import human_bytes
+from acceptance_workload.runtime.gpus import nvml_init
 
 if TYPE_CHECKING:
     from acceptance_workload.contract.config import WorkloadConfig

@@ -9,7 +9,7 @@ so an XID is stamped when it happens, not at the next sample.
 
 A reading the GPU does not support is recorded as unsupported with NVML's words, never as a zero; a reading that
 fails for another reason is counted as missing in its minute (the judge fails a minute without a reading it needs).
-pynvml is imported by the caller (occupancy.nvml_init): the operator image has no NVML bindings.
+pynvml is imported by the caller (runtime.gpus.nvml_init): the operator image has no NVML bindings.
 """
 
 from __future__ import annotations

@@ -24,12 +24,12 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.checks.preflight import occupancy
 from acceptance_workload.checks.soak import soakjudge
 from acceptance_workload.checks.soak.nvmlwatch import Watch, Watched
 from acceptance_workload.checks.soak.soakjudge import Who, Window
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import Skip, SoakDetail
+from acceptance_workload.runtime import gpus
 
 if TYPE_CHECKING:
     from acceptance_workload.contract.config import WorkloadConfig
@@ -54,8 +54,8 @@ UNWATCHABLE = ("clock_event_reasons", "gpu_temp_c", "mem_temp_c", "pcie_replays"
 def open_watch(session: Session, sample_seconds: float, duration: float) -> tuple[Watch | None, Watched | None]:
     """This rank's NVML watch; when NVML cannot be opened, a Watched that says so for every reading (fail closed)."""
     try:
-        nvml = occupancy.nvml_init()
-        target = occupancy.nvml_target(session.env.local_rank, os.environ)
+        nvml = gpus.nvml_init()
+        target = gpus.nvml_target(session.env.local_rank, os.environ)
         bin_seconds = max(sample_seconds, duration / soakjudge.MAX_POINTS)
         return Watch(nvml, target, sample_seconds, bin_seconds).open(), None
     except Exception as e:
