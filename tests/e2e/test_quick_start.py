@@ -74,8 +74,8 @@ def substituted(block: str, node: RealNode, namespace: str, quick: Path) -> str:
     reg = node.registry
     replace("export REGISTRY=", f"export REGISTRY={reg.address} REGISTRY_USER={USER} "
                                 f"REGISTRY_PASSWORD='{reg.password()}' TESTS={namespace}")
-    replace("make images push REGISTRY=$REGISTRY", ": images pushed by the fixture (hack/push.sh)")
-    replace("pip install '.[operator]'", ": the suite's environment has the CLI")
+    replace("make images push REGISTRY=$REGISTRY", "true  # images and chart: pushed by the fixture (hack/push.sh)")
+    replace("pip install '.[operator]'", "true  # the CLI: this checkout's, a shell function")
     replace("kubectl create namespace gpu-acceptance-system", "kubectl get namespace gpu-acceptance-system")
     replace("kubectl apply -n $TESTS -f examples/quick.yaml", f"kubectl apply -n $TESTS -f {quick}")
     replace("kubectl get at quick -n $TESTS -w",
