@@ -153,7 +153,10 @@ def test_the_backends_patience_counts_from_the_admission():
     untouched["metadata"].update(namespace="ns", creationTimestamp=ts(T0))
     o = obs(job=untouched, timeout_seconds=86400, admission=Admission(True, admitted_at))
     assert assess(o, admitted_at + timedelta(seconds=599), TIMING).state.phase == "Pending"
-    assert next_look(o, admitted_at + timedelta(seconds=5), TIMING) == admitted_at + timedelta(seconds=600)
+    # A job that lacks pods is looked at again 5, 10, 20 ... s after the admission (refusals: assessment.refusal_look);
+    # once those looks reach past the patience, its end counted from the admission comes first.
+    assert next_look(o, admitted_at + timedelta(seconds=5), TIMING) == admitted_at + timedelta(seconds=10)
+    assert next_look(o, admitted_at + timedelta(seconds=320), TIMING) == admitted_at + timedelta(seconds=600)
     assert assess(o, admitted_at + timedelta(seconds=600), TIMING).state.reason == "BackendNotRunning"
 
 
