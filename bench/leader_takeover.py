@@ -3,6 +3,7 @@
     python bench/leader_takeover.py --rounds 10 --out takeover.json            # SIGKILL (a crash, a lost node)
     python bench/leader_takeover.py --rounds 10 --stop --out handover.json     # SIGTERM (a rollout, a drain)
     python bench/leader_takeover.py --real-node --rounds 10 --out node.json    # the leader's pod deleted (as root)
+    python bench/leader_takeover.py --real-node --freeze-leader --rounds 10    # the leader hung: the lease lapses
 
 Two real `gpu-acceptance operator` processes (the chart's two replicas) share
 the Lease of one namespace on a kube-apiserver + etcd of this script's own
@@ -22,9 +23,12 @@ real kubelet, a cpu-smoke Job test's workload held still from the start, the
 leader's pod deleted (`kubectl delete pod`: SIGTERM, the lease given back) and
 the workload let go at the same moment; measured until the other replica holds
 the Lease, until the run's report is in its ConfigMap and until the verdict
-(tests/e2e/replicas.py, takeover_round). The Deployment's new pod stands by
-for the next round. Needs root, the tools and the images (`make tools images`)
-and the machine to itself (port 8080, the real node's folders).
+(tests/e2e/replicas.py, takeover_round). --freeze-leader: the leader's
+processes SIGSTOPped instead (hung, or cut off with its node: the lease is
+neither renewed nor given back), its pod deleted after the round. The
+Deployment's new pod stands by for the next round. Needs root, the tools and
+the images (`make tools images`) and the machine to itself (port 8080, the
+real node's folders).
 """
 
 from __future__ import annotations
@@ -130,7 +134,7 @@ def real_node_rounds(args: argparse.Namespace) -> list[dict]:
         node.add_pull_secret(namespace)
         for i in range(args.rounds):
             name = f"t{i:02d}"
-            r = takeover_round(node, namespace, name)
+            r = takeover_round(node, namespace, name, freeze_leader=args.freeze_leader)
             jobs = node.kubectl("get", "jobs", "-n", namespace, "-l", f"gpu-acceptance.io/test={name}", "-o",
                                 "name").stdout.split()
             rounds.append({**r.as_dict(), "jobs": len(jobs),
@@ -148,6 +152,8 @@ def main() -> int:
     parser.add_argument("--stop", action="store_true", help="SIGTERM the leader (a clean stop) instead of SIGKILL")
     parser.add_argument("--real-node", action="store_true",
                         help="on the real node: the chart's replicas in pods, the leader's pod deleted")
+    parser.add_argument("--freeze-leader", action="store_true",
+                        help="--real-node: SIGSTOP the leader's processes (its lease lapses), not a deletion")
     parser.add_argument("--lease-duration", type=float, default=15)
     parser.add_argument("--renew-deadline", type=float, default=10)
     parser.add_argument("--retry-period", type=float, default=2)
@@ -155,7 +161,8 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["PYTHONPATH"] = f"{REPO / 'workload'}:{REPO / 'operator'}"
     rounds = real_node_rounds(args) if args.real_node else api_server_rounds(args)
-    how = "kubectl delete pod (real node)" if args.real_node else "SIGTERM" if args.stop else "SIGKILL"
+    how = ("SIGSTOP of the leader's processes (real node)" if args.freeze_leader else "kubectl delete pod (real node)"
+           if args.real_node else "SIGTERM" if args.stop else "SIGKILL")
     lease = ([LEASE[k] for k in ("leaseDurationSeconds", "renewDeadlineSeconds", "retryPeriodSeconds")]
              if args.real_node else [args.lease_duration, args.renew_deadline, args.retry_period])
     summary = {"how": how, "rounds": len(rounds), "lease": lease, "machine": os.uname().nodename,

@@ -141,13 +141,21 @@ class Takeover:
         return asdict(self)
 
 
-def takeover_round(node: RealNode, namespace: str, name: str, timeout: float = 300) -> Takeover:
+def takeover_round(node: RealNode, namespace: str, name: str, timeout: float = 300,
+                   freeze_leader: bool = False) -> Takeover:
     """A cpu-smoke Job run held still (frozen_run), the leader's pod deleted (SIGTERM: it gives the lease back) and the
-    run thawed at once; timed until the standby leads, the report is delivered and the verdict is in."""
+    run thawed at once; timed until the standby leads, the report is delivered and the verdict is in.
+
+    freeze_leader: the leader's processes SIGSTOPped instead (a hung operator, or one cut off with its node: it
+    neither renews nor gives the lease back, so the lease must lapse), and its pod deleted once the round is
+    measured, so that a fresh one stands by for the next."""
     leader, standbys = replicas_ready(node)
     pids = frozen_run(node, namespace, smoke_test(name, "Job"))
     start = time.monotonic()
-    node.kubectl("delete", "pod", leader, "-n", RELEASE_NAMESPACE, "--wait=false")
+    if freeze_leader:
+        signal_all(pod_processes(leader), signal.SIGSTOP)
+    else:
+        node.kubectl("delete", "pod", leader, "-n", RELEASE_NAMESPACE, "--wait=false")
     signal_all(pids, signal.SIGCONT)
     times: dict[str, float] = {}
     obj = None
@@ -168,6 +176,8 @@ def takeover_round(node: RealNode, namespace: str, name: str, timeout: float = 3
             times["verdict"] = elapsed
             times.setdefault("delivered", elapsed)  # read in the same pass: no later than the verdict
         time.sleep(POLL)
+    if freeze_leader:  # SIGKILL after the grace second: a stopped process does not act on SIGTERM
+        node.kubectl("delete", "pod", leader, "-n", RELEASE_NAMESPACE, "--grace-period=1", "--wait=false")
     cond = next(c for c in obj["status"]["conditions"] if c["type"] == "Succeeded")
     return Takeover(leader=leader, standby=str(lease_holder(node)), takeover_s=round(times["takeover"], 2),
                     delivered_s=round(times["delivered"], 2), verdict_s=round(times["verdict"], 2),
