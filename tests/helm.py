@@ -65,10 +65,11 @@ def helm_binary() -> str:
     raise HelmError("helm is not installed: run `make tools` (hack/install-tools.sh builds it) or set HELM")
 
 
-def helm(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """Run helm; raise HelmError with its output when `check` and it fails."""
+def helm(*args: str, env: dict[str, str] | None = None, check: bool = True,
+         timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run helm; raise HelmError with its output when `check` and it fails (or after `timeout` seconds)."""
     proc = subprocess.run(
-        [helm_binary(), *args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=120
+        [helm_binary(), *args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=timeout
     )
     if check and proc.returncode != 0:
         raise HelmError(f"helm {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")

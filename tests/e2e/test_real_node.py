@@ -34,6 +34,7 @@ from tests.registry import PULL_SECRET
 RUN_TIMEOUT = 420  # seconds for a cpu-smoke run: the image pulled (once per machine), torch imports, checks
 WORKLOAD_CONTAINERS = {"Job": "workload", "JobSet": "workload", "PyTorchJob": "pytorch"}
 EXAMPLE = REPO_ROOT / "examples" / "cpu-smoke.yaml"
+OPERATOR_PODS = "app.kubernetes.io/name=gpu-acceptance"  # the chart's operator pods (all its replicas)
 # func_only: the package's fixtures (real node up, the first `make push` of the ~6 GB workload image: minutes on a
 # fresh machine) have their own time limits (tests/e2e/conftest.py) and do not eat the first test's.
 pytestmark = pytest.mark.timeout(600, func_only=True)
@@ -69,8 +70,9 @@ def wait_for(what: str, probe, timeout: float, node: RealNode, namespace: str):
             return found
         time.sleep(2)
     pods = node.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
-    logs = node.kubectl("logs", "-n", RELEASE_NAMESPACE, f"deploy/{RELEASE}", "--tail=40", check=False).stdout
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\npods:\n{pods}\noperator log:\n{logs}")
+    logs = node.kubectl("logs", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_PODS, "--prefix", "--tail=40",
+                        check=False).stdout
+    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}\npods:\n{pods}\noperators' log:\n{logs}")
 
 
 def finished(node: RealNode, namespace: str, name: str, timeout: float = RUN_TIMEOUT) -> dict[str, Any]:
@@ -305,19 +307,22 @@ def test_an_mpi_worker_killed_mid_run_fails_the_run_naming_its_pod_and_node(oper
 @contextlib.contextmanager
 def api_server_cut_off_from_pods(node: RealNode) -> Iterator[None]:
     """What a NetworkPolicy denying egress does on a cluster that enforces it (the bridge CNI does not): packets from
-    the pod network to the API server are dropped, by a rule of this host's firewall put in from outside. The
-    operator's pod is let through (it is no test pod)."""
+    the pod network to the API server are dropped, by rules of this host's firewall put in from outside. The
+    operator's pods (the chart's replicas) are let through (they are no test pods)."""
     assert node.server is not None
-    (operator,) = get_json(node, "pods", "-n", RELEASE_NAMESPACE, "-l", "app.kubernetes.io/name=gpu-acceptance")[
-        "items"]
-    rule = ["INPUT", "-i", BRIDGE, "!", "-s", f"{operator['status']['podIP']}/32", "-p", "tcp", "--dport",
-            str(node.server.secure_port), "-m", "comment", "--comment", "gpu-acceptance e2e: pods cut off", "-j",
-            "DROP"]
-    subprocess.run(["iptables", "-I", *rule], check=True)
+    to_server = ["INPUT", "-i", BRIDGE, "-p", "tcp", "--dport", str(node.server.secure_port), "-m", "comment",
+                 "--comment", "gpu-acceptance e2e: pods cut off"]
+    # Inserted at the top one after the other: the operators' ACCEPTs end up above the DROP.
+    rules = [[*to_server, "-j", "DROP"]] + [
+        [*to_server, "-s", f"{pod['status']['podIP']}/32", "-j", "ACCEPT"]
+        for pod in get_json(node, "pods", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_PODS)["items"]]
+    for rule in rules:
+        subprocess.run(["iptables", "-I", *rule], check=True)
     try:
         yield
     finally:
-        subprocess.run(["iptables", "-D", *rule], check=True)
+        for rule in rules:
+            subprocess.run(["iptables", "-D", *rule], check=True)
 
 
 def test_a_run_whose_pods_cannot_reach_the_api_server_ends_report_not_delivered_within_two_minutes(

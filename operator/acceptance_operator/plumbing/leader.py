@@ -18,7 +18,8 @@ are client-go's leader election (what controller-runtime operators use):
 - An empty holder is a released lease (a clean shutdown): anyone takes it at once.
 
 The defaults are controller-runtime's (15 s / 10 s / 2 s): a crashed leader
-is replaced within leaseDuration + one retry period (~17 s), a clean
+is replaced within leaseDuration + two retry periods (13-19 s: its last
+renewal and the standby's read of it may each be a retry period old), a clean
 shutdown (a rolling update) within one retry period, the lease costs one
 read and one write per retry period per replica, and a holder has 5 s
 between its deadline and anyone else's start for work in flight to end.
