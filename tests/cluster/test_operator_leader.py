@@ -76,6 +76,16 @@ def pair(acceptance_crd: ApiServer, namespace: str, start_operator: StartOperato
     yield [start_operator(acceptance_crd.kubeconfig, [namespace]) for _ in range(2)]
 
 
+def run_under_a_leader(pair: list[OperatorProcess], cluster: Cluster) -> tuple[OperatorProcess, OperatorProcess]:
+    """The leader and the standby, once the leader has started a test "run" (its job exists, the run is Pending)."""
+    leader = leader_of(pair, cluster)
+    standby = next(p for p in pair if p is not leader)
+    cluster.create_test("run", {"nodes": 1})
+    cluster.wait_job("PyTorchJob", "run-g1")
+    cluster.wait_phase("run", "Pending")
+    return leader, standby
+
+
 def run_once_to_verdict(cluster: Cluster, name: str, leader: OperatorProcess) -> None:
     cluster.set_job_condition("PyTorchJob", f"{name}-g1", "Running")
     cluster.wait_phase(name, "Running")
@@ -114,11 +124,7 @@ def test_a_clean_stop_gives_the_lease_back_and_the_standby_leads_within_a_retry_
         acceptance_crd: ApiServer, namespace: str, pair: list[OperatorProcess]):
     cluster = Cluster(acceptance_crd, namespace, lambda: "\n".join(p.log_tail() for p in pair))
     with Watch(pair):
-        leader = leader_of(pair, cluster)
-        standby = next(p for p in pair if p is not leader)
-        cluster.create_test("run", {"nodes": 1})
-        cluster.wait_job("PyTorchJob", "run-g1")
-        cluster.wait_phase("run", "Pending")
+        leader, standby = run_under_a_leader(pair, cluster)
         stopped = time.monotonic()
         leader.stop()  # SIGTERM, as a rolling update or a drain ends a pod
         wait_leading(standby, RETRY + MARGIN + 10)
@@ -138,11 +144,7 @@ def test_an_outage_longer_than_the_lease_the_leader_stops_before_anyone_may_star
     pair = [start_operator(server.kubeconfig, [namespace]) for _ in range(2)]
     cluster = Cluster(server, namespace, lambda: "\n".join(p.log_tail() for p in pair))
     with Watch(pair):
-        leader = leader_of(pair, cluster)
-        standby = next(p for p in pair if p is not leader)
-        cluster.create_test("run", {"nodes": 1})
-        cluster.wait_job("PyTorchJob", "run-g1")
-        cluster.wait_phase("run", "Pending")
+        leader, standby = run_under_a_leader(pair, cluster)
 
         server.stop_apiserver()
         down = time.monotonic()
