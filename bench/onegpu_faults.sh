@@ -9,7 +9,7 @@
 #   3. the only rank SIGSEGV'd from outside during DDP (`local --json`): the report file is still written, naming
 #      the rank, its GPU, the signal and the stage; exit 2.
 #
-# Everything lands in $OUT/onegpu.tgz (logs, reports, one page) and a summary in $OUT/summary.txt. Wheels the
+# Everything lands in $OUT/onegpu.tgz (logs, reports, one page; packed after each case) and a summary in $OUT/summary.txt. Wheels the
 # machine lacks (pydantic and its needs) are expected under /tmp/site (/work/.library/device/README.md). Nothing here
 # changes clocks or power settings. CPU=1: a try of the script on CPUs (gloo, no GPU for the neighbour).
 set -u
@@ -21,6 +21,8 @@ rm -rf "$DIR" && mkdir -p "$DIR/vol"
 SUMMARY=${OUT:-$DIR}/summary.txt  # written as it goes: a call cut off at its limit still brings back what ran
 : >"$SUMMARY"
 say() { echo "$*" | tee -a "$SUMMARY"; }
+# Packed after each case too: a call cut off at the device-time limit still brings back the cases that ran.
+pack() { [ -n "${OUT:-}" ] && tar -czf "$OUT/onegpu.tgz" --exclude=vol -C /tmp onegpu; }
 # One GPU passed through alone to a VM reports no NVLink at all (NVMLError_NotSupported): the hint the preflight
 # gives for it, `minNvlinkActiveLinks: 0`, as the issue's runs had it.
 cat >"$DIR/onegpu.yaml" <<'EOF'
@@ -62,6 +64,7 @@ quick() {
   grep 'gpu-acceptance local: ' "$DIR/quick$i.err" | sed 's/^/  /' | tee -a "$SUMMARY" >/dev/null
 }
 quick 1
+pack
 
 # 2. a neighbour takes ~97% of GPU 0's free memory when DDP begins
 cat >"$DIR/hog.py" <<'EOF'
@@ -107,6 +110,8 @@ for s in r["skipped"]:
         print(f"  skipped {s['check']}: {s['reason']}")
 EOF
 
+pack
+
 # 3. the only rank SIGSEGV'd during DDP
 t0=$(date +%s.%N)
 cli --quick --json "$DIR/segv.json" >"$DIR/segv.out" 2>"$DIR/segv.err" &
@@ -129,7 +134,9 @@ print(f"  results {len(r['results'])} ({sum(x['passed'] for x in r['results'])} 
       f"{r['failedNodes']}; error: {r.get('error')}")
 EOF
 
+pack
 quick 2
+pack
 quick 3
 rm -f "$DIR"/quick2.html "$DIR"/quick3.html "$DIR/go"
 rm -rf "$DIR/vol"

@@ -51,7 +51,7 @@ def _manifest(only: tuple[str, ...]) -> str:
 # the victim may be in the gpu check when killed.
 STAGES = {
     "preflight": ("] preflight", 0.0, ("gpu",), (), ("preflight", "gpu")),
-    "gpu": ("] gpu: ", 0.5, ("gpu",), (), ("gpu",)),
+    "gpu": ("] gpu: ", 0.0, ("gpu",), (), ("gpu",)),  # at once: a CPU gpu stage can end within 0.5 s
     "nccl": ("] nccl sweep", 0.2, ("nccl",), (), ("nccl",)),
     "ddp": ("] ddp ", 0.5, ("ddp",), (), ("ddp",)),  # the stage lasts 2-3 s on a 2-core machine
     "fsdp": ("] fsdp: ", 1.0, (), ("--fsdp",), ("fsdp",)),
