@@ -88,10 +88,11 @@ def launch(args: argparse.Namespace) -> int:
 def worker() -> int:
     import torch
     from acceptance_workload.checks.ddp.ddp import run_ddp
+    from acceptance_workload.checks.ddp.parts import ddp_table
     from acceptance_workload.checks.nccl import transport
     from acceptance_workload.checks.nccl.nccl import run_sweeps
+    from acceptance_workload.checks.nccl.parts import nccl_table
     from acceptance_workload.report.model import Report
-    from acceptance_workload.report.render import ddp_table, nccl_table
     from acceptance_workload.runtime import launch as joblaunch
     from acceptance_workload.runtime.control import Blamer, hard_exit
     from acceptance_workload.runtime.watchdog import Watchdog

@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import TextIO
 
 from acceptance_workload.contract import exits
-from acceptance_workload.report.exports import ExportError, write_exports
-from acceptance_workload.report.exports import require as require_exports
 from acceptance_workload.report.model import Report
+from acceptance_workload.writers.exports import ExportError, write_exports
+from acceptance_workload.writers.exports import require as require_exports
 from pydantic import ValidationError
 
 from acceptance_operator.resource.conditions import SUCCEEDED, TERMINAL_PHASES
@@ -277,7 +277,7 @@ def write_report(test, status: dict, report: Report, args: argparse.Namespace, o
                  heading: str | None = None) -> int:
     """Print `report` as the operator judges it (its thresholds) under the operator's verdict (and `heading`, what
     the reader must know first), and write the exports asked for."""
-    from acceptance_workload.report.render import full_text
+    from acceptance_workload.writers.text import full_text
 
     from acceptance_operator.building import manifests
     from acceptance_operator.judging.rejudge import RunFacts, rejudge

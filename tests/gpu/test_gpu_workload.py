@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks.gpu.parts import gpu_table
 from acceptance_workload.contract.checkmodels import ChecksSpec
 from acceptance_workload.contract.config import WorkloadConfig
 from acceptance_workload.local import run_processes
 from acceptance_workload.report.model import Report
-from acceptance_workload.report.render import gpu_table
 
 from tests.workload.multiproc import REPO, run_workers
 

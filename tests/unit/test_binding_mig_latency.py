@@ -198,7 +198,8 @@ def _slow_latency_report(tmp_path):
 
 def test_the_html_report_plots_latency_with_its_ceilings(tmp_path) -> None:
     pytest.importorskip("matplotlib")
-    from acceptance_workload.report.html_report import LATENCY_PLOT_ID, render_html
+    from acceptance_workload.checks.nccl.html import LATENCY_PLOT_ID
+    from acceptance_workload.writers.html import render_html
 
     report, slow = _slow_latency_report(tmp_path)
     page = render_html(report, title="ns/t")
@@ -211,7 +212,7 @@ def test_the_html_report_plots_latency_with_its_ceilings(tmp_path) -> None:
 
 def test_junit_has_a_failing_latency_case_naming_the_node(tmp_path) -> None:
     junitparser = pytest.importorskip("junitparser")
-    from acceptance_workload.report.junit import junit_xml
+    from acceptance_workload.writers.junit import junit_xml
 
     report, slow = _slow_latency_report(tmp_path)
     path = tmp_path / "junit.xml"

@@ -16,20 +16,13 @@ from pathlib import Path
 
 import pytest
 from acceptance_operator.judging.rejudge import RunFacts, rejudge
+from acceptance_workload.checks.ddp.parts import DDP_PLOT_ID
+from acceptance_workload.checks.nccl.html import NCCL_PLOT_ID, reference_for
+from acceptance_workload.checks.nccl.html_reference import NCCL_TESTS_REFERENCE
 from acceptance_workload.contract.checkmodels import COLLECTIVES, ChecksSpec
 from acceptance_workload.contract.config import TestRef, WorkloadConfig
-from acceptance_workload.report.html_report import (
-    DDP_PLOT_ID,
-    HEATMAP_ID,
-    HEATMAP_MAX_NODES,
-    NCCL_PLOT_ID,
-    NCCL_TESTS_REFERENCE,
-    heatmap_rows,
-    node_metrics,
-    reference_for,
-    render_html,
-)
 from acceptance_workload.report.model import Report
+from acceptance_workload.writers.html import HEATMAP_ID, HEATMAP_MAX_NODES, heatmap_rows, node_metrics, render_html
 
 from tests.reports import node_names, one_rank, passing_report, with_slow_node
 
@@ -287,8 +280,8 @@ def test_the_groups_table_lists_every_pair_round_by_round_beside_the_median(loca
 
 def test_report_node_keeps_the_nodes_own_pairs_and_its_judgement(localized: Report):
     from acceptance_operator.report_cli import for_node
-    from acceptance_workload.report.junit import junit_xml
-    from acceptance_workload.report.render import full_text
+    from acceptance_workload.writers.junit import junit_xml
+    from acceptance_workload.writers.text import full_text
 
     one = for_node(localized, SLOW_NODE)
     tables = Tables(render_html(one)).tables
@@ -323,7 +316,7 @@ def test_a_part_that_fails_is_one_line_and_a_sentence_and_the_files_are_still_wr
     """A faulty plotting library (its bar chart raises) costs the DDP plot only: the page and the JUnit file are
     written, the failure is one line naming the file and the cause; a file that cannot be written is one line."""
     import matplotlib.axes
-    from acceptance_workload.report.exports import write_exports
+    from acceptance_workload.writers.exports import write_exports
 
     report, _ = h200_page
 

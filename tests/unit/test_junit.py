@@ -11,8 +11,8 @@ import junitparser
 from acceptance_operator.judging.rejudge import RunFacts, rejudge
 from acceptance_workload.contract.checkmodels import ChecksSpec
 from acceptance_workload.contract.config import TestRef, WorkloadConfig
-from acceptance_workload.report.junit import case_name, junit_xml
 from acceptance_workload.report.model import Report
+from acceptance_workload.writers.junit import case_name, junit_xml
 
 from tests.reports import node_names, passing_report, with_slow_node
 

@@ -15,9 +15,9 @@ from acceptance_workload.checks.storage.storage import GATES, MARGIN_BYTES, gate
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.checkmodels import StorageCheck
 from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
-from acceptance_workload.report.junit import junit_xml
 from acceptance_workload.report.model import StageError, StorageDetail, StorageNode
 from acceptance_workload.runtime import stages
+from acceptance_workload.writers.junit import junit_xml
 
 from tests.reports import node_names, passing_report
 from tests.unit.test_rejudge import config, facts, find
@@ -169,8 +169,8 @@ def test_the_volume_must_hold_every_nodes_files_the_checkpoint_and_a_margin() ->
 
 
 def test_the_html_report_shows_the_traceback_and_the_text_table_the_room() -> None:
-    from acceptance_workload.report.html_report import render_html
-    from acceptance_workload.report.render import storage_table
+    from acceptance_workload.checks.storage.parts import storage_table
+    from acceptance_workload.writers.html import render_html
 
     cfg = config()
     report = passing_report(cfg)

@@ -19,10 +19,11 @@ from acceptance_workload.checks.preflight import nodefacts
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report import evidence
 from acceptance_workload.report.html_nodes import nodes_section
-from acceptance_workload.report.html_report import render_html
-from acceptance_workload.report.junit import junit_xml
 from acceptance_workload.report.model import GpuIdentity, HostLoad, Nic, NodeFacts, Report
-from acceptance_workload.report.render import full_text, summary
+from acceptance_workload.report.render import summary
+from acceptance_workload.writers.html import render_html
+from acceptance_workload.writers.junit import junit_xml
+from acceptance_workload.writers.text import full_text
 
 
 class NVMLError_NotSupported(Exception):  # pynvml's spelling

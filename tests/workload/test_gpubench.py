@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.gpu.gpubench import host_id, host_turn, judge_gpus, rate, suspects
+from acceptance_workload.checks.gpu.parts import gpu_table
 from acceptance_workload.contract.checkmodels import ChecksSpec, GpuCheck
 from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
-from acceptance_workload.report import render
 from acceptance_workload.report.model import GpuDetail, GpuRow, Report
 
 from tests.workload.multiproc import run_with_a_slowed_rank
@@ -198,7 +198,7 @@ def test_a_rank_slowed_from_outside_is_named_by_the_real_run(tmp_path: Path) -> 
     assert all(r.gemm_tflops and r.hbm_gbps and r.h2d_gbps is None for r in report.gpu.rows)
     blamed = set(failed(report.results))
     assert blamed and blamed <= {("gemm_tflops_ratio_to_node_median", "node-a", 2),
-                                 ("hbm_bandwidth_ratio_to_node_median", "node-a", 2)}, render.gpu_table(report)
+                                 ("hbm_bandwidth_ratio_to_node_median", "node-a", 2)}, gpu_table(report)
     assert report.failed_nodes == ["node-a"]
     assert {s.name for s in report.skipped} == {"h2d_bandwidth", "d2h_bandwidth"}
     assert all(r.again for r in report.gpu.rows)  # every GPU measured again, the median with it
@@ -210,8 +210,8 @@ def test_a_rank_slowed_from_outside_is_named_by_the_real_run(tmp_path: Path) -> 
 def test_a_rank_slowed_only_the_first_time_is_not_blamed(tmp_path: Path) -> None:
     """The fault ends when rank 0 says every GPU measures again: rank 2 is not slow then, and the run passes."""
     report, codes = _slowed_run(tmp_path, until="every GPU measures that again")
-    assert report.gpu is not None and all(r.again for r in report.gpu.rows), render.gpu_table(report)
-    assert codes == [0, 0, 0] and report.passed, render.gpu_table(report)
+    assert report.gpu is not None and all(r.again for r in report.gpu.rows), gpu_table(report)
+    assert codes == [0, 0, 0] and report.passed, gpu_table(report)
     cleared = [r for r in report.results if r.gpu == 2 and "measured again" in r.message]
     assert cleared and all("not slow the second time: not blamed" in r.message for r in cleared)
 

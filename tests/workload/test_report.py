@@ -9,8 +9,9 @@ from acceptance_workload.checks.ddp.ddp import MIN_LOSS_DECREASE, judge_ddp
 from acceptance_workload.contract.checkmodels import DdpCheck
 from acceptance_workload.contract.results import CheckResult, judge
 from acceptance_workload.report.model import DdpDetail, DdpRank, Environment, NcclRow, NcclSweep, Report, Skip
-from acceptance_workload.report.render import full_text, summary, verdict_table
+from acceptance_workload.report.render import summary, verdict_table
 from acceptance_workload.run import exit_code
+from acceptance_workload.writers.text import full_text
 
 
 def detail(baselines: list[float], ddp: list[float]) -> DdpDetail:

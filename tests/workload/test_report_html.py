@@ -17,10 +17,12 @@ from pathlib import Path
 
 import junitparser
 import pytest
+from acceptance_workload.checks.ddp.parts import DDP_PLOT_ID
+from acceptance_workload.checks.nccl.html import NCCL_PLOT_ID
 from acceptance_workload.local import build_config, write_files
-from acceptance_workload.report.html_report import DDP_PLOT_ID, HEATMAP_ID, NCCL_PLOT_ID
 from acceptance_workload.report.model import Report
 from acceptance_workload.report.render import CPU_BANNER, verdict_line
+from acceptance_workload.writers.html import HEATMAP_ID
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "hack" / "report_screenshot.py"

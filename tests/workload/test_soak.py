@@ -250,8 +250,8 @@ def thermal_report() -> Report:
 
 
 def test_html_plots_every_gpu_with_its_events_and_junit_has_a_case_per_gpu() -> None:
-    from acceptance_workload.report.html_report import render_html
-    from acceptance_workload.report.junit import junit_xml
+    from acceptance_workload.writers.html import render_html
+    from acceptance_workload.writers.junit import junit_xml
 
     report = thermal_report()
     page = render_html(report)

@@ -39,12 +39,12 @@ from acceptance_workload.contract.profiles import (
 )
 from acceptance_workload.contract.results import CHECK_NAMES
 from acceptance_workload.contract.wire import parse_bytes
-from acceptance_workload.report.exports import ExportError, write_exports
-from acceptance_workload.report.exports import require as require_exports
 from acceptance_workload.report.model import Report
 from acceptance_workload.report.render import CPU_BANNER
 from acceptance_workload.runtime import deaths
 from acceptance_workload.runtime.launch import free_port
+from acceptance_workload.writers.exports import ExportError, write_exports
+from acceptance_workload.writers.exports import require as require_exports
 
 EXIT_ERROR = exits.CANNOT  # the rule: exits.py
 CPU_PROCESSES = 2

@@ -33,7 +33,6 @@ from acceptance_workload.contract import exits
 from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig, run_started
 from acceptance_workload.contract.results import CHECK_NAMES, CheckName
 from acceptance_workload.report.model import Environment, Report, Skip
-from acceptance_workload.report.render import full_text
 from acceptance_workload.report.status import TERMINATION_LOG
 from acceptance_workload.runtime import stages
 from acceptance_workload.runtime.control import (
@@ -48,6 +47,7 @@ from acceptance_workload.runtime.control import (
 )
 from acceptance_workload.runtime.launch import DistEnv, LaunchError, Session
 from acceptance_workload.runtime.watchdog import Heartbeat, Watchdog
+from acceptance_workload.writers.text import full_text
 
 EXIT_PASSED, EXIT_FAILED, EXIT_ERROR = exits.YES, exits.NO, exits.CANNOT  # the rule: exits.py
 ROOT_DEATH_WAIT_SECONDS = 3.0  # a broken collective may come before the word that rank 0 died (its guard writes it)

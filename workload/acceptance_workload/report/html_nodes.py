@@ -1,6 +1,6 @@
 """The HTML report's Nodes facts: versions and adapters, each GPU as a technician finds it, the host's load.
 
-Beside html_report.py (which stays under the file limit): pure string building from Report.nodes.
+Beside writers/html.py (the page), which places it after the passed results: pure string building from Report.nodes.
 """
 
 from __future__ import annotations

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.results import CheckName, CheckResult
 from acceptance_workload.report.model import StageError
+from acceptance_workload.report.parts import NO_PARTS, ReportParts
 from acceptance_workload.runtime.control import (
     Blamer,
     Culprit,
@@ -90,12 +91,14 @@ Stage = Callable[[StageRunner, "Session", "Watchdog"], Any]
 @dataclass(frozen=True)
 class Check:
     """A check as the run takes it (checks/registry.py lists them in run order): its name (spec.checks.<name>, the
-    report's `check`) and its stage, what every rank runs. A gate's stage returns False when the check failed:
-    the checks after it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
+    report's `check`), its stage, what every rank runs, and its parts of the reports people read (report/parts.py;
+    the writers walk the registry for them). A gate's stage returns False when the check failed: the checks after
+    it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
 
     name: CheckName
     stage: Stage
     gate: bool = False
+    parts: ReportParts = NO_PARTS
 
 
 class StageBroken(RuntimeError):

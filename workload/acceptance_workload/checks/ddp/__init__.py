@@ -1,7 +1,8 @@
 """checks.ddp: synthetic-data DDP training (throughput per GPU, scaling efficiency against one GPU, the loss
 must fall): ddp; the two models it trains (a GPT-style decoder, ResNet-50) in plain torch.nn: models."""
 
+from acceptance_workload.checks.ddp.parts import PARTS
 from acceptance_workload.checks.ddp.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("ddp", stage)
+CHECK = Check("ddp", stage, parts=PARTS)

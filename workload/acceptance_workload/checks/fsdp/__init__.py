@@ -1,7 +1,8 @@
 """checks.fsdp: FSDP2 training (full shard in a node, hybrid across nodes), throughput, memory and scaling
 against unsharded training: fsdp. Reuses ddp's training loop and models."""
 
+from acceptance_workload.checks.fsdp.parts import PARTS
 from acceptance_workload.checks.fsdp.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("fsdp", stage)
+CHECK = Check("fsdp", stage, parts=PARTS)

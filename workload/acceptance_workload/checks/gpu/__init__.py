@@ -1,7 +1,8 @@
 """checks.gpu: per-GPU GEMM (bf16 TFLOP/s), HBM copy and host copy bandwidth, judged against the profile and
 against the node's median GPU (a GPU failing the ratio is measured again before it is named): gpubench."""
 
+from acceptance_workload.checks.gpu.parts import PARTS
 from acceptance_workload.checks.gpu.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("gpu", stage)
+CHECK = Check("gpu", stage, parts=PARTS)

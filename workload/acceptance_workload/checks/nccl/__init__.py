@@ -8,6 +8,7 @@
 """
 
 from acceptance_workload.checks.nccl.ncclstage import stage
+from acceptance_workload.checks.nccl.parts import PARTS
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("nccl", stage)
+CHECK = Check("nccl", stage, parts=PARTS)

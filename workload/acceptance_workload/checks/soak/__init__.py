@@ -4,7 +4,8 @@
   power, temperatures, ECC, remaps, PCIe replays, NVLink errors, XID events); soakjudge: the per-minute judging.
 """
 
+from acceptance_workload.checks.soak.parts import PARTS
 from acceptance_workload.checks.soak.soak import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("soak", stage)
+CHECK = Check("soak", stage, parts=PARTS)

@@ -6,10 +6,11 @@ and evidence. Fail closed as the report is (report.py): an enabled check without
 failed testcase, and a run that could not complete is an errored one, so a CI
 gate that only counts failures cannot pass a report that did not pass.
 Skipped measurements are listed in the suite's output, never as passes; so is
-the localisation stage's table of pairs (the evidence behind each node's
-inter_node_busbw testcase) in the nccl suite.
+what a check adds there (its parts' junit_out, report/parts.py: the nccl suite
+gets the localisation stage's table of pairs, the evidence behind each node's
+inter_node_busbw testcase).
 
-Pure: the standard library's ElementTree only.
+Pure: the standard library's ElementTree, and the registry for the checks' parts.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter
 
+from acceptance_workload.checks.registry import CHECKS
 from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
 from acceptance_workload.contract.rules import STAGE_ERROR
 from acceptance_workload.report.model import GpuIdentity, Report
-from acceptance_workload.report.render import localization_table
 
 SUITES_NAME = "gpu-acceptance"
 RUN_CASE = "run"  # the errored testcase of a run that could not complete
-PER_GPU_CHECKS = ("soak",)  # one testcase per GPU rather than per result
+PER_GPU_CHECKS = tuple(c.name for c in CHECKS if c.parts.junit_per_gpu)  # a testcase per GPU, not per result
+PARTS = {c.name: c.parts for c in CHECKS}
 
 
 def case_name(r: CheckResult) -> str:
@@ -155,8 +157,9 @@ def _check_suite(suite: ET.Element, report: Report, check: str, name: str) -> li
         cases.append(case)
     cases += _missing_case(suite, report, check)
     out = [f"not measured: {s.name}: {s.reason}" for s in report.skipped if s.check == check]
-    if check == "nccl" and report.localization is not None:
-        out.append(localization_table(report))
+    more = PARTS[check].junit_out if check in PARTS else None  # the check's own output (nccl: the localisation)
+    if more and (text := more(report)):
+        out.append(text)
     if out:
         ET.SubElement(suite, "system-out").text = "\n".join(out)
     return cases

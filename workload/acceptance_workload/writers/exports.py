@@ -1,7 +1,7 @@
 """Writing a report as files for people and CI (`--html FILE`, `--junit FILE`), shared by `local` and `report`.
 
 Both commands hand over a Report and where to write it; what a file holds is
-html_report.py's and junit.py's business. matplotlib is needed only for
+writers/html.py's and writers/junit.py's business. matplotlib is needed only for
 --html, and `require` says so before a run is spent on a page that cannot be
 made. An export never changes a verdict or an exit code: it comes after the
 JSON and the text, and what fails in it is one line naming the file and the
@@ -23,7 +23,7 @@ class ExportError(RuntimeError):
 def require(html: str | None) -> None:
     """Fail before the run when --html is asked for and matplotlib is missing."""
     if html:
-        from acceptance_workload.report.html_report import HtmlUnavailable, pyplot
+        from acceptance_workload.report.html_base import HtmlUnavailable, pyplot
 
         try:
             pyplot()
@@ -41,11 +41,11 @@ def write_exports(report: Report, *, html: str | None = None, junit: str | None 
     """
     lines = []
     if junit:
-        from acceptance_workload.report.junit import junit_xml
+        from acceptance_workload.writers.junit import junit_xml
 
         lines += _export(junit, "JUnit XML", lambda problems: junit_xml(report, name, problems))
     if html:
-        from acceptance_workload.report.html_report import render_html
+        from acceptance_workload.writers.html import render_html
 
         lines += _export(html, "HTML report", lambda problems: render_html(
             report, title=f"GPU acceptance: {name}", operator_verdict=operator_verdict, problems=problems))

@@ -1,5 +1,5 @@
 """The HTML report's localisation section: how the inter-node stage judged, each node beside the median of the
-others' best pairs, every group round by round (html_report.render_html places it after the NCCL section)."""
+others' best pairs, every group round by round (checks/nccl/html.py places it after the NCCL plots)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The nccl-tests reference curves the HTML report draws beside our busbw sweeps: data, not thresholds.
 
-Beside html_report.py (which stays under the file limit); html_report.reference_for picks the one measured on the
+Data apart from checks/nccl/html.py, whose reference_for picks the one measured on the
 report's kind of machine.
 """
 
