@@ -20,13 +20,12 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from acceptance_workload.checks.gpu.gpubench import METRICS as GPU_METRICS
-from acceptance_workload.checks.nccl import latency, localize, nccltests
-from acceptance_workload.checks.storage import storage
+from acceptance_workload.checks.nccl import localize
+from acceptance_workload.checks.registry import CHECKS
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.contract.required import Due, Required
 from acceptance_workload.contract.results import CHECK_NAMES, CheckResult, Comparison, judge
-from acceptance_workload.contract.rules import RATIO_SUFFIX
 from acceptance_workload.contract.wire import version_tuple
 from acceptance_workload.report.evidence import MAX_FAILURES
 from acceptance_workload.report.model import DdpRank, Report
@@ -235,104 +234,12 @@ def _overruled(claimed: CheckResult, judged: CheckResult) -> str:
             f"{'passed' if claimed.passed else 'failed'})")
 
 
-@dataclass(frozen=True)
-class Required:
-    """A result the spec requires: missing from the report, it counts as failed."""
-
-    check: str
-    name: str
-    node: str | None = None
-    why: str = ""
-    gpu: int | None = None
-
-
-def required_results(config: WorkloadConfig, nodes: Iterable[str], *, localized: bool = False,
-                     pairs: bool = True, gated: bool = False) -> list[Required]:
-    """Every judged result the enabled checks must produce, per node where it is measured per node.
-
-    localized: the localisation stage had to run (localize.wanted on the operator's own judgement);
-    pairs: the report has the stage's pair rows. Without them one job-wide result is missing, not one
-    per node: a report that left the stage out must not put every node in failedNodes.
-    gated: the volume failed storage_capacity or storage_writable, so nothing was written and no node's view of
-    it (storage_consistency) can be asked for: the nodes that could write are not named for it.
-    """
-    nodes = sorted(nodes)
-    checks = config.checks
-    cpu = config.mode == "cpu-smoke"  # no GPU: no GPU count, no host copies (the workload skips them, saying so)
-    out: list[Required] = []
-    if checks.preflight.enabled and not cpu:
-        out += [Required("preflight", "gpu_count", n, "GPUs of every node") for n in nodes]
-    if checks.preflight.enabled:
-        out += required_binding(config, nodes)
-    if checks.gpu.enabled:
-        out += [Required("gpu", name, n, "every GPU's measurements", g) for n in nodes
-                for g in range(config.gpus_per_node)
-                for m in GPU_METRICS if not (cpu and m.host) for name in (m.name, m.name + RATIO_SUFFIX)]
-    if checks.nccl.enabled:
-        th, run = checks.nccl.thresholds, rules.Run.of(config)
-        for collective in checks.nccl.collectives:
-            if rules.threshold("nccl", f"{collective}_busbw", th) is not None:
-                out.append(Required("nccl", f"{collective}_busbw", None, "its busbw threshold"))
-        inside_nodes = checks.nccl.per_node or len(nodes) == 1  # perNode off: no node's sweep is asked for
-        if "all_reduce" in checks.nccl.collectives and inside_nodes and \
-                rules.threshold("nccl", "node_all_reduce_busbw", th) is not None:
-            out += [Required("nccl", "node_all_reduce_busbw", n, "its all_reduce busbw") for n in nodes]
-        for name, why in (("transport", "transport {}"), ("intra_node_transport", "its intra-node transport")):
-            need = rules.expected("nccl", name, th, run)
-            if need is not None:
-                out += [Required("nccl", name, n, why.format(need)) for n in nodes]
-        if checks.nccl.cross_check:
-            out += [Required("nccl", f"{c}{nccltests.RESULT_SUFFIX}", n, "crossCheck: nccl-tests beside ours")
-                    for n in nodes for c in checks.nccl.collectives]
-        out += [Required("nccl", name, n, "its all_reduce latency ceiling")
-                for name, n in latency.required(checks.nccl, nodes)]
-        why = f"localize {checks.nccl.localize}: the stage's pairs"
-        if localized and pairs:
-            out += [Required("nccl", localize.RESULT, n, why) for n in nodes]
-        elif localized:
-            out.append(Required("nccl", localize.RESULT, None, why))
-    if checks.ddp.enabled:
-        out += [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
-        if rules.threshold("ddp", "scaling_efficiency", checks.ddp.thresholds) is not None:
-            out.append(Required("ddp", "scaling_efficiency"))
-    return out + required_fsdp_storage(config, nodes, gated)
-
-
-def required_fsdp_storage(config: WorkloadConfig, nodes: list[str], gated: bool = False) -> list[Required]:
-    """checks.fsdp and checks.storage: the results every run of them must have (storage only with its volume)."""
-    out: list[Required] = []
-    if config.checks.fsdp.enabled:
-        out += [Required("fsdp", "throughput_per_gpu"), Required("fsdp", "loss_decrease")]
-        out += [Required("fsdp", name, n, "every rank's parameters and share of them") for n in nodes
-                for name in ("parameter_checksum", "state_shard_ratio")]
-    if config.checks.storage.enabled and config.storage_path:
-        out += [Required("storage", name, n, "every node's room on and access to the volume") for n in nodes
-                for name in storage.GATES]
-        if not gated:
-            out += [Required("storage", "storage_consistency", n, "every node's view of the volume") for n in nodes]
-    return out
-
-
-def required_binding(config: WorkloadConfig, nodes: list[str]) -> list[Required]:
-    """cpu_affinity of every rank, the pod's limits spec.resources set, each GPU's MIG mode (not on CPU runs)."""
-    th, run = config.checks.preflight.thresholds, rules.Run.of(config)
-    gpus = range(config.gpus_per_node)
-    out: list[Required] = []
-    if rules.threshold("preflight", "cpu_affinity", th, run) is not None:
-        out += [Required("preflight", "cpu_affinity", n, "each rank's CPU binding", g) for n in nodes for g in gpus]
-    for name in ("cpu_limit", "memory_limit"):
-        if rules.threshold("preflight", name, th, run) is not None:
-            out += [Required("preflight", name, n, "spec.resources") for n in nodes]
-    if config.mode != "cpu-smoke" and rules.threshold("preflight", "mig_mode", th, run) is not None:
-        out += [Required("preflight", "mig_mode", n, "each GPU's MIG mode", g) for n in nodes for g in gpus]
-    return out
-
-
-def localization_due(report: Report, config: WorkloadConfig) -> bool:
-    """Whether the localisation stage had to run, judged from the (re-judged) job-wide results."""
-    check = config.checks.nccl
-    return check.enabled and localize.wanted(check.localize, config.nodes, localize.job_failed(report.results),
-                                             localize.inter_node_floor(check, config.nodes))
+def required_results(config: WorkloadConfig, nodes: Iterable[str], report: Report | None = None) -> list[Required]:
+    """Every judged result the enabled checks must produce, per node where it is measured per node: each check
+    says which (its CHECK's `required`), in run order. `report`: the re-judged job-wide report, where what it
+    holds decides (nccl's localisation, storage's gates); None: before any report."""
+    due = Due(config, sorted(nodes), report)
+    return [req for check in CHECKS if check.required for req in check.required(due)]
 
 
 Key = tuple[str, str, str | None, int | None]  # (check, name, node, gpu) of a result
@@ -343,9 +250,7 @@ def missing_required(present: set[Key], report: Report, config: WorkloadConfig,
     """A failed result for each required one the report lacks (with a value or not); `present`: its results' keys."""
     present = present | {(c, n, node, None) for c, n, node, _ in present}  # a per-node requirement: any GPU's
     out = []
-    due = localization_due(report, config)
-    for req in required_results(config, nodes, localized=due, pairs=report.localization is not None,
-                                gated=storage.gated(report.results)):
+    for req in required_results(config, nodes, report):
         if (req.check, req.name, req.node, req.gpu) in present:
             continue
         where = (f" for node {req.node}" if req.node else "") + (f" GPU {req.gpu}" if req.gpu is not None else "")
@@ -472,7 +377,7 @@ class _Fold:
 
     A job-wide result, the report's first MAX_FAILURES failures, each node's
     first FAILED_KEPT_PER_NODE and every failure that says the job failed (a
-    node's transport: localization_due reads it, by name, to decide which results
+    node's transport: checks/nccl/required.localization_due reads it, by name, to decide which results
     are required; one a node at most) as judged; for the rest of a node's results
     one shared stand-in per (check, node, passed), put in each one's place, so the
     tally, failedNodes, each node's counts and the first failures listed read as

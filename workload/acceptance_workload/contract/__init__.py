@@ -6,6 +6,7 @@
 - config: the WorkloadConfig the operator hands every rank (the spec resolved for one run);
 - results: the one shape every result takes (CheckResult) and how one is judged;
 - rules: the rule table, one row per result name, shared by the workload's judges and the operator's re-judging;
+- required: what a report must hold (Required, Due: what each check's `required` is asked with);
 - exits: the exit codes of every command and of the workload.
 
 Imports: pydantic and the standard library only, and nothing of this package outside contract/. The operator imports

@@ -35,6 +35,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from acceptance_workload.contract import rules
+from acceptance_workload.contract.required import Due, Required
 from acceptance_workload.contract.results import CheckName, CheckResult
 from acceptance_workload.report.model import StageError
 from acceptance_workload.report.parts import NO_PARTS, ReportParts
@@ -91,14 +92,16 @@ Stage = Callable[[StageRunner, "Session", "Watchdog"], Any]
 @dataclass(frozen=True)
 class Check:
     """A check as the run takes it (checks/registry.py lists them in run order): its name (spec.checks.<name>, the
-    report's `check`), its stage, what every rank runs, and its parts of the reports people read (report/parts.py;
-    the writers walk the registry for them). A gate's stage returns False when the check failed: the checks after
-    it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
+    report's `check`), its stage, what every rank runs, its parts of the reports people read (report/parts.py;
+    the writers walk the registry for them) and the results a report must hold of it (contract/required.py; the
+    operator's re-judging walks the registry for them). A gate's stage returns False when the check failed: the
+    checks after it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
 
     name: CheckName
     stage: Stage
     gate: bool = False
     parts: ReportParts = NO_PARTS
+    required: Callable[[Due], list[Required]] | None = None
 
 
 class StageBroken(RuntimeError):

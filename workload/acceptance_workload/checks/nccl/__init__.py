@@ -9,6 +9,7 @@
 
 from acceptance_workload.checks.nccl.ncclstage import stage
 from acceptance_workload.checks.nccl.parts import PARTS
+from acceptance_workload.checks.nccl.required import required
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("nccl", stage, parts=PARTS)
+CHECK = Check("nccl", stage, parts=PARTS, required=required)

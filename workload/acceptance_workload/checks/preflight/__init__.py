@@ -8,7 +8,8 @@
 - binding: CPU and NUMA binding of each rank; mig: MIG mode.
 """
 
+from acceptance_workload.checks.preflight.required import required
 from acceptance_workload.checks.preflight.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("preflight", stage, gate=True)
+CHECK = Check("preflight", stage, gate=True, required=required)

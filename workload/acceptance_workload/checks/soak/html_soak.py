@@ -1,4 +1,4 @@
-"""The burn-in's part of the HTML report (the page: writers/html.py): per GPU, its TFLOP/s, clocks, temperatures and power over
+"""The burn-in's part of the HTML page (writers/html.py): per GPU, its TFLOP/s, clocks, temperatures and power over
 the soak, with its events (XIDs, throttling, error counts, the minute it slowed) marked where they happened.
 
 Hand-drawn inline SVG (polylines, no matplotlib and no script), so a page of 64 GPUs' plots stays small and opens
