@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from acceptance_workload.checks.nccl.nccltests import DIR_ENV as NCCL_TESTS_DIR_ENV
 from acceptance_workload.checks.preflight import nodefacts, occupancy
+from acceptance_workload.checks.registry import CHECKS
 from acceptance_workload.contract import exits, rules
 from acceptance_workload.contract.checkmodels import ChecksSpec, SoakCheck
 from acceptance_workload.contract.config import CONFIG_ENV, STARTED_ENV, Fabric, WorkloadConfig, run_started
@@ -38,7 +39,6 @@ from acceptance_workload.contract.profiles import (
     profile_for_gpu,
 )
 from acceptance_workload.contract.results import CHECK_NAMES
-from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.report.model import Report
 from acceptance_workload.report.render import CPU_BANNER
 from acceptance_workload.runtime import deaths
@@ -48,9 +48,6 @@ from acceptance_workload.writers.exports import require as require_exports
 
 EXIT_ERROR = exits.CANNOT  # the rule: exits.py
 CPU_PROCESSES = 2
-QUICK_MAX_BYTES = 1 << 30
-QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10
-QUICK_STORAGE_BYTES = 1 << 30
 KILL_GRACE_SECONDS = 15  # rank 0 has delivered; a hung rank is not waited for long, a stopped one not at all
 
 
@@ -104,29 +101,10 @@ def read_manifest(path: str) -> dict[str, Any]:
 
 
 def quick_checks(checks: ChecksSpec) -> ChecksSpec:
-    """A shorter GPU run: sweep up to 1 GiB (the thresholds' reference size) by x4, fewer iterations and steps,
-    FSDP's steps and storage's throughput file (1Gi) cut too.
-
-    The per-GPU check keeps its sizes (the profile's floors hold for them) and
-    takes fewer, shorter windows.
-    """
-    top = min(parse_bytes(checks.nccl.max_bytes), QUICK_MAX_BYTES)
-    low = top
-    while low // 4 >= parse_bytes(checks.nccl.min_bytes):  # start where x4 steps land exactly on the top size
-        low //= 4
-    nccl = checks.nccl.model_copy(update={
-        "min_bytes": low, "max_bytes": top, "step_factor": 4,
-        "iters": min(checks.nccl.iters, 10), "warmup_iters": min(checks.nccl.warmup_iters, 3)})
-    ddp = checks.ddp.model_copy(update={"steps": min(checks.ddp.steps, 12), "windows": min(checks.ddp.windows, 4),
-                                        "warmup_steps": min(checks.ddp.warmup_steps, 3)})
-    gpu = checks.gpu.model_copy(update={"windows": min(checks.gpu.windows, QUICK_GPU_WINDOWS),
-                                        "iters": min(checks.gpu.iters, QUICK_GPU_ITERS),
-                                        "warmup_iters": min(checks.gpu.warmup_iters, QUICK_GPU_ITERS)})
-    fsdp = checks.fsdp.model_copy(update={"steps": min(checks.fsdp.steps, 8), "windows": min(checks.fsdp.windows, 2),
-                                          "warmup_steps": min(checks.fsdp.warmup_steps, 2)})
-    storage = checks.storage.model_copy(update={"throughput_bytes": min(parse_bytes(checks.storage.throughput_bytes),
-                                                                        QUICK_STORAGE_BYTES)})
-    return checks.model_copy(update={"gpu": gpu, "nccl": nccl, "ddp": ddp, "fsdp": fsdp, "storage": storage})
+    """A shorter GPU run: each check's own cut (its CHECK's `quick`, checks/<name>/quick.py): the sweep up to
+    1 GiB (the thresholds' reference size) by x4, fewer iterations, windows and steps, storage's throughput file
+    (1Gi). The per-GPU check keeps its sizes (the profile's floors hold for them)."""
+    return checks.model_copy(update={c.name: c.quick(getattr(checks, c.name)) for c in CHECKS if c.quick})
 
 
 def build_config(args: argparse.Namespace, processes: int, expected: int | None = None,

@@ -102,6 +102,7 @@ class Check:
     gate: bool = False
     parts: ReportParts = NO_PARTS
     required: Callable[[Due], list[Required]] | None = None
+    quick: Callable[[Any], Any] | None = None  # its spec (spec.checks.<name>) cut for `local --quick`
 
 
 class StageBroken(RuntimeError):

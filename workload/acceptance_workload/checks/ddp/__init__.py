@@ -2,8 +2,9 @@
 must fall): ddp; the two models it trains (a GPT-style decoder, ResNet-50) in plain torch.nn: models."""
 
 from acceptance_workload.checks.ddp.parts import PARTS
+from acceptance_workload.checks.ddp.quick import quick
 from acceptance_workload.checks.ddp.required import required
 from acceptance_workload.checks.ddp.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("ddp", stage, parts=PARTS, required=required)
+CHECK = Check("ddp", stage, parts=PARTS, required=required, quick=quick)

@@ -2,8 +2,9 @@
 against unsharded training: fsdp. Reuses ddp's training loop and models."""
 
 from acceptance_workload.checks.fsdp.parts import PARTS
+from acceptance_workload.checks.fsdp.quick import quick
 from acceptance_workload.checks.fsdp.required import required
 from acceptance_workload.checks.fsdp.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("fsdp", stage, parts=PARTS, required=required)
+CHECK = Check("fsdp", stage, parts=PARTS, required=required, quick=quick)

@@ -2,8 +2,9 @@
 against the node's median GPU (a GPU failing the ratio is measured again before it is named): gpubench."""
 
 from acceptance_workload.checks.gpu.parts import PARTS
+from acceptance_workload.checks.gpu.quick import quick
 from acceptance_workload.checks.gpu.required import required
 from acceptance_workload.checks.gpu.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("gpu", stage, parts=PARTS, required=required)
+CHECK = Check("gpu", stage, parts=PARTS, required=required, quick=quick)

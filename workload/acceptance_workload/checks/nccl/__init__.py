@@ -9,7 +9,8 @@
 
 from acceptance_workload.checks.nccl.ncclstage import stage
 from acceptance_workload.checks.nccl.parts import PARTS
+from acceptance_workload.checks.nccl.quick import quick
 from acceptance_workload.checks.nccl.required import required
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("nccl", stage, parts=PARTS, required=required)
+CHECK = Check("nccl", stage, parts=PARTS, required=required, quick=quick)
