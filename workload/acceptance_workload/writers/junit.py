@@ -22,11 +22,10 @@ from acceptance_workload.checks.registry import CHECKS
 from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
 from acceptance_workload.contract.rules import STAGE_ERROR
 from acceptance_workload.report.model import GpuIdentity, Report
+from acceptance_workload.report.parts import NO_PARTS
 
 SUITES_NAME = "gpu-acceptance"
 RUN_CASE = "run"  # the errored testcase of a run that could not complete
-PER_GPU_CHECKS = tuple(c.name for c in CHECKS if c.parts.junit_per_gpu)  # a testcase per GPU, not per result
-PARTS = {c.name: c.parts for c in CHECKS}
 
 
 def case_name(r: CheckResult) -> str:
@@ -146,8 +145,9 @@ def _check_suite(suite: ET.Element, report: Report, check: str, name: str) -> li
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", {"name": "mode", "value": "cpu-smoke (NOT a GPU acceptance verdict)"})
     results = [r for r in report.results if r.check == check]
-    cases = _gpu_cases(suite, classname, report, results) if check in PER_GPU_CHECKS else []
-    for r in (r for r in results if check not in PER_GPU_CHECKS or r.gpu is None):
+    parts = next((c.parts for c in CHECKS if c.name == check), NO_PARTS)  # the check's own (report/parts.py)
+    cases = _gpu_cases(suite, classname, report, results) if parts.junit_per_gpu else []
+    for r in (r for r in results if not parts.junit_per_gpu or r.gpu is None):
         case = _case(suite, classname, case_name(r))
         if not r.passed:
             message = r.message or f"{r.name}: {_number(r.value)} {r.unit}".rstrip()
@@ -157,8 +157,7 @@ def _check_suite(suite: ET.Element, report: Report, check: str, name: str) -> li
         cases.append(case)
     cases += _missing_case(suite, report, check)
     out = [f"not measured: {s.name}: {s.reason}" for s in report.skipped if s.check == check]
-    more = PARTS[check].junit_out if check in PARTS else None  # the check's own output (nccl: the localisation)
-    if more and (text := more(report)):
+    if parts.junit_out and (text := parts.junit_out(report)):  # the check's own output (nccl: the localisation)
         out.append(text)
     if out:
         ET.SubElement(suite, "system-out").text = "\n".join(out)

@@ -1,0 +1,122 @@
+"""A check's parts of the reports, what a report must hold of it and its --quick cut come from its package, through
+the registry: the writers, the operator's re-judging and `local` take them from there and name no check."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib
+from pathlib import Path
+
+import pytest
+from acceptance_operator.judging import rejudge
+from acceptance_workload import local
+from acceptance_workload.checks import registry
+from acceptance_workload.contract.checkmodels import ChecksSpec
+from acceptance_workload.contract.config import TestRef, WorkloadConfig
+from acceptance_workload.contract.required import Required
+from acceptance_workload.contract.results import CHECK_NAMES
+from acceptance_workload.report.parts import ReportParts
+from acceptance_workload.writers import html, junit, text
+
+from tests.reports import node_names, passing_report
+
+WRITERS = Path(text.__file__).parent
+ABOVE = {f"acceptance_workload.{m}" for m in ("writers", "run", "local", "__main__", "installation")}
+HOOKS = ("text", "html_plots", "html_sections", "html_tables", "junit_out")
+
+
+def config(nodes: int = 2) -> WorkloadConfig:
+    return WorkloadConfig.build(checks=ChecksSpec.model_validate({"soak": {"enabled": True}}), profile="h100-sxm",
+                                nodes=nodes, gpus_per_node=8, test=TestRef(name="t", namespace="ns", uid="u"))
+
+
+def with_gpu(monkeypatch: pytest.MonkeyPatch, modules: tuple, **changes: object) -> None:
+    """The registry as the given modules see it, with the gpu check's entry changed."""
+    checks = tuple(dataclasses.replace(c, **changes) if c.name == "gpu" else c for c in registry.CHECKS)
+    for module in modules:
+        monkeypatch.setattr(module, "CHECKS", checks)
+
+
+def test_every_part_and_hook_comes_from_its_own_checks_package() -> None:
+    for check in registry.CHECKS:
+        hooks = [getattr(check.parts, h) for h in HOOKS] + [check.required, check.quick]
+        for hook in (h for h in hooks if h is not None):
+            assert hook.__module__.startswith(f"acceptance_workload.checks.{check.name}."), (check.name, hook)
+
+
+def test_the_writers_name_no_check() -> None:
+    """No string in writers/ is a check's name: what a writer shows of a check comes from the check's parts."""
+    for path in sorted(WRITERS.glob("*.py")):
+        strings = {n.value for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.Constant)}
+        assert not strings & set(CHECK_NAMES), (path.name, strings & set(CHECK_NAMES))
+
+
+def test_each_checks_parts_show_nothing_of_a_check_that_did_not_run() -> None:
+    empty = passing_report(config()).model_copy(update={"gpu": None, "nccl": [], "localization": None, "ddp": None,
+                                                        "fsdp": None, "storage": None, "soak": None})
+    for check in registry.CHECKS:
+        assert not (check.parts.text and check.parts.text(empty)), check.name
+        for slot in ("html_plots", "html_sections", "html_tables"):
+            draw = getattr(check.parts, slot)
+            assert not (draw and draw(None, empty, [])), (check.name, slot)
+
+
+def test_the_writers_take_a_checks_parts_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    report = passing_report(config())
+    assert "# gpu: GEMM" in text.full_text(report)  # gpu's own table, before the change
+    assert '<testcase classname="gpu-acceptance.gpu" name="gemm_tflops' in junit.junit_xml(report)
+    marked = ReportParts(text=lambda r: "MARK-TEXT", html_plots=lambda plt, r, p: "<p>MARK-PLOTS</p>",
+                         html_sections=lambda plt, r, p: "<p>MARK-SECTIONS</p>",
+                         html_tables=lambda plt, r, p: "<p>MARK-TABLES</p>", junit_out=lambda r: "MARK-JUNIT",
+                         junit_per_gpu=True)
+    with_gpu(monkeypatch, (text, html, junit), parts=marked)
+
+    written = text.full_text(report)
+    assert "MARK-TEXT" in written and "# gpu: GEMM" not in written
+    assert written.index("MARK-TEXT") < written.index("# all_reduce")  # in run order: gpu before nccl
+    page = html.render_html(report)
+    plots, heatmap, sections, tables = (page.index(m) for m in ("MARK-PLOTS", html.HEATMAP_ID, "MARK-SECTIONS",
+                                                                  "MARK-TABLES"))
+    assert plots < heatmap < sections < page.index("Passed results") < tables
+    xml = junit.junit_xml(report)
+    assert "MARK-JUNIT" in xml
+    gpu_cases = xml.count('classname="gpu-acceptance.gpu"')
+    assert gpu_cases == len(node_names(2)) * 8  # one testcase per GPU, holding all of its results
+
+
+def test_the_operator_asks_each_check_in_the_registry_what_a_report_must_hold(monkeypatch: pytest.MonkeyPatch):
+    cfg = config()
+    nodes = node_names(2)
+    report = passing_report(cfg)
+    present = {(r.check, r.name, r.node, r.gpu) for r in report.results}
+    assert rejudge.missing_required(present, report, cfg, nodes) == []
+    before = rejudge.required_results(cfg, nodes)
+    assert {r.check for r in before} >= {"preflight", "gpu", "nccl", "ddp"}
+
+    with_gpu(monkeypatch, (rejudge,),
+             required=lambda due: [Required("gpu", "marker", n, "the marker") for n in due.nodes])
+    after = rejudge.required_results(cfg, nodes)
+    assert [r for r in after if r.check == "gpu"] == [Required("gpu", "marker", n, "the marker") for n in nodes]
+    missing = rejudge.missing_required(present, report, cfg, nodes)
+    assert [(r.name, r.node, r.passed) for r in missing] == [("marker", n, False) for n in nodes]
+    assert missing[0].message == "the report has no marker result for node gpu-node-0000 (the marker is judged)"
+
+
+def test_local_quick_takes_each_checks_cut_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    checks = ChecksSpec()
+    assert local.quick_checks(checks).gpu.windows == 5  # gpu's own cut
+    with_gpu(monkeypatch, (local,), quick=lambda gpu: gpu.model_copy(update={"windows": 3}))
+    cut = local.quick_checks(checks)
+    assert cut.gpu.windows == 3 and cut.nccl == local.quick_checks(ChecksSpec()).nccl
+
+
+@pytest.mark.parametrize("name", CHECK_NAMES)
+def test_a_checks_package_imports_nothing_above_it(name: str) -> None:
+    """checks/<name>/ may import contract/, report/, runtime/ and other checks: never writers/, the run or local."""
+    package = Path(importlib.import_module(f"acceptance_workload.checks.{name}").__file__).parent
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                top = ".".join(node.module.split(".")[:2])
+                assert top not in ABOVE and not node.module.startswith("acceptance_operator"), (path, node.module)
