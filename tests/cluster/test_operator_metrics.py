@@ -139,7 +139,7 @@ def test_dashboard_and_alerts_name_only_metrics_the_operator_exports(cluster: Cl
     (rule,) = by_kind(render({"prometheusRule": {"enabled": True}}))["PrometheusRule"]
     alerts = [r["expr"] for r in rule["spec"]["groups"][0]["rules"]]
     queries = dashboard_queries()
-    assert len(queries) >= 10 and len(alerts) == 4
+    assert len(queries) >= 10 and len(alerts) == 6
     for expr in queries + alerts:
         names = metric_names(expr)
         assert names, f"no metric in {expr!r}"

@@ -56,9 +56,10 @@ def expected(node: str, age_days: int, max_days: int = 30) -> dict:
     }
 
 
-def run_promtool(tmp_path: Path, rules: Path, tests: list[dict]) -> subprocess.CompletedProcess:
+def run_promtool(tmp_path: Path, rules: Path, tests: list[dict], every: str = "1h") -> subprocess.CompletedProcess:
+    """`every`: how often the rules are evaluated (their `for` counts in these steps)."""
     spec = tmp_path / "tests.yaml"
-    spec.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": "1h", "tests": tests}))
+    spec.write_text(yaml.safe_dump({"rule_files": [str(rules)], "evaluation_interval": every, "tests": tests}))
     return subprocess.run([promtool(), "test", "rules", str(spec)], capture_output=True, text=True, timeout=120)
 
 
@@ -110,3 +111,50 @@ def test_a_wrong_expectation_fails_promtool(tmp_path: Path):
     ]}
     proc = run_promtool(tmp_path, rules_file(tmp_path, {}), [test])
     assert proc.returncode != 0 and "GpuAcceptanceNodeNotPassedRecently" in proc.stdout + proc.stderr
+
+
+LEADER = "gpu_acceptance_operator_leader"
+MISSING = "gpu_acceptance_crd_missing_fields"
+
+
+def test_no_leader_fires_when_every_replica_stands_by_longer_than_a_takeover(tmp_path: Path):
+    """Two replicas, scraped every 15 s: a handover (both 0 for 30 s) does not fire; both 0 from minute 10 on
+    does, after noLeaderFor (2m), for that namespace only; the other install keeps its leader."""
+    a = "1x39 0x120"  # leads until 9:45, then stands by
+    b = "0x41 1x38 0x80"  # stands by until 10:15 (a 30 s handover), leads from 10:30 to 19:45, then stands by
+    series = [{"series": f'{LEADER}{{namespace="ops",pod="op-a"}}', "values": a},
+              {"series": f'{LEADER}{{namespace="ops",pod="op-b"}}', "values": b},
+              {"series": f'{LEADER}{{namespace="other",pod="op-c"}}', "values": "1x160"}]
+    fired = {"exp_labels": {"namespace": "ops", "severity": "warning"}, "exp_annotations": {
+        "summary": "No gpu-acceptance operator replica in ops holds the leader lease",
+        "description": ("Every gpu-acceptance operator replica in namespace ops has stood by for 2m: none holds the "
+                        "Lease gpu-acceptance-operator, so no AcceptanceTest is started, judged or cleaned up. Each "
+                        "replica's log says why it cannot take the lease (`leader election: ...`)."),
+        "runbook_url": f"{RUNBOOK}#gpuacceptancenoleader"}}
+    test = {"interval": "15s", "input_series": series, "alert_rule_test": [
+        {"eval_time": "10m15s", "alertname": "GpuAcceptanceNoLeader", "exp_alerts": []},  # the handover
+        {"eval_time": "12m", "alertname": "GpuAcceptanceNoLeader", "exp_alerts": []},  # after it
+        {"eval_time": "21m", "alertname": "GpuAcceptanceNoLeader", "exp_alerts": []},  # pending: 1 of 2 minutes
+        {"eval_time": "23m", "alertname": "GpuAcceptanceNoLeader", "exp_alerts": [fired]},
+    ]}
+    proc = run_promtool(tmp_path, rules_file(tmp_path, {}), [test], every="15s")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_crd_outdated_fires_while_fields_are_missing_and_resolves_when_the_crd_is_applied(tmp_path: Path):
+    series = [{"series": f'{MISSING}{{namespace="ops",pod="op-a"}}', "values": "0x10 3x40 0x20"},
+              {"series": f'{MISSING}{{namespace="ops",pod="op-b"}}', "values": "0x10 3x40 0x20"}]
+    fired = {"exp_labels": {"namespace": "ops", "severity": "warning"}, "exp_annotations": {
+        "summary": "The installed AcceptanceTest CRD is older than the gpu-acceptance operator",
+        "description": ("The installed AcceptanceTest CRD lacks 3 field(s) of the operator's schema (the operator in "
+                        "namespace ops logs which): the API server drops them from every test, so each new run ends "
+                        "Failed with reason CRDOutdated until the CRD is updated."),
+        "runbook_url": f"{RUNBOOK}#gpuacceptancecrdoutdated"}}
+    test = {"interval": "1m", "input_series": series, "alert_rule_test": [
+        {"eval_time": "5m", "alertname": "GpuAcceptanceCRDOutdated", "exp_alerts": []},
+        {"eval_time": "12m", "alertname": "GpuAcceptanceCRDOutdated", "exp_alerts": []},  # pending (for: 5m)
+        {"eval_time": "30m", "alertname": "GpuAcceptanceCRDOutdated", "exp_alerts": [fired]},
+        {"eval_time": "60m", "alertname": "GpuAcceptanceCRDOutdated", "exp_alerts": []},  # the CRD applied
+    ]}
+    proc = run_promtool(tmp_path, rules_file(tmp_path, {}), [test], every="1m")
+    assert proc.returncode == 0, proc.stdout + proc.stderr

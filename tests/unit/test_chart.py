@@ -456,7 +456,8 @@ def test_prometheus_rule_alerts_on_a_failed_test_and_on_the_operator() -> None:
     *alerts, added = group["rules"]
     by_name = {a["alert"]: a for a in alerts}
     assert list(by_name) == ["GpuAcceptanceTestFailed", "GpuAcceptanceNodeNotPassedRecently",
-                             "GpuAcceptanceOperatorDown", "GpuAcceptanceReconcileErrors"]
+                             "GpuAcceptanceOperatorDown", "GpuAcceptanceReconcileErrors", "GpuAcceptanceNoLeader",
+                             "GpuAcceptanceCRDOutdated"]
     alert = by_name["GpuAcceptanceTestFailed"]
     assert alert["expr"] == 'gpu_acceptance_test_phase{phase="Failed"} == 1'
     assert alert["for"] == "5m"
