@@ -189,6 +189,34 @@ def test_a_clean_stop_gives_the_lease_back_and_the_standby_takes_it_at_its_next_
     assert b.gate.leading() and api.lease["spec"]["holderIdentity"] == "b"
 
 
+def test_a_stopping_leader_shows_0_before_it_gives_the_lease_back():
+    """Its gauge reads 0 as it stops reconciling: the write that releases the lease already sees 0, so a scrape
+    never finds it and the replica that takes over both at 1."""
+    seen: list[float] = []
+
+    class Watching(FakeLeaseApi):
+        def write(self, lease: dict, create: bool) -> None:
+            if lease["spec"]["holderIdentity"] is None:  # the release
+                seen.append(a.metrics.leader._value.get())
+            super().write(lease, create)
+
+    api, clock = Watching(), Clock()
+    a = election(api, "a", clock)
+    a.step()
+    assert a.gate.leading() and a.metrics.leader._value.get() == 1
+    a.stop()
+    assert seen == [0] and api.lease["spec"]["holderIdentity"] is None
+
+
+def test_a_leader_stopping_without_giving_the_lease_back_shows_0_and_leaves_the_lease_to_expire():
+    api, clock = FakeLeaseApi(), Clock()
+    a = election(api, "a", clock)
+    a.step()
+    a.stop(release=False)
+    assert api.lease["spec"]["holderIdentity"] == "a"  # left to expire
+    assert a.metrics.leader._value.get() == 0 and not a.gate.leading()
+
+
 def test_a_forbidden_lease_names_the_missing_grant():
     class Forbidden(FakeLeaseApi):
         def read(self) -> dict | None:

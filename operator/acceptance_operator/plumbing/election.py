@@ -299,10 +299,14 @@ class Election:
 
     def stop(self, release: bool = True) -> None:
         """A clean shutdown: stop reconciling, wait for the reconciles in flight, give the lease back (a standby
-        takes over within its retry period instead of the lease's duration)."""
+        takes over within its retry period instead of the lease's duration). The leader gauge goes to 0 as the
+        reconciling stops, before the release: a scrape never sees this replica and its successor both at 1."""
         self._stop.set()
         led = self.gate.leading()
         self.gate.stop()
+        if led:
+            self.metrics.leader.set(0)
+            self.metrics.standby = True
         with self._lock:
             if not (release and led):
                 return
@@ -316,8 +320,6 @@ class Election:
                     return
                 lease["spec"].update(holderIdentity=None, leaseDurationSeconds=1, renewTime=micro_time())
                 self.api.write(lease, create=False)
-                self.metrics.leader.set(0)
-                self.metrics.standby = True
                 log.info("leader election: this replica (%s) released the %s", self.identity, self.where)
             except Exception as e:  # the lease then expires by itself
                 log.warning("leader election: could not release the %s (%s): it expires by itself", self.where,
