@@ -85,6 +85,17 @@ def test_the_writers_take_a_checks_parts_from_the_registry(monkeypatch: pytest.M
     assert gpu_cases == len(node_names(2)) * 8  # one testcase per GPU, holding all of its results
 
 
+def test_a_checks_html_part_that_raises_costs_only_that_part(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(plt, report, problems):
+        raise ValueError("no such matrix")
+
+    with_gpu(monkeypatch, (html,), parts=ReportParts(html_sections=broken))
+    problems: list[str] = []
+    page = html.render_html(passing_report(config()), problems=problems)
+    assert problems == ["the gpu check's section left out: ValueError: no such matrix"]
+    assert "the gpu check&#x27;s section could not be drawn" in page and "Passed results" in page
+
+
 def test_the_operator_asks_each_check_in_the_registry_what_a_report_must_hold(monkeypatch: pytest.MonkeyPatch):
     cfg = config()
     nodes = node_names(2)

@@ -224,7 +224,10 @@ def render_html(report: Report, title: str = "GPU acceptance report", operator_v
     plt = pyplot()
 
     def checks_parts(slot: str) -> list[str]:
-        return [draw(plt, report, problems) for c in CHECKS if (draw := getattr(c.parts, slot))]
+        """Each check's part in this slot, drawn on its own: one that raises is a sentence, not a lost page."""
+        what = {"html_plots": "plots", "html_sections": "section", "html_tables": "tables"}[slot]
+        return [part(problems, f"the {c.name} check's {what}", lambda d=draw: d(plt, report, problems))
+                for c in CHECKS if (draw := getattr(c.parts, slot))]
 
     body = [_verdict_section(report, title, operator_verdict), *checks_parts("html_plots")]
     nodes, _, _ = node_metrics(report)
