@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.apiserver import REPO_ROOT, ApiServer, kubectl_binary
+from tests.apiserver import REPO_ROOT, ApiError, ApiServer, kubectl_binary
 
 pytestmark = pytest.mark.cluster
 
@@ -86,6 +87,20 @@ def test_mpijob_schema_is_enforced(apiserver: ApiServer, namespace: str):
     assert "slotsPerWorker" in answer["message"]
 
 
+def granted(apiserver: ApiServer, path: str, token: str, seconds: float = 10.0) -> dict:
+    """GET `path` as the token's bearer until the API server's RBAC authorizer allows it (its informers have seen
+    the new grant), at most `seconds`; then the last answer, whatever its status, as ApiError."""
+    deadline = time.monotonic() + seconds
+    while True:
+        answer = apiserver.request("GET", path, token=token, expect=None)
+        if answer.get("_status") != 403 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if answer.get("_status") != 200:
+        raise ApiError("GET", path, answer.get("_status"), json.dumps(answer))
+    return answer
+
+
 def test_rbac_is_enforced_for_service_accounts(apiserver: ApiServer, namespace: str, tmp_path):
     token = apiserver.token_for_service_account(namespace, "reader")
     pods = f"/api/v1/namespaces/{namespace}/pods"
@@ -110,7 +125,8 @@ def test_rbac_is_enforced_for_service_accounts(apiserver: ApiServer, namespace: 
         "--role=pod-reader",
         f"--serviceaccount={namespace}:reader",
     )
-    allowed = apiserver.request("GET", pods, token=token, expect=(200,))
+    # The authorizer learns the new Role and RoleBinding from its informers: a moment after they are created.
+    allowed = granted(apiserver, pods, token)
     assert allowed["kind"] == "PodList"
     proc = apiserver.kubectl("get", "pods", "-n", namespace, kubeconfig=sa_kubeconfig, check=False)
     assert proc.returncode == 0, proc.stderr
