@@ -1,17 +1,19 @@
-"""A check's parts of the reports, what a report must hold of it and its --quick cut come from its package, through
-the registry: the writers, the operator's re-judging and `local` take them from there and name no check."""
+"""A check's rows of the rule table, its parts of the reports, what a report must hold of it and its --quick cut come
+from its package, through the registry: the writers, the operator's re-judging and `local` take them from there and
+name no check."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
 import importlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from acceptance_operator.judging import rejudge
 from acceptance_workload import local
-from acceptance_workload.checks import registry
+from acceptance_workload.checks import registry, table
 from acceptance_workload.contract.checkmodels import ChecksSpec
 from acceptance_workload.contract.config import TestRef, WorkloadConfig
 from acceptance_workload.contract.required import Required
@@ -122,12 +124,54 @@ def test_local_quick_takes_each_checks_cut_from_the_registry(monkeypatch: pytest
     assert cut.gpu.windows == 3 and cut.nccl == local.quick_checks(ChecksSpec()).nccl
 
 
-@pytest.mark.parametrize("name", CHECK_NAMES)
-def test_a_checks_package_imports_nothing_above_it(name: str) -> None:
-    """checks/<name>/ may import contract/, report/, runtime/ and other checks: never writers/, the run or local."""
+def imports_of(name: str) -> Iterator[tuple[Path, ast.ImportFrom]]:
+    """Every `from X import ...` in the check package `name`'s modules."""
     package = Path(importlib.import_module(f"acceptance_workload.checks.{name}").__file__).parent
     for path in package.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module:
-                top = ".".join(node.module.split(".")[:2])
-                assert top not in ABOVE and not node.module.startswith("acceptance_operator"), (path, node.module)
+                yield path, node
+
+
+@pytest.mark.parametrize("name", CHECK_NAMES)
+def test_a_checks_package_imports_nothing_above_it(name: str) -> None:
+    """checks/<name>/ may import contract/, report/, runtime/ and other checks: never writers/, the run or local."""
+    for path, node in imports_of(name):
+        top = ".".join(node.module.split(".")[:2])
+        assert top not in ABOVE and not node.module.startswith("acceptance_operator"), (path, node.module)
+
+
+def test_each_checks_rows_come_from_its_own_package() -> None:
+    """A check's table is in its package, judges its own thresholds model, and the whole table is every check's."""
+    spec = ChecksSpec()
+    for check in registry.CHECKS:
+        rows = check.rules
+        assert type(rows).__module__ == "acceptance_workload.contract.rules"
+        assert rows.check == check.name and {r.check for r in rows.rows.values()} == {check.name}
+        assert rows.model is type(getattr(spec, check.name).thresholds), check.name
+        assert importlib.import_module(f"acceptance_workload.checks.{check.name}.rules").RULES is rows
+        assert {"rank_exited", "stage_error"} <= set(rows.rows)  # the liveness rows every check has
+    every = {(c.name, name) for c in registry.CHECKS for name in c.rules.rows}
+    assert set(table.RULES) == every and len(table.RULES) == len(every)
+    assert all(table.find(*k) is table.RULES[k] for k in every)
+    assert table.find("gpu", "no_such_result") is None and table.find("no_such_check", "gpu_count") is None
+
+
+def test_a_result_of_a_check_is_judged_by_its_own_row() -> None:
+    th = ChecksSpec().gpu.thresholds.model_copy(update={"min_gemm_tflops": 500.0})
+    low = registry.CHECKS[1].rules.result("gemm_tflops", 400.0, th, node="n", gpu=0)
+    assert (low.check, low.threshold, low.comparison, low.unit, low.passed) == ("gpu", 500.0, "ge", "TFLOP/s", False)
+    assert table.result("gpu", "gemm_tflops", 400.0, th, node="n", gpu=0) == low
+    with pytest.raises(KeyError, match="no result rule for gpu/gemm"):
+        registry.CHECKS[1].rules.result("gemm", 400.0, th)
+
+
+ABOVE_THE_PACKAGES = {"registry", "table", "contention"}  # checks/ beside the packages: they walk the registry
+
+
+@pytest.mark.parametrize("name", CHECK_NAMES)
+def test_a_checks_package_imports_nothing_that_walks_the_registry(name: str) -> None:
+    for path, node in imports_of(name):
+        names = {a.name for a in node.names} if node.module == "acceptance_workload.checks" else set()
+        last = node.module.rsplit(".", 1)[-1] if node.module.startswith("acceptance_workload.checks.") else ""
+        assert not (names | {last}) & ABOVE_THE_PACKAGES, (path, node.module, names)

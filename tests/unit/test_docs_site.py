@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload import result_index
-from acceptance_workload.contract.rules import RULES
+from acceptance_workload.checks.table import RULES
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]

@@ -12,7 +12,7 @@ import pytest
 from acceptance_operator.judging.rejudge import rejudge
 from acceptance_workload.checks.storage.checkpoint import failure_text, os_error_text
 from acceptance_workload.checks.storage.storage import GATES, MARGIN_BYTES, gated, judge_gate
-from acceptance_workload.contract import rules
+from acceptance_workload.checks import table as rules
 from acceptance_workload.contract.checkmodels import StorageCheck
 from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
 from acceptance_workload.report.model import StageError, StorageDetail, StorageNode

@@ -4,7 +4,7 @@ row needs nothing beside it; a field no row reads counts as looser whenever it d
 from __future__ import annotations
 
 import pytest
-from acceptance_workload.contract import rules
+from acceptance_workload.checks import table as rules
 
 
 def numeric_rows() -> list[rules.Rule]:

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks import contention
 from acceptance_workload.checks.preflight import hostload
 from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.contract.results import CheckResult
@@ -202,7 +203,7 @@ def test_a_timing_failure_on_a_saturated_host_names_the_neighbour() -> None:
                              "n2")],
                     nodes=[NodeFacts(node="n1", host_load=[_saturated()]),
                            NodeFacts(node="n2", host_load=[_saturated().model_copy(update={"saturated": False})])])
-    assert hostload.annotate(report) == 2
+    assert contention.annotate(report) == 2
     node, job, temperature, straggler = report.results
     sentence = ("node n1 was saturated during preflight (look at the neighbour before the fabric): host CPUs 100% "
                 "busy (97% outside the run; load 64.0 on 32 CPUs): 32 processes outside the run, e.g. pid 123 "
@@ -210,7 +211,7 @@ def test_a_timing_failure_on_a_saturated_host_names_the_neighbour() -> None:
     assert node.message == f"{sentence}; all_reduce over node n1: 10-419 us"
     assert job.message.startswith(sentence)  # job-wide: the saturated node is named
     assert temperature.message == straggler.message == "all_reduce over node n1: 10-419 us"  # not timing / not busy
-    assert hostload.annotate(report) == 0 and node.message.count("saturated") == 1  # idempotent
+    assert contention.annotate(report) == 0 and node.message.count("saturated") == 1  # idempotent
 
 
 def test_the_stages_own_sample_is_used_where_there_is_one() -> None:
@@ -219,7 +220,7 @@ def test_the_stages_own_sample_is_used_where_there_is_one() -> None:
     quiet = _saturated().model_copy(update={"saturated": False, "busy": 0.2, "outside": 0.1})
     report = Report(results=[_failed("ddp", "throughput_per_gpu", "n1"), _failed("gpu", "gemm_tflops", "n1", 0)],
                     nodes=[NodeFacts(node="n1", host_load=[quiet, _saturated("ddp")])])
-    assert hostload.annotate(report) == 1
+    assert contention.annotate(report) == 1
     assert "saturated during ddp" in report.results[0].message and "saturated" not in report.results[1].message
 
 
@@ -229,7 +230,7 @@ def test_which_results_are_timing_results() -> None:
              ("storage", "storage_write_gbps"), ("fsdp", "scaling_efficiency"), ("nccl", "rank_progress")}
     untimed = {("preflight", "gpu_count"), ("nccl", "all_reduce_correctness"), ("preflight", "temperature"),
                ("storage", "checkpoint_match"), ("nccl", "rank_responding")}
-    assert all(hostload.timed(*t) for t in timed) and not any(hostload.timed(*u) for u in untimed)
+    assert all(contention.timed(*t) for t in timed) and not any(contention.timed(*u) for u in untimed)
 
 
 # ---------------------------------------------------------------- end to end: `gpu-acceptance local --cpu`

@@ -17,7 +17,7 @@ from acceptance_workload.checks.preflight.preflight import (
     shm_check,
     version_checks,
 )
-from acceptance_workload.contract import rules
+from acceptance_workload.checks import table as rules
 from acceptance_workload.contract.checkmodels import PreflightThresholds
 from acceptance_workload.contract.config import WorkloadConfig
 from acceptance_workload.contract.profiles import PROFILES

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 import pytest
-from acceptance_workload.checks.ddp.ddp import MIN_LOSS_DECREASE, judge_ddp
+from acceptance_workload.checks.ddp.ddp import judge_ddp
+from acceptance_workload.checks.ddp.rules import MIN_LOSS_DECREASE
 from acceptance_workload.contract.checkmodels import DdpCheck
 from acceptance_workload.contract.results import CheckResult, judge
 from acceptance_workload.report.model import DdpDetail, DdpRank, Environment, NcclRow, NcclSweep, Report, Skip

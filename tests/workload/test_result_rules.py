@@ -20,7 +20,7 @@ from acceptance_operator.judging.rejudge import Context, judge_result
 from acceptance_workload.checks.gpu import gpubench
 from acceptance_workload.checks.nccl import collectives, latency, localize, nccltests
 from acceptance_workload.checks.preflight import preflight
-from acceptance_workload.contract import rules
+from acceptance_workload.checks import table as rules
 from acceptance_workload.contract.checkmodels import COLLECTIVES, ChecksSpec, PreflightThresholds
 from acceptance_workload.contract.config import WorkloadConfig
 from acceptance_workload.contract.results import CHECK_NAMES
@@ -107,6 +107,11 @@ def declared_names() -> set[tuple[str, str]]:
     return names
 
 
+def own_table(f: ast.AST) -> bool:
+    """RULES.result(...) or table.result(...): a check's Table, whose calls name the result first."""
+    return isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in ("RULES", "table")
+
+
 def literal_names() -> set[str]:
     """Result names written as literals in the workload's judges (result(), _result(), _flag(), add(), missing(),
     CheckResult(name=...)); names built from a record (f-strings) are in declared_names()."""
@@ -123,6 +128,9 @@ def literal_names() -> set[str]:
             first = node.args[0] if node.args else None
             if func in ("_result", "_flag", "add", "missing") and isinstance(first, ast.Constant):
                 out.add(first.value)
+            elif func in ("result", "judged") and own_table(f):
+                if isinstance(first, ast.Constant):
+                    out.add(first.value)  # RULES.result(name, ...): a check's own table
             elif func in ("result", "judged") and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant):
                 out.add(node.args[1].value)
             elif func == "CheckResult":

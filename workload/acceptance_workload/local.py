@@ -425,8 +425,8 @@ def write_unfinished(config: WorkloadConfig, node: str, how: str) -> None:
         report = Report(mode=config.mode, checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled])
         stage = report.checks_run[0] if report.checks_run else "preflight"
     message = f"rank 0 on node {node}, GPU 0, died: {how}, in stage {stage}: the run could not complete"
-    report.results.append(rules.result(stage, "rank_exited", 0.0, None, observed="died", expected="alive and in step",
-                                       passed=False, message=message, node=node, gpu=0))
+    report.results.append(rules.liveness(stage, "rank_exited", observed="died", expected="alive and in step",
+                                         message=message, node=node, gpu=0))
     report.error = message
     report.finished_at = datetime.now(timezone.utc)
     nodefacts.annotate(report)  # the GPU's serial and bus id, where the preflight read them

@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from acceptance_workload.checks import contention
 from acceptance_workload.checks.preflight import hostload, nodefacts, occupancy
 from acceptance_workload.checks.preflight.occupancy import Occupancy
 from acceptance_workload.contract import exits
@@ -115,7 +116,7 @@ class Runner:
             r = self.report
             r.finished_at = now()
             with contextlib.suppress(Exception):  # context for the failures: never a reason the report is lost
-                hostload.annotate(r)  # a timing failure on a saturated host says so
+                contention.annotate(r)  # a timing failure on a saturated host says so
                 nodefacts.annotate(r)  # a failure naming a GPU gives its serial and bus id
             r.finalize()
             code = exit_code(r)

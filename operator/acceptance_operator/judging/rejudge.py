@@ -20,7 +20,9 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from acceptance_workload.checks import table
 from acceptance_workload.checks.nccl import localize
+from acceptance_workload.checks.nccl.rules import inter_node_ratio
 from acceptance_workload.checks.registry import CHECKS
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.config import WorkloadConfig
@@ -104,7 +106,7 @@ def _threshold(row: rules.Rule, x: Context) -> float | None:
 
 
 def _expected(row: rules.Rule, x: Context) -> str | None:
-    return rules.expected(row.check, row.name, rules.thresholds_of(x.config, row.check), rules.Run.of(x.config))
+    return table.expected(row.check, row.name, rules.thresholds_of(x.config, row.check), rules.Run.of(x.config))
 
 
 def _measured(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
@@ -171,7 +173,7 @@ def _inter_node(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
         return Judgement(floor, "ge", False, "no localisation pair rows in the report to judge a node by")
     nodes = x.report.environment.hostnames or sorted({o.node for o in x.report.results if o.node})
     judged = x.once(localize.RESULT, lambda: localize.judge_values(
-        localize.node_values(detail.pairs, nodes), rules.inter_node_ratio(th), floor))
+        localize.node_values(detail.pairs, nodes), inter_node_ratio(th), floor))
     j = judged.get(r.node) if isinstance(judged, dict) else None
     if j is None:
         return Judgement(floor, "ge", False, f"node {r.node} is not one the run measured")
@@ -191,11 +193,11 @@ KIND_JUDGES: dict[str, KindJudge] = {
     "measured": _measured, "version": _version, "model": _gpu_model, "transport": _transport,
     "ratio": _gpu_ratio, "inter_node": _inter_node, "culprit": _culprit,
 }
-RULES = rules.RULES  # every (check, name) the operator can judge: the workload's table, nothing else
+RULES = table.RULES  # every (check, name) the operator can judge: the workload's table, nothing else
 
 
 def rule_for(result: CheckResult) -> Rule | None:
-    row = rules.find(result.check, result.name)
+    row = table.find(result.check, result.name)
     if row is None:
         return None
     judge_kind = KIND_JUDGES[row.kind]

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from acceptance_workload.checks import table
 from acceptance_workload.contract import rules
 
 from acceptance_operator.plumbing.settings import OperatorSettings
@@ -163,12 +164,12 @@ def loosened_thresholds(test: AcceptanceTest) -> list[tuple[str, Any, Any]]:
 
     bare = test.spec.checks.model_copy(update={
         name: getattr(test.spec.checks, name).model_copy(update={"thresholds": model()})
-        for name, model in rules.THRESHOLD_MODELS.items()})
+        for name, model in table.THRESHOLD_MODELS.items()})
     ours = build_workload_config(test)
     profile = build_workload_config(test.model_copy(update={"spec": test.spec.model_copy(update={"checks": bare})}))
     run = rules.Run.of(ours)
-    return [found for name in rules.THRESHOLD_MODELS if getattr(ours.checks, name).enabled
-            for found in rules.loosened(name, getattr(ours.checks, name).thresholds,
+    return [found for name in table.THRESHOLD_MODELS if getattr(ours.checks, name).enabled
+            for found in table.loosened(name, getattr(ours.checks, name).thresholds,
                                         getattr(profile.checks, name).thresholds, run)]
 
 

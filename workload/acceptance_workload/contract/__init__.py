@@ -5,7 +5,8 @@
 - profiles: the threshold defaults per GPU model (h100-sxm, h200-sxm, ..., cpu-smoke);
 - config: the WorkloadConfig the operator hands every rank (the spec resolved for one run);
 - results: the one shape every result takes (CheckResult) and how one is judged;
-- rules: the rule table, one row per result name, shared by the workload's judges and the operator's re-judging;
+- rules: how a result is judged: the rows, a check's table of them (each check's rows are in its package,
+  checks/<name>/rules.py) and the liveness rows every check has, shared by the judges and the re-judging;
 - required: what a report must hold (Required, Due: what each check's `required` is asked with);
 - exits: the exit codes of every command and of the workload.
 

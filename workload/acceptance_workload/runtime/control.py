@@ -471,9 +471,9 @@ def culprit_results(control: Control, check: CheckName, culprits: list[Culprit])
     out = []
     for c in culprits:
         info = control.ranks[c.rank] if c.rank < len(control.ranks) else None
-        out.append(rules.result(
-            check, CULPRIT_KINDS[c.kind][0], 0.0, None, observed=c.kind, expected="alive and in step",
-            passed=False, message=describe_culprit(control, c)[:1000], node=info.node if info else None,
+        out.append(rules.liveness(
+            check, CULPRIT_KINDS[c.kind][0], observed=c.kind, expected="alive and in step",
+            message=describe_culprit(control, c)[:1000], node=info.node if info else None,
             gpu=info.gpu if info else None))
     return out
 

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
 
-RESULT = rules.STAGE_ERROR  # the failed result of a check whose stage raised (a culprit row of every check)
+RESULT = rules.STAGE_ERROR  # the failed result of a check whose stage raised (a liveness row of every check)
 MAX_TRACEBACK = 4000  # characters of a traceback kept (its end: where it was raised)
 # Text of an error from the collective machinery (gloo's transport, NCCL): the process group is broken.
 COLLECTIVE_ERRORS = ("third_party/gloo", "Connection closed by peer", "Connection reset by peer", "NCCL",
@@ -92,13 +92,15 @@ Stage = Callable[[StageRunner, "Session", "Watchdog"], Any]
 @dataclass(frozen=True)
 class Check:
     """A check as the run takes it (checks/registry.py lists them in run order): its name (spec.checks.<name>, the
-    report's `check`), its stage, what every rank runs, its parts of the reports people read (report/parts.py;
+    report's `check`), its stage, what every rank runs, its rows of the rule table (checks/<name>/rules.py; the
+    operator's re-judging walks the registry for them), its parts of the reports people read (report/parts.py;
     the writers walk the registry for them) and the results a report must hold of it (contract/required.py; the
     operator's re-judging walks the registry for them). A gate's stage returns False when the check failed: the
     checks after it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
 
     name: CheckName
     stage: Stage
+    rules: rules.Table
     gate: bool = False
     parts: ReportParts = NO_PARTS
     required: Callable[[Due], list[Required]] | None = None
@@ -151,8 +153,8 @@ def message(e: StageError) -> str:
 
 def results(errors: list[StageError]) -> list[CheckResult]:
     """One failed result of the check per rank that raised, naming its node and GPU."""
-    return [rules.result(e.check, RESULT, 0.0, None, observed=e.error.split(":", 1)[0], expected="no exception",
-                         passed=False, message=message(e)[:1000], node=e.node, gpu=e.gpu) for e in errors]
+    return [rules.liveness(e.check, RESULT, observed=e.error.split(":", 1)[0], expected="no exception",
+                           message=message(e)[:1000], node=e.node, gpu=e.gpu) for e in errors]
 
 
 @dataclass

@@ -20,10 +20,10 @@ from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.ddp.rules import RULES
 from acceptance_workload.contract.checkmodels import DdpCheck
-from acceptance_workload.contract.results import CheckName, CheckResult
-from acceptance_workload.contract.rules import MIN_LOSS_DECREASE  # noqa: F401  (the loss rule's threshold, for readers)
+from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.rules import Table
 from acceptance_workload.report.model import ONE_RANK_SCALING, DdpDetail, DdpRank, Skip
 
 if TYPE_CHECKING:
@@ -258,24 +258,21 @@ def window_efficiencies(gathered: list[dict[str, list[float]]]) -> list[float]:
 def judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float],
               estimated: Collection[str] = ()) -> list[CheckResult]:
     """The results, each marked where its threshold is the profile's estimate."""
-    return [rules.mark_estimate(r, estimated) for r in _judge_ddp(check, detail, losses)]
+    return [RULES.mark_estimate(r, estimated) for r in _judge_ddp(check, detail, losses)]
 
 
-def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float],
-               name: CheckName = "ddp") -> list[CheckResult]:
+def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float], table: Table = RULES) -> list[CheckResult]:
     """Throughput, scaling efficiency, straggler and loss results from the gathered numbers.
 
-    `name`: the check the results are of ("fsdp" judges its training by the same rules, its own rows)."""
+    `table`: the rows that judge them (fsdp judges its training by the same rules, its own rows)."""
     th = check.thresholds
     unit = detail.unit
     n = detail.world_size
     out: list[CheckResult] = []
 
-    check_name = name
-
     def add(result: str, value: float | None, message: str, node: str | None = None, gpu: int | None = None,
             u: str | None = None) -> None:
-        out.append(rules.result(check_name, result, value, th, unit=u, message=message, node=node, gpu=gpu))
+        out.append(table.result(result, value, th, unit=u, message=message, node=node, gpu=gpu))
 
     per_gpu = sum(r.ddp_throughput for r in detail.ranks) / n
     base = [r.baseline_throughput for r in detail.ranks]
@@ -286,8 +283,8 @@ def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float],
         add("gpu_throughput", r.baseline_throughput,
             f"GPU {r.gpu} on node {r.node} alone: {r.baseline_throughput:,.0f} {unit}", node=r.node, gpu=r.gpu,
             u=unit)
-    if n == 1 and name == "ddp":  # nothing to scale over: a skip (one_rank_skips), or missing where a floor asks
-        if rules.threshold("ddp", "scaling_efficiency", th) is not None:
+    if n == 1 and table.check == "ddp":  # nothing to scale over: a skip (one_rank_skips), or missing where a floor asks
+        if RULES.threshold("scaling_efficiency", th) is not None:
             add("scaling_efficiency", None, f"{ONE_RANK_SCALING}; its threshold cannot pass")
     elif detail.window_efficiency:
         efficiency: float | None = statistics.median(detail.window_efficiency)
@@ -295,7 +292,7 @@ def _judge_ddp(check: DdpCheck, detail: DdpDetail, losses: list[float],
                   f"{min(detail.window_efficiency):.3f}-{max(detail.window_efficiency):.3f}")
     else:
         efficiency, spread = (per_gpu / mean_base if mean_base > 0 else None), ""
-    if not (n == 1 and name == "ddp"):
+    if not (n == 1 and table.check == "ddp"):
         add("scaling_efficiency", None if efficiency is None else round(efficiency, 4),
             f"scaling efficiency {efficiency:.3f} (DDP {per_gpu:,.0f} vs one GPU {mean_base:,.0f} {unit}{spread})"
             if efficiency is not None else "no one-GPU throughput measured")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.ddp.rules import RULES
 from acceptance_workload.contract.required import Due, Required
 
 
@@ -11,6 +11,6 @@ def required(due: Due) -> list[Required]:
     if not ddp.enabled:
         return []
     out = [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
-    if rules.threshold("ddp", "scaling_efficiency", ddp.thresholds) is not None:
+    if RULES.threshold("scaling_efficiency", ddp.thresholds) is not None:
         out.append(Required("ddp", "scaling_efficiency"))
     return out

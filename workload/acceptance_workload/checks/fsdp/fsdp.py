@@ -28,7 +28,7 @@ from acceptance_workload.checks.ddp.ddp import (
     median_throughputs,
     window_efficiencies,
 )
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.fsdp.rules import RULES
 from acceptance_workload.contract.checkmodels import FsdpCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import DdpDetail, DdpRank, FsdpDetail, FsdpRank, Skip
@@ -278,7 +278,7 @@ def fsdp_detail(session: Session, check: FsdpCheck, gathered: list[dict[str, Any
 def judge_fsdp(check: FsdpCheck, detail: FsdpDetail, losses: list[float], shard_ratios: list[float],
                estimated: Collection[str] = ()) -> list[CheckResult]:
     """The results, each marked where its threshold is the profile's estimate."""
-    return [rules.mark_estimate(r, estimated)
+    return [RULES.mark_estimate(r, estimated)
             for r in _training(check, detail, losses) + _sharding(check, detail, shard_ratios)]
 
 
@@ -289,7 +289,7 @@ def _training(check: FsdpCheck, detail: FsdpDetail, losses: list[float]) -> list
                        ranks=[DdpRank(rank=r.rank, node=r.node, gpu=r.gpu, baseline_throughput=r.baseline_throughput,
                                       ddp_throughput=r.fsdp_throughput) for r in detail.ranks])
     out = []
-    for r in _judge_ddp(check, as_ddp, losses, "fsdp"):  # type: ignore[arg-type]  (the same threshold names)
+    for r in _judge_ddp(check, as_ddp, losses, RULES):  # type: ignore[arg-type]  (the same threshold names)
         message = r.message.replace("DDP", "FSDP")
         if r.name == "scaling_efficiency" and detail.replicas > 1:
             message = message.replace("one GPU", "one node's FSDP")
@@ -305,7 +305,7 @@ def _sharding(check: FsdpCheck, detail: FsdpDetail, shard_ratios: list[float]) -
     out: list[CheckResult] = []
 
     def add(name: str, value: float | None, message: str, r: FsdpRank) -> None:
-        out.append(rules.result("fsdp", name, value, check.thresholds, message=message, node=r.node, gpu=r.gpu))
+        out.append(RULES.result(name, value, check.thresholds, message=message, node=r.node, gpu=r.gpu))
 
     agreed = consensus([r.checksum for r in detail.ranks])
     for r, ratio in zip(detail.ranks, shard_ratios, strict=True):

@@ -29,10 +29,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.gpu.rules import RATIO_SUFFIX, RULES
 from acceptance_workload.contract.checkmodels import GpuCheck
 from acceptance_workload.contract.results import ESTIMATED_SUFFIX, CheckResult
-from acceptance_workload.contract.rules import RATIO_SUFFIX
 from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.report.model import GpuDetail, GpuRow, Skip
 
@@ -47,7 +46,7 @@ SEED = 4321
 @dataclass(frozen=True)
 class Metric:
     """One per-GPU measurement: where it lives in GpuRow and how it is named; its two results (absolute and
-    relative to the node's median GPU) are judged by their rows in rules.RULES."""
+    relative to the node's median GPU) are judged by their rows in the check's RULES (rules.py)."""
 
     field: str  # GpuRow attribute
     name: str  # CheckResult name of the absolute result; the relative one adds "_ratio_to_node_median"
@@ -60,7 +59,7 @@ class Metric:
 
     @property
     def unit(self) -> str:
-        return rules.rule("gpu", self.name).unit
+        return RULES.rule(self.name).unit
 
     @property
     def ratio_name(self) -> str:
@@ -80,8 +79,8 @@ METRICS: tuple[Metric, ...] = (
 
 def _floor(check: GpuCheck, name: str, estimated: Collection[str]) -> tuple[float | None, bool]:
     """A result's threshold from its row, and whether it is one of the profile's estimates."""
-    floor = rules.threshold("gpu", name, check.thresholds)
-    return floor, floor is not None and rules.key("gpu", name) in estimated
+    floor = RULES.threshold(name, check.thresholds)
+    return floor, floor is not None and RULES.key(name) in estimated
 
 
 def judge_gpus(check: GpuCheck, detail: GpuDetail, *, cpu: bool = False,
@@ -160,7 +159,7 @@ def _missing(label: str, r: GpuRow) -> str:
 
 def _result(r: GpuRow, name: str, value: float | None, unit: str, threshold: float | None,
             message: str, estimated: bool) -> CheckResult:
-    out = rules.judged("gpu", name, value, threshold, unit=unit,
+    out = RULES.judged(name, value, threshold, unit=unit,
                        message=message + (ESTIMATED_SUFFIX if estimated else ""), node=r.node, gpu=r.gpu)
     out.estimated = True if estimated else None
     return out

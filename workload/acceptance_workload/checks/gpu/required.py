@@ -4,8 +4,8 @@ with its ratio to the node's median GPU."""
 from __future__ import annotations
 
 from acceptance_workload.checks.gpu.gpubench import METRICS
+from acceptance_workload.checks.gpu.rules import RATIO_SUFFIX
 from acceptance_workload.contract.required import Due, Required
-from acceptance_workload.contract.rules import RATIO_SUFFIX
 
 
 def required(due: Due) -> list[Required]:

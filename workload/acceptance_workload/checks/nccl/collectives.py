@@ -6,7 +6,7 @@ all_gather, reduce_scatter and alltoall (size = the total buffer), 1 for
 broadcast and sendrecv. Each collective is one record in COLLS (its op, busbw
 factor, buffer layout, fill period, expected output and minimum ranks), as
 nccl-tests keeps one `struct testColl` per collective; its results are rows of
-rules.RULES. A new collective is one record here (plus its op and expectation)
+the check's RULES (rules.py). A new collective is one record here (plus its op and expectation)
 and its name in checks.Collective. torch is imported only inside the ops.
 """
 
@@ -138,7 +138,7 @@ class Coll:
     """One collective, as nccl-tests keeps it in `struct testColl`: everything the sweep needs to know of it.
 
     A new collective is one record in COLLS (plus its op and expectation above)
-    and its name in checks.Collective; its results are rows of rules.RULES.
+    and its name in checks.Collective; its results are rows of the check's RULES (rules.py).
     """
 
     op: OpFn

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.contract.checkmodels import NcclCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import format_bytes
@@ -46,16 +46,16 @@ def latency_result(name: str, sweep: NcclSweep | None, threshold: float | None, 
     if not rows:
         why = why_missing if sweep is None else (
             f"the sweep has no size from {MIN_BYTES} B to {format_bytes(MAX_BYTES)}: lower checks.nccl.minBytes")
-        return rules.judged("nccl", name, None, threshold, node=node, message=f"all_reduce latency over {where}: {why}")
+        return RULES.judged(name, None, threshold, node=node, message=f"all_reduce latency over {where}: {why}")
     worst = max(rows, key=lambda r: r.time_us)
     best = min(r.time_us for r in rows)
-    passed = rules.judged("nccl", name, worst.time_us, threshold).passed
+    passed = RULES.judged(name, worst.time_us, threshold).passed
     ranks = f"{sweep.ranks} ranks" if sweep is not None else ""
     msg = (f"all_reduce over {where} ({ranks}): {best:g}-{worst.time_us:g} us per operation from "
            f"{format_bytes(rows[0].size)} to {format_bytes(rows[-1].size)} bytes, worst at {format_bytes(worst.size)}")
     if threshold is not None:
         msg += f" <= {threshold:g}" if passed else f"; needs <= {threshold:g} us"
-    return rules.judged("nccl", name, worst.time_us, threshold, node=node, observed=format_bytes(worst.size),
+    return RULES.judged(name, worst.time_us, threshold, node=node, observed=format_bytes(worst.size),
                         message=msg)
 
 
@@ -66,12 +66,12 @@ def latency_results(check: NcclCheck, sweeps: list[NcclSweep], nodes: list[str],
         return []
     th = check.thresholds
     by_node = {s.node if s.scope == "node" else None: s for s in sweeps if s.collective == "all_reduce"}
-    out = [latency_result(RESULT, by_node.get(None), rules.threshold("nccl", RESULT, th), None,
+    out = [latency_result(RESULT, by_node.get(None), RULES.threshold(RESULT, th), None,
                           skipped.get(("all_reduce", None), "not measured"))]
     if len(nodes) == 1 or check.per_node:  # perNode off: no node's sweep was asked for (the busbw results say so)
         for node in nodes:
             sweep = by_node.get(node) or (by_node.get(None) if len(nodes) == 1 else None)
-            out.append(latency_result(NODE_RESULT, sweep, rules.threshold("nccl", NODE_RESULT, th), node,
+            out.append(latency_result(NODE_RESULT, sweep, RULES.threshold(NODE_RESULT, th), node,
                                       skipped.get(("all_reduce", node), "not measured")))
     return [r for r in out if r is not None]
 
@@ -82,8 +82,8 @@ def required(check: NcclCheck, nodes: Collection[str]) -> list[tuple[str, str | 
         return []
     th = check.thresholds
     out: list[tuple[str, str | None]] = []
-    if rules.threshold("nccl", RESULT, th) is not None:
+    if RULES.threshold(RESULT, th) is not None:
         out.append((RESULT, None))
-    if rules.threshold("nccl", NODE_RESULT, th) is not None and (check.per_node or len(nodes) == 1):
+    if RULES.threshold(NODE_RESULT, th) is not None and (check.per_node or len(nodes) == 1):
         out += [(NODE_RESULT, n) for n in sorted(nodes)]
     return out

@@ -43,6 +43,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.checks.nccl.rules import INTER_NODE, RULES, SLOW_BLOCK, inter_node_ratio
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.checkmodels import Localize, NcclCheck
 from acceptance_workload.contract.results import CheckResult
@@ -53,8 +54,8 @@ if TYPE_CHECKING:
     from acceptance_workload.runtime.launch import Group, Session
     from acceptance_workload.runtime.watchdog import Watchdog
 
-RESULT = rules.INTER_NODE
-BLOCK_RESULT = rules.SLOW_BLOCK
+RESULT = INTER_NODE
+BLOCK_RESULT = SLOW_BLOCK
 WINDOWS = 5  # each group's time is the median of this many windows, so one hiccup does not name a node
 WINDOW_SECONDS = 0.1  # at full speed: spans many scheduler slices (and stop-and-go periods) on a busy host
 CALIBRATION_OPS = 3
@@ -87,7 +88,7 @@ def wanted(localize: Localize, nodes: int, failed: bool, floor: float | None) ->
 
 def inter_node_floor(check: NcclCheck, nodes: int) -> float | None:
     """The profile's (or spec's) job-wide all_reduce floor between nodes: a pair of nodes must reach it too."""
-    return rules.threshold("nccl", RESULT, check.thresholds, rules.Run(nodes=nodes))
+    return RULES.threshold(RESULT, check.thresholds, rules.Run(nodes=nodes))
 
 
 def pair_bytes(check: NcclCheck) -> int:
@@ -324,11 +325,11 @@ def results(detail: LocalizationDetail, nodes: Sequence[str], estimated: Collect
     out = []
     for node in nodes:
         j = judged[node]
-        result = rules.judged("nccl", RESULT, _round(j.value), _round(j.threshold), passed=j.passed, node=node,
+        result = RULES.judged(RESULT, _round(j.value), _round(j.threshold), passed=j.passed, node=node,
                               message=describe(j, rows, detail))
-        out.append(rules.mark_estimate(result, estimated))
+        out.append(RULES.mark_estimate(result, estimated))
     for block in slow_blocks(rows, detail.ratio, detail.floor_gbps):
-        out += [rules.result("nccl", BLOCK_RESULT, None, None, passed=False, node=n,
+        out += [RULES.result(BLOCK_RESULT, None, None, passed=False, node=n,
                             message=f"the job-wide fault shows in the block {_few(block)} of the bisection but "
                                     "in none of its pairs") for n in block]
     return out
@@ -372,7 +373,7 @@ def run_stage(session: Session, check: NcclCheck, watchdog: Watchdog, *, failed:
     control = session.control
     nodes = session.nodes()
     size = pair_bytes(check)
-    ratio = rules.inter_node_ratio(check.thresholds)
+    ratio = inter_node_ratio(check.thresholds)
     detail = LocalizationDetail(bytes=size, ratio=ratio, floor_gbps=floor, rounds=0, seconds=0.0)
     t0 = time.monotonic()
     plan: list[Block] | None = first_round(nodes) if session.is_root else None

@@ -10,7 +10,7 @@ computed from the deterministic per-rank fill; any wrong element fails.
 
 Each collective is one record in collectives.COLLS (its op, busbw factor,
 buffer layout, fill period, expected output and minimum ranks), as nccl-tests
-keeps one `struct testColl` per collective; its results are rows of rules.RULES.
+keeps one `struct testColl` per collective; its results are rows of the check's RULES (rules.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from acceptance_workload.checks.nccl.collectives import (  # noqa: F401  (the sw
     period,
     tolerance,
 )
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.contract.checkmodels import COLLECTIVES, Collective, NcclCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import format_bytes, parse_bytes
@@ -258,7 +258,7 @@ def correctness_result(sweep: NcclSweep) -> CheckResult:
     where = f"on node {sweep.node}" if sweep.scope == "node" else f"over the job ({sweep.ranks} ranks)"
     msg = (f"{sweep.collective} {where}: {wrong} wrong elements at "
            + ", ".join(format_bytes(r.size) for r in bad[:6]) if bad else f"{sweep.collective} {where}: all correct")
-    return rules.result("nccl", f"{sweep.collective}_correctness", float(wrong), None, message=msg,
+    return RULES.result(f"{sweep.collective}_correctness", float(wrong), None, message=msg,
                         node=sweep.node if sweep.scope == "node" else None)
 
 
@@ -270,8 +270,8 @@ def busbw_result(name: str, sweep: NcclSweep, threshold: float | None, reference
     if best is None:
         msg = (f"no message size >= {format_bytes(reference_bytes)} in the sweep (maxBytes "
                f"{format_bytes(max_bytes)}): raise maxBytes or lower thresholds.referenceBytes")
-        return rules.judged("nccl", name, None, threshold, message=msg, node=node)
-    out = rules.judged("nccl", name, best.busbw_gbps, threshold, node=node, observed=f"{format_bytes(best.size)}")
+        return RULES.judged(name, None, threshold, message=msg, node=node)
+    out = RULES.judged(name, best.busbw_gbps, threshold, node=node, observed=f"{format_bytes(best.size)}")
     where = f"node {sweep.node}" if node else f"{sweep.ranks} ranks"
     out.message = f"{best.busbw_gbps:.1f} GB/s busbw at {format_bytes(best.size)} ({where})"
     if threshold is not None:
@@ -291,7 +291,7 @@ def judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple[
     """Every result, each marked where the threshold it was judged by is the profile's estimate."""
     out = _judge_sweeps(check, sweeps, skipped, nodes, backend)
     out.results += latency.latency_results(check, sweeps, nodes, skipped)
-    out.results = [rules.mark_estimate(r, estimated) for r in out.results]
+    out.results = [RULES.mark_estimate(r, estimated) for r in out.results]
     return out
 
 
@@ -309,13 +309,12 @@ def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple
         out.skipped.append(Skip(check="nccl", name=f"{collective}" + (f" on node {node}" if node else ""),
                                 reason=f"{backend} ({check.dtype}): {reason}"))
     for collective in check.collectives:
-        threshold = rules.threshold("nccl", f"{collective}_busbw", th)
+        threshold = RULES.threshold(f"{collective}_busbw", th)
         sweep = by_key.get((collective, None))
         if sweep is None:
             if threshold is not None:
                 why = skipped.get((collective, None), "not measured")
-                out.results.append(rules.judged(
-                    "nccl", f"{collective}_busbw", None, threshold,
+                out.results.append(RULES.judged(f"{collective}_busbw", None, threshold,
                     message=f"{collective} was not measured ({why}); its threshold cannot pass"))
             continue
         if sweep.ranks == 1:
@@ -327,7 +326,7 @@ def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple
         out.skipped.append(Skip(check="nccl", name="all_reduce on each node",
                                 reason="checks.nccl.perNode is false: no node's sweep was asked for"))
     elif "all_reduce" in check.collectives:
-        node_threshold = rules.threshold("nccl", "node_all_reduce_busbw", th)
+        node_threshold = RULES.threshold("node_all_reduce_busbw", th)
         for node in nodes:
             sweep = by_key.get(("all_reduce", node))
             if sweep is None and len(nodes) == 1:
@@ -336,8 +335,7 @@ def _judge_sweeps(check: NcclCheck, sweeps: list[NcclSweep], skipped: dict[tuple
             if sweep is None:
                 if node_threshold is not None:
                     why = skipped.get(("all_reduce", node), "not measured")
-                    out.results.append(rules.judged(
-                        "nccl", "node_all_reduce_busbw", None, node_threshold, node=node,
+                    out.results.append(RULES.judged("node_all_reduce_busbw", None, node_threshold, node=node,
                         message=f"all_reduce inside node {node} was not measured ({why})"))
                 continue
             if sweep.ranks == 1:
@@ -353,7 +351,7 @@ def _one_rank(out: NcclOutcome, name: str, what: str, threshold: float | None, n
     if threshold is None:
         out.skipped.append(Skip(check="nccl", name=name + (f" on node {node}" if node else ""), reason=ONE_RANK_BUSBW))
         return
-    out.results.append(rules.judged("nccl", name, None, threshold, node=node,
+    out.results.append(RULES.judged(name, None, threshold, node=node,
                                     message=f"{what}: {ONE_RANK_BUSBW}; its threshold cannot pass"))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.nccl import localize, nccl, nccltests, transport
+from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.contract import rules
 from acceptance_workload.report.model import Skip
 
@@ -59,8 +60,8 @@ def transports(runner: StageRunner, session: Session, gathered: list[Any]) -> No
         part = transport.TransportLog.from_json(log) if log else transport.TransportLog()
         per_node[info.node] = per_node.get(info.node, transport.TransportLog()).merge(part)
     th, run = cfg.checks.nccl.thresholds, rules.Run.of(cfg)
-    inter: Any = rules.expected("nccl", "transport", th, run)  # a Transport, as checks.Transport spells it
-    intra: Any = rules.expected("nccl", "intra_node_transport", th, run)
+    inter: Any = RULES.expected("transport", th, run)  # a Transport, as checks.Transport spells it
+    intra: Any = RULES.expected("intra_node_transport", th, run)
     results = transport.judge(inter, per_node, len(per_node) > 1)
     results += transport.judge_intra_node(intra, per_node, len(per_node) == 1, session.env.local_world_size)
     runner.report.results += results
@@ -106,5 +107,5 @@ def cross_check(runner: StageRunner, session: Session, watchdog: Watchdog) -> No
     report.results += results
     bad = [f"{r.name} on {r.node}" for r in results if not r.passed]
     runner.progress(f"nccl cross-check: {len(results) - len(bad)}/{len(results)} within "
-                    f"{rules.threshold('nccl', 'all_reduce' + nccltests.RESULT_SUFFIX, check.thresholds):.0%}"
+                    f"{RULES.threshold('all_reduce' + nccltests.RESULT_SUFFIX, check.thresholds):.0%}"
                     " of nccl-tests" + (f" (failed: {', '.join(bad[:5])})" if bad else ""))

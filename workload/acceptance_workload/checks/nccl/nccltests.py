@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.nccl.rules import CROSS_CHECK_SUFFIX, RULES
 from acceptance_workload.contract.checkmodels import COLLECTIVES, Collective, NcclCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import format_bytes
@@ -49,7 +49,7 @@ DIR_ENV = "GPU_ACCEPTANCE_NCCL_TESTS_DIR"
 # holding why: Dockerfile.workload's nccl-tests-skip stage writes it, and a missing binary is reported with it.
 SKIPPED_FILE = "SKIPPED"
 IMAGE_DIR = "/opt/nccl-tests/bin"  # Dockerfile.workload installs them here
-RESULT_SUFFIX = rules.CROSS_CHECK_SUFFIX
+RESULT_SUFFIX = CROSS_CHECK_SUFFIX
 DTYPES = {"float32": "float", "bfloat16": "bfloat16", "float16": "half"}  # nccl-tests' -d names
 # NCCL's own log on stdout would interleave with the table; our transport log file is not nccl-tests' business.
 DROPPED_ENV = ("NCCL_DEBUG", "NCCL_DEBUG_FILE", "NCCL_DEBUG_SUBSYS")
@@ -312,7 +312,7 @@ def judge_one(collective: Collective, node: str, ours: NcclSweep | None, run: Ru
     name = f"{collective}{RESULT_SUFFIX}"
 
     def failed(message: str, observed: str | None = None) -> CheckResult:
-        return rules.judged("nccl", name, None, tolerance, message=f"{collective} on node {node}: {message}",
+        return RULES.judged(name, None, tolerance, message=f"{collective} on node {node}: {message}",
                             node=node, observed=observed, expected=f"within {tolerance:.0%} of nccl-tests")
 
     if run is None:
@@ -342,7 +342,7 @@ def judge_one(collective: Collective, node: str, ours: NcclSweep | None, run: Ru
     message = (f"{collective} on node {node}: best busbw at >= {format_bytes(floor)} {deviation:.1%} apart from "
                "nccl-tests' on the same GPUs, " + (f"within {tolerance:.0%}" if passed else
                                                    f"more than {tolerance:.0%}: the two do not measure the same"))
-    return rules.judged("nccl", name, round(deviation, 4), tolerance, passed=passed, message=message, node=node,
+    return RULES.judged(name, round(deviation, 4), tolerance, passed=passed, message=message, node=node,
                         observed=observed, expected=f"within {tolerance:.0%} of nccl-tests")
 
 
@@ -350,7 +350,7 @@ def judge(check: NcclCheck, sweeps: list[NcclSweep], runs: Mapping[str, Mapping[
           nodes: list[str], skipped: Mapping[tuple[str, str | None], str] | None = None) -> list[CheckResult]:
     """A result per node and swept collective; `skipped` says why a sweep of ours is missing, where known."""
     skipped = skipped or {}
-    tolerance = rules.threshold("nccl", f"all_reduce{RESULT_SUFFIX}", check.thresholds)
+    tolerance = RULES.threshold(f"all_reduce{RESULT_SUFFIX}", check.thresholds)
     assert tolerance is not None  # the cross-check always has one (a default for every profile)
     floor = check.cross_check_floor()
     single = len(nodes) == 1

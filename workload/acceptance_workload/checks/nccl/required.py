@@ -5,6 +5,7 @@ had to run (judged from the report's own job-wide results: localization_due)."""
 from __future__ import annotations
 
 from acceptance_workload.checks.nccl import latency, localize, nccltests
+from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.config import WorkloadConfig
 from acceptance_workload.contract.required import Due, Required
@@ -26,14 +27,14 @@ def required(due: Due) -> list[Required]:
     th, run = checks.nccl.thresholds, rules.Run.of(due.config)
     out: list[Required] = []
     for collective in checks.nccl.collectives:
-        if rules.threshold("nccl", f"{collective}_busbw", th) is not None:
+        if RULES.threshold(f"{collective}_busbw", th) is not None:
             out.append(Required("nccl", f"{collective}_busbw", None, "its busbw threshold"))
     inside_nodes = checks.nccl.per_node or len(nodes) == 1  # perNode off: no node's sweep is asked for
     if "all_reduce" in checks.nccl.collectives and inside_nodes and \
-            rules.threshold("nccl", "node_all_reduce_busbw", th) is not None:
+            RULES.threshold("node_all_reduce_busbw", th) is not None:
         out += [Required("nccl", "node_all_reduce_busbw", n, "its all_reduce busbw") for n in nodes]
     for name, why in (("transport", "transport {}"), ("intra_node_transport", "its intra-node transport")):
-        need = rules.expected("nccl", name, th, run)
+        need = RULES.expected(name, th, run)
         if need is not None:
             out += [Required("nccl", name, n, why.format(need)) for n in nodes]
     if checks.nccl.cross_check:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.checkmodels import Transport
 from acceptance_workload.contract.results import CheckResult
@@ -144,7 +145,7 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
         for log in per_node.values():
             total = total.merge(log)
         seen = total.transports()
-        return [rules.judged("nccl", "transport", sum(total.connections.values()), None, unit="connections",
+        return [RULES.judged("transport", sum(total.connections.values()), None, unit="connections",
                              observed=",".join(seen) or "none",
                              message="transports NCCL used: " + (_describe(total.connections) or "none"))]
     results = []
@@ -178,7 +179,7 @@ def judge(required: Transport | None, per_node: dict[str, TransportLog], multi_n
         if excused:
             msg += (f"; its {log.net()['SOCKET']} socket connection(s) not counted: this node's NCCL chose "
                     f"{family}, and {', '.join(fell_back[:5])} fell back to sockets")
-        results.append(rules.judged("nccl", "transport", value, rules.transport_threshold(required),
+        results.append(RULES.judged("transport", value, rules.transport_threshold(required),
                                     observed=",".join(log.transports()) or "none", expected=required,
                                     message=msg, node=node))
     return results
@@ -243,7 +244,7 @@ def judge_intra_node(required: Transport | None, per_node: dict[str, TransportLo
             if wrong:
                 kind = "NET" if any(t in NET_TRANSPORTS for t in wrong) else wrong[0]
                 msg += f": {INTRA_NODE_HINTS.get(kind, '')}"
-        results.append(rules.judged("nccl", "intra_node_transport", value, rules.transport_threshold(required),
+        results.append(RULES.judged("intra_node_transport", value, rules.transport_threshold(required),
                                     observed=",".join(t for t in log.transports() if t in inside) or "none",
                                     expected=required, message=msg, node=node))
     return results

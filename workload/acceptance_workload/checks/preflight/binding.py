@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.checks.preflight.rules import RULES
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import format_bytes
@@ -46,7 +47,7 @@ def affinity_result(th: PreflightThresholds, where: Placement, node: str, gpu: i
     label = f"GPU {gpu} on node {node}"
     observed = f"CPUs {cpulist(current)}"
     if where.cpus is None:
-        return rules.result("preflight", "cpu_affinity", None, th, node=node, gpu=gpu, observed=observed,
+        return RULES.result("cpu_affinity", None, th, node=node, gpu=gpu, observed=observed,
                             message=f"{label}: ran on {observed}; {where.error}")
     outside = current - where.cpus
     share = round(1 - len(outside) / len(current), 4) if current else 0.0
@@ -61,7 +62,7 @@ def affinity_result(th: PreflightThresholds, where: Placement, node: str, gpu: i
                   else ": it is not where the launcher pinned it") + ", and look for what re-pinned this rank")
     else:
         msg = f"{label}: the rank runs on {observed}, within {where.where}"
-    return rules.result("preflight", "cpu_affinity", share, th, node=node, gpu=gpu, observed=observed,
+    return RULES.result("cpu_affinity", share, th, node=node, gpu=gpu, observed=observed,
                         expected=expected, message=msg)
 
 
@@ -99,13 +100,13 @@ def _limit_result(name: str, read: Any, threshold: float | None, node: str, show
     except (OSError, ValueError) as e:
         if threshold is None:
             return Skip(check="preflight", name=name, reason=f"node {node}: {e}")
-        return rules.judged("preflight", name, None, threshold, passed=False, node=node, message=f"node {node}: {e}")
+        return RULES.judged(name, None, threshold, passed=False, node=node, message=f"node {node}: {e}")
     have = "unlimited" if value is None else shown(value)
     if value is None and threshold is None:
         return Skip(check="preflight", name=name, reason=f"node {node}: no {name.replace('_', ' ')} in the "
                     f"container's cgroup ({source}) and none asked (spec.resources)")
     msg = f"node {node}: the workload container's cgroup limit is {have} ({source}); spec asked {asked}"
-    out = rules.judged("preflight", name, None if value is None else float(value), threshold, node=node,
+    out = RULES.judged(name, None if value is None else float(value), threshold, node=node,
                        observed=have, expected=None if threshold is None else asked, message=msg)
     if not out.passed:
         out.message += (": the pod does not run with the limits the spec set (a LimitRange, a mutating webhook, "
@@ -118,9 +119,9 @@ def limit_results(config: WorkloadConfig, node: str, sys_root: str | os.PathLike
     th, run = config.checks.preflight.thresholds, rules.Run.of(config)
     return [
         _limit_result("cpu_limit", lambda: cgroup_cpu_cores(sys_root),
-                      rules.threshold("preflight", "cpu_limit", th, run), node, lambda v: f"{v:g} cores"),
+                      RULES.threshold("cpu_limit", th, run), node, lambda v: f"{v:g} cores"),
         _limit_result("memory_limit", lambda: cgroup_memory_bytes(sys_root),
-                      rules.threshold("preflight", "memory_limit", th, run), node, lambda v: format_bytes(int(v))),
+                      RULES.threshold("memory_limit", th, run), node, lambda v: format_bytes(int(v))),
     ]
 
 

@@ -5,7 +5,7 @@ is the neighbour's number, not the fabric's: NCCL's proxy threads, gloo and the
 Python that launches the kernels wait for a CPU. So the preflight samples the
 host (a short window of its own), every stage boundary samples it again (the
 window is the stage), and a failed timing result on a node whose host was
-saturated says so, naming the busiest processes outside the run.
+saturated says so (checks/contention.py), naming the busiest processes outside the run.
 
 What is read, all from the kernel and none of it privileged:
 - /proc/stat: each CPU's busy, idle and steal time (host-wide even in a
@@ -35,10 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.preflight.rules import RULES
 from acceptance_workload.contract.config import CONFIG_ENV, STARTED_ENV
 from acceptance_workload.contract.results import CheckResult
-from acceptance_workload.report.model import HostLoad, HostProcess, NodeFacts, Report
+from acceptance_workload.report.model import HostLoad, HostProcess
 
 WINDOW_SECONDS = 0.5  # the preflight's own sample: 50 clock ticks a CPU, enough to tell busy from idle
 BUSY_SHARE = 0.9  # the run's CPUs (nearly) all busy: a thread that wakes waits for one
@@ -239,44 +239,8 @@ def host_result(load: HostLoad, node: str) -> CheckResult:
     """`host_cpu_outside`: recorded, never judged (context for the timing results)."""
     message = f"node {node}: {describe(load)} over {load.seconds:g} s" + (
         f"; saturated: a timing failure on this node will say so ({CONTENTION_HINT})" if load.saturated else "")
-    return rules.result("preflight", "host_cpu_outside", load.outside, None, node=node, message=message,
+    return RULES.result("host_cpu_outside", load.outside, None, node=node, message=message,
                         observed="saturated" if load.saturated else "not saturated")
-
-
-def timed(check: str, name: str) -> bool:
-    """Whether a result is a time, a rate or a straggler measure (the kind a busy host can fail)."""
-    row = rules.find(check, name)
-    return row is not None and (row.unit in TIMED_UNITS or name in TIMED_NAMES or row.kind in ("ratio", "inter_node")
-                                or name == rules.SLOW_BLOCK)
-
-
-def _worst(facts: NodeFacts, stage: str) -> HostLoad | None:
-    """The sample that covers the failing stage where there is one, else the preflight's."""
-    for wanted in (stage, "preflight"):
-        found = [h for h in facts.host_load if h.stage == wanted]
-        if found:
-            return max(found, key=lambda h: (h.saturated, h.outside))
-    return None
-
-
-def annotate(report: Report) -> int:
-    """Put the host-contention sentence in front of every failed timing result whose node's host was saturated
-    (any saturated node for a job-wide result): first, so that a clipped message (the status part keeps 300
-    characters) still says it. Idempotent; returns how many results it changed."""
-    changed = 0
-    for r in report.results:
-        if r.passed or not timed(r.check, r.name) or CONTENTION_HINT in r.message:
-            continue
-        facts = [n for n in report.nodes if r.node is None or n.node == r.node]
-        busy = [(f.node, load) for f in facts if (load := _worst(f, r.check)) is not None and load.saturated]
-        if not busy:
-            continue
-        node, load = busy[0]
-        more = f" (and {len(busy) - 1} more nodes)" if len(busy) > 1 else ""
-        r.message = (f"node {node}{more} was saturated during {load.stage} ({CONTENTION_HINT}): {describe(load)}"
-                     + (f"; {r.message}" if r.message else ""))
-        changed += 1
-    return changed
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.preflight.rules import MIG_MODE_VALUE, RULES
 from acceptance_workload.contract.results import CheckResult
 
 if TYPE_CHECKING:
@@ -39,10 +39,10 @@ def read_mode(nvml: Any, handle: Any) -> tuple[MigMode | None, str]:
 
 
 def mig_result(mode: MigMode | None, said: str, th: PreflightThresholds, node: str, gpu: int) -> CheckResult:
-    threshold = rules.threshold("preflight", "mig_mode", th)
+    threshold = RULES.threshold("mig_mode", th)
     want = None if threshold is None else ("enabled" if threshold else "disabled")
-    value = None if mode is None else rules.MIG_MODE_VALUE[mode]
-    out = rules.judged("preflight", "mig_mode", value, threshold, node=node, gpu=gpu,
+    value = None if mode is None else MIG_MODE_VALUE[mode]
+    out = RULES.judged("mig_mode", value, threshold, node=node, gpu=gpu,
                        observed=said if mode is not None else None, expected=want,
                        message=f"GPU {gpu} on node {node}: MIG {said}")
     if not out.passed and mode is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.preflight.rules import RULES
 from acceptance_workload.contract.checkmodels import PreflightThresholds
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.runtime.gpus import nvml_init, nvml_target
@@ -152,15 +152,15 @@ def read_own(local_rank: int, environ: Mapping[str, str] | None = None) -> Occup
 def judge_in_use(occ: Occupancy | None, th: PreflightThresholds, node: str) -> CheckResult | None:
     """`gpu_in_use`: MiB in use before the run against maxGpuMemoryInUseMiB; unreadable fails where judged
     (None: unreadable and not judged, a skip)."""
-    bound = rules.threshold("preflight", "gpu_in_use", th)
+    bound = RULES.threshold("gpu_in_use", th)
     gpu = occ.gpu if occ is not None else None
     label = f"GPU {gpu} on node {node}"
     if occ is None or occ.used_mib is None:
         if bound is None:
             return None
         why = "it was not read" if occ is None else occ.describe()
-        return rules.result("preflight", "gpu_in_use", None, th, node=node, gpu=gpu, message=f"{label}: {why}")
-    out = rules.result("preflight", "gpu_in_use", round(occ.used_mib, 1), th, node=node, gpu=gpu,
+        return RULES.result("gpu_in_use", None, th, node=node, gpu=gpu, message=f"{label}: {why}")
+    out = RULES.result("gpu_in_use", round(occ.used_mib, 1), th, node=node, gpu=gpu,
                        observed=occ.describe()[:200])
     message = f"{label}: {occ.describe()} before the run"
     if not out.passed:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.preflight import binding, hostload, mig, nodefacts
 from acceptance_workload.checks.preflight.occupancy import Occupancy, judge_in_use
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.preflight.rules import RULES
 from acceptance_workload.contract.checkmodels import PreflightThresholds
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.rules import Run
@@ -52,8 +52,8 @@ MEMLOCK_HINT = (
 def _result(name: str, value: float | None, th: PreflightThresholds, *, run: Run | None = None,
             node: str | None, gpu: int | None = None, message: str = "", observed: str | None = None,
             expected: str | None = None) -> CheckResult:
-    """A preflight result judged by its row in rules.RULES (threshold, comparison, unit)."""
-    return rules.result("preflight", name, value, th, run=run, message=message, node=node, gpu=gpu,
+    """A preflight result judged by its row in the check's RULES (rules.py) (threshold, comparison, unit)."""
+    return RULES.result(name, value, th, run=run, message=message, node=node, gpu=gpu,
                         observed=observed, expected=expected)
 
 
@@ -70,7 +70,7 @@ def _flag(name: str, ok: bool | None, th: PreflightThresholds, *, run: Run | Non
 
 
 def shm_check(th: PreflightThresholds, node: str, shm_path: str | os.PathLike = "/dev/shm") -> CheckResult:
-    need = rules.threshold("preflight", "shm_size", th)
+    need = RULES.threshold("shm_size", th)
     try:
         st = os.statvfs(shm_path)
     except OSError as e:
@@ -90,11 +90,11 @@ def memlock_check(th: PreflightThresholds, node: str, limits: tuple[int, int] | 
     unlimited = soft == resource.RLIM_INFINITY
     shown = "unlimited" if unlimited else f"{human_bytes(soft)} ({soft} bytes)"
     run = Run(nodes=2 if rdma else 1)
-    required = rules.threshold("preflight", "memlock_unlimited", th, run) is not None
+    required = RULES.threshold("memlock_unlimited", th, run) is not None
     msg = f"RLIMIT_MEMLOCK of the workload process is {shown}"
     if required and not unlimited:
         msg += f"; {MEMLOCK_HINT}"
-    elif rules.threshold("preflight", "memlock_unlimited", th, Run(nodes=2)) is not None and not rdma:
+    elif RULES.threshold("memlock_unlimited", th, Run(nodes=2)) is not None and not rdma:
         msg += " (not judged: this run uses no RDMA)"
     return _flag("memlock_unlimited", unlimited, th, run=run, node=node, message=msg, observed=shown,
                  expected="unlimited" if required else None)
@@ -175,7 +175,7 @@ def ib_checks(th: PreflightThresholds, node: str, *, fabric: str, nodes: int, sy
         active = p.state.upper().endswith("ACTIVE")
         results.append(_flag("ib_port_state", active, th, run=run, node=node, observed=f"{name} {p.state}",
                              expected="ACTIVE", message=f"{name} ({p.link_layer}) state {p.state}{note}"))
-        need = rules.threshold("preflight", "ib_port_rate", th, run)
+        need = RULES.threshold("ib_port_rate", th, run)
         msg = f"{name} rate {p.rate_text or 'unknown'}{note}"
         if need is not None and (p.rate_gbps or 0) < need:
             msg += f"; needs >= {need:g} Gb/s (a degraded link or cable)"
@@ -245,7 +245,7 @@ def version_checks(th: PreflightThresholds, node: str, v: Versions, expected_gpu
     out.append(_result("gpu_count", float(v.cuda_gpus), th, run=Run(gpus_per_node=expected_gpus), node=node,
                        message=msg, observed=visible))
     for name, have in (("driver_version", v.driver), ("cuda_version", v.cuda), ("nccl_version", v.nccl)):
-        need = rules.expected("preflight", name, th)
+        need = RULES.expected(name, th)
         if need is None:
             if have is not None:
                 out.append(_flag(name, True, th, node=node, observed=have, message=f"{name} {have}"))
@@ -326,7 +326,7 @@ def snapshot_gpu(nvml: Any, handle: Any, index: int) -> GpuSnapshot:
 
 @dataclass
 class _GpuJudgement:
-    """The results and skips of one GPU's snapshot, each judged by its row in rules.RULES."""
+    """The results and skips of one GPU's snapshot, each judged by its row in the check's RULES (rules.py)."""
 
     snap: GpuSnapshot
     th: PreflightThresholds
@@ -347,7 +347,7 @@ class _GpuJudgement:
     def missing(self, name: str, key: str) -> None:
         """An unreadable value: a failure where a threshold needs it, else a skip."""
         err = self.snap.errors.get(key, "not reported")
-        if rules.needs_value("preflight", name, self.th):
+        if RULES.needs_value(name, self.th):
             self.add(name, None, f": cannot read {name} ({err})" + _unsupported_hint(name, err))
         else:
             self.skipped.append(Skip(check="preflight", name=f"{name} gpu {self.gpu}", reason=f"{self.label}: {err}"))
@@ -357,7 +357,7 @@ def _unsupported_hint(name: str, err: str) -> str:
     """What to change where NVML says the GPU has no such reading at all (a floor the hardware cannot report, e.g.
     NVLink on one GPU passed through alone to a VM): the floor that needs it, as the spec spells it. A read that
     failed (a GPU fallen off the bus) gets no hint: that is the node's fault, not the test's."""
-    found = rules.find("preflight", name)
+    found = RULES.find(name)
     unsupported = "notsupported" in err.lower().replace(" ", "").replace("_", "")
     if found is None or found.key is None or found.comparison != "ge" or not unsupported:
         return ""
@@ -367,7 +367,7 @@ def _unsupported_hint(name: str, err: str) -> str:
 
 
 def _model(j: _GpuJudgement, s: GpuSnapshot) -> None:
-    want = rules.expected("preflight", "gpu_model", j.th)
+    want = RULES.expected("gpu_model", j.th)
     ok = want is None or want.lower() in s.name.lower()
     j.add("gpu_model", float(ok), f" is {s.name}" + ("" if ok else f"; expected {want}"), observed=s.name,
           expected=want)

@@ -2,10 +2,12 @@
 
 - soak: the stage (load, sampling, progress); nvmlwatch: the per-GPU NVML sampler (clocks, throttle reasons,
   power, temperatures, ECC, remaps, PCIe replays, NVLink errors, XID events); soakjudge: the per-minute judging.
+- rules: its rows of the rule table (how each result it writes is judged).
 """
 
 from acceptance_workload.checks.soak.parts import PARTS
+from acceptance_workload.checks.soak.rules import RULES
 from acceptance_workload.checks.soak.soak import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("soak", stage, parts=PARTS)
+CHECK = Check("soak", stage, RULES, parts=PARTS)

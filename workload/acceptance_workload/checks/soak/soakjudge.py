@@ -15,7 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from acceptance_workload.checks.soak.nvmlwatch import MINUTE_SECONDS, Minute, Watched
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.soak.rules import RULES
 from acceptance_workload.contract.checkmodels import SoakThresholds
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import SoakEvent, SoakGpu, SoakSeries
@@ -107,7 +107,7 @@ def _at(watched: Watched | None, index: int, gauge: str = "gpu_temp_c") -> str:
 
 
 class _Judge:
-    """The results of one GPU, each through rules.result with the GPU named."""
+    """The results of one GPU, each through RULES.result with the GPU named."""
 
     def __init__(self, th: SoakThresholds, who: Who, estimated: Collection[str]):
         self.th, self.who, self.estimated = th, who, estimated
@@ -115,7 +115,7 @@ class _Judge:
         self.events: list[SoakEvent] = []
 
     def add(self, name: str, value: float | None, message: str, passed: bool | None = None) -> CheckResult:
-        r = rules.result("soak", name, value, self.th, node=self.who.node, gpu=self.who.gpu, passed=passed,
+        r = RULES.result(name, value, self.th, node=self.who.node, gpu=self.who.gpu, passed=passed,
                          estimated=self.estimated, message=f"{self.who.label()}: {message}")
         self.results.append(r)
         return r
@@ -145,7 +145,7 @@ def judge_tflops(j: _Judge, per_minute: list[float | None], watched: Watched | N
     later = list(enumerate(per_minute))[settle:] or list(enumerate(per_minute))
     ratios = [(m, v / base) for m, v in later if v is not None]
     worst_m, worst = min(ratios, key=lambda x: x[1])
-    floor = rules.threshold("soak", "tflops_ratio_to_first_minutes", j.th)
+    floor = RULES.threshold("tflops_ratio_to_first_minutes", j.th)
     below = [m for m, r in ratios if floor is not None and r < floor]
     if below:
         m0 = below[0]
@@ -212,7 +212,7 @@ def judge_counter(j: _Judge, watched: Watched, name: str, keys: list[str], what:
     if unsupported:
         j.unreadable(name, unsupported[0], watched, f"{what} cannot be read ({', '.join(unsupported[:4])})")
         return
-    limit = rules.threshold("soak", name, j.th) if rate else 0.0
+    limit = RULES.threshold(name, j.th) if rate else 0.0
     grown: list[tuple[int, float, str]] = []  # (minute, growth, counter)
     settling = 0.0  # CRC growth of the settling minutes: recorded as events, not judged
     for key in keys:
@@ -278,7 +278,7 @@ def needed(reading: str, th: SoakThresholds, watched: Watched) -> bool:
     """Whether the judgement needs `reading`: its row has a threshold (clocks and power are plotted, not judged);
     a link's counters where the GPU has active links."""
     row = ROW_OF_READING.get("nvlink" if reading.startswith("nvlink") else reading)
-    if row is None or rules.threshold("soak", row, th) is None:
+    if row is None or RULES.threshold(row, th) is None:
         return False
     return not reading.startswith("nvlink ") or reading in watched.nvlink_keys
 
@@ -327,7 +327,7 @@ def node_ratios(th: SoakThresholds, gpus: list[tuple[Who, list[float | None]]],
     by_node: dict[str, list[tuple[Who, list[float | None]]]] = {}
     for who, minutes in gpus:
         by_node.setdefault(who.node, []).append((who, minutes))
-    floor = rules.threshold("soak", "tflops_ratio_to_node_median", th)
+    floor = RULES.threshold("tflops_ratio_to_node_median", th)
     for members in by_node.values():
         if len(members) < 2:
             continue
@@ -344,7 +344,7 @@ def node_ratios(th: SoakThresholds, gpus: list[tuple[Who, list[float | None]]],
                 text = (f"below its node's median GPU from minute {below[0]} (slowest minute {i}: {value:.2f} of "
                         f"the median {medians[i]:.4g} TFLOP/s)" if below else
                         f"slowest minute {i} at {value:.3f} of its node's median GPU")
-            out.append(rules.result("soak", "tflops_ratio_to_node_median", None if value is None else round(value, 4),
+            out.append(RULES.result("tflops_ratio_to_node_median", None if value is None else round(value, 4),
                                     th, node=who.node, gpu=who.gpu, estimated=estimated,
                                     message=f"{who.label()}: {text}"))
     return out

@@ -18,7 +18,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.storage.rules import RULES
 from acceptance_workload.contract.checkmodels import FsdpCheck, StorageCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import StorageDetail
@@ -136,8 +136,7 @@ def judge(check: StorageCheck, saved: dict[str, Any], detail: StorageDetail,
     out = []
     for rank, r in enumerate(ranks):
         ok = r["wrong_count"] == 0
-        out.append(rules.result(
-            "storage", "checkpoint_match", 1.0 if ok else 0.0, check.thresholds, node=r["node"], gpu=r["gpu"],
+        out.append(RULES.result("checkpoint_match", 1.0 if ok else 0.0, check.thresholds, node=r["node"], gpu=r["gpu"],
             message=f"rank {rank}: {r['tensors']} tensors loaded back exactly" if ok else
             f"rank {rank}: {r['wrong_count']} of {r['tensors']} tensors differ after the load or it failed "
             f"({', '.join(r['wrong'])})"))
@@ -145,8 +144,7 @@ def judge(check: StorageCheck, saved: dict[str, Any], detail: StorageDetail,
                         ("checkpoint_load_gbps", size / load_s / GB if load_s > 0 else None),
                         ("checkpoint_save_seconds", save_s), ("checkpoint_load_seconds", load_s)):
         value = None if value is None or not size else round(value, 4)
-        out.append(rules.result(
-            "storage", name, value, check.thresholds, estimated=estimated,
+        out.append(RULES.result(name, value, check.thresholds, estimated=estimated,
             message=f"distributed checkpoint of {size / GB:.3f} GB: saved in {save_s:.2f} s, loaded in "
             f"{load_s:.2f} s" if size else "the checkpoint directory is empty: nothing was saved"))
     return out

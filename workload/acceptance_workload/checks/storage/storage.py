@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.storage.checkpoint import os_error_text
-from acceptance_workload.contract import rules
+from acceptance_workload.checks.storage.rules import RULES
 from acceptance_workload.contract.checkmodels import StorageCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import parse_bytes
@@ -229,8 +229,7 @@ def judge_gate(detail: StorageDetail, need_words: str, check: StorageCheck) -> l
     need, inodes = detail.needed_bytes or 0, detail.needed_inodes or 0
     for n in detail.nodes:
         ok = n.write_error is None
-        out.append(rules.result(
-            "storage", "storage_writable", 1.0 if ok else 0.0, check.thresholds, node=n.node,
+        out.append(RULES.result("storage_writable", 1.0 if ok else 0.0, check.thresholds, node=n.node,
             observed="writable" if ok else "not writable", expected="writable",
             message=f"node {n.node} can write {detail.path}" if ok else
             f"node {n.node} cannot write {detail.path}: {n.write_error}"))
@@ -239,8 +238,7 @@ def judge_gate(detail: StorageDetail, need_words: str, check: StorageCheck) -> l
         ratios = [n.free_bytes / need] + ([n.free_inodes / inodes] if n.free_inodes is not None else [])
         value = math.floor(min(ratios) * 10_000) / 10_000
         inode_text = "" if n.free_inodes is None else f"; {n.free_inodes:,} inodes free, {inodes:,} needed"
-        out.append(rules.result(
-            "storage", "storage_capacity", value, check.thresholds, node=n.node,
+        out.append(RULES.result("storage_capacity", value, check.thresholds, node=n.node,
             message=f"node {n.node}: {human(n.free_bytes)} ({n.free_bytes:,} bytes) free on {detail.path}, the check "
             f"needs {human(need)} ({need:,} bytes: {need_words}){inode_text}"
             + ("" if value >= 1 else "; nothing was written")))
@@ -400,14 +398,13 @@ def judge_storage(check: StorageCheck, detail: StorageDetail, estimated: Collect
         ok = n.node not in odd and not (len(detail.nodes) > 1 and not n.sees)
         seen = f"sees {len(n.sees)} of {len(detail.nodes) - 1} other nodes' files"
         why = "; ".join(n.problems[:4])
-        out.append(rules.result("storage", "storage_consistency", 1.0 if ok else 0.0, check.thresholds, node=n.node,
+        out.append(RULES.result("storage_consistency", 1.0 if ok else 0.0, check.thresholds, node=n.node,
                                 message=f"node {n.node} {seen}" + (f": {why}" if why else "")
                                + ("" if ok else f"; it does not see the volume as the other nodes do "
                                   f"({detail.path})")))
         io = "O_DIRECT" if n.direct_io else "buffered, page cache dropped"
         for name, value in (("storage_write_gbps", n.write_gbps), ("storage_read_gbps", n.read_gbps)):
-            out.append(rules.result(
-                "storage", name, value, check.thresholds, estimated=estimated, node=n.node,
+            out.append(RULES.result(name, value, check.thresholds, estimated=estimated, node=n.node,
                 message=f"node {n.node} sequential {name.split('_')[1]} "
                 + (f"{value:.2f} GB/s ({io})" if value is not None else "not measured")))
     return out
