@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workload"))
 
 from acceptance_workload.checks.nccl.nccltests import parse  # noqa: E402
-from acceptance_workload.contract.checkmodels import COLLECTIVES  # noqa: E402
+from acceptance_workload.contract.terms import COLLECTIVES  # noqa: E402
 
 _PERF_NAMES = set(COLLECTIVES)
 

@@ -71,7 +71,7 @@ def main() -> int:
     import torch
     import torch.distributed as dist
     from acceptance_workload.checks.fsdp import fsdp
-    from acceptance_workload.contract.checkmodels import FsdpCheck
+    from acceptance_workload.checks.fsdp.spec import FsdpCheck
     from torch.distributed.device_mesh import init_device_mesh
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -44,7 +44,7 @@ def main() -> int:
         node = f"sim-node-{rank // (world // args.simulate_nodes)}"
         os.environ.update(NODE_NAME=node, NCCL_HOSTID=node)
     from acceptance_workload.checks.nccl import nccl
-    from acceptance_workload.contract.checkmodels import NcclCheck
+    from acceptance_workload.checks.nccl.spec import NcclCheck
     from acceptance_workload.runtime import launch
 
     session = launch.start(launch.DistEnv.from_environ(), args.backend, rendezvous_timeout=120, collective_timeout=120)

@@ -24,8 +24,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workload"))
 
-from acceptance_workload.contract.checkmodels import COLLECTIVES, ChecksSpec  # noqa: E402
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig  # noqa: E402
+from acceptance_workload.configuration.checks import ChecksSpec  # noqa: E402
+from acceptance_workload.configuration.workload import WorkloadConfig  # noqa: E402
+from acceptance_workload.contract.config import CONFIG_ENV  # noqa: E402
+from acceptance_workload.contract.terms import COLLECTIVES  # noqa: E402
 from acceptance_workload.runtime.launch import free_port  # noqa: E402
 
 OUT_ENV = "BENCH_OUT"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from acceptance_workload.checks.gpu.gpubench import METRICS
 from acceptance_workload.checks.nccl import localize
-from acceptance_workload.contract.checkmodels import COLLECTIVES
-from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.terms import COLLECTIVES
 from acceptance_workload.report.model import (
     DdpDetail,
     DdpRank,

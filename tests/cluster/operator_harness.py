@@ -457,8 +457,9 @@ def report(generation: int, *, passed: bool = True, busbw: float = 371.5, failed
     passed=False puts all_reduce busbw at 120 GB/s (the report still claims it passed: the operator judges);
     failed_node reports 7 of 8 GPUs on that node. The test's uid is filled in when it is written.
     """
-    from acceptance_workload.contract.checkmodels import ChecksSpec
-    from acceptance_workload.contract.config import TestRef, WorkloadConfig
+    from acceptance_workload.configuration.checks import ChecksSpec
+    from acceptance_workload.configuration.workload import WorkloadConfig
+    from acceptance_workload.contract.config import TestRef
 
     from tests.reports import passing_report
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import junitparser
 import pytest
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import TestRef, WorkloadConfig
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import TestRef
 from acceptance_workload.report.model import Report
 
 from tests.cluster.operator_harness import MERGE, Cluster, report

@@ -15,7 +15,7 @@ from typing import Any
 
 from acceptance_operator.building import manifests
 from acceptance_operator.resource.api import parse_test
-from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.report.evidence import PROGRESS_KEY, STATUS_KEY
 from acceptance_workload.report.status import core_api, patch_report
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.report.status import core_api, patch_report
 
 from tests.cluster.operator_harness import Cluster

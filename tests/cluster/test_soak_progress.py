@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.report.evidence import PROGRESS_KEY
 from acceptance_workload.report.status import core_api, patch_progress
 

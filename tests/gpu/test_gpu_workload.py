@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.gpu.parts import gpu_table
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.local import run_processes
 from acceptance_workload.report.model import Report
 
@@ -96,7 +96,7 @@ def test_a_rank_that_never_joins_an_nccl_collective_is_named(gpus: int, tmp_path
 def _gpu_check_only(tmp_path: Path, gpus: int, name: str) -> WorkloadConfig:
     """Only the per-GPU check, judged by the profile of the GPUs here (h100-sxm, h200-sxm, ...)."""
     import torch
-    from acceptance_workload.contract.profiles import profile_for_gpu
+    from acceptance_workload.configuration.profiles import profile_for_gpu
 
     checks = ChecksSpec.model_validate({"preflight": {"enabled": False}, "nccl": {"enabled": False},
                                         "ddp": {"enabled": False}})

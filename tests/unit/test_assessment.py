@@ -9,8 +9,9 @@ import pytest
 from acceptance_operator.building.manifests import LABEL_ROLE, ROLE_LAUNCHER
 from acceptance_operator.judging.assessment import Observation, Timing, assess, next_look
 from acceptance_operator.judging.rejudge import RunFacts
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import TestRef, WorkloadConfig
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import TestRef
 
 from tests.reports import node_names, passing_report
 from tests.unit.operator_samples import (

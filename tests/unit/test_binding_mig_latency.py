@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 from acceptance_operator.judging.rejudge import rejudge
 from acceptance_workload.checks.nccl import latency
+from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.checks.preflight import mig
-from acceptance_workload.contract.checkmodels import ChecksSpec, NcclCheck, PreflightThresholds
-from acceptance_workload.contract.config import PodLimits, TestRef, WorkloadConfig
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import PodLimits, TestRef
 from acceptance_workload.contract.wire import format_bytes
 from acceptance_workload.report.model import NcclRow, NcclSweep
 

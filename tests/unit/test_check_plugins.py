@@ -14,12 +14,15 @@ import pytest
 from acceptance_operator.judging import rejudge
 from acceptance_workload import local
 from acceptance_workload.checks import registry, table
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import TestRef, WorkloadConfig
+from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec, checks_spec
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import TestRef
 from acceptance_workload.contract.required import Required
 from acceptance_workload.contract.results import CHECK_NAMES
+from acceptance_workload.contract.wire import WireModel
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.writers import html, junit, text
+from pydantic import Field
 
 from tests.reports import node_names, passing_report
 
@@ -164,6 +167,25 @@ def test_a_result_of_a_check_is_judged_by_its_own_row() -> None:
     assert table.result("gpu", "gemm_tflops", 400.0, th, node="n", gpu=0) == low
     with pytest.raises(KeyError, match="no result rule for gpu/gemm"):
         registry.CHECKS[1].rules.result("gemm", 400.0, th)
+
+
+def test_the_spec_takes_each_checks_model_from_the_registry() -> None:
+    """spec.checks (and with it the WorkloadConfig and the CRD) holds each registry entry's model under its name."""
+    assert list(ChecksSpec.model_fields) == ["heartbeat_timeout_seconds", *(c.name for c in registry.CHECKS)]
+    assert all(ChecksSpec.model_fields[c.name].annotation is c.spec for c in registry.CHECKS)
+    assert all(c.spec.__module__ == f"acceptance_workload.checks.{c.name}.spec" for c in registry.CHECKS)
+    opt_in = tuple(c.name for c in registry.CHECKS if not c.spec().enabled)
+    assert opt_in == OPT_IN_CHECKS == ("fsdp", "storage", "soak")
+
+    class MarkerCheck(WireModel):
+        enabled: bool = False
+        pairs: int = Field(3, ge=1, le=8)
+
+    spec = checks_spec((*registry.CHECKS, dataclasses.replace(registry.CHECKS[1], name="marker", spec=MarkerCheck)))
+    assert spec().marker == MarkerCheck() and spec.model_validate({"marker": {"pairs": 5}}).marker.pairs == 5
+    with pytest.raises(ValueError, match="pairs"):
+        spec.model_validate({"marker": {"pairs": 9}})
+    assert spec.model_json_schema(by_alias=True)["properties"]["marker"] == {"$ref": "#/$defs/MarkerCheck"}
 
 
 ABOVE_THE_PACKAGES = {"registry", "table", "contention"}  # checks/ beside the packages: they walk the registry

@@ -11,7 +11,7 @@ from acceptance_operator.judging.rejudge import RunFacts
 from acceptance_operator.plumbing.settings import OperatorSettings
 from acceptance_operator.render import render
 from acceptance_operator.resource.conditions import PASSED, SMOKE_PASSED, is_smoke
-from acceptance_workload.contract.profiles import CPU_RATIO_TO_MEDIAN, PROFILES, resolve_checks
+from acceptance_workload.configuration.profiles import CPU_RATIO_TO_MEDIAN, PROFILES, resolve_checks
 
 from tests.reports import node_names, passing_report
 from tests.unit.operator_samples import T0, job, pod

@@ -8,9 +8,10 @@ from acceptance_operator.building.backends import build_job
 from acceptance_operator.building.manifests import build_workload_config
 from acceptance_operator.resource import efa
 from acceptance_operator.resource.spec_input import RenderError, parse_test
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.contract.profiles import resolve_checks
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.profiles import resolve_checks
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV
 
 from tests.unit.test_manifests import BACKENDS, env_of, gpu_pod_specs, main_container, make, templates
 

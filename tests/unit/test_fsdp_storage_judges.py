@@ -8,8 +8,8 @@ import pytest
 from acceptance_operator.judging.rejudge import RULES
 from acceptance_operator.resource.api import parse_test
 from acceptance_workload.checks.fsdp.fsdp import consensus, predicted_memory
+from acceptance_workload.checks.storage.spec import StorageCheck
 from acceptance_workload.checks.storage.storage import judge_storage, odd_nodes, sequential
-from acceptance_workload.contract.checkmodels import StorageCheck
 from acceptance_workload.report.model import StorageDetail, StorageNode
 from pydantic import ValidationError
 
@@ -77,8 +77,9 @@ def test_bad_specs_are_refused_naming_the_field(spec: dict, message: str) -> Non
 
 
 def test_fsdp_and_storage_detail_travel_with_their_nodes_in_the_evidence() -> None:
-    from acceptance_workload.contract.checkmodels import ChecksSpec
-    from acceptance_workload.contract.config import TestRef, WorkloadConfig
+    from acceptance_workload.configuration.checks import ChecksSpec
+    from acceptance_workload.configuration.workload import WorkloadConfig
+    from acceptance_workload.contract.config import TestRef
     from acceptance_workload.report.evidence import assemble, shard_names, split
     from acceptance_workload.report.model import FsdpDetail, FsdpRank
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import junitparser
 from acceptance_operator.judging.rejudge import RunFacts, rejudge
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import TestRef, WorkloadConfig
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import TestRef
 from acceptance_workload.report.model import Report
 from acceptance_workload.writers.junit import case_name, junit_xml
 

@@ -27,7 +27,8 @@ from acceptance_operator.render import render
 from acceptance_operator.resource import api
 from acceptance_operator.resource.api import AcceptanceTest
 from acceptance_operator.resource.spec_input import parse_test
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.profiles import PROFILE_NAMES, PROFILES, profile_for_gpu, resolve_checks
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.profiles import PROFILE_NAMES, PROFILES, profile_for_gpu, resolve_checks
 
 
 def test_spec_threshold_wins_and_the_rest_come_from_the_profile():
@@ -95,7 +95,7 @@ def test_all_floors_for_eight_gpus_and_the_node_floor_for_any_count_of_two_or_mo
 
 
 def test_workload_config_passes_its_gpu_count_to_the_profile():
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.configuration.workload import WorkloadConfig
 
     config = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=1, gpus_per_node=4)
     assert config.checks.nccl.thresholds.all_gather_busbw_gbps is None
@@ -118,7 +118,7 @@ def test_per_gpu_floors_hold_for_the_default_sizes_or_larger_and_the_ratio_for_a
 
 
 def test_estimated_defaults_are_listed_unless_the_spec_sets_them():
-    from acceptance_workload.contract.profiles import estimated_thresholds
+    from acceptance_workload.configuration.profiles import estimated_thresholds
 
     assert "gpu.minH2dGBps" in estimated_thresholds(ChecksSpec(), "h200-sxm")
     spec = ChecksSpec.model_validate({"gpu": {"thresholds": {"minH2dGBps": 45}}})
@@ -133,7 +133,7 @@ def test_estimated_defaults_are_listed_unless_the_spec_sets_them():
 
 def test_what_was_measured_is_not_estimated_and_what_was_not_is():
     """4x H100 measured gpt DDP and GEMM/HBM; resnet50 on H100, other models and multi-node DDP were not."""
-    from acceptance_workload.contract.profiles import estimated_thresholds
+    from acceptance_workload.configuration.profiles import estimated_thresholds
 
     gpt = estimated_thresholds(ChecksSpec(), "h100-sxm")
     assert not {"ddp.minThroughputPerGpu", "ddp.minScalingEfficiency", "gpu.minGemmTflops"} & set(gpt)
@@ -147,7 +147,7 @@ def test_what_was_measured_is_not_estimated_and_what_was_not_is():
 
 def test_fsdp_efficiency_means_sharded_against_unsharded_in_one_node_and_hybrid_against_node_across_nodes():
     """4x H100: sharded/unsharded per GPU 0.286-0.462 in one node, so 0.80 there would fail every healthy node."""
-    from acceptance_workload.contract.profiles import FSDP_EFFICIENCY, FSDP_NODE_EFFICIENCY, estimated_thresholds
+    from acceptance_workload.configuration.profiles import FSDP_EFFICIENCY, FSDP_NODE_EFFICIENCY, estimated_thresholds
 
     on = ChecksSpec.model_validate({"fsdp": {"enabled": True}})
     one = resolve_checks(on, "h100-sxm", 1).fsdp.thresholds

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 from acceptance_operator.judging.rejudge import RULES, Context, RunFacts, judge_result, rejudge, required_results
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import TestRef, WorkloadConfig
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import TestRef
 from acceptance_workload.contract.results import CheckResult
 
 from tests.reports import node_names, one_rank, passing_report

@@ -10,10 +10,10 @@ import errno
 
 import pytest
 from acceptance_operator.judging.rejudge import rejudge
-from acceptance_workload.checks.storage.checkpoint import failure_text, os_error_text
-from acceptance_workload.checks.storage.storage import GATES, MARGIN_BYTES, gated, judge_gate
 from acceptance_workload.checks import table as rules
-from acceptance_workload.contract.checkmodels import StorageCheck
+from acceptance_workload.checks.storage.checkpoint import failure_text, os_error_text
+from acceptance_workload.checks.storage.spec import StorageCheck
+from acceptance_workload.checks.storage.storage import GATES, MARGIN_BYTES, gated, judge_gate
 from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
 from acceptance_workload.report.model import StageError, StorageDetail, StorageNode
 from acceptance_workload.runtime import stages
@@ -155,8 +155,8 @@ def test_the_volume_must_hold_every_nodes_files_the_checkpoint_and_a_margin() ->
     import torch
     from acceptance_workload.checks.fsdp import fsdp
     from acceptance_workload.checks.storage.storage import CHECKPOINT_OVERHEAD, checkpoint_size, needed
-    from acceptance_workload.contract.config import WorkloadConfig
-    from acceptance_workload.contract.profiles import cpu_smoke_checks
+    from acceptance_workload.configuration.profiles import cpu_smoke_checks
+    from acceptance_workload.configuration.workload import WorkloadConfig
 
     cfg = WorkloadConfig(mode="cpu-smoke", checks=cpu_smoke_checks(WorkloadConfig().checks))
     model = fsdp.workload(cfg.checks.fsdp).make_model()

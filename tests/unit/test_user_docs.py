@@ -10,8 +10,11 @@ import pytest
 import yaml
 from acceptance_operator.resource import kubetypes
 from acceptance_operator.resource.api import AcceptanceTestSpec
-from acceptance_workload.contract.checkmodels import DdpThresholds, GpuThresholds, NcclThresholds, PreflightThresholds
-from acceptance_workload.contract.profiles import PROFILES, Profile
+from acceptance_workload.checks.ddp.spec import DdpThresholds
+from acceptance_workload.checks.gpu.spec import GpuThresholds
+from acceptance_workload.checks.nccl.spec import NcclThresholds
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
+from acceptance_workload.configuration.profiles import PROFILES, Profile
 from acceptance_workload.contract.wire import WireModel
 
 REPO = Path(__file__).resolve().parents[2]

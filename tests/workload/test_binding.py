@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.preflight import binding
-from acceptance_workload.contract.checkmodels import PreflightThresholds
-from acceptance_workload.contract.config import PodLimits, WorkloadConfig
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import PodLimits
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import Report
 from acceptance_workload.runtime import pinning

@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report.model import NcclSweep, Report

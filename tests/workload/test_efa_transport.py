@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks import table as rules
 from acceptance_workload.checks.nccl.transport import classify, judge, parse_file, parse_lines
 from acceptance_workload.checks.preflight.preflight import ib_checks
-from acceptance_workload.checks import table as rules
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import WorkloadConfig
-from acceptance_workload.contract.profiles import PROFILES
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.profiles import PROFILES
+from acceptance_workload.configuration.workload import WorkloadConfig
 
 from tests.workload.test_transport import NODE_A_IB
 

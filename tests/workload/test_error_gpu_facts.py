@@ -15,7 +15,8 @@ import json
 import sys
 from pathlib import Path
 
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.local import cpu_smoke_checks
 
 from tests.workload.multiproc import free_port, rank_env, start

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from acceptance_workload.contract.checkmodels import ChecksSpec
-from acceptance_workload.contract.config import TestRef, WorkloadConfig
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import TestRef
 from acceptance_workload.report.evidence import (
     MAX_FAILURES,
     EvidenceError,

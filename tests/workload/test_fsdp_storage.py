@@ -88,7 +88,8 @@ def test_a_rank_frozen_in_fsdp_is_named_by_its_heartbeat(tmp_path: Path) -> None
     import sys
     import time
 
-    from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+    from acceptance_workload.configuration.workload import WorkloadConfig
+    from acceptance_workload.contract.config import CONFIG_ENV
     from acceptance_workload.local import cpu_smoke_checks
 
     from tests.workload.multiproc import free_port, rank_env, start

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 from acceptance_workload.checks.gpu.gpubench import host_id, host_turn, judge_gpus, rate, suspects
 from acceptance_workload.checks.gpu.parts import gpu_table
-from acceptance_workload.contract.checkmodels import ChecksSpec, GpuCheck
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.checks.gpu.spec import GpuCheck
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report.model import GpuDetail, GpuRow, Report

@@ -22,8 +22,9 @@ import time
 from pathlib import Path
 
 import pytest
-from acceptance_workload.contract.checkmodels import HEARTBEAT_TIMEOUT_SECONDS
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.configuration.checks import HEARTBEAT_TIMEOUT_SECONDS
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report.model import Report
 

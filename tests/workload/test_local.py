@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from acceptance_workload.contract.checkmodels import ChecksSpec
+from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.local import (
     ManifestError,
@@ -98,7 +98,7 @@ def test_simulated_nodes_are_named_sim_node_k_and_measured_per_node(tmp_path: Pa
 
 
 def test_each_simulated_node_sees_its_own_gpus_from_zero_and_its_own_nccl_host() -> None:
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.configuration.workload import WorkloadConfig
     from acceptance_workload.local import child_env
 
     config = WorkloadConfig.build(checks=ChecksSpec(), profile="custom", nodes=2, gpus_per_node=2, fabric="ethernet")
@@ -175,8 +175,8 @@ def test_a_manifest_sets_checks_and_profile_with_profile_defaults_underneath(tmp
 
 
 def test_cpu_smoke_checks_drop_every_threshold_but_the_relative_ones() -> None:
-    from acceptance_workload.contract.checkmodels import ChecksSpec
-    from acceptance_workload.contract.profiles import resolve_checks
+    from acceptance_workload.configuration.checks import ChecksSpec
+    from acceptance_workload.configuration.profiles import resolve_checks
 
     resolved = resolve_checks(ChecksSpec(), "h100-sxm", 2)
     smoke = cpu_smoke_checks(resolved)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from acceptance_workload.checks.ddp import models
 from acceptance_workload.checks.ddp.ddp import Trainer, measure, median_throughputs, window_efficiencies, workload_for
-from acceptance_workload.contract.checkmodels import DdpCheck
+from acceptance_workload.checks.ddp.spec import DdpCheck
 from acceptance_workload.runtime.control import Control
 from acceptance_workload.runtime.watchdog import Watchdog
 

@@ -13,7 +13,7 @@ from acceptance_workload.checks.nccl.nccl import (
     rows_from_ranks,
     tolerance,
 )
-from acceptance_workload.contract.checkmodels import NcclCheck
+from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclRow, NcclSweep
 
 GiB = 1 << 30

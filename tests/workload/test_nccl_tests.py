@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.nccl import nccltests
-from acceptance_workload.contract.checkmodels import ChecksSpec, NcclCheck
+from acceptance_workload.checks.nccl.spec import NcclCheck
+from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report.model import NcclRow, NcclSweep, Report
 

@@ -24,7 +24,7 @@ from acceptance_workload.checks.preflight.occupancy import (
     out_of_memory_message,
     read,
 )
-from acceptance_workload.contract.checkmodels import PreflightThresholds
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
 
 MIB = 1 << 20
 BOUND = PreflightThresholds(max_gpu_memory_in_use_mib=1024)

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 from acceptance_operator.building.job_builders import pod_command
+from acceptance_workload.configuration.profiles import cpu_smoke_checks
+from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import exits
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
-from acceptance_workload.contract.profiles import cpu_smoke_checks
+from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.guard import container_code
 
 from tests.unit.test_manifests import make

@@ -6,6 +6,7 @@ import resource
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks import table as rules
 from acceptance_workload.checks.preflight.preflight import (
     GpuSnapshot,
     Versions,
@@ -17,10 +18,9 @@ from acceptance_workload.checks.preflight.preflight import (
     shm_check,
     version_checks,
 )
-from acceptance_workload.checks import table as rules
-from acceptance_workload.contract.checkmodels import PreflightThresholds
-from acceptance_workload.contract.config import WorkloadConfig
-from acceptance_workload.contract.profiles import PROFILES
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
+from acceptance_workload.configuration.profiles import PROFILES
+from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.wire import version_tuple
 
 H100 = PROFILES["h100-sxm"].preflight

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 from acceptance_workload.checks.ddp.ddp import judge_ddp
 from acceptance_workload.checks.ddp.rules import MIN_LOSS_DECREASE
-from acceptance_workload.contract.checkmodels import DdpCheck
+from acceptance_workload.checks.ddp.spec import DdpCheck
 from acceptance_workload.contract.results import CheckResult, judge
 from acceptance_workload.report.model import DdpDetail, DdpRank, Environment, NcclRow, NcclSweep, Report, Skip
 from acceptance_workload.report.render import summary, verdict_table

@@ -19,8 +19,8 @@ import pytest
 from acceptance_workload.checks.soak import soakjudge
 from acceptance_workload.checks.soak.nvmlwatch import Watch, Watched
 from acceptance_workload.checks.soak.soakjudge import Who, Window
-from acceptance_workload.contract.checkmodels import SoakThresholds
-from acceptance_workload.contract.profiles import SOAK
+from acceptance_workload.checks.soak.spec import SoakThresholds
+from acceptance_workload.configuration.profiles import SOAK
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report import evidence
 from acceptance_workload.report.model import Report, SoakDetail
@@ -282,8 +282,8 @@ def test_the_log_shows_every_gpu_minute_by_minute() -> None:
 def test_the_operator_judges_every_soak_result_as_the_workload_did(scenario: str) -> None:
     """The operator's re-judging (rejudge.py, through the same rule table) reaches the workload's verdicts."""
     from acceptance_operator.judging.rejudge import Context, judge_result
-    from acceptance_workload.contract.checkmodels import ChecksSpec
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.configuration.checks import ChecksSpec
+    from acceptance_workload.configuration.workload import WorkloadConfig
 
     config = WorkloadConfig.build(checks=ChecksSpec.model_validate({"soak": {"enabled": True}}), nodes=1,
                                   gpus_per_node=2, profile="h200-sxm")
@@ -336,7 +336,8 @@ class _ApiServer:
 def test_progress_is_logged_every_window_and_written_at_most_every_30_s(tmp_path: Path, monkeypatch, capfd) -> None:
     """Into the job-wide evidence ConfigMap; a write that fails is said and never raised (the load goes on)."""
     from acceptance_workload.checks.soak.soak import Progress
-    from acceptance_workload.contract.config import TestRef, WorkloadConfig
+    from acceptance_workload.configuration.workload import WorkloadConfig
+    from acceptance_workload.contract.config import TestRef
 
     api = _ApiServer()
     monkeypatch.setenv("KUBECONFIG", str(api.kubeconfig(tmp_path / "kubeconfig")))

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload.contract.config import CONFIG_ENV, TestRef, WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV, TestRef
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import delivery
@@ -81,7 +82,7 @@ def test_without_evidence_names_nothing_is_written_and_the_error_says_why() -> N
 def test_a_report_too_large_to_deliver_is_refused_with_its_size_and_the_limit_before_any_write() -> None:
     """A report of many more nodes than the test has: its evidence, split for the test's spec.nodes, would exceed
     what a ConfigMap holds (the API server drops such a request; it used to be retried until the deadline)."""
-    from acceptance_workload.contract.checkmodels import ChecksSpec
+    from acceptance_workload.configuration.checks import ChecksSpec
 
     from tests.reports import passing_report
 

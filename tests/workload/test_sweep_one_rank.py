@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from acceptance_workload.checks.nccl.nccl import OPS, sweep_collective
-from acceptance_workload.contract.checkmodels import NcclCheck
+from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.runtime.launch import Group
 
 

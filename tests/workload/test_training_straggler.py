@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-from acceptance_workload.contract.config import CONFIG_ENV, WorkloadConfig
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report.model import Report
 

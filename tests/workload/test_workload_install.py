@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.nccl import nccltests
-from acceptance_workload.contract.checkmodels import COLLECTIVES
+from acceptance_workload.contract.terms import COLLECTIVES
 from acceptance_workload.installation import RDMA_LIBRARIES
 
 REPO = Path(__file__).resolve().parents[2]

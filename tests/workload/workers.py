@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance_workload.checks.nccl.nccl import OPS, run_sweeps
-from acceptance_workload.contract.checkmodels import NcclCheck
+from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.runtime import launch
 from acceptance_workload.runtime.control import Blame, Blamer, hard_exit
 from acceptance_workload.runtime.watchdog import Heartbeat, Watchdog

@@ -217,7 +217,7 @@ def check_installation(args: list[str]) -> int:
         probes += [("aws-ofi-nccl plugin", _efa_plugin), ("libfabric", _libfabric),
                    ("libfabric efa provider", _efa_provider)]
     if "--nccl-tests" in args:  # the cross-check's binaries (checks.nccl.crossCheck)
-        from acceptance_workload.contract.checkmodels import COLLECTIVES
+        from acceptance_workload.contract.terms import COLLECTIVES
 
         probes += [(f"nccl-tests {c}_perf", _nccl_tests(c)) for c in COLLECTIVES]
     missing = 0

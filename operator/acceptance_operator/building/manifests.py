@@ -20,8 +20,9 @@ import hashlib
 import re
 from typing import Any
 
-from acceptance_workload.contract.config import CONFIG_ENV, PodLimits, TestRef, WorkloadConfig
-from acceptance_workload.contract.profiles import cpu_smoke_checks
+from acceptance_workload.configuration.profiles import cpu_smoke_checks
+from acceptance_workload.configuration.workload import WorkloadConfig
+from acceptance_workload.contract.config import CONFIG_ENV, PodLimits, TestRef
 from acceptance_workload.report import evidence
 
 from acceptance_operator.building.network import build_network_env

@@ -15,7 +15,7 @@ import math
 from datetime import datetime
 from typing import Any
 
-from acceptance_workload.contract.checkmodels import SoakCheck
+from acceptance_workload.checks.soak.spec import SoakCheck
 from acceptance_workload.contract.wire import WireModel
 from acceptance_workload.report.evidence import PROGRESS_KEY
 from pydantic import Field, ValidationError

@@ -1,9 +1,9 @@
-"""The contract the workload shares with the operator: what a run is asked to do and how its results are judged.
+"""The contract the workload shares with the operator, below every check: the terms a run and its results are told in.
 
 - wire: the camelCase base model of everything that travels as Kubernetes JSON, and its value parsers;
-- checkmodels: each check's spec model (what goes under spec.checks.<name>) with its thresholds;
-- profiles: the threshold defaults per GPU model (h100-sxm, h200-sxm, ..., cpu-smoke);
-- config: the WorkloadConfig the operator hands every rank (the spec resolved for one run);
+- terms: the collectives, the transports and the bandwidth bound more than one family uses;
+- config: the run's facts every family shares (the test, the pod's limits, the fabric) and RunConfig, what
+  runtime/ and the checks read of configuration/workload.WorkloadConfig (every check's spec: above the checks);
 - results: the one shape every result takes (CheckResult) and how one is judged;
 - rules: how a result is judged: the rows, a check's table of them (each check's rows are in its package,
   checks/<name>/rules.py) and the liveness rows every check has, shared by the judges and the re-judging;

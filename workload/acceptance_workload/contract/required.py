@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.contract.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Due:
     job-wide) report when one is read (a report.model.Report; None: none is, and nothing that only a report's own
     results make due, such as nccl's localisation, is asked for)."""
 
-    config: WorkloadConfig
+    config: RunConfig
     nodes: list[str]
     report: Any = None
 

@@ -16,7 +16,6 @@ from acceptance_workload.contract.wire import WireModel
 CheckName = Literal["preflight", "gpu", "nccl", "ddp", "fsdp", "storage", "soak"]
 CHECK_NAMES: tuple[CheckName, ...] = (  # the order they run in
     "preflight", "gpu", "nccl", "ddp", "fsdp", "storage", "soak")
-OPT_IN_CHECKS: tuple[CheckName, ...] = ("fsdp", "storage", "soak")  # off unless the spec enables them
 Comparison = Literal["ge", "le", "eq", "info"]
 
 

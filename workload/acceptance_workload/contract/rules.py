@@ -69,7 +69,7 @@ from acceptance_workload.contract.results import ESTIMATED_SUFFIX, CheckResult, 
 from acceptance_workload.contract.wire import WireModel, version_tuple
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.config import RunConfig
 
 Kind = Literal["measured", "version", "model", "transport", "ratio", "inter_node", "culprit"]
 CULPRITS = ("rank_exited", "rank_responding", "rank_error", "rank_progress")  # control.CULPRIT_KINDS
@@ -87,7 +87,7 @@ class Run:
     nodes: int = 1
     gpus_per_node: int = 1
     fabric: str = "infiniband"
-    transport: str | None = None  # the inter-node transport the run must show (WorkloadConfig.required_transport)
+    transport: str | None = None  # the inter-node transport the run must show (RunConfig.required_transport)
     cpu_limit: float | None = None  # cores spec.resources.cpu asked each pod for (None: not asked)
     memory_limit: float | None = None  # bytes spec.resources.memory asked for, in whole pages (None: not asked)
 
@@ -96,7 +96,7 @@ class Run:
         return self.nodes > 1 and self.fabric != "ethernet"
 
     @classmethod
-    def of(cls, config: WorkloadConfig) -> Run:
+    def of(cls, config: RunConfig) -> Run:
         return cls(config.nodes, config.gpus_per_node, config.fabric, config.required_transport(),
                    config.limits.cores(), config.limits.page_bytes())
 
@@ -319,6 +319,6 @@ class Table:
         return self.mark_estimate(out, estimated) if estimated else out
 
 
-def thresholds_of(config: WorkloadConfig, check: str) -> Any:
+def thresholds_of(config: RunConfig, check: str) -> Any:
     """The resolved thresholds model of one check in a run's configuration."""
     return getattr(config.checks, check).thresholds

@@ -19,11 +19,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from acceptance_workload.contract.checkmodels import Collective, Transport
 from acceptance_workload.contract.results import (
     CheckName,
     CheckResult,
 )
+from acceptance_workload.contract.terms import Collective, Transport
 from acceptance_workload.contract.wire import WireModel
 
 REPORT_VERSION = "v1"

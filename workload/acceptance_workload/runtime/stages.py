@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.required import Due, Required
 from acceptance_workload.contract.results import CheckName, CheckResult
+from acceptance_workload.contract.wire import WireModel
 from acceptance_workload.report.model import StageError
 from acceptance_workload.report.parts import NO_PARTS, ReportParts
 from acceptance_workload.runtime.control import (
@@ -50,7 +51,7 @@ from acceptance_workload.runtime.control import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.config import RunConfig
     from acceptance_workload.report.model import Report
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
@@ -68,7 +69,7 @@ class StageRunner(Protocol):
     is entered and measured, and what the run read before the checks (the node's versions, this rank's GPU before
     the run, NCCL's log file). A protocol, not run.Runner itself, so the checks do not import the run."""
 
-    config: WorkloadConfig
+    config: RunConfig
     report: Report
     versions: Any
     occupancy: Any  # checks.preflight.occupancy.Occupancy or None
@@ -92,7 +93,8 @@ Stage = Callable[[StageRunner, "Session", "Watchdog"], Any]
 @dataclass(frozen=True)
 class Check:
     """A check as the run takes it (checks/registry.py lists them in run order): its name (spec.checks.<name>, the
-    report's `check`), its stage, what every rank runs, its rows of the rule table (checks/<name>/rules.py; the
+    report's `check`), its stage, what every rank runs, its spec model (spec.checks.<name>: checks/<name>/spec.py; the
+    spec's ChecksSpec and so the CRD walk the registry for it), its rows of the rule table (checks/<name>/rules.py; the
     operator's re-judging walks the registry for them), its parts of the reports people read (report/parts.py;
     the writers walk the registry for them) and the results a report must hold of it (contract/required.py; the
     operator's re-judging walks the registry for them). A gate's stage returns False when the check failed: the
@@ -101,6 +103,7 @@ class Check:
     name: CheckName
     stage: Stage
     rules: rules.Table
+    spec: type[WireModel]
     gate: bool = False
     parts: ReportParts = NO_PARTS
     required: Callable[[Due], list[Required]] | None = None

@@ -1,14 +1,16 @@
 """checks.ddp: synthetic-data DDP training (throughput per GPU, scaling efficiency against one GPU, the loss
 must fall): ddp; the two models it trains (a GPT-style decoder, ResNet-50) in plain torch.nn: models.
 
-rules.py holds its rows of the rule table (how each result it writes is judged).
+spec.py holds its spec model (spec.checks.ddp), rules.py its rows of the rule table (how each result it writes
+is judged).
 """
 
 from acceptance_workload.checks.ddp.parts import PARTS
 from acceptance_workload.checks.ddp.quick import quick
 from acceptance_workload.checks.ddp.required import required
 from acceptance_workload.checks.ddp.rules import RULES
+from acceptance_workload.checks.ddp.spec import DdpCheck
 from acceptance_workload.checks.ddp.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("ddp", stage, RULES, parts=PARTS, required=required, quick=quick)
+CHECK = Check("ddp", stage, RULES, spec=DdpCheck, parts=PARTS, required=required, quick=quick)

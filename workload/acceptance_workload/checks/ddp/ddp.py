@@ -21,13 +21,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.ddp.rules import RULES
-from acceptance_workload.contract.checkmodels import DdpCheck
+from acceptance_workload.checks.ddp.spec import DdpCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.rules import Table
 from acceptance_workload.report.model import ONE_RANK_SCALING, DdpDetail, DdpRank, Skip
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.config import RunConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
 
@@ -188,7 +188,7 @@ def measure(trainers: dict[str, Trainer], check: DdpCheck, device: Any, watchdog
     return out
 
 
-def run_ddp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
+def run_ddp(session: Session, config: RunConfig, watchdog: Watchdog,
             progress: Callable[[str], None] | None = None
             ) -> tuple[list[CheckResult], list[Skip], DdpDetail] | None:
     """The one-GPU baseline and DDP, in alternating windows on every rank; results, skips and detail on rank 0."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import DdpCheck
+from acceptance_workload.checks.ddp.spec import DdpCheck
 
 
 def quick(ddp: DdpCheck) -> DdpCheck:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import DdpThresholds
+from acceptance_workload.checks.ddp.spec import DdpThresholds
 from acceptance_workload.contract.rules import Rule, Table, field, fixed, row
 
 MIN_LOSS_DECREASE = 0.01  # the loss must fall by at least 1% from the first steps to the last

@@ -1,14 +1,16 @@
 """checks.fsdp: FSDP2 training (full shard in a node, hybrid across nodes), throughput, memory and scaling
 against unsharded training: fsdp. Reuses ddp's training loop and models.
 
-rules.py holds its rows of the rule table (how each result it writes is judged).
+spec.py holds its spec model (spec.checks.fsdp), rules.py its rows of the rule table (how each result it writes
+is judged).
 """
 
 from acceptance_workload.checks.fsdp.parts import PARTS
 from acceptance_workload.checks.fsdp.quick import quick
 from acceptance_workload.checks.fsdp.required import required
 from acceptance_workload.checks.fsdp.rules import RULES
+from acceptance_workload.checks.fsdp.spec import FsdpCheck
 from acceptance_workload.checks.fsdp.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("fsdp", stage, RULES, parts=PARTS, required=required, quick=quick)
+CHECK = Check("fsdp", stage, RULES, spec=FsdpCheck, parts=PARTS, required=required, quick=quick)

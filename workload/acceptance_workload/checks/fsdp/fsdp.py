@@ -29,12 +29,12 @@ from acceptance_workload.checks.ddp.ddp import (
     window_efficiencies,
 )
 from acceptance_workload.checks.fsdp.rules import RULES
-from acceptance_workload.contract.checkmodels import FsdpCheck
+from acceptance_workload.checks.fsdp.spec import FsdpCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import DdpDetail, DdpRank, FsdpDetail, FsdpRank, Skip
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.config import RunConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
 
@@ -206,7 +206,7 @@ def _sharded(wl: Workload, batch: Any, session: Session, check: FsdpCheck, watch
             "losses": fsdp.loss_values()}
 
 
-def run_fsdp(session: Session, config: WorkloadConfig, watchdog: Watchdog,
+def run_fsdp(session: Session, config: RunConfig, watchdog: Watchdog,
              progress: Callable[[str], None] | None = None
              ) -> tuple[list[CheckResult], list[Skip], FsdpDetail] | None:
     """The unsharded baseline, then FSDP on every rank; results and detail on rank 0."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import FsdpCheck
+from acceptance_workload.checks.fsdp.spec import FsdpCheck
 
 
 def quick(fsdp: FsdpCheck) -> FsdpCheck:

@@ -4,7 +4,7 @@ the same parameters, its share of them, its peak memory."""
 from __future__ import annotations
 
 from acceptance_workload.checks.ddp.rules import training_rows
-from acceptance_workload.contract.checkmodels import FsdpThresholds
+from acceptance_workload.checks.fsdp.spec import FsdpThresholds
 from acceptance_workload.contract.rules import Table, field, fixed, row
 
 # a rank's parameter elements x shards / all elements: 1.0 when sharded evenly. FSDP2 pads dim 0 to a multiple

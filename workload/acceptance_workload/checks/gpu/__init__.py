@@ -1,14 +1,16 @@
 """checks.gpu: per-GPU GEMM (bf16 TFLOP/s), HBM copy and host copy bandwidth, judged against the profile and
 against the node's median GPU (a GPU failing the ratio is measured again before it is named): gpubench.
 
-rules.py holds its rows of the rule table (how each result it writes is judged).
+spec.py holds its spec model (spec.checks.gpu), rules.py its rows of the rule table (how each result it writes
+is judged).
 """
 
 from acceptance_workload.checks.gpu.parts import PARTS
 from acceptance_workload.checks.gpu.quick import quick
 from acceptance_workload.checks.gpu.required import required
 from acceptance_workload.checks.gpu.rules import RULES
+from acceptance_workload.checks.gpu.spec import GpuCheck
 from acceptance_workload.checks.gpu.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("gpu", stage, RULES, parts=PARTS, required=required, quick=quick)
+CHECK = Check("gpu", stage, RULES, spec=GpuCheck, parts=PARTS, required=required, quick=quick)

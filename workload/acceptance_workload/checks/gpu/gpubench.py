@@ -30,13 +30,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.gpu.rules import RATIO_SUFFIX, RULES
-from acceptance_workload.contract.checkmodels import GpuCheck
+from acceptance_workload.checks.gpu.spec import GpuCheck
 from acceptance_workload.contract.results import ESTIMATED_SUFFIX, CheckResult
 from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.report.model import GpuDetail, GpuRow, Skip
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.config import RunConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
 
@@ -340,7 +340,7 @@ def _free() -> None:
         torch.cuda.empty_cache()
 
 
-def run_gpu(session: Session, config: WorkloadConfig, watchdog: Watchdog,
+def run_gpu(session: Session, config: RunConfig, watchdog: Watchdog,
             progress: Callable[[str], None] | None = None) -> tuple[list[CheckResult], list[Skip], GpuDetail] | None:
     """Measure every GPU, gather to rank 0 and judge there; (results, skips, detail) on rank 0, None elsewhere.
 

@@ -3,7 +3,7 @@ windows."""
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import GpuCheck
+from acceptance_workload.checks.gpu.spec import GpuCheck
 
 QUICK_GPU_WINDOWS, QUICK_GPU_ITERS = 5, 10
 

@@ -3,7 +3,7 @@ against the median GPU of its node."""
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import GpuThresholds
+from acceptance_workload.checks.gpu.spec import GpuThresholds
 from acceptance_workload.contract.rules import Table, field, row
 
 RATIO_SUFFIX = "_ratio_to_node_median"  # a GPU's value over its node's median GPU

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from acceptance_workload.contract.checkmodels import Collective
+from acceptance_workload.contract.terms import Collective
 
 if TYPE_CHECKING:
     import torch

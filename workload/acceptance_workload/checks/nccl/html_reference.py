@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from acceptance_workload.contract.checkmodels import Collective
+from acceptance_workload.contract.terms import Collective
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from acceptance_workload.checks.nccl.rules import RULES
-from acceptance_workload.contract.checkmodels import NcclCheck
+from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import format_bytes
 from acceptance_workload.report.model import NcclRow, NcclSweep

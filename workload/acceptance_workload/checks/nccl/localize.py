@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.nccl.rules import INTER_NODE, RULES, SLOW_BLOCK, inter_node_ratio
+from acceptance_workload.checks.nccl.spec import Localize, NcclCheck
 from acceptance_workload.contract import rules
-from acceptance_workload.contract.checkmodels import Localize, NcclCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import format_bytes, parse_bytes
 from acceptance_workload.report.model import LocalizationDetail, PairRow

@@ -37,8 +37,9 @@ from acceptance_workload.checks.nccl.collectives import (  # noqa: F401  (the sw
     tolerance,
 )
 from acceptance_workload.checks.nccl.rules import RULES
-from acceptance_workload.contract.checkmodels import COLLECTIVES, Collective, NcclCheck
+from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.terms import COLLECTIVES, Collective
 from acceptance_workload.contract.wire import format_bytes, parse_bytes
 from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclRow, NcclSweep, Skip
 

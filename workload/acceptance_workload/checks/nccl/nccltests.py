@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.nccl.rules import CROSS_CHECK_SUFFIX, RULES
-from acceptance_workload.contract.checkmodels import COLLECTIVES, Collective, NcclCheck
+from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.terms import COLLECTIVES, Collective
 from acceptance_workload.contract.wire import format_bytes
 from acceptance_workload.report.model import NcclSweep
 

@@ -3,7 +3,7 @@ iterations."""
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import NcclCheck
+from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.contract.wire import parse_bytes
 
 QUICK_MAX_BYTES = 1 << 30

@@ -7,11 +7,11 @@ from __future__ import annotations
 from acceptance_workload.checks.nccl import latency, localize, nccltests
 from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.contract import rules
-from acceptance_workload.contract.config import WorkloadConfig
+from acceptance_workload.contract.config import RunConfig
 from acceptance_workload.contract.required import Due, Required
 
 
-def localization_due(report, config: WorkloadConfig) -> bool:
+def localization_due(report, config: RunConfig) -> bool:
     """Whether the localisation stage had to run, judged from the (re-judged) job-wide results."""
     check = config.checks.nccl
     return check.enabled and localize.wanted(check.localize, config.nodes, localize.job_failed(report.results),

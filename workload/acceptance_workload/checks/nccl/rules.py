@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from acceptance_workload.contract.checkmodels import COLLECTIVES, CROSS_CHECK_TOLERANCE, NcclThresholds
+from acceptance_workload.checks.nccl.spec import CROSS_CHECK_TOLERANCE, NcclThresholds
 from acceptance_workload.contract.rules import Run, Table, Threshold, field, fixed, row, transport
+from acceptance_workload.contract.terms import COLLECTIVES
 
 CROSS_CHECK_SUFFIX = "_cross_check"  # crossCheck: a collective's best busbw beside nccl-tests'
 INTER_NODE = "inter_node_busbw"  # localisation: a node's best pair

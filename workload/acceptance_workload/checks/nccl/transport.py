@@ -24,8 +24,8 @@ from pathlib import Path
 
 from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.contract import rules
-from acceptance_workload.contract.checkmodels import Transport
 from acceptance_workload.contract.results import CheckResult
+from acceptance_workload.contract.terms import Transport
 
 # The plugin's network name may hold a space ("AWS Libfabric"): the only one known to, so it is spelled out.
 _VIA = re.compile(r"NCCL INFO Channel \d+(?:/\d+)?\s*:\s*\d+\[\w+\]\s*->\s*\d+\[\w+\].*?\bvia "

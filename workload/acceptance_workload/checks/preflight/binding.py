@@ -32,8 +32,8 @@ from acceptance_workload.report.model import Skip
 from acceptance_workload.runtime.pinning import CGROUP, Placement, cpulist, numa_nodes_of, placement, read, running_on
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.checkmodels import PreflightThresholds
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.checks.preflight.spec import PreflightThresholds
+    from acceptance_workload.contract.config import RunConfig
 
 UNLIMITED_V1 = 1 << 62  # cgroup v1 reports "no memory limit" as a page-rounded LONG_MAX
 
@@ -114,7 +114,7 @@ def _limit_result(name: str, read: Any, threshold: float | None, node: str, show
     return out
 
 
-def limit_results(config: WorkloadConfig, node: str, sys_root: str | os.PathLike = "/") -> list[CheckResult | Skip]:
+def limit_results(config: RunConfig, node: str, sys_root: str | os.PathLike = "/") -> list[CheckResult | Skip]:
     """`cpu_limit` and `memory_limit` of this node's pod (judged where spec.resources set them)."""
     th, run = config.checks.preflight.thresholds, rules.Run.of(config)
     return [
@@ -125,7 +125,7 @@ def limit_results(config: WorkloadConfig, node: str, sys_root: str | os.PathLike
     ]
 
 
-def preflight_binding(config: WorkloadConfig, node: str, local_rank: int, environ: Mapping[str, str] | None = None,
+def preflight_binding(config: RunConfig, node: str, local_rank: int, environ: Mapping[str, str] | None = None,
                       sys_root: str | os.PathLike = "/") -> tuple[list[CheckResult], list[Skip]]:
     """This rank's `cpu_affinity`, and on local rank 0 the pod's `cpu_limit` and `memory_limit`.
 

@@ -16,7 +16,7 @@ from acceptance_workload.checks.preflight.rules import MIG_MODE_VALUE, RULES
 from acceptance_workload.contract.results import CheckResult
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.checkmodels import MigMode, PreflightThresholds
+    from acceptance_workload.checks.preflight.spec import MigMode, PreflightThresholds
 
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_FUNCTION_NOT_FOUND = 13

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance_workload.checks.preflight.rules import RULES
-from acceptance_workload.contract.checkmodels import PreflightThresholds
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.runtime.gpus import nvml_init, nvml_target
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from acceptance_workload.checks.preflight import binding, hostload, mig, nodefacts
 from acceptance_workload.checks.preflight.occupancy import Occupancy, judge_in_use
 from acceptance_workload.checks.preflight.rules import RULES
-from acceptance_workload.contract.checkmodels import PreflightThresholds
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.rules import Run
 from acceptance_workload.contract.wire import format_bytes, version_tuple
@@ -30,7 +30,7 @@ from acceptance_workload.report.render import human_bytes
 from acceptance_workload.runtime.gpus import nvml_init
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.config import RunConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
 
@@ -489,7 +489,7 @@ class PreflightOutcome:
         return [r for r in self.results if not r.passed]
 
 
-def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: Any, versions: Versions | None, *,
+def local_preflight(config: RunConfig, node: str, local_rank: int, device: Any, versions: Versions | None, *,
                     sys_root: str | os.PathLike = "/", shm_path: str | os.PathLike = "/dev/shm",
                     environ: Mapping[str, str] | None = None, occupancy: Occupancy | None = None,
                     ) -> PreflightOutcome:
@@ -545,7 +545,7 @@ def local_preflight(config: WorkloadConfig, node: str, local_rank: int, device: 
     return out
 
 
-def run_preflight(session: Session, config: WorkloadConfig, watchdog: Watchdog,
+def run_preflight(session: Session, config: RunConfig, watchdog: Watchdog,
                   versions: Versions | None, occupancy: Occupancy | None = None) -> PreflightOutcome | None:
     """Every rank's part, gathered on rank 0 (None elsewhere), with each node's facts (nodefacts, hostload)."""
     local_rank, node = session.env.local_rank, session.env.node

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from acceptance_workload.contract.checkmodels import PreflightThresholds
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
 from acceptance_workload.contract.rules import (
     Run,
     Table,

@@ -2,12 +2,13 @@
 
 - soak: the stage (load, sampling, progress); nvmlwatch: the per-GPU NVML sampler (clocks, throttle reasons,
   power, temperatures, ECC, remaps, PCIe replays, NVLink errors, XID events); soakjudge: the per-minute judging.
-- rules: its rows of the rule table (how each result it writes is judged).
+- spec: its spec model (spec.checks.soak); rules: its rows of the rule table (how each result it writes is judged).
 """
 
 from acceptance_workload.checks.soak.parts import PARTS
 from acceptance_workload.checks.soak.rules import RULES
 from acceptance_workload.checks.soak.soak import stage
+from acceptance_workload.checks.soak.spec import SoakCheck
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("soak", stage, RULES, parts=PARTS)
+CHECK = Check("soak", stage, RULES, spec=SoakCheck, parts=PARTS)

@@ -3,7 +3,7 @@ all_reduce load (soakjudge.py), watched through NVML."""
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import SoakThresholds
+from acceptance_workload.checks.soak.spec import SoakThresholds
 from acceptance_workload.contract.rules import Table, Threshold, field, fixed, from_run, row
 
 RULES = Table(SoakThresholds, [

@@ -32,7 +32,7 @@ from acceptance_workload.report.model import Skip, SoakDetail
 from acceptance_workload.runtime import gpus
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.config import RunConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.stages import StageRunner
     from acceptance_workload.runtime.watchdog import Watchdog
@@ -141,7 +141,7 @@ class Load:
 class Progress:
     """Rank 0's progress: a log line every window, the progress key at most every PROGRESS_SECONDS."""
 
-    def __init__(self, config: WorkloadConfig, log: Callable[[str], None] | None, duration: float):
+    def __init__(self, config: RunConfig, log: Callable[[str], None] | None, duration: float):
         self.test, self.log, self.duration = config.test, log, duration
         self.last_write = -PROGRESS_SECONDS
         self.writing = False
@@ -189,7 +189,7 @@ def stage(runner: StageRunner, session: Session, watchdog: Watchdog) -> None:
                                  soakjudge.minute_count(check.duration_seconds)))
 
 
-def run_soak(session: Session, config: WorkloadConfig, watchdog: Watchdog,
+def run_soak(session: Session, config: RunConfig, watchdog: Watchdog,
              progress: Callable[[str], None] | None = None) -> tuple[list[CheckResult], list[Skip], SoakDetail] | None:
     """The burn-in on every rank; (results, skips, detail) on rank 0, None elsewhere."""
     check, control = config.checks.soak, session.control
@@ -250,7 +250,7 @@ def minutes_so_far(per_minute: list[float | None]) -> list[float | None]:
     return per_minute if len(per_minute) <= keep + 1 else per_minute[:keep] + per_minute[-1:]
 
 
-def _assemble(session: Session, config: WorkloadConfig, gathered: list[Any],
+def _assemble(session: Session, config: RunConfig, gathered: list[Any],
               cpu: bool) -> tuple[list[CheckResult], list[Skip], SoakDetail]:
     """Rank 0: every GPU's own results, the ratios to each node's median GPU, the detail and the skips."""
     from acceptance_workload.report.model import SoakGpu

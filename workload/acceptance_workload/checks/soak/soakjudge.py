@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from acceptance_workload.checks.soak.nvmlwatch import MINUTE_SECONDS, Minute, Watched
 from acceptance_workload.checks.soak.rules import RULES
-from acceptance_workload.contract.checkmodels import SoakThresholds
+from acceptance_workload.checks.soak.spec import SoakThresholds
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import SoakEvent, SoakGpu, SoakSeries
 

@@ -1,14 +1,16 @@
 """checks.storage: the shared volume of spec.storage (capacity, writability, cross-node consistency,
 throughput): storage; a distributed checkpoint saved on it and restored: checkpoint (reuses ddp's model).
 
-rules.py holds its rows of the rule table (how each result it writes is judged).
+spec.py holds its spec model (spec.checks.storage), rules.py its rows of the rule table (how each result it writes
+is judged).
 """
 
 from acceptance_workload.checks.storage.parts import PARTS
 from acceptance_workload.checks.storage.quick import quick
 from acceptance_workload.checks.storage.required import required
 from acceptance_workload.checks.storage.rules import RULES
+from acceptance_workload.checks.storage.spec import StorageCheck
 from acceptance_workload.checks.storage.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("storage", stage, RULES, parts=PARTS, required=required, quick=quick)
+CHECK = Check("storage", stage, RULES, spec=StorageCheck, parts=PARTS, required=required, quick=quick)

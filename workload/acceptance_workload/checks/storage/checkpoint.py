@@ -18,8 +18,9 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from acceptance_workload.checks.fsdp.spec import FsdpCheck
 from acceptance_workload.checks.storage.rules import RULES
-from acceptance_workload.contract.checkmodels import FsdpCheck, StorageCheck
+from acceptance_workload.checks.storage.spec import StorageCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import StorageDetail
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import StorageCheck
+from acceptance_workload.checks.storage.spec import StorageCheck
 from acceptance_workload.contract.wire import parse_bytes
 
 QUICK_STORAGE_BYTES = 1 << 30

@@ -3,7 +3,7 @@ only from the spec), the checkpoint per rank and job-wide."""
 
 from __future__ import annotations
 
-from acceptance_workload.contract.checkmodels import StorageThresholds
+from acceptance_workload.checks.storage.spec import StorageThresholds
 from acceptance_workload.contract.rules import Table, field, fixed, row
 
 RULES = Table(StorageThresholds, [

@@ -41,13 +41,13 @@ from typing import TYPE_CHECKING, Any
 
 from acceptance_workload.checks.storage.checkpoint import os_error_text
 from acceptance_workload.checks.storage.rules import RULES
-from acceptance_workload.contract.checkmodels import StorageCheck
+from acceptance_workload.checks.storage.spec import StorageCheck
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.report.model import Skip, StorageDetail, StorageNode
 
 if TYPE_CHECKING:
-    from acceptance_workload.contract.config import WorkloadConfig
+    from acceptance_workload.contract.config import RunConfig
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
 
@@ -172,7 +172,7 @@ def human(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def checkpoint_size(config: WorkloadConfig) -> int:
+def checkpoint_size(config: RunConfig) -> int:
     """Bytes of the checkpoint's state dict (float32), counted on a model built on the meta device (no memory)."""
     import torch
 
@@ -183,7 +183,7 @@ def checkpoint_size(config: WorkloadConfig) -> int:
     return sum(t.numel() * 4 for t in model.state_dict().values())
 
 
-def needed(config: WorkloadConfig, nodes: int, world: int) -> tuple[int, int, str]:
+def needed(config: RunConfig, nodes: int, world: int) -> tuple[int, int, str]:
     """Bytes and inodes the check needs free, and the sum in words (storage_capacity's message)."""
     check = config.checks.storage
     consistency, throughput = parse_bytes(check.consistency_bytes), parse_bytes(check.throughput_bytes)
@@ -289,7 +289,7 @@ def write_failed(path: Path, e: OSError) -> str:
     return f"write failed: {os_error_text(e)}" + ("" if e.filename else f": {path}")
 
 
-def _gate(session: Session, config: WorkloadConfig, run_dir: Path, watchdog: Watchdog) -> list[dict[str, Any]]:
+def _gate(session: Session, config: RunConfig, run_dir: Path, watchdog: Watchdog) -> list[dict[str, Any]]:
     """Every node's first rank probes the volume (free bytes, inodes, writability); every rank gets the records."""
     need, inodes, words = needed(config, len(session.nodes()), session.world_size)
     mine = None
@@ -308,7 +308,7 @@ def gate_failures(records: list[dict[str, Any]]) -> list[str]:
             or (r["free_inodes"] is not None and r["free_inodes"] < r["need_inodes"])]
 
 
-def run_storage(session: Session, config: WorkloadConfig, watchdog: Watchdog,
+def run_storage(session: Session, config: RunConfig, watchdog: Watchdog,
                 progress: Callable[[str], None] | None = None
                 ) -> tuple[list[CheckResult], list[Skip], StorageDetail | None] | None:
     """The volume's room and writability on every node; then, where both hold, consistency and throughput per
@@ -326,7 +326,7 @@ def run_storage(session: Session, config: WorkloadConfig, watchdog: Watchdog,
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _measure(session: Session, config: WorkloadConfig, run_dir: Path, watchdog: Watchdog, gate: list[dict[str, Any]],
+def _measure(session: Session, config: RunConfig, run_dir: Path, watchdog: Watchdog, gate: list[dict[str, Any]],
              progress: Callable[[str], None] | None
              ) -> tuple[list[CheckResult], list[Skip], StorageDetail | None] | None:
     check = config.checks.storage
@@ -373,7 +373,7 @@ def _measure(session: Session, config: WorkloadConfig, run_dir: Path, watchdog: 
     return results, skipped, detail
 
 
-def _gate_only(session: Session, config: WorkloadConfig, gate: list[dict[str, Any]], blocked: list[str]
+def _gate_only(session: Session, config: RunConfig, gate: list[dict[str, Any]], blocked: list[str]
                ) -> tuple[list[CheckResult], list[Skip], StorageDetail] | None:
     """The volume failed storage_capacity or storage_writable somewhere: its results, and why nothing else ran."""
     if not session.is_root:

@@ -13,20 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
-from acceptance_workload.contract.checkmodels import (
-    CROSS_CHECK_TOLERANCE,
-    ChecksSpec,
-    DdpCheck,
-    DdpModel,
-    DdpThresholds,
-    FsdpCheck,
-    FsdpThresholds,
-    GpuCheck,
-    GpuThresholds,
-    NcclThresholds,
-    PreflightThresholds,
-    SoakThresholds,
-)
+from acceptance_workload.checks.ddp.spec import DdpCheck, DdpModel, DdpThresholds
+from acceptance_workload.checks.fsdp.spec import FsdpCheck, FsdpThresholds
+from acceptance_workload.checks.gpu.spec import GpuCheck, GpuThresholds
+from acceptance_workload.checks.nccl.spec import CROSS_CHECK_TOLERANCE, NcclThresholds
+from acceptance_workload.checks.preflight.spec import PreflightThresholds
+from acceptance_workload.checks.soak.spec import SoakThresholds
+from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.contract.wire import WireModel, parse_bytes
 
 ProfileName = Literal["h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom", "cpu-smoke"]
