@@ -10,7 +10,7 @@
 #      the rank, its GPU, the signal and the stage; exit 2.
 #
 # Everything lands in $OUT/onegpu.tgz (logs, reports, one page; packed after each case) and a summary in $OUT/summary.txt. Wheels the
-# machine lacks (pydantic and its needs) are expected under /tmp/site (/work/.library/device/README.md). Nothing here
+# machine lacks (pydantic and its needs, cronsim) are expected under /tmp/site (/work/.library/device/README.md). Nothing here
 # changes clocks or power settings. CPU=1: a try of the script on CPUs (gloo, no GPU for the neighbour).
 set -u
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
