@@ -28,13 +28,15 @@ from tests.workload.multiproc import rank_env
 from tests.workload.test_delivery import REF, unreachable_kubeconfig
 
 
-def run_pod(tmp_path: Path, config: WorkloadConfig, extra: dict[str, str]) -> subprocess.CompletedProcess:
-    """The container's command as the operator builds it for one node of one GPU, torchrun spelled as its module."""
-    command = pod_command(make({"nodes": 1, "gpusPerNode": 1}))
+def run_pod(tmp_path: Path, config: WorkloadConfig, extra: dict[str, str],
+            ranks: int = 1) -> subprocess.CompletedProcess:
+    """The container's command as the operator builds it for one node of `ranks` GPUs, torchrun spelled as its
+    module."""
+    command = pod_command(make({"nodes": 1, "gpusPerNode": ranks}))
     at = command.index("torchrun")
     assert command[:at] == ["python", "-m", "acceptance_workload.guard", "--launcher"]
-    argv = [sys.executable, *command[1:at], sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1",
-            *command[at + 1:]]
+    argv = [sys.executable, *command[1:at], sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+            str(ranks), *command[at + 1:]]
     env = {k: v for k, v in rank_env(0, 1, 0).items()
            if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env[CONFIG_ENV] = config.to_env()
@@ -63,6 +65,22 @@ def test_a_failed_check_under_torchrun_exits_1(tmp_path: Path) -> None:
     assert "FAILED" in proc.stdout
 
 
+def test_a_failed_check_in_a_pod_of_two_ranks_exits_1(tmp_path: Path) -> None:
+    """Two ranks in the pod, and a check that fails for real (nccl's cross-check: no nccl-tests binary where the
+    workload looks): rank 0 delivers its answer, 1, and torchrun stops the other rank (SIGTERM) as soon as one exits
+    non-zero, or the other rank exits 1 first; either way the pod exits 1 (it exited 2 whenever torchrun won)."""
+    checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
+    checks.gpu.enabled = checks.ddp.enabled = False
+    checks.nccl.cross_check = True
+    config = WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=1, gpus_per_node=2, fabric="ethernet",
+                            checks=checks, report_file=str(tmp_path / "report.json"))
+    for attempt in range(3):  # the race goes either way: torchrun won 3 times in 5 before the fix
+        proc = run_pod(tmp_path, config, {"GPU_ACCEPTANCE_NCCL_TESTS_DIR": str(tmp_path / "no-nccl-tests")},
+                       ranks=2)
+        assert proc.returncode == exits.NO, (attempt, proc.stderr[-4000:])
+        assert "all_reduce_cross_check" in proc.stdout and (tmp_path / "report.json").exists()
+
+
 def test_an_undelivered_report_under_torchrun_exits_2(tmp_path: Path) -> None:
     """The API server cannot be reached (a closed loopback port): the rank exits 2, and so does the pod, not
     torchrun's 1 (the operator and Kubernetes see 'could not answer', not 'a check failed')."""
@@ -80,6 +98,10 @@ def test_an_undelivered_report_under_torchrun_exits_2(tmp_path: Path) -> None:
     (1, [2, 2], False, 2),  # could not answer (a report not delivered)
     (1, [2, 1], False, 2),  # the worse answer
     (1, [-9, 1], False, 2),  # a rank killed: the run could not complete
+    (1, [-15, 1], False, 1),  # torchrun stopped the other rank (SIGTERM) once rank 0 had exited with its answer
+    (1, [-15, 2, -15], False, 2),  # ... its answer was "could not answer"
+    (1, [-15, -15], False, 2),  # no rank answered: stopped before any answer
+    (1, [-15, -9, 1], False, 2),  # a rank killed beside the launcher's stops: the run could not complete
     (1, [], False, 2),  # the launcher failed before any rank ended (rendezvous)
     (1, [0], False, 2),  # the launcher failed though its ranks passed
     (-15, [], True, 143),  # stopped from outside: the launcher's own end, as a shell spells a signal

@@ -100,15 +100,19 @@ def container_code(launcher: int, ranks: list[int], stopped: bool) -> int:
     """The container's exit code from the launcher's and this pod's ranks' (exits.py's rule).
 
     Every rank exits with the code rank 0 decided, so the ranks' own codes are the answer (the highest: 2, could
-    not answer, over 1). A rank that ended otherwise (a signal) or none that ended (the launcher failed first):
-    the run could not complete, 2. Stopped from outside (the kubelet's SIGTERM): the launcher's own end.
+    not answer, over 1). torchrun stops a pod's other ranks with SIGTERM as soon as one exits non-zero, so a rank
+    ended by SIGTERM beside one that answered was stopped by the launcher after the answer: it changes nothing.
+    A rank that ended otherwise (another signal) or none that answered (the launcher failed first): the run
+    could not complete, 2. Stopped from outside (the kubelet's SIGTERM to the guard): the launcher's own end.
     """
     if stopped:
         return launcher if launcher >= 0 else 128 - launcher
     if launcher == exits.YES:
         return exits.YES
-    if ranks and all(c in (exits.YES, exits.NO, exits.CANNOT) for c in ranks) and max(ranks) > exits.YES:
-        return max(ranks)
+    answered = [c for c in ranks if c in (exits.YES, exits.NO, exits.CANNOT)]
+    others = [c for c in ranks if c not in answered and c != -signal.SIGTERM]
+    if answered and not others and max(answered) > exits.YES:
+        return max(answered)
     return exits.CANNOT
 
 
