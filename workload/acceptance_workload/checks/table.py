@@ -8,7 +8,6 @@ otherwise read as the Table's (contract/rules.py).
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
 from acceptance_workload.checks.registry import CHECKS
@@ -42,21 +41,8 @@ def find(check: str, name: str) -> Rule | None:
     return None if found is None else found.find(name)
 
 
-def rule(check: str, name: str) -> Rule:
-    return table(check).rule(name)
-
-
-def threshold(check: str, name: str, thresholds: Any, run: Run | None = None) -> float | None:
-    return table(check).threshold(name, thresholds, run)
-
-
 def expected(check: str, name: str, thresholds: Any, run: Run | None = None) -> str | None:
     return table(check).expected(name, thresholds, run)
-
-
-def key(check: str, name: str) -> str | None:
-    found = find(check, name)
-    return None if found is None else found.key
 
 
 def loosened(check: str, thresholds: Any, profile: Any, run: Run | None = None) -> list[tuple[str, Any, Any]]:
@@ -65,7 +51,3 @@ def loosened(check: str, thresholds: Any, profile: Any, run: Run | None = None) 
 
 def result(check: str, name: str, value: float | None, thresholds: Any, **fields: Any) -> CheckResult:
     return table(check).result(name, value, thresholds, **fields)
-
-
-def mark_estimate(result: CheckResult, estimated: Collection[str]) -> CheckResult:
-    return table(result.check).mark_estimate(result, estimated)
