@@ -46,12 +46,15 @@ tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test),
 images: ## build the operator and workload images with podman/buildah (a Debian base where no registry is reachable; NCCL_TESTS_SRC=DIR builds nccl-tests), tagged as the chart expects; unchanged inputs are not rebuilt
 	bash hack/build-images.sh all
 
-push: ## push the built images and the chart (an OCI artifact) to REGISTRY=host:port with REGISTRY_CA and REGISTRY_AUTH_FILE (or REGISTRY_USER, REGISTRY_PASSWORD); default: the real node's registry and login; only changed layers travel
+push: ## push the built images and the chart (an OCI artifact) to REGISTRY=host:port with REGISTRY_CA and REGISTRY_AUTH_FILE (or REGISTRY_USER, REGISTRY_PASSWORD); default: the real node's registry and login, and its containerd then pulls them; only changed layers travel
 	@if [ -n "$(REAL_NODE_REGISTRY)" ] && [ "$(REGISTRY)" = "$(REAL_NODE_REGISTRY)" ]; then \
 	  export REGISTRY_CA="$${REGISTRY_CA:-$(REAL_NODE_DIR)/registry/ca.crt}"; \
 	  if [ -z "$${REGISTRY_USER:-}" ]; then export REGISTRY_AUTH_FILE="$${REGISTRY_AUTH_FILE:-$(REAL_NODE_DIR)/registry/auth.json}"; fi; \
 	fi; \
 	REGISTRY="$(REGISTRY)" bash hack/push.sh
+	@# the real node's containerd pulls the new tags now: its pods pull IfNotPresent and its image store is kept
+	@if [ -n "$(REAL_NODE_REGISTRY)" ] && [ "$(REGISTRY)" = "$(REAL_NODE_REGISTRY)" ]; then \
+	  python -m tests.realnode pull --dir "$(REAL_NODE_DIR)"; fi
 
 images-prune: ## remove what image builds left behind (dangling layers, build containers)
 	bash hack/build-images.sh prune

@@ -282,6 +282,17 @@ class RealNode:
         stamp.write_text(image_id)
         print(f"imported {image} into containerd in {time.monotonic() - t0:.0f}s")
 
+    def pull_pushed(self, timeout: float) -> None:
+        """What `make push` just put in the registry, pulled into containerd under the names the pods use.
+
+        The workload's pods name their image by its tag and pull it IfNotPresent (the operator sets no pull policy,
+        as on any cluster), and containerd's store is kept between `up`s (IMAGE_STORE): without this pull a pod
+        would run whatever image an earlier session pushed under the same tag. Unchanged layers do not travel."""
+        user = f"{USER}:{self.registry.password()}"
+        for name in ("operator", "workload"):
+            self.ctr("images", "pull", "--hosts-dir", str(self.dir / "certs.d"), "--user", user,
+                     self.registry.image(name, chart_version()), timeout=timeout)
+
     # kubelet ---------------------------------------------------------------
     def _start_kubelet(self, kubelet: Path) -> None:
         assert self.server is not None
@@ -441,7 +452,8 @@ def _tail_log(path: Path, lines: int = 30) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.realnode", description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", choices=("up", "down"))
+    parser.add_argument("command", choices=("up", "down", "pull"),
+                        help="pull: containerd pulls what `make push` put in the node's registry (make push does)")
     parser.add_argument("--dir", default=".real-node", type=Path)
     parser.add_argument("--keep-images", action="store_true",
                         help="down: keep containerd's image store for the next up (default: wipe the folder)")
@@ -451,6 +463,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "up":
             node.up(kueue=args.kueue)
+        elif args.command == "pull":
+            node.pull_pushed(timeout=1500)
         elif args.keep_images:
             node.down()
         else:

@@ -184,6 +184,17 @@ class Registry:
         with urllib.request.urlopen(request, context=context, timeout=10) as answer:
             return json.loads(answer.read())
 
+    def digest(self, name: str, tag: str) -> str:
+        """The digest of the manifest `name`:`tag` names now (what a pull by that tag gets)."""
+        token = base64.b64encode(f"{USER}:{self.password()}".encode()).decode()
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        request = urllib.request.Request(
+            f"https://{self.address}/v2/{IMAGE_PATH}/{name}/manifests/{tag}", method="HEAD", headers={
+                "Authorization": f"Basic {token}", "Accept": "application/vnd.oci.image.manifest.v1+json, "
+                                                             "application/vnd.docker.distribution.manifest.v2+json"})
+        with urllib.request.urlopen(request, context=context, timeout=10) as answer:
+            return answer.headers["Docker-Content-Digest"]
+
     def tag(self, name: str, tag: str, new_tag: str) -> str:
         """The image `name`:`tag` tagged `new_tag` too, in the registry alone (its manifest PUT again under the new
         tag: no layer travels, podman's store is untouched); returns the new reference."""

@@ -73,6 +73,10 @@ def push(node: RealNode) -> None:
     if proc.returncode != 0:
         raise RealNodeError(f"make push to {reg.address} failed:\n{proc.stderr[-3000:]}")
     (node.dir / "push.log").write_text(proc.stderr + f"push took {time.monotonic() - t0:.0f}s\n")
+    t0 = time.monotonic()
+    node.pull_pushed(PUSH_TIMEOUT)
+    with open(node.dir / "push.log", "a") as log:
+        log.write(f"containerd pulled what was pushed in {time.monotonic() - t0:.0f}s\n")
 
 
 def chart_reference(node: RealNode) -> list[str]:

@@ -4,8 +4,8 @@ whose workload pods run the built workload image, exactly as the operator render
 their own ServiceAccount token. examples/cpu-smoke.yaml runs as it ships; an MPIJob runs through mpi-operator
 (its launcher's mpirun reaches the workers' sshd by their names under the job's headless Service). A pod deleted
 mid-run fails the run naming its node, an MPI worker killed mid-run fails it naming the worker's pod and node;
-pods that cannot reach the API server end ReportNotDelivered within two minutes; `helm uninstall` leaves nothing
-stuck.
+pods that cannot reach the API server end ReportNotDelivered within two minutes (the pod exits 2), a PyTorchJob pod
+whose check failed exits 1; `helm uninstall` leaves nothing stuck.
 """
 
 from __future__ import annotations
@@ -130,7 +130,8 @@ def the_gpu_pod(node: RealNode, namespace: str, name: str) -> dict[str, Any]:
     return pod
 
 
-def container_exited(node: RealNode, namespace: str, pod_name: str, container: str) -> dict[str, Any]:
+def container_exited(node: RealNode, namespace: str, pod_name: str, container: str,
+                     timeout: float = 120) -> dict[str, Any]:
     """The pod once its container has terminated (rank 0 delivers the report, then the processes leave: the
     verdict may come first)."""
     def exited() -> dict[str, Any] | None:
@@ -138,7 +139,7 @@ def container_exited(node: RealNode, namespace: str, pod_name: str, container: s
         status = next((s for s in pod["status"].get("containerStatuses") or [] if s["name"] == container), {})
         return pod if "terminated" in status.get("state", {}) else None
 
-    return wait_for(f"container {container} of {pod_name} to exit", exited, 120, node, namespace)
+    return wait_for(f"container {container} of {pod_name} to exit", exited, timeout, node, namespace)
 
 
 def exit_code(pod: dict[str, Any], container: str) -> int:
@@ -176,6 +177,35 @@ def test_cpu_smoke_run_passes_on_the_real_node(operator_release: RealNode, test_
                                         "--standalone"]
     assert "nvidia.com/gpu" not in (container.get("resources") or {}).get("requests", {})
     assert exit_code(pod, container_name) == 0
+
+
+def container_log(node: RealNode, namespace: str, pod: str, container: str) -> str:
+    """What the container wrote (the guard's line on how the launcher and the ranks ended), for a failure's
+    message."""
+    return node.kubectl("logs", "-n", namespace, pod, "-c", container, "--tail=60", check=False).stdout
+
+
+def test_a_pytorchjob_pod_whose_checks_failed_exits_1(operator_release: RealNode, test_namespace: str) -> None:
+    """Two ranks under torchrun, a check that fails for real (nccl's cross-check needs nccl-tests, which a CPU
+    image lacks: a measurement that cannot be taken fails): the report is delivered, the verdict is ChecksFailed,
+    and the pod's code is the workload's own 1, not torchrun's agent's, nor 2 for the rank torchrun stopped."""
+    node, name = operator_release, "smoke-checks-failed"
+    test = smoke_test(name, "PyTorchJob")
+    test["spec"]["checks"] = {"nccl": {"crossCheck": True}}
+    apply(node, test_namespace, test)
+    pod = wait_for("the run's pod", lambda: next(iter(run_pods(node, test_namespace, name)), None), 180, node,
+                   test_namespace)["metadata"]["name"]
+    container = WORKLOAD_CONTAINERS["PyTorchJob"]
+    exited = container_exited(node, test_namespace, pod, container, timeout=RUN_TIMEOUT)
+    log = container_log(node, test_namespace, pod, container)
+    obj = finished(node, test_namespace, name)
+    reason, message = succeeded_reason(obj)
+    assert (obj["status"]["phase"], reason) == ("Failed", "ChecksFailed"), message
+    assert "_cross_check" in message, message
+    assert exit_code(exited, container) == 1, log
+    # ... and it ran the image `make push` put in the registry, not one an earlier session left under its tag
+    status = next(s for s in exited["status"]["containerStatuses"] if s["name"] == container)
+    assert status["imageID"].endswith("@" + node.registry.digest("workload", chart_version())), status["imageID"]
 
 
 def launcher_pod(node: RealNode, namespace: str, name: str) -> dict[str, Any]:
