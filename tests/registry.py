@@ -184,16 +184,17 @@ class Registry:
         with urllib.request.urlopen(request, context=context, timeout=10) as answer:
             return json.loads(answer.read())
 
-    def digest(self, name: str, tag: str) -> str:
-        """The digest of the manifest `name`:`tag` names now (what a pull by that tag gets)."""
+    def digests(self, name: str, tag: str) -> tuple[str, str]:
+        """The digests of the manifest `name`:`tag` names now and of its image's config (its image ID): what a pod's
+        imageID is, with the repository before the first (`<repo>@sha256:...`) or alone as the second."""
         token = base64.b64encode(f"{USER}:{self.password()}".encode()).decode()
         context = ssl.create_default_context(cafile=str(self.ca_file))
         request = urllib.request.Request(
-            f"https://{self.address}/v2/{IMAGE_PATH}/{name}/manifests/{tag}", method="HEAD", headers={
+            f"https://{self.address}/v2/{IMAGE_PATH}/{name}/manifests/{tag}", headers={
                 "Authorization": f"Basic {token}", "Accept": "application/vnd.oci.image.manifest.v1+json, "
                                                              "application/vnd.docker.distribution.manifest.v2+json"})
         with urllib.request.urlopen(request, context=context, timeout=10) as answer:
-            return answer.headers["Docker-Content-Digest"]
+            return answer.headers["Docker-Content-Digest"], json.loads(answer.read())["config"]["digest"]
 
     def tag(self, name: str, tag: str, new_tag: str) -> str:
         """The image `name`:`tag` tagged `new_tag` too, in the registry alone (its manifest PUT again under the new

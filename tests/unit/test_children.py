@@ -82,3 +82,54 @@ def test_a_failed_pod_deleted_is_remembered_with_where_it_ran_until_its_test_is_
     assert c.with_gone("lab", "run", "g1", []) == []
     c.forget_test("lab", "run")
     assert c.with_gone("lab", "run", "g2", []) == []
+
+
+def ended(name: str, code: int, reason: str, message: str = "") -> dict:
+    return {"name": name, "state": {"terminated": {"exitCode": code, "reason": reason, "message": message}}}
+
+
+LOST = ended("ulimits", 137, "ContainerStatusUnknown", "The container could not be located when the pod was terminated")
+
+
+def test_a_containers_end_survives_the_kubelet_losing_it_when_its_pod_is_deleted():
+    """A PyTorchJob's master exited 2 (its report not delivered) and the training operator deleted the pod, its cache
+    still saying Running: the kubelet then reports every container as ContainerStatusUnknown, 137. The verdict must
+    still read the workload's own end (diagnosis.report_not_delivered), not a SIGKILL nobody sent."""
+    from acceptance_operator.judging.diagnosis import container_failure, report_not_delivered
+
+    c = Children()
+    running = pod("run-g2-master-0", "Running", run="g2")
+    running["status"]["initContainerStatuses"] = [ended("ulimits", 0, "Completed")]
+    running["status"]["containerStatuses"] = [{"name": "pytorch", "state": {"running": {}}}]
+    c.pod_event("ADDED", running)
+    exited = pod("run-g2-master-0", "Failed", run="g2")
+    exited["status"]["initContainerStatuses"] = [ended("ulimits", 0, "Completed")]
+    exited["status"]["containerStatuses"] = [ended("pytorch", 2, "Error", "report NOT delivered: cannot reach")]
+    c.pod_event("MODIFIED", exited)
+    lost = pod("run-g2-master-0", "Failed", run="g2")
+    lost["status"]["initContainerStatuses"] = [LOST]
+    lost["status"]["containerStatuses"] = [{**LOST, "name": "pytorch"}]
+    c.pod_event("MODIFIED", lost)
+    (kept,) = c.pods("lab", "run", "g2")
+    assert kept["status"]["initContainerStatuses"] == [ended("ulimits", 0, "Completed")]
+    assert kept["status"]["containerStatuses"] == exited["status"]["containerStatuses"]
+    # read again from the API server, still terminating: the watch's ends win over the lost ones
+    (read,) = c.with_gone("lab", "run", "g2", [lost])
+    assert read["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 2
+    assert "could not be located" not in container_failure(read)
+    # deleted: remembered as it ended, and the verdict is the workload's
+    c.pod_event("DELETED", lost)
+    (gone,) = c.with_gone("lab", "run", "g2", [])
+    assert gone["status"]["containerStatuses"][0]["state"]["terminated"]["message"].startswith("report NOT delivered")
+    assert report_not_delivered([gone]) is not None
+
+
+def test_a_lost_container_nobody_saw_end_stays_lost():
+    """Nothing is made up: a container the watch never saw end keeps the kubelet's word (a failure, 137)."""
+    c = Children()
+    c.pod_event("ADDED", pod("run-g2-0", "Running", run="g2"))
+    lost = pod("run-g2-0", "Failed", run="g2")
+    lost["status"]["containerStatuses"] = [{**LOST, "name": "c"}]
+    c.pod_event("DELETED", lost)
+    (gone,) = c.with_gone("lab", "run", "g2", [])
+    assert gone["status"]["containerStatuses"] == [{**LOST, "name": "c"}]

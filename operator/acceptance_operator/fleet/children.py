@@ -45,6 +45,34 @@ def slim_pod(pod: KubeDict) -> KubeDict:
             "status": pod.get("status") or {}}
 
 
+LOST = "ContainerStatusUnknown"  # the kubelet's end for a container it could not find when its pod was deleted
+STATUS_LISTS = ("initContainerStatuses", "containerStatuses")
+
+
+def keep_ends(before: KubeDict | None, after: KubeDict) -> KubeDict:
+    """`after`, with each container's end as `before` had it where `after` only says the kubelet lost it.
+
+    A job's controller may delete a pod whose containers have just ended (cleanPodPolicy Running, its cache still
+    saying Running: a PyTorchJob's master that exited 2), and the kubelet then reports every container it no longer
+    finds as ContainerStatusUnknown, exit 137, "could not be located": without the end seen before, the verdict
+    would lose the workload's own code and termination message (a report not delivered) and blame a SIGKILL
+    nobody sent (an init container's, even)."""
+    if not before:
+        return after
+    status = dict(after.get("status") or {})
+    for key in STATUS_LISTS:
+        known = {s.get("name"): s for s in (before.get("status") or {}).get(key) or []
+                 if _ended(s) and _ended(s).get("reason") != LOST}
+        if known and status.get(key):
+            status[key] = [known.get(s.get("name"), s) if (_ended(s) or {}).get("reason") == LOST else s
+                           for s in status[key]]
+    return {**after, "status": status}
+
+
+def _ended(container_status: KubeDict) -> KubeDict | None:
+    return (container_status.get("state") or {}).get("terminated")
+
+
 class Children:
     """Jobs by (namespace, kind, name); pods by (namespace, test label, run id); test label -> test name."""
 
@@ -137,13 +165,14 @@ class Children:
         with self._lock:
             if event_type == "DELETED":
                 pods = self._pods.get(key, {})
-                pods.pop(meta.get("name", ""), None)
+                last = keep_ends(pods.pop(meta.get("name", ""), None), slim_pod(pod))
                 if not pods:
                     self._pods.pop(key, None)
-                if container_failure(pod) and (pod.get("spec") or {}).get("nodeName"):
-                    self._remember_gone(key, meta.get("name", ""), slim_pod(pod))
+                if container_failure(last) and (pod.get("spec") or {}).get("nodeName"):
+                    self._remember_gone(key, meta.get("name", ""), last)
             else:
-                self._pods.setdefault(key, {})[meta.get("name", "")] = slim_pod(pod)
+                pods = self._pods.setdefault(key, {})
+                pods[meta.get("name", "")] = keep_ends(pods.get(meta.get("name", "")), slim_pod(pod))
                 node = (pod.get("spec") or {}).get("nodeName")
                 if node:
                     self._remember_bound(key, node)
@@ -172,11 +201,14 @@ class Children:
             return list(self._pods.get((namespace, label, run), {}).values())
 
     def with_gone(self, namespace: str, label: str, run: str, pods: list[KubeDict]) -> list[KubeDict]:
-        """`pods` (the run's, as read) and the last state of its pods deleted after a container failed."""
+        """`pods` (the run's, as read: each container's end as the watch saw it where the read says the kubelet
+        lost it, keep_ends) and the last state of its pods deleted after a container failed."""
+        key = (namespace, label, run)
         names = {(p.get("metadata") or {}).get("name") for p in pods}
         with self._lock:
-            gone = [p for name, p in self._gone.get((namespace, label, run), {}).items() if name not in names]
-        return [*pods, *gone]
+            seen = {**self._pods.get(key, {}), **self._gone.get(key, {})}
+            gone = [p for name, p in self._gone.get(key, {}).items() if name not in names]
+        return [*(keep_ends(seen.get((p.get("metadata") or {}).get("name")), p) for p in pods), *gone]
 
     def _remember_gone(self, key: tuple[str, str, str], name: str, pod: KubeDict) -> None:
         self._gone.setdefault(key, {})[name] = pod
