@@ -14,11 +14,11 @@ import pytest
 from acceptance_operator.judging import rejudge
 from acceptance_workload import local
 from acceptance_workload.checks import registry, table
+from acceptance_workload.checks.registry import CHECK_NAMES
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec, checks_spec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import TestRef
 from acceptance_workload.contract.required import Required
-from acceptance_workload.contract.results import CHECK_NAMES
 from acceptance_workload.contract.wire import WireModel
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.writers import html, junit, text

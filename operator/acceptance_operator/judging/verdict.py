@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from acceptance_workload.contract.results import CHECK_NAMES, CheckName, CheckResult
+from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.contract.results import CheckName, CheckResult
 from acceptance_workload.report.model import Report
 from pydantic import ValidationError
 

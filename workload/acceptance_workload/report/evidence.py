@@ -25,7 +25,7 @@ from typing import TypeVar
 
 from pydantic import Field
 
-from acceptance_workload.contract.results import CHECK_NAMES, CheckName, CheckResult
+from acceptance_workload.contract.results import CheckName, CheckResult, check_names
 from acceptance_workload.contract.wire import WireModel
 from acceptance_workload.report.model import Environment, NcclSweep, Report, SoakSeries
 
@@ -317,5 +317,5 @@ def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
             full.fsdp.ranks += part.fsdp.ranks
         if full.storage and part.storage:
             full.storage.nodes += part.storage.nodes
-    full.checks_run = [c for c in CHECK_NAMES if c in full.checks_run]
+    full.checks_run = [c for c in check_names() if c in full.checks_run]
     return full
