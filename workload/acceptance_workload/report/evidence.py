@@ -317,5 +317,7 @@ def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
             full.fsdp.ranks += part.fsdp.ranks
         if full.storage and part.storage:
             full.storage.nodes += part.storage.nodes
+        if full.soak and part.soak:
+            full.soak.gpus += part.soak.gpus
     full.checks_run = [c for c in check_names() if c in full.checks_run]
     return full
