@@ -8,8 +8,8 @@ import pytest
 from acceptance_workload import run
 from acceptance_workload.checks import registry
 from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract import results
-from acceptance_workload.report.model import Report
 from pydantic import ValidationError
 
 

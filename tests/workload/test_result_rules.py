@@ -23,10 +23,10 @@ from acceptance_workload.checks.nccl import collectives, latency, localize, nccl
 from acceptance_workload.checks.preflight import preflight
 from acceptance_workload.checks.preflight.spec import PreflightThresholds
 from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.terms import COLLECTIVES
-from acceptance_workload.report.model import Report
 from acceptance_workload.runtime import control, stages
 
 from tests.reports import passing_report

@@ -7,8 +7,9 @@ A folder per family, each importing only the families below it:
 - report/   the report model and what every writer shares: evidence, delivery, status (imports contract/);
 - runtime/  what stages run on: the process group, the control store, heartbeats, deaths, the stage protocol
             (imports contract/, report/);
-- checks/   one package per check: its spec model, rule rows, stage and parts of the reports; the registry (the
-            checks in run order), the whole rule table (imports contract/, report/, runtime/);
+- checks/   one package per check: its spec model, rule rows, stage, parts of the reports and fields of the
+            report; the registry (the checks in run order), the whole rule table, the Report assembled from every
+            check's fields (imports contract/, report/, runtime/);
 - configuration/ what the operator hands a run (spec.checks and the run's config): ChecksSpec and the
             WorkloadConfig, walked from the registry, and the profiles' defaults (imports contract/, checks/);
 - writers/  the text report, the HTML page, the JUnit XML, the exports, each walking the registry for the

@@ -5,6 +5,7 @@ spec.py holds its spec model (spec.checks.ddp), rules.py its rows of the rule ta
 is judged).
 """
 
+from acceptance_workload.checks.ddp.details import DETAILS
 from acceptance_workload.checks.ddp.parts import PARTS
 from acceptance_workload.checks.ddp.quick import quick
 from acceptance_workload.checks.ddp.required import required
@@ -13,4 +14,4 @@ from acceptance_workload.checks.ddp.spec import DdpCheck
 from acceptance_workload.checks.ddp.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("ddp", stage, RULES, spec=DdpCheck, parts=PARTS, required=required, quick=quick)
+CHECK = Check("ddp", stage, RULES, spec=DdpCheck, parts=PARTS, required=required, quick=quick, details=DETAILS)

@@ -5,6 +5,7 @@ spec.py holds its spec model (spec.checks.fsdp), rules.py its rows of the rule t
 is judged).
 """
 
+from acceptance_workload.checks.fsdp.details import DETAILS
 from acceptance_workload.checks.fsdp.parts import PARTS
 from acceptance_workload.checks.fsdp.quick import quick
 from acceptance_workload.checks.fsdp.required import required
@@ -13,4 +14,4 @@ from acceptance_workload.checks.fsdp.spec import FsdpCheck
 from acceptance_workload.checks.fsdp.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("fsdp", stage, RULES, spec=FsdpCheck, parts=PARTS, required=required, quick=quick)
+CHECK = Check("fsdp", stage, RULES, spec=FsdpCheck, parts=PARTS, required=required, quick=quick, details=DETAILS)

@@ -5,6 +5,7 @@ spec.py holds its spec model (spec.checks.gpu), rules.py its rows of the rule ta
 is judged).
 """
 
+from acceptance_workload.checks.gpu.details import DETAILS
 from acceptance_workload.checks.gpu.parts import PARTS
 from acceptance_workload.checks.gpu.quick import quick
 from acceptance_workload.checks.gpu.required import required
@@ -13,4 +14,4 @@ from acceptance_workload.checks.gpu.spec import GpuCheck
 from acceptance_workload.checks.gpu.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("gpu", stage, RULES, spec=GpuCheck, parts=PARTS, required=required, quick=quick)
+CHECK = Check("gpu", stage, RULES, spec=GpuCheck, parts=PARTS, required=required, quick=quick, details=DETAILS)

@@ -8,6 +8,7 @@
 - spec: its spec model (spec.checks.nccl); rules: its rows of the rule table (how each result it writes is judged).
 """
 
+from acceptance_workload.checks.nccl.details import DETAILS
 from acceptance_workload.checks.nccl.ncclstage import stage
 from acceptance_workload.checks.nccl.parts import PARTS
 from acceptance_workload.checks.nccl.quick import quick
@@ -16,4 +17,4 @@ from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("nccl", stage, RULES, spec=NcclCheck, parts=PARTS, required=required, quick=quick)
+CHECK = Check("nccl", stage, RULES, spec=NcclCheck, parts=PARTS, required=required, quick=quick, details=DETAILS)

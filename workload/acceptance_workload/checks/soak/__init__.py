@@ -5,10 +5,11 @@
 - spec: its spec model (spec.checks.soak); rules: its rows of the rule table (how each result it writes is judged).
 """
 
+from acceptance_workload.checks.soak.details import DETAILS
 from acceptance_workload.checks.soak.parts import PARTS
 from acceptance_workload.checks.soak.rules import RULES
 from acceptance_workload.checks.soak.soak import stage
 from acceptance_workload.checks.soak.spec import SoakCheck
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("soak", stage, RULES, spec=SoakCheck, parts=PARTS)
+CHECK = Check("soak", stage, RULES, spec=SoakCheck, parts=PARTS, details=DETAILS)

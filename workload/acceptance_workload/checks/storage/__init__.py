@@ -5,6 +5,7 @@ spec.py holds its spec model (spec.checks.storage), rules.py its rows of the rul
 is judged).
 """
 
+from acceptance_workload.checks.storage.details import DETAILS
 from acceptance_workload.checks.storage.parts import PARTS
 from acceptance_workload.checks.storage.quick import quick
 from acceptance_workload.checks.storage.required import required
@@ -13,4 +14,4 @@ from acceptance_workload.checks.storage.spec import StorageCheck
 from acceptance_workload.checks.storage.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("storage", stage, RULES, spec=StorageCheck, parts=PARTS, required=required, quick=quick)
+CHECK = Check("storage", stage, RULES, spec=StorageCheck, parts=PARTS, required=required, quick=quick, details=DETAILS)
