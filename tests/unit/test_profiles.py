@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from acceptance_workload.configuration.checks import ChecksSpec
-from acceptance_workload.configuration.profiles import PROFILE_NAMES, PROFILES, profile_for_gpu, resolve_checks
+from acceptance_workload.configuration.profiles import PROFILES, profile_for_gpu, resolve_checks
+from acceptance_workload.contract.profiles import PROFILE_NAMES
 
 
 def test_spec_threshold_wins_and_the_rest_come_from_the_profile():

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal
 
 from acceptance_workload import __version__
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec
-from acceptance_workload.configuration.profiles import ProfileName
 from acceptance_workload.contract.config import Fabric
+from acceptance_workload.contract.profiles import ProfileName
 from acceptance_workload.contract.results import CHECK_NAMES
 from acceptance_workload.contract.wire import WireModel, byte_size, text
 from acceptance_workload.report.evidence import StatusReport

@@ -11,7 +11,7 @@ defaults do not count on it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from acceptance_workload.checks.ddp.spec import DdpCheck, DdpModel, DdpThresholds
 from acceptance_workload.checks.fsdp.spec import FsdpCheck, FsdpThresholds
@@ -20,14 +20,9 @@ from acceptance_workload.checks.nccl.spec import CROSS_CHECK_TOLERANCE, NcclThre
 from acceptance_workload.checks.preflight.spec import PreflightThresholds
 from acceptance_workload.checks.soak.spec import SoakThresholds
 from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.contract.profiles import CPU_SMOKE, PROFILE_GPUS_PER_NODE, ProfileName
 from acceptance_workload.contract.wire import WireModel, parse_bytes
 
-ProfileName = Literal["h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom", "cpu-smoke"]
-PROFILE_NAMES: tuple[ProfileName, ...] = ("h100-sxm", "h200-sxm", "b200", "a100-sxm", "custom", "cpu-smoke")
-# The profile of a smoke run: the checks with gloo on CPU processes, tiny sizes, no GPU requested. It proves the
-# plumbing (operator, backend, pods, image, report delivery), never the hardware: its verdict has its own reason and
-# never acts on nodes (acceptance_operator.resource.conditions.is_smoke).
-CPU_SMOKE: ProfileName = "cpu-smoke"
 CPU_MAX_BYTES = 1 << 20
 CPU_RATIO_TO_MEDIAN = 0.5
 CPU_INTER_NODE_RATIO = 0.35  # localisation on gloo: healthy nodes measured down to 0.46 of the median, stalled 0.25
@@ -332,7 +327,6 @@ def estimated_thresholds(checks: ChecksSpec, profile: ProfileName, nodes: int = 
     return out
 
 
-PROFILE_GPUS_PER_NODE = 8
 # A node with fewer GPUs on the same NVSwitch fabric reaches a little less all_reduce busbw
 # than eight (2x H200 measured 340-348 GB/s at >= 1 GiB, 4x 351-363, 8x ~370): its floor is
 # this share of the 8-GPU one, still far above what a node without working NVLink reaches

@@ -12,8 +12,9 @@ import os
 from pydantic import Field
 
 from acceptance_workload.configuration.checks import ChecksSpec
-from acceptance_workload.configuration.profiles import ProfileName, estimated_thresholds, resolve_checks
+from acceptance_workload.configuration.profiles import estimated_thresholds, resolve_checks
 from acceptance_workload.contract.config import CONFIG_ENV, Fabric, Mode, PodLimits, TestRef
+from acceptance_workload.contract.profiles import ProfileName
 from acceptance_workload.contract.terms import Transport
 from acceptance_workload.contract.wire import WireModel
 
