@@ -1,8 +1,10 @@
 """The checks, one package each, in the order a run takes them: preflight, gpu, nccl, ddp, fsdp, storage, soak.
 
 Each package holds what its check measures on every rank, its rows of the rule table (rules.py: a
-contract/rules.Table) that judge it, and its parts of the text, HTML and JUnit reports (parts.py:
-report/parts.ReportParts, walked by writers/). Beside the packages: registry (the checks in run order), table
+contract/rules.Table) that judge it, its parts of the text, HTML and JUnit reports (parts.py:
+report/parts.ReportParts, walked by writers/) and its share of the profiles (profile.py: a
+contract/profiles.CheckProfile, its floors per GPU model, which are estimates and its CPU smoke cut, walked by
+configuration/profiles.py). Beside the packages: registry (the checks in run order), table
 (every check's rows, walked from the registry) and contention (a busy host named on any check's timing failure).
 A check may import contract/, report/, runtime/ and another check's package (fsdp and storage reuse ddp's
 training loop); never the run (run.py, local.py) above it, never the operator. torch is imported inside
