@@ -19,9 +19,9 @@ import pytest
 from acceptance_workload.checks.report_model import Report
 from acceptance_workload.checks.soak import soakjudge
 from acceptance_workload.checks.soak.nvmlwatch import Watch, Watched
+from acceptance_workload.checks.soak.profile import SOAK
 from acceptance_workload.checks.soak.soakjudge import Who, Window
 from acceptance_workload.checks.soak.spec import SoakThresholds
-from acceptance_workload.configuration.profiles import SOAK
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report import evidence
 from acceptance_workload.report.model import SoakDetail

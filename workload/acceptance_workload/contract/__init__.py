@@ -9,7 +9,9 @@
 - rules: how a result is judged: the rows, a check's table of them (each check's rows are in its package,
   checks/<name>/rules.py) and the liveness rows every check has, shared by the judges and the re-judging;
 - required: what a report must hold (Required, Due: what each check's `required` is asked with);
-- exits: the exit codes of every command and of the workload.
+- exits: the exit codes of every command and of the workload;
+- profiles: the profiles' names, the run's shape a profile's defaults are taken for, and CheckProfile (what a
+  check's package says of its defaults: checks/<name>/profile.py).
 
 Imports: pydantic and the standard library only, and nothing of this package outside contract/ at import time; the
 check names are the registry's (checks/registry.py), which results.check_names finds by name on first use, as a

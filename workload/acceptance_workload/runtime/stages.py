@@ -35,6 +35,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from acceptance_workload.contract import rules
+from acceptance_workload.contract.profiles import CheckProfile
 from acceptance_workload.contract.required import Due, Required
 from acceptance_workload.contract.results import CheckName, CheckResult
 from acceptance_workload.contract.wire import WireModel
@@ -98,7 +99,9 @@ class Check:
     spec's ChecksSpec and so the CRD walk the registry for it), its rows of the rule table (checks/<name>/rules.py; the
     operator's re-judging walks the registry for them), its parts of the reports people read (report/parts.py;
     the writers walk the registry for them), the results a report must hold of it (contract/required.py; the
-    operator's re-judging walks the registry for them) and its detail fields of the report (report/details.py;
+    operator's re-judging walks the registry for them), its share of the profiles' defaults
+    (checks/<name>/profile.py: its floors per profile, which are estimates, its CPU smoke cut;
+    configuration/profiles.py walks the registry for them) and its detail fields of the report (report/details.py;
     checks/report_model.py assembles the Report from them). A gate's stage returns False when the check failed: the
     checks after it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
 
@@ -110,6 +113,7 @@ class Check:
     parts: ReportParts = NO_PARTS
     required: Callable[[Due], list[Required]] | None = None
     quick: Callable[[Any], Any] | None = None  # its spec (spec.checks.<name>) cut for `local --quick`
+    profile: CheckProfile | None = None  # its defaults per profile (contract/profiles.py); None: it has none
     details: tuple[Detail, ...] = ()  # its fields of the report (report/details.py; checks/report_model.py)
 
 
