@@ -24,11 +24,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "workload"))
 
 from acceptance_workload.checks.gpu.gpubench import METRICS  # noqa: E402
+from acceptance_workload.checks.report_model import Report  # noqa: E402
 from acceptance_workload.configuration.checks import ChecksSpec  # noqa: E402
-from acceptance_workload.configuration.profiles import PROFILE_NAMES, profile_for_gpu  # noqa: E402
+from acceptance_workload.configuration.profiles import profile_for_gpu  # noqa: E402
 from acceptance_workload.configuration.workload import WorkloadConfig  # noqa: E402
+from acceptance_workload.contract.profiles import PROFILE_NAMES  # noqa: E402
 from acceptance_workload.local import quick_checks, run_processes, visible_gpus  # noqa: E402
-from acceptance_workload.report.model import Report  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

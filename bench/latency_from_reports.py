@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workload"))
 from acceptance_workload.checks.nccl import latency
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 
 
 def group_of(path: Path, report: Report) -> str:

@@ -94,7 +94,7 @@ def worker() -> int:
     from acceptance_workload.checks.nccl import transport
     from acceptance_workload.checks.nccl.nccl import run_sweeps
     from acceptance_workload.checks.nccl.parts import nccl_table
-    from acceptance_workload.report.model import Report
+    from acceptance_workload.checks.report_model import Report
     from acceptance_workload.runtime import launch as joblaunch
     from acceptance_workload.runtime.control import Blamer, hard_exit
     from acceptance_workload.runtime.watchdog import Watchdog

@@ -229,8 +229,8 @@ def delivery(namespace: str, name: str, uid: str) -> list[tuple[str, dict[str, s
     """What rank 0 of a healthy one-node run of `name` on node-<name> writes: its ConfigMap writes, in order."""
     from acceptance_operator.building.manifests import evidence_names
     from acceptance_operator.resource.api import parse_test
+    from acceptance_workload.checks.report_model import Report
     from acceptance_workload.report.evidence import deliveries
-    from acceptance_workload.report.model import Report
 
     full = Report.model_validate({**report(1, nodes=(f"node-{name}",)), "uid": uid})
     test = parse_test({"apiVersion": API_VERSION, "kind": "AcceptanceTest",

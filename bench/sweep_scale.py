@@ -32,8 +32,8 @@ def deliver_child_report(driver: Driver, obj: dict, nodes: list[str]) -> None:
     from acceptance_operator.building.manifests import evidence_names, test_labels
     from acceptance_operator.resource.api import parse_test
     from acceptance_operator.resource.runs import on_current_run
+    from acceptance_workload.checks.report_model import Report
     from acceptance_workload.report.evidence import deliveries
-    from acceptance_workload.report.model import Report
     ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
     test = on_current_run(obj)
     labels = test_labels(test)

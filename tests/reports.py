@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from acceptance_workload.checks.gpu.gpubench import METRICS
 from acceptance_workload.checks.nccl import localize
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.terms import COLLECTIVES
@@ -23,7 +24,6 @@ from acceptance_workload.report.model import (
     LocalizationDetail,
     NcclRow,
     NcclSweep,
-    Report,
 )
 
 # What a healthy H100/H200 GPU measures (GpuRow field -> value): above every profile floor.

@@ -37,8 +37,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract import exits
-from acceptance_workload.report.model import Report
 from acceptance_workload.writers.exports import ExportError, write_exports
 from acceptance_workload.writers.exports import require as require_exports
 from pydantic import ValidationError

@@ -208,8 +208,8 @@ class Cluster:
         """
         from acceptance_operator.building.manifests import evidence_names
         from acceptance_operator.handlers import parse_test
+        from acceptance_workload.checks.report_model import Report
         from acceptance_workload.report.evidence import deliveries
-        from acceptance_workload.report.model import Report
 
         # Rank 0 runs once its run's children exist: the operator records the run after creating them.
         obj = self.wait(lambda: (o := self.get_test(name) or {}) and (o.get("status") or {}).get("run") and o,
@@ -231,8 +231,8 @@ class Cluster:
         """What rank 0 of a run an earlier operator version started does: evidence, then status.report."""
         from acceptance_operator.building.manifests import evidence_names
         from acceptance_operator.handlers import parse_test
+        from acceptance_workload.checks.report_model import Report
         from acceptance_workload.report.evidence import EVIDENCE_KEY, split
-        from acceptance_workload.report.model import Report
 
         obj = self.get_test(name) or {}
         status, shards = split(Report.model_validate({**report, "uid": obj["metadata"]["uid"]}),

@@ -3,9 +3,9 @@ ReportNotDelivered: the pod's error, and its own summary marked unverified, neve
 
 from __future__ import annotations
 
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.delivery import not_delivered
-from acceptance_workload.report.model import Report
 
 from tests.cluster.operator_harness import Cluster
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import junitparser
 import pytest
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import TestRef
-from acceptance_workload.report.model import Report
 
 from tests.cluster.operator_harness import MERGE, Cluster, report
 from tests.reports import node_names, one_rank, passing_report

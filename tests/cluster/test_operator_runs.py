@@ -199,8 +199,8 @@ def test_a_report_recovered_from_rank_zeros_log_is_delivered_or_shown_as_not_a_v
     """`report NAME --from-log FILE` reads the marked line a failed delivery leaves at the end of rank 0's log:
     delivered and judged while the run has no verdict; once it has one (ReportNotDelivered, say) printed as the
     operator would judge it, saying that the verdict stays; a log without the line says where to find it."""
+    from acceptance_workload.checks.report_model import Report
     from acceptance_workload.report.delivery import report_line
-    from acceptance_workload.report.model import Report
 
     cluster.create_test("lost", {"nodes": 1})
     wait_run(cluster, "lost", "g1")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.runtime import pinning
 
 from tests.workload.multiproc import REPO

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 from acceptance_workload.checks.gpu.parts import gpu_table
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.local import run_processes
-from acceptance_workload.report.model import Report
 
 from tests.workload.multiproc import REPO, run_workers
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.results import CheckName, CheckResult, Comparison
-from acceptance_workload.report.model import Report
 
 T0 = datetime(2025, 1, 1, 12, 0, 0, tzinfo=timezone.utc)
 

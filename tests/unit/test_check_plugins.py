@@ -1,6 +1,6 @@
-"""A check's rows of the rule table, its parts of the reports, what a report must hold of it and its --quick cut come
-from its package, through the registry: the writers, the operator's re-judging and `local` take them from there and
-name no check."""
+"""A check's rows of the rule table, its parts of the reports, what a report must hold of it, its --quick cut and its
+share of the profiles come from its package, through the registry: the writers, the operator's re-judging, `local`
+and the profiles' resolution take them from there and name no check."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ import pytest
 from acceptance_operator.judging import rejudge
 from acceptance_workload import local
 from acceptance_workload.checks import registry, table
+from acceptance_workload.checks.gpu.spec import GpuThresholds
+from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.configuration import profiles
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec, checks_spec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import TestRef
+from acceptance_workload.contract.profiles import CheckProfile
 from acceptance_workload.contract.required import Required
-from acceptance_workload.contract.results import CHECK_NAMES
 from acceptance_workload.contract.wire import WireModel
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.writers import html, junit, text
@@ -125,6 +128,42 @@ def test_local_quick_takes_each_checks_cut_from_the_registry(monkeypatch: pytest
     with_gpu(monkeypatch, (local,), quick=lambda gpu: gpu.model_copy(update={"windows": 3}))
     cut = local.quick_checks(checks)
     assert cut.gpu.windows == 3 and cut.nccl == local.quick_checks(ChecksSpec()).nccl
+
+
+def test_each_checks_profile_comes_from_its_own_package() -> None:
+    """Every check's share of the profiles is its package's profile.py, and configuration/profiles.py, which walks
+    the registry for them, names no check."""
+    for check in registry.CHECKS:
+        assert check.profile is importlib.import_module(f"acceptance_workload.checks.{check.name}.profile").PROFILE
+        hooks = (check.profile.defaults, check.profile.estimated, check.profile.smoke)
+        assert all(h.__module__ == f"acceptance_workload.checks.{check.name}.profile" for h in hooks if h), check.name
+    tree = ast.parse(Path(profiles.__file__).read_text())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)}
+    assert not strings & set(CHECK_NAMES), strings & set(CHECK_NAMES)
+
+
+def test_the_profiles_take_each_checks_defaults_estimates_and_smoke_cut_from_the_registry(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    checks = ChecksSpec()
+    before = profiles.resolve_checks(checks, "h100-sxm", 1, 4)
+    assert before.gpu.thresholds.min_gemm_tflops == 560  # gpu's own floor
+    marker = CheckProfile(defaults=lambda profile, shape, gpu: GpuThresholds(min_gemm_tflops=shape.gpus_per_node),
+                          estimated=lambda profile, shape, gpu: frozenset({"gpu.minGemmTflops"}),
+                          smoke=lambda gpu: gpu.model_copy(update={"windows": 2}))
+    with_gpu(monkeypatch, (profiles,), profile=marker)
+    after = profiles.resolve_checks(checks, "h100-sxm", 1, 4)
+    assert after.gpu.thresholds == GpuThresholds(min_gemm_tflops=4) and after.nccl == before.nccl
+    estimated = profiles.estimated_thresholds(checks, "h100-sxm")
+    assert "gpu.minGemmTflops" in estimated and "gpu.minH2dGBps" not in estimated
+    assert "nccl.allReduceBusbwGBps" in estimated  # the other checks' own
+    smoke = profiles.cpu_smoke_checks(checks)
+    assert smoke.gpu.windows == 2 and smoke.nccl == profiles.cpu_smoke_checks(ChecksSpec()).nccl
+
+    with_gpu(monkeypatch, (profiles,), profile=None)  # a check without defaults runs as the spec asks
+    mine = ChecksSpec.model_validate({"gpu": {"windows": 7, "thresholds": {"minHbmGBps": 10}}})
+    assert profiles.resolve_checks(mine, "h100-sxm", 1).gpu == mine.gpu
+    assert profiles.cpu_smoke_checks(mine).gpu == mine.gpu
+    assert not [key for key in profiles.estimated_thresholds(mine, "h100-sxm") if key.startswith("gpu.")]
 
 
 def imports_of(name: str) -> Iterator[tuple[Path, ast.ImportFrom]]:

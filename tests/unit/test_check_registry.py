@@ -4,13 +4,27 @@ from __future__ import annotations
 
 import importlib
 
+import pytest
 from acceptance_workload import run
 from acceptance_workload.checks import registry
-from acceptance_workload.contract.results import CHECK_NAMES
+from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.report_model import Report
+from acceptance_workload.contract import results
+from pydantic import ValidationError
 
 
-def test_the_registry_lists_every_check_of_the_contract_in_its_order() -> None:
+def test_a_check_name_is_one_the_registry_lists_and_the_schema_lists_them_in_its_order() -> None:
+    """The registry is the one list of checks: the contract's CheckName validates against it (a new entry is a new
+    name everywhere, with nothing else to edit) and is an enum of its names, in run order, in the CRD."""
     assert tuple(c.name for c in registry.CHECKS) == CHECK_NAMES
+    assert results.check_names() == CHECK_NAMES
+    for name in CHECK_NAMES:
+        assert results.CheckResult(check=name, name="x", passed=True).check == name
+    with pytest.raises(ValidationError, match="no check is called 'p2p'; the checks are preflight, gpu, nccl"):
+        results.CheckResult(check="p2p", name="x", passed=True)
+    for schema in (results.CheckResult.model_json_schema()["properties"]["check"],
+                   Report.model_json_schema()["properties"]["checksRun"]["items"]):
+        assert (schema["type"], schema["enum"]) == ("string", list(CHECK_NAMES))
 
 
 def test_each_entry_is_its_own_packages_check() -> None:

@@ -11,7 +11,9 @@ from acceptance_operator.judging.rejudge import RunFacts
 from acceptance_operator.plumbing.settings import OperatorSettings
 from acceptance_operator.render import render
 from acceptance_operator.resource.conditions import PASSED, SMOKE_PASSED, is_smoke
-from acceptance_workload.configuration.profiles import CPU_RATIO_TO_MEDIAN, PROFILES, resolve_checks
+from acceptance_workload.checks.gpu.profile import CPU_RATIO_TO_MEDIAN
+from acceptance_workload.configuration.profiles import resolve_checks
+from acceptance_workload.contract.profiles import CPU_SMOKE, PROFILE_NAMES
 
 from tests.reports import node_names, passing_report
 from tests.unit.operator_samples import T0, job, pod
@@ -45,7 +47,7 @@ def test_the_workload_runs_the_smoke_checks_with_gloo():
 
 
 def test_the_profile_is_wired_like_the_others():
-    assert PROFILES["cpu-smoke"].name == "cpu-smoke"
+    assert CPU_SMOKE == "cpu-smoke" and CPU_SMOKE in PROFILE_NAMES
     resolved = resolve_checks(make(SMOKE).spec.checks, "cpu-smoke", 1, 2)
     assert resolved.gpu.thresholds.min_ratio_to_node_median == CPU_RATIO_TO_MEDIAN
     assert resolved.preflight.thresholds.gpu_model is None and resolved.preflight.thresholds.min_ib_rate_gbps is None

@@ -19,11 +19,11 @@ from acceptance_operator.judging.rejudge import RunFacts, rejudge
 from acceptance_workload.checks.ddp.parts import DDP_PLOT_ID
 from acceptance_workload.checks.nccl.html import NCCL_PLOT_ID, reference_for
 from acceptance_workload.checks.nccl.html_reference import NCCL_TESTS_REFERENCE
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import TestRef
 from acceptance_workload.contract.terms import COLLECTIVES
-from acceptance_workload.report.model import Report
 from acceptance_workload.writers.html import HEATMAP_ID, HEATMAP_MAX_NODES, heatmap_rows, node_metrics, render_html
 
 from tests.reports import node_names, one_rank, passing_report, with_slow_node

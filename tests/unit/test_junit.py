@@ -9,10 +9,10 @@ from pathlib import Path
 
 import junitparser
 from acceptance_operator.judging.rejudge import RunFacts, rejudge
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import TestRef
-from acceptance_workload.report.model import Report
 from acceptance_workload.writers.junit import case_name, junit_xml
 
 from tests.reports import node_names, passing_report, with_slow_node

@@ -8,11 +8,11 @@ from acceptance_operator.building.manifests import evidence_names
 from acceptance_operator.reconcile import evidence_hooks
 from acceptance_operator.resource.api import AcceptanceTest
 from acceptance_operator.resource.conditions import MAX_CONDITION_MESSAGE, clip_message
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import TestRef
 from acceptance_workload.report.evidence import EVIDENCE_KEY, split
-from acceptance_workload.report.model import Report
 
 from tests.reports import passing_report
 

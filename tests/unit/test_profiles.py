@@ -3,26 +3,31 @@
 from __future__ import annotations
 
 import pytest
+from acceptance_workload.checks.ddp import profile as ddp_profile
+from acceptance_workload.checks.gpu import profile as gpu_profile
+from acceptance_workload.checks.nccl import profile as nccl_profile
+from acceptance_workload.checks.preflight import profile as preflight_profile
 from acceptance_workload.configuration.checks import ChecksSpec
-from acceptance_workload.configuration.profiles import PROFILE_NAMES, PROFILES, profile_for_gpu, resolve_checks
+from acceptance_workload.configuration.profiles import profile_for_gpu, resolve_checks
+from acceptance_workload.contract.profiles import PROFILE_NAMES
 
 
 def test_spec_threshold_wins_and_the_rest_come_from_the_profile():
     checks = ChecksSpec.model_validate({"nccl": {"thresholds": {"allReduceBusbwGBps": 100}}})
     resolved = resolve_checks(checks, "h100-sxm", 1).nccl.thresholds
     assert resolved.all_reduce_busbw_gbps == 100
-    assert resolved.all_gather_busbw_gbps == PROFILES["h100-sxm"].nccl_single_node.all_gather_busbw_gbps
+    assert resolved.all_gather_busbw_gbps == nccl_profile.SINGLE_NODE["h100-sxm"].all_gather_busbw_gbps
     assert resolved.reference_bytes == "1Gi"
 
 
 def test_multi_node_tests_take_the_network_table():
-    a100 = PROFILES["a100-sxm"]
-    assert a100.nccl_multi_node.all_reduce_busbw_gbps != a100.nccl_single_node.all_reduce_busbw_gbps
+    single, multi = nccl_profile.SINGLE_NODE["a100-sxm"], nccl_profile.MULTI_NODE["a100-sxm"]
+    assert multi.all_reduce_busbw_gbps != single.all_reduce_busbw_gbps
     one = resolve_checks(ChecksSpec(), "a100-sxm", 1).nccl.thresholds
     two = resolve_checks(ChecksSpec(), "a100-sxm", 2).nccl.thresholds
-    assert one.all_reduce_busbw_gbps == a100.nccl_single_node.all_reduce_busbw_gbps
-    assert two.all_reduce_busbw_gbps == a100.nccl_multi_node.all_reduce_busbw_gbps
-    assert two.node_all_reduce_busbw_gbps == a100.nccl_single_node.all_reduce_busbw_gbps
+    assert one.all_reduce_busbw_gbps == single.all_reduce_busbw_gbps
+    assert two.all_reduce_busbw_gbps == multi.all_reduce_busbw_gbps
+    assert two.node_all_reduce_busbw_gbps == single.all_reduce_busbw_gbps
 
 
 def test_custom_profile_sets_nothing():
@@ -35,12 +40,12 @@ def test_custom_profile_sets_nothing():
 @pytest.mark.parametrize("model", ["gpt", "resnet50"])
 def test_ddp_floor_applies_to_the_default_model_shape_only(model: str):
     default = resolve_checks(ChecksSpec.model_validate({"ddp": {"model": model}}), "h200-sxm", 1)
-    assert default.ddp.thresholds.min_throughput_per_gpu == PROFILES["h200-sxm"].ddp[model].min_throughput_per_gpu
+    assert default.ddp.thresholds.min_throughput_per_gpu == ddp_profile.FLOORS["h200-sxm"][model].min_throughput_per_gpu
     smaller = resolve_checks(ChecksSpec.model_validate({"ddp": {"model": model, "batchSize": 2}}), "h200-sxm", 1)
     assert smaller.ddp.thresholds.min_throughput_per_gpu is None
     # a smaller step waits on kernel launches: its efficiency wanders, so the profile's floor is dropped
     assert smaller.ddp.thresholds.min_scaling_efficiency is None
-    assert smaller.ddp.thresholds.max_straggler_ratio == PROFILES["h200-sxm"].ddp[model].max_straggler_ratio
+    assert smaller.ddp.thresholds.max_straggler_ratio == ddp_profile.FLOORS["h200-sxm"][model].max_straggler_ratio
     larger = resolve_checks(ChecksSpec.model_validate({"ddp": {"model": model, "batchSize": 256}}), "h200-sxm", 1)
     assert larger.ddp.thresholds.min_scaling_efficiency == 0.90 and larger.ddp.thresholds.min_throughput_per_gpu is None
 
@@ -54,9 +59,8 @@ def test_ddp_floor_dropped_for_another_sequence_length_but_an_explicit_one_kept(
 
 @pytest.mark.parametrize("name", [n for n in PROFILE_NAMES if n not in ("custom", "cpu-smoke")])
 def test_every_gpu_profile_names_its_gpu_and_judges_all_reduce(name: str):
-    p = PROFILES[name]
-    assert p.preflight.gpu_model
-    assert p.nccl_single_node.all_reduce_busbw_gbps and p.nccl_multi_node.all_reduce_busbw_gbps
+    assert preflight_profile.FLOORS[name].gpu_model
+    assert nccl_profile.SINGLE_NODE[name].all_reduce_busbw_gbps and nccl_profile.MULTI_NODE[name].all_reduce_busbw_gbps
 
 
 @pytest.mark.parametrize(
@@ -76,7 +80,7 @@ def test_profile_detected_from_the_gpu_name(gpu: str, profile: str | None):
 
 
 def test_all_floors_for_eight_gpus_and_the_node_floor_for_any_count_of_two_or_more():
-    table = PROFILES["h200-sxm"].nccl_single_node
+    table = nccl_profile.SINGLE_NODE["h200-sxm"]
     eight = resolve_checks(ChecksSpec(), "h200-sxm", 1, 8).nccl.thresholds
     assert eight.all_gather_busbw_gbps == table.all_gather_busbw_gbps
     for gpus in (2, 4):
@@ -101,34 +105,36 @@ def test_workload_config_passes_its_gpu_count_to_the_profile():
     assert config.checks.nccl.thresholds.all_gather_busbw_gbps is None
     assert config.checks.nccl.thresholds.all_reduce_busbw_gbps == resolve_checks(
         ChecksSpec(), "h100-sxm", 1, 4).nccl.thresholds.all_reduce_busbw_gbps
-    assert config.checks.ddp.thresholds.min_throughput_per_gpu == PROFILES["h100-sxm"].ddp["gpt"].min_throughput_per_gpu
+    gpt = ddp_profile.FLOORS["h100-sxm"]["gpt"]
+    assert config.checks.ddp.thresholds.min_throughput_per_gpu == gpt.min_throughput_per_gpu
 
 
 def test_per_gpu_floors_hold_for_the_default_sizes_or_larger_and_the_ratio_for_any():
     default = resolve_checks(ChecksSpec(), "h100-sxm", 1).gpu.thresholds
-    assert default == PROFILES["h100-sxm"].gpu and default.min_gemm_tflops and default.min_h2d_gbps
+    assert default == gpu_profile.FLOORS["h100-sxm"] and default.min_gemm_tflops and default.min_h2d_gbps
     small = resolve_checks(ChecksSpec.model_validate({"gpu": {"gemmSize": 4096, "hostBytes": "64Mi"}}),
                            "h100-sxm", 1).gpu.thresholds
     assert small.min_gemm_tflops is None and small.min_h2d_gbps is None and small.min_d2h_gbps is None
     assert small.min_hbm_gbps == default.min_hbm_gbps and small.min_ratio_to_node_median == 0.9
     larger = resolve_checks(ChecksSpec.model_validate({"gpu": {"hbmBytes": "4Gi"}}), "h200-sxm", 1).gpu.thresholds
-    assert larger.min_hbm_gbps == PROFILES["h200-sxm"].gpu.min_hbm_gbps
+    assert larger.min_hbm_gbps == gpu_profile.FLOORS["h200-sxm"].min_hbm_gbps
     explicit = ChecksSpec.model_validate({"gpu": {"gemmSize": 1024, "thresholds": {"minGemmTflops": 100}}})
     assert resolve_checks(explicit, "h100-sxm", 1).gpu.thresholds.min_gemm_tflops == 100
 
 
 def test_estimated_defaults_are_listed_unless_the_spec_sets_them():
-    from acceptance_workload.configuration.profiles import estimated_thresholds
+    from acceptance_workload.configuration.profiles import estimated_defaults, estimated_thresholds
 
     assert "gpu.minH2dGBps" in estimated_thresholds(ChecksSpec(), "h200-sxm")
     spec = ChecksSpec.model_validate({"gpu": {"thresholds": {"minH2dGBps": 45}}})
     assert "gpu.minH2dGBps" not in estimated_thresholds(spec, "h200-sxm")
     assert estimated_thresholds(ChecksSpec(), "custom") == []
-    for profile in PROFILES.values():  # every marker names a real threshold
-        for key in profile.estimated.union(*profile.estimated_by_model.values()):
-            check, name = key.split(".", 1)
-            fields = type(getattr(ChecksSpec(), check).thresholds).model_fields.values()
-            assert name in {f.alias for f in fields}, key
+    markers = {key for profile in PROFILE_NAMES for model in ("gpt", "resnet50") for nodes in (1, 2)
+               for key in estimated_defaults(ChecksSpec.model_validate({"ddp": {"model": model}}), profile, nodes)}
+    for key in markers:  # every marker names a real threshold
+        check, name = key.split(".", 1)
+        fields = type(getattr(ChecksSpec(), check).thresholds).model_fields.values()
+        assert name in {f.alias for f in fields}, key
 
 
 def test_what_was_measured_is_not_estimated_and_what_was_not_is():
@@ -147,7 +153,8 @@ def test_what_was_measured_is_not_estimated_and_what_was_not_is():
 
 def test_fsdp_efficiency_means_sharded_against_unsharded_in_one_node_and_hybrid_against_node_across_nodes():
     """4x H100: sharded/unsharded per GPU 0.286-0.462 in one node, so 0.80 there would fail every healthy node."""
-    from acceptance_workload.configuration.profiles import FSDP_EFFICIENCY, FSDP_NODE_EFFICIENCY, estimated_thresholds
+    from acceptance_workload.checks.fsdp.profile import FSDP_EFFICIENCY, FSDP_NODE_EFFICIENCY
+    from acceptance_workload.configuration.profiles import estimated_thresholds
 
     on = ChecksSpec.model_validate({"fsdp": {"enabled": True}})
     one = resolve_checks(on, "h100-sxm", 1).fsdp.thresholds

@@ -11,8 +11,9 @@ import re
 
 import pytest
 from acceptance_operator.judging.verdict import report_for_generation, summarize, verdict_message
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.results import CheckResult
-from acceptance_workload.report.model import NcclRow, NcclSweep, Report
+from acceptance_workload.report.model import NcclRow, NcclSweep
 from acceptance_workload.report.render import summary, verdict_table
 from acceptance_workload.run import EXIT_PASSED, exit_code
 

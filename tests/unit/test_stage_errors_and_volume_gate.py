@@ -11,10 +11,11 @@ import errno
 import pytest
 from acceptance_operator.judging.rejudge import rejudge
 from acceptance_workload.checks import table as rules
+from acceptance_workload.checks.registry import CHECK_NAMES
 from acceptance_workload.checks.storage.checkpoint import failure_text, os_error_text
 from acceptance_workload.checks.storage.spec import StorageCheck
 from acceptance_workload.checks.storage.storage import GATES, MARGIN_BYTES, gated, judge_gate
-from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.model import StageError, StorageDetail, StorageNode
 from acceptance_workload.runtime import stages
 from acceptance_workload.writers.junit import junit_xml

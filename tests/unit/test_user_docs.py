@@ -10,11 +10,16 @@ import pytest
 import yaml
 from acceptance_operator.resource import kubetypes
 from acceptance_operator.resource.api import AcceptanceTestSpec
+from acceptance_workload.checks.ddp import profile as ddp_profile
 from acceptance_workload.checks.ddp.spec import DdpThresholds
+from acceptance_workload.checks.gpu import profile as gpu_profile
 from acceptance_workload.checks.gpu.spec import GpuThresholds
+from acceptance_workload.checks.nccl import profile as nccl_profile
 from acceptance_workload.checks.nccl.spec import NcclThresholds
+from acceptance_workload.checks.preflight import profile as preflight_profile
 from acceptance_workload.checks.preflight.spec import PreflightThresholds
-from acceptance_workload.configuration.profiles import PROFILES, Profile
+from acceptance_workload.configuration.checks import ChecksSpec
+from acceptance_workload.configuration.profiles import estimated_defaults
 from acceptance_workload.contract.wire import WireModel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,7 +58,14 @@ def cell(value: object) -> str:
     return str(value)
 
 
-def rows(model: type[WireModel], pick: typing.Callable[[Profile], WireModel], check: str,
+def is_estimated(profile: str, check: str, threshold: str, ddp_model: str | None = None) -> bool:
+    """Whether the profile's default for checks.<check>.thresholds.<threshold> (wire name) is an estimate in a
+    one-node test (DDP's: of `ddp_model`)."""
+    checks = ChecksSpec.model_validate({"ddp": {"model": ddp_model}} if ddp_model else {})
+    return f"{check}.{threshold}" in estimated_defaults(checks, profile)
+
+
+def rows(model: type[WireModel], pick: typing.Callable[[str], WireModel], check: str,
          ddp_model: str | None = None) -> list[str]:
     """The table rows as the docs must show them: a default the profile marks estimated says so."""
     out = []
@@ -61,8 +73,8 @@ def rows(model: type[WireModel], pick: typing.Callable[[Profile], WireModel], ch
         wire = field.alias or name
         cells = []
         for p in PROFILE_COLUMNS:
-            value = getattr(pick(PROFILES[p]), name)
-            estimated = value is not None and PROFILES[p].is_estimated(check, wire, ddp_model)
+            value = getattr(pick(p), name)
+            estimated = value is not None and is_estimated(p, check, wire, ddp_model)
             cells.append(cell(value) + (" (estimated)" if estimated else ""))
         out.append(f"| `{wire}` | {' | '.join(cells)} |")
     return out
@@ -71,12 +83,12 @@ def rows(model: type[WireModel], pick: typing.Callable[[Profile], WireModel], ch
 @pytest.mark.parametrize(
     ("section", "model", "pick", "check"),
     [
-        ("### preflight", PreflightThresholds, lambda p: p.preflight, "preflight"),
-        ("### gpu (every GPU", GpuThresholds, lambda p: p.gpu, "gpu"),
-        ("### nccl, one-node test", NcclThresholds, lambda p: p.nccl_single_node, "nccl"),
-        ("### nccl, multi-node test", NcclThresholds, lambda p: p.nccl_multi_node, "nccl"),
-        ("### ddp, `gpt` model", DdpThresholds, lambda p: p.ddp["gpt"], "ddp"),
-        ("### ddp, `resnet50` model", DdpThresholds, lambda p: p.ddp["resnet50"], "ddp"),
+        ("### preflight", PreflightThresholds, lambda p: preflight_profile.FLOORS[p], "preflight"),
+        ("### gpu (every GPU", GpuThresholds, lambda p: gpu_profile.FLOORS[p], "gpu"),
+        ("### nccl, one-node test", NcclThresholds, lambda p: nccl_profile.SINGLE_NODE[p], "nccl"),
+        ("### nccl, multi-node test", NcclThresholds, lambda p: nccl_profile.MULTI_NODE[p], "nccl"),
+        ("### ddp, `gpt` model", DdpThresholds, lambda p: ddp_profile.FLOORS[p]["gpt"], "ddp"),
+        ("### ddp, `resnet50` model", DdpThresholds, lambda p: ddp_profile.FLOORS[p]["resnet50"], "ddp"),
     ],
     ids=["preflight", "gpu", "nccl-one-node", "nccl-multi-node", "ddp-gpt", "ddp-resnet50"],
 )

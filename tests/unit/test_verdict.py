@@ -9,7 +9,8 @@ from acceptance_operator.judging.verdict import (
     summarize,
     verdict_message,
 )
-from acceptance_workload.report.model import DdpDetail, DdpRank, NcclRow, NcclSweep, Report
+from acceptance_workload.checks.report_model import Report
+from acceptance_workload.report.model import DdpDetail, DdpRank, NcclRow, NcclSweep
 
 from tests.unit.operator_samples import good_report, result
 

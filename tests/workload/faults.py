@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 
 from tests.workload.test_local import cli
 

@@ -6,7 +6,8 @@ import importlib.util
 import json
 from pathlib import Path
 
-from acceptance_workload.report.model import NcclRow, NcclSweep, Report
+from acceptance_workload.checks.report_model import Report
+from acceptance_workload.report.model import NcclRow, NcclSweep
 
 from tests.workload.multiproc import REPO
 

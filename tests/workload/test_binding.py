@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from acceptance_workload.checks.preflight import binding
 from acceptance_workload.checks.preflight.spec import PreflightThresholds
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import PodLimits
 from acceptance_workload.contract.results import CheckResult
-from acceptance_workload.report.model import Report
 from acceptance_workload.runtime import pinning
 
 REPO = Path(__file__).resolve().parents[2]

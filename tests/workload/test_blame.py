@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 import torch.distributed as dist
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.runtime.bounded_store import BoundedStore
 from acceptance_workload.runtime.control import (
     Blamer,

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 from acceptance_operator.building.job_builders import torchrun_command
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import HEARTBEAT_TIMEOUT_SECONDS
 from acceptance_workload.configuration.profiles import cpu_smoke_checks
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import exits
 from acceptance_workload.contract.config import CONFIG_ENV
-from acceptance_workload.report.model import Report
 from acceptance_workload.runtime import deaths
 from acceptance_workload.runtime.deaths import DEATHS_ENV
 

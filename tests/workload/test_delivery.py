@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 
 import yaml
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import CONFIG_ENV, TestRef
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import delivery
-from acceptance_workload.report.model import Report
 from acceptance_workload.run import EXIT_ERROR, Runner
 from acceptance_workload.runtime.launch import DistEnv
 

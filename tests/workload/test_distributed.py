@@ -7,11 +7,12 @@ import sys
 import time
 from pathlib import Path
 
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
-from acceptance_workload.report.model import NcclSweep, Report
+from acceptance_workload.report.model import NcclSweep
 
 from tests.workload.multiproc import collect, free_port, rank_env, run_workers, start
 

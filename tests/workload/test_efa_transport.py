@@ -10,8 +10,8 @@ import pytest
 from acceptance_workload.checks import table as rules
 from acceptance_workload.checks.nccl.transport import classify, judge, parse_file, parse_lines
 from acceptance_workload.checks.preflight.preflight import ib_checks
+from acceptance_workload.checks.preflight.profile import FLOORS as PREFLIGHT
 from acceptance_workload.configuration.checks import ChecksSpec
-from acceptance_workload.configuration.profiles import PROFILES
 from acceptance_workload.configuration.workload import WorkloadConfig
 
 from tests.workload.test_transport import NODE_A_IB
@@ -111,7 +111,7 @@ def fake_efa_port(root: Path, dev: str, state: str, rate: str = "100 Gb/sec (4X 
 def test_efa_ports_must_be_active_but_are_not_held_to_the_ib_rate(tmp_path: Path):
     """An EFA device carries a share of its node's bandwidth: the 400 Gb/s IB port floor would fail every healthy
     p5; its state is judged, a DOWN device named."""
-    th = PROFILES["h100-sxm"].preflight
+    th = PREFLIGHT["h100-sxm"]
     fake_efa_port(tmp_path, "rdmap79s0", "4: ACTIVE")
     fake_efa_port(tmp_path, "rdmap80s0", "1: DOWN")
     results, _ = ib_checks(th, "p5-a", fabric="efa", nodes=2, sys_root=tmp_path)
@@ -125,5 +125,5 @@ def test_efa_ports_must_be_active_but_are_not_held_to_the_ib_rate(tmp_path: Path
 
 
 def test_an_efa_pod_without_devices_says_to_request_them(tmp_path: Path):
-    (result,), _ = ib_checks(PROFILES["h100-sxm"].preflight, "p5-a", fabric="efa", nodes=2, sys_root=tmp_path)
+    (result,), _ = ib_checks(PREFLIGHT["h100-sxm"], "p5-a", fabric="efa", nodes=2, sys_root=tmp_path)
     assert not result.passed and "network.efaDevices: vpc.amazonaws.com/efa" in result.message

@@ -16,6 +16,16 @@ from acceptance_workload.report.evidence import (
     shard_names,
     split,
 )
+from acceptance_workload.report.model import (
+    FsdpDetail,
+    FsdpRank,
+    GpuDetail,
+    GpuRow,
+    SoakDetail,
+    SoakGpu,
+    StorageDetail,
+    StorageNode,
+)
 
 from tests.reports import passing_report
 
@@ -48,6 +58,27 @@ def test_split_and_assemble_give_back_the_whole_report():
     assert full.model_copy(update={"results": [], "nccl": [], "ddp": None}) == report.model_copy(
         update={"results": [], "nccl": [], "ddp": None})
     assert {row.node for row in status.nodes} == set(report.environment.hostnames)
+
+
+def test_every_checks_per_node_rows_come_back_whole_from_the_shards():
+    """Each detail's rows of one node (the GPU check's rows, DDP's and FSDP's ranks, the volume's nodes, the burn-in's
+    GPUs) go into that node's shard and come back, all of them, when the report is assembled."""
+    report = passing_report(config(20))
+    nodes = report.environment.hostnames
+    report.gpu = GpuDetail(gemm_size=8192, hbm_bytes=1 << 30, host_bytes=1 << 28, windows=3, iters=10,
+                           rows=[GpuRow(rank=k, node=n, gpu=0) for k, n in enumerate(nodes)])
+    report.fsdp = FsdpDetail(model="gpt", world_size=20, shards=1, replicas=20, parameters=1, batch_size=4, seq_len=64,
+                             ranks=[FsdpRank(rank=k, node=n, gpu=0, baseline_throughput=1, fsdp_throughput=1)
+                                    for k, n in enumerate(nodes)])
+    report.storage = StorageDetail(path="/mnt", nodes=[StorageNode(node=n) for n in nodes])
+    report.soak = SoakDetail(duration_seconds=60, sample_seconds=5, gemm_size=512, all_reduce_bytes=1, nvml=True,
+                             gpus=[SoakGpu(rank=k, node=n, gpu=0) for k, n in enumerate(nodes)])
+    status, shards = split(report, shard_names("t-evidence", 20))
+    full = assemble(status, shards)
+    for detail, rows in (("gpu", "rows"), ("ddp", "ranks"), ("fsdp", "ranks"), ("storage", "nodes"), ("soak", "gpus")):
+        assert same(getattr(getattr(full, detail), rows), getattr(getattr(report, detail), rows)), detail
+        assert getattr(full, detail).model_copy(update={rows: []}) == getattr(report, detail).model_copy(
+            update={rows: []}), detail
 
 
 def test_a_1024_node_report_fits_the_status_and_every_shard_fits_an_object():

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 
 from tests.workload.test_local import cli
 

@@ -16,10 +16,11 @@ from types import SimpleNamespace
 import pytest
 from acceptance_operator.report_cli import for_node
 from acceptance_workload.checks.preflight import nodefacts
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report import evidence
 from acceptance_workload.report.html_nodes import nodes_section
-from acceptance_workload.report.model import GpuIdentity, HostLoad, Nic, NodeFacts, Report
+from acceptance_workload.report.model import GpuIdentity, HostLoad, Nic, NodeFacts
 from acceptance_workload.report.render import summary
 from acceptance_workload.writers.html import render_html
 from acceptance_workload.writers.junit import junit_xml

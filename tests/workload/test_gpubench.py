@@ -9,12 +9,13 @@ import pytest
 from acceptance_workload.checks.gpu.gpubench import host_id, host_turn, judge_gpus, rate, suspects
 from acceptance_workload.checks.gpu.parts import gpu_table
 from acceptance_workload.checks.gpu.spec import GpuCheck
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
-from acceptance_workload.report.model import GpuDetail, GpuRow, Report
+from acceptance_workload.report.model import GpuDetail, GpuRow
 
 from tests.workload.multiproc import run_with_a_slowed_rank
 

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 from acceptance_workload.checks import contention
 from acceptance_workload.checks.preflight import hostload
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.contract.results import CheckResult
-from acceptance_workload.report.model import HostLoad, HostProcess, NodeFacts, Report
+from acceptance_workload.report.model import HostLoad, HostProcess, NodeFacts
 
 CPUS = os.cpu_count() or 1
 

@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import HEARTBEAT_TIMEOUT_SECONDS
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.local import cpu_smoke_checks
-from acceptance_workload.report.model import Report
 
 from tests.workload.multiproc import free_port, rank_env, start
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.contract.wire import parse_bytes
 from acceptance_workload.local import (
@@ -23,7 +24,6 @@ from acceptance_workload.local import (
     quick_checks,
     read_manifest,
 )
-from acceptance_workload.report.model import Report
 
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 
 VICTIM = "sim-node-2"
 STOPPED, RUNNING = 0.07, 0.01  # seconds of each SIGSTOP/SIGCONT period: stopped 7/8 of the time

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 from acceptance_workload.checks.nccl import nccltests
 from acceptance_workload.checks.nccl.spec import NcclCheck
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.local import cpu_smoke_checks
-from acceptance_workload.report.model import NcclRow, NcclSweep, Report
+from acceptance_workload.report.model import NcclRow, NcclSweep
 
 from tests.workload.multiproc import REPO
 

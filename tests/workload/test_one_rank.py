@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from acceptance_workload.report.model import ONE_RANK_BUSBW, ONE_RANK_SCALING, Report
+from acceptance_workload.checks.report_model import Report
+from acceptance_workload.report.model import ONE_RANK_BUSBW, ONE_RANK_SCALING
 from acceptance_workload.run import exit_code
 
 from tests.workload.test_local import cli

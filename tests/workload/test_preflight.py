@@ -18,12 +18,12 @@ from acceptance_workload.checks.preflight.preflight import (
     shm_check,
     version_checks,
 )
+from acceptance_workload.checks.preflight.profile import FLOORS
 from acceptance_workload.checks.preflight.spec import PreflightThresholds
-from acceptance_workload.configuration.profiles import PROFILES
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.wire import version_tuple
 
-H100 = PROFILES["h100-sxm"].preflight
+H100 = FLOORS["h100-sxm"]
 
 
 def fake_port(root: Path, dev: str, port: int, state: str, rate: str, layer: str = "InfiniBand") -> None:

@@ -8,8 +8,9 @@ import pytest
 from acceptance_workload.checks.ddp.ddp import judge_ddp
 from acceptance_workload.checks.ddp.rules import MIN_LOSS_DECREASE
 from acceptance_workload.checks.ddp.spec import DdpCheck
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.results import CheckResult, judge
-from acceptance_workload.report.model import DdpDetail, DdpRank, Environment, NcclRow, NcclSweep, Report, Skip
+from acceptance_workload.report.model import DdpDetail, DdpRank, Environment, NcclRow, NcclSweep, Skip
 from acceptance_workload.report.render import summary, verdict_table
 from acceptance_workload.run import exit_code
 from acceptance_workload.writers.text import full_text

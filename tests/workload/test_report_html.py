@@ -19,8 +19,8 @@ import junitparser
 import pytest
 from acceptance_workload.checks.ddp.parts import DDP_PLOT_ID
 from acceptance_workload.checks.nccl.html import NCCL_PLOT_ID
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.local import build_config, write_files
-from acceptance_workload.report.model import Report
 from acceptance_workload.report.render import CPU_BANNER, verdict_line
 from acceptance_workload.writers.html import HEATMAP_ID
 

@@ -16,14 +16,15 @@ import time
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.checks.soak import soakjudge
 from acceptance_workload.checks.soak.nvmlwatch import Watch, Watched
+from acceptance_workload.checks.soak.profile import SOAK
 from acceptance_workload.checks.soak.soakjudge import Who, Window
 from acceptance_workload.checks.soak.spec import SoakThresholds
-from acceptance_workload.configuration.profiles import SOAK
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report import evidence
-from acceptance_workload.report.model import Report, SoakDetail
+from acceptance_workload.report.model import SoakDetail
 
 HERE = Path(__file__).parent
 FIXTURE = HERE / "fixtures" / "nvml_soak.json"

@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.report.evidence import shard_names, split
-from acceptance_workload.report.model import Report
 
 from tests.workload.test_local import cli
 

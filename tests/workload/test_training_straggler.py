@@ -13,10 +13,10 @@ import json
 from pathlib import Path
 
 import pytest
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.local import cpu_smoke_checks
-from acceptance_workload.report.model import Report
 
 from tests.workload.multiproc import run_with_a_slowed_rank
 

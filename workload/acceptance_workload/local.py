@@ -27,21 +27,15 @@ from pydantic import ValidationError
 
 from acceptance_workload.checks.nccl.nccltests import DIR_ENV as NCCL_TESTS_DIR_ENV
 from acceptance_workload.checks.preflight import nodefacts, occupancy
-from acceptance_workload.checks.registry import CHECKS
+from acceptance_workload.checks.registry import CHECK_NAMES, CHECKS
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.checks.soak.spec import SoakCheck
 from acceptance_workload.configuration.checks import ChecksSpec
-from acceptance_workload.configuration.profiles import (
-    CPU_SMOKE,
-    PROFILE_NAMES,
-    ProfileName,
-    cpu_smoke_checks,
-    profile_for_gpu,
-)
+from acceptance_workload.configuration.profiles import cpu_smoke_checks, profile_for_gpu
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import exits, rules
 from acceptance_workload.contract.config import CONFIG_ENV, STARTED_ENV, Fabric, run_started
-from acceptance_workload.contract.results import CHECK_NAMES
-from acceptance_workload.report.model import Report
+from acceptance_workload.contract.profiles import CPU_SMOKE, PROFILE_NAMES, ProfileName
 from acceptance_workload.report.render import CPU_BANNER
 from acceptance_workload.runtime import deaths
 from acceptance_workload.runtime.launch import free_port

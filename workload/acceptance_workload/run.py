@@ -30,11 +30,13 @@ from typing import Any
 from acceptance_workload.checks import contention
 from acceptance_workload.checks.preflight import hostload, nodefacts, occupancy
 from acceptance_workload.checks.preflight.occupancy import Occupancy
+from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import exits
 from acceptance_workload.contract.config import CONFIG_ENV, run_started
-from acceptance_workload.contract.results import CHECK_NAMES, CheckName
-from acceptance_workload.report.model import Environment, Report, Skip
+from acceptance_workload.contract.results import CheckName
+from acceptance_workload.report.model import Environment, Skip
 from acceptance_workload.report.status import TERMINATION_LOG
 from acceptance_workload.runtime import stages
 from acceptance_workload.runtime.control import (

@@ -29,7 +29,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceptance_workload.contract.results import CHECK_NAMES
+from acceptance_workload.checks.registry import CHECK_NAMES
 from pydantic import ValidationError
 
 from acceptance_operator.fleet.node_actions import PASSED_LABEL

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.results import CheckName
-from acceptance_workload.report.model import Report
 
 from acceptance_operator.building.jobstate import JobState
 from acceptance_operator.building.queueing import Admission

@@ -23,14 +23,15 @@ from dataclasses import dataclass, field
 from acceptance_workload.checks import table
 from acceptance_workload.checks.nccl import localize
 from acceptance_workload.checks.nccl.rules import inter_node_ratio
-from acceptance_workload.checks.registry import CHECKS
+from acceptance_workload.checks.registry import CHECK_NAMES, CHECKS
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.required import Due, Required
-from acceptance_workload.contract.results import CHECK_NAMES, CheckResult, Comparison, judge
+from acceptance_workload.contract.results import CheckResult, Comparison, judge
 from acceptance_workload.contract.wire import version_tuple
 from acceptance_workload.report.evidence import MAX_FAILURES
-from acceptance_workload.report.model import DdpRank, Report
+from acceptance_workload.report.model import DdpRank
 from acceptance_workload.report.render import threshold_text, value_text
 
 from acceptance_operator.resource.runs import report_run

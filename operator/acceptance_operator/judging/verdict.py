@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from acceptance_workload.contract.results import CHECK_NAMES, CheckName, CheckResult
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.report_model import Report
+from acceptance_workload.contract.results import CheckName, CheckResult
 from pydantic import ValidationError
 
 from acceptance_operator.resource.api import HistoryEntry, Summary

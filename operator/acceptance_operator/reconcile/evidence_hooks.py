@@ -17,8 +17,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.report.evidence import EVIDENCE_KEY, STATUS_KEY, EvidenceError, StatusReport, assemble, parts
-from acceptance_workload.report.model import Report
 from pydantic import ValidationError
 
 from acceptance_operator.building import manifests

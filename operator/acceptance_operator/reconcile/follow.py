@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import kopf
-from acceptance_workload.contract.results import CHECK_NAMES
+from acceptance_workload.checks.registry import CHECK_NAMES
 from acceptance_workload.report import evidence
 from kubernetes.client.exceptions import ApiException
 

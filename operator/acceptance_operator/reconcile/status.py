@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import kopf
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 

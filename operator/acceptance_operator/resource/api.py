@@ -12,10 +12,10 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from acceptance_workload import __version__
+from acceptance_workload.checks.registry import CHECK_NAMES
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec
-from acceptance_workload.configuration.profiles import ProfileName
 from acceptance_workload.contract.config import Fabric
-from acceptance_workload.contract.results import CHECK_NAMES
+from acceptance_workload.contract.profiles import ProfileName
 from acceptance_workload.contract.wire import WireModel, byte_size, text
 from acceptance_workload.report.evidence import StatusReport
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator

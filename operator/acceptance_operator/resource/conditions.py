@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from acceptance_workload.configuration.profiles import CPU_SMOKE
+from acceptance_workload.contract.profiles import CPU_SMOKE
 
 from acceptance_operator.resource.api import Condition, Phase
 

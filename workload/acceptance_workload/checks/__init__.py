@@ -1,9 +1,13 @@
 """The checks, one package each, in the order a run takes them: preflight, gpu, nccl, ddp, fsdp, storage, soak.
 
 Each package holds what its check measures on every rank, its rows of the rule table (rules.py: a
-contract/rules.Table) that judge it, and its parts of the text, HTML and JUnit reports (parts.py:
-report/parts.ReportParts, walked by writers/). Beside the packages: registry (the checks in run order), table
-(every check's rows, walked from the registry) and contention (a busy host named on any check's timing failure).
+contract/rules.Table) that judge it, its parts of the text, HTML and JUnit reports (parts.py:
+report/parts.ReportParts, walked by writers/), its share of the profiles (profile.py: a
+contract/profiles.CheckProfile, its floors per GPU model, which are estimates and its CPU smoke cut, walked by
+configuration/profiles.py) and its fields of the report (details.py: report/details.Detail). Beside the packages:
+registry (the checks in run order, and so their names), table (every check's rows, walked from the registry),
+report_model (the Report: every check's fields, walked from the registry) and contention (a busy host named on
+any check's timing failure).
 A check may import contract/, report/, runtime/ and another check's package (fsdp and storage reuse ddp's
 training loop); never the run (run.py, local.py) above it, never the operator. torch is imported inside
 functions only.

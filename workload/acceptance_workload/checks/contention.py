@@ -10,7 +10,7 @@ from __future__ import annotations
 from acceptance_workload.checks import table
 from acceptance_workload.checks.nccl.rules import SLOW_BLOCK
 from acceptance_workload.checks.preflight import hostload
-from acceptance_workload.report.model import HostLoad, NodeFacts, Report
+from acceptance_workload.report.model import HostLoad, NodeFacts, ReportBase
 
 
 def timed(check: str, name: str) -> bool:
@@ -29,7 +29,7 @@ def _worst(facts: NodeFacts, stage: str) -> HostLoad | None:
     return None
 
 
-def annotate(report: Report) -> int:
+def annotate(report: ReportBase) -> int:
     """Put the host-contention sentence in front of every failed timing result whose node's host was saturated
     (any saturated node for a job-wide result): first, so that a clipped message (the status part keeps 300
     characters) still says it. Idempotent; returns how many results it changed."""

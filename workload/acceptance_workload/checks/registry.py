@@ -1,8 +1,8 @@
 """The registry: every check, in the order a run takes them. Adding a check is its package and one line here.
 
 The run (run.Runner.checks) walks it; each entry is the package's CHECK (runtime.stages.Check: the check's name
-and its stage). The order is the contract's too (spec.results.CHECK_NAMES, the report's and the CRD's order);
-a test holds the two together.
+and its stage). Its names are the only list of them: the contract's check name (contract/results.CheckName, which
+validates against them and is an enum of them in the CRD), the report's order and spec.checks' order are these.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ CHECKS: tuple[Check, ...] = (
     storage.CHECK,
     soak.CHECK,
 )
+CHECK_NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
 
 
 def after(name: str) -> tuple[Check, ...]:

@@ -12,8 +12,9 @@ import os
 from pydantic import Field
 
 from acceptance_workload.configuration.checks import ChecksSpec
-from acceptance_workload.configuration.profiles import ProfileName, estimated_thresholds, resolve_checks
+from acceptance_workload.configuration.profiles import estimated_thresholds, resolve_checks
 from acceptance_workload.contract.config import CONFIG_ENV, Fabric, Mode, PodLimits, TestRef
+from acceptance_workload.contract.profiles import ProfileName
 from acceptance_workload.contract.terms import Transport
 from acceptance_workload.contract.wire import WireModel
 
@@ -51,7 +52,7 @@ class WorkloadConfig(WireModel):
         gpus = int(facts.get("gpus_per_node", cls.model_fields["gpus_per_node"].default))
         fabric = str(facts.get("fabric", cls.model_fields["fabric"].default))
         return cls(checks=resolve_checks(checks, profile, nodes, gpus, fabric), profile=profile, nodes=nodes,
-                   estimated_thresholds=estimated_thresholds(checks, profile, nodes), **facts)
+                   estimated_thresholds=estimated_thresholds(checks, profile, nodes, gpus, fabric), **facts)
 
     def required_transport(self) -> Transport | None:
         """The inter-node transport a run must show: explicit, or implied by the fabric."""

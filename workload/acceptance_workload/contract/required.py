@@ -27,7 +27,7 @@ class Required:
 @dataclass(frozen=True)
 class Due:
     """What decides which results are required: the operator's config, the run's nodes, and the (re-judged,
-    job-wide) report when one is read (a report.model.Report; None: none is, and nothing that only a report's own
+    job-wide) report when one is read (a checks.report_model.Report; None: none is, and nothing that only a report's own
     results make due, such as nccl's localisation, is asked for)."""
 
     config: RunConfig

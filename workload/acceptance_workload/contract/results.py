@@ -7,15 +7,49 @@ the report but this: the spec family stays below the report family.
 
 from __future__ import annotations
 
-from typing import Literal
+import functools
+import importlib
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic_core import core_schema
 
 from acceptance_workload.contract.wire import WireModel
 
-CheckName = Literal["preflight", "gpu", "nccl", "ddp", "fsdp", "storage", "soak"]
-CHECK_NAMES: tuple[CheckName, ...] = (  # the order they run in
-    "preflight", "gpu", "nccl", "ddp", "fsdp", "storage", "soak")
+REGISTRY = "acceptance_workload.checks.registry"  # the checks, in the order they run
+
+
+@functools.cache
+def check_names() -> tuple[str, ...]:
+    """The checks' names in run order: the registry's (checks/registry.py).
+
+    The contract says what a check name is; which names exist is the registry's to say, and a new check is its
+    package and one line there. The registry sits above the contract (every check imports it), so it is found
+    by name at first use, as a plugin host finds its plugins, never while it is still being imported.
+    """
+    return tuple(importlib.import_module(REGISTRY).CHECK_NAMES)
+
+
+def _known(name: str) -> str:
+    if name not in check_names():
+        raise ValueError(f"no check is called {name!r}; the checks are {', '.join(check_names())}")
+    return name
+
+
+class _OneOfTheChecks:
+    """A check name: a string the registry lists, and in JSON schema (the CRD) an enum of them in run order."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_after_validator_function(_known, core_schema.str_schema())
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> dict[str, Any]:
+        return {"enum": list(check_names()), "type": "string"}
+
+
+CheckName = Annotated[str, _OneOfTheChecks]
 Comparison = Literal["ge", "le", "eq", "info"]
 
 

@@ -1,6 +1,8 @@
 """The report: what a run found, how it is written for people and machines, and how it reaches the cluster.
 
-- model: the report (Report, Environment, per-check details) and what it means (verdict, counts, headline);
+- model: what every report holds (ReportBase, Environment; the seven checks' detail models) and what it means
+  (verdict, counts, headline); the Report with every check's fields is assembled above, from the registry
+  (checks/report_model.py); details: what a check declares of its fields (Detail) and how the evidence holds them;
 - render: what the text report shares (the verdict table, the nodes' facts, a table's layout) and the termination
   message; html_base, html_nodes: what the HTML page shares (escaping, inline SVG, a part drawn on its own) and
   the nodes' facts; parts: what a check adds to the reports (ReportParts: its tables, plots, JUnit output),

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceptance_workload.contract.config import TestRef
-from acceptance_workload.report.model import Report, Skip
+from acceptance_workload.report.model import ReportBase, Skip
 from acceptance_workload.report.render import TERMINATION_LOG_LIMIT, summary
 
 NOT_DELIVERED = "report NOT delivered"
@@ -61,7 +61,7 @@ def delivery_seconds(timeout_seconds: float, elapsed: float, ceiling: float) -> 
     return max(MIN_DELIVERY_SECONDS, min(ceiling, timeout_seconds - elapsed))
 
 
-def not_delivered(error: str, address: str, report: Report) -> str:
+def not_delivered(error: str, address: str, report: ReportBase) -> str:
     """The termination message of a pod whose report was not delivered: the delivery's failure first, then what
     the checks said (the report's own summary, which nobody has verified)."""
     said = summary(report).splitlines()
@@ -71,7 +71,7 @@ def not_delivered(error: str, address: str, report: Report) -> str:
     return text if len(text) <= TERMINATION_LOG_LIMIT else text[:TERMINATION_LOG_LIMIT - 4] + "\n..."
 
 
-def report_line(report: Report) -> str:
+def report_line(report: ReportBase) -> str:
     """The report as one marked log line (compact JSON, no newline inside), the last line of an undelivered run's
     log."""
     return REPORT_LINE + json.dumps(report.to_wire(), separators=(",", ":"))
@@ -154,7 +154,7 @@ def probe(test: TestRef, *, kubeconfig: str | None = None, seconds: float = PROB
         time.sleep(min(left, 2.0))
 
 
-def reach_stage(session: Any, test: TestRef, report: Report, progress: Callable[[str], None]) -> bool:
+def reach_stage(session: Any, test: TestRef, report: ReportBase, progress: Callable[[str], None]) -> bool:
     """Every rank, before the checks: rank 0 probes the API server and every rank learns the answer. False: it
     cannot be reached, the report says so (its error, every enabled check skipped) and no check runs."""
     why = None
@@ -172,7 +172,7 @@ def reach_stage(session: Any, test: TestRef, report: Report, progress: Callable[
     return False
 
 
-def deliver(test: TestRef, report: Report, code: int, *, termination_log: str, timeout_seconds: float,
+def deliver(test: TestRef, report: ReportBase, code: int, *, termination_log: str, timeout_seconds: float,
             elapsed: float, unreachable: bool, log: Callable[[str], None]) -> int:
     """Rank 0's finished report into the test's evidence ConfigMaps; `code` (the verdict's exit code) if it got
     there, else 2. The termination message says "not delivered" while the delivery is retried and after a

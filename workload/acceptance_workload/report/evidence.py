@@ -25,9 +25,10 @@ from typing import TypeVar
 
 from pydantic import Field
 
-from acceptance_workload.contract.results import CHECK_NAMES, CheckName, CheckResult
+from acceptance_workload.contract.results import CheckName, CheckResult, check_names
 from acceptance_workload.contract.wire import WireModel
-from acceptance_workload.report.model import Environment, NcclSweep, Report, SoakSeries
+from acceptance_workload.report.details import Detail
+from acceptance_workload.report.model import Environment, ReportBase, full_model
 
 NODES_PER_SHARD = 8  # ~45 KB of evidence a node (8 GPUs): 8 nodes stay far under the 1 MiB object limit
 SHARD_BUDGET_BYTES = 900 * 1024  # a shard larger than this drops its sweep rows (and says so)
@@ -126,7 +127,7 @@ def _short(r: CheckResult) -> str:
     return _clip(f"{r.check}/{r.name}{gpu}: {r.message or r.value}", MAX_ROW_FAILURE) or ""
 
 
-def node_rows(report: Report) -> list[NodeRow]:
+def node_rows(report: ReportBase) -> list[NodeRow]:
     by_node: dict[str, list[CheckResult]] = {n: [] for n in report.environment.hostnames}
     for r in report.results:
         if r.node:
@@ -139,7 +140,7 @@ def node_rows(report: Report) -> list[NodeRow]:
     return rows
 
 
-def compact(report: Report, evidence: list[str]) -> StatusReport:
+def compact(report: ReportBase, evidence: list[str]) -> StatusReport:
     """The status part of a report."""
     failures = [r for r in report.results if not r.passed]
     tally, headline = report.tally(), report.headline()
@@ -162,29 +163,24 @@ def compact(report: Report, evidence: list[str]) -> StatusReport:
     )
 
 
-def _node_groups(report: Report, groups: int) -> list[list[str]]:
+def _node_groups(report: ReportBase, groups: int) -> list[list[str]]:
     nodes = sorted({*report.environment.hostnames, *(r.node for r in report.results if r.node),
                     *(n.node for n in report.nodes)})
     per = max(NODES_PER_SHARD, math.ceil(len(nodes) / groups)) if nodes else NODES_PER_SHARD
     return [nodes[k * per:(k + 1) * per] for k in range(groups)]
 
 
-def _sweep_node(sweep: NcclSweep) -> str | None:
-    """The node a sweep belongs to (one node's intra-node sweep); None for a job-wide one."""
-    return sweep.node if sweep.scope == "node" else None
-
-
-def _job_wide(report: Report) -> Report:
-    """The job-wide part: everything but what belongs to a node (results, sweeps of one node, per-node rows)."""
-    def emptied(part: WireModel | None, field: str) -> WireModel | None:
-        return part.model_copy(update={field: []}) if part is not None else None
-    return report.model_copy(update={
-        "results": [r for r in report.results if r.node is None],
-        "nccl": [s for s in report.nccl if _sweep_node(s) is None],
-        "ddp": emptied(report.ddp, "ranks"), "gpu": emptied(report.gpu, "rows"),
-        "fsdp": emptied(report.fsdp, "ranks"), "storage": emptied(report.storage, "nodes"),
-        "soak": emptied(report.soak, "gpus"), "nodes": [],
-    }, deep=True)
+def _job_wide(report: ReportBase) -> ReportBase:
+    """The job-wide part: everything but what belongs to a node (results, each detail's rows of a node, the nodes'
+    facts)."""
+    update: dict[str, object] = {"results": [r for r in report.results if r.node is None], "nodes": []}
+    for d in report.DETAILS:
+        value = getattr(report, d.name)
+        if d.rows == "":
+            update[d.name] = [row for row in value if d.row_node(row) is None]
+        elif d.rows is not None:
+            update[d.name] = value.model_copy(update={d.rows: []}) if value is not None else None
+    return report.model_copy(update=update, deep=True)
 
 
 def _spread(items: list[T], node_of: Callable[[T], str | None], shard_of: dict[str, int], count: int) -> list[list[T]]:
@@ -197,46 +193,49 @@ def _spread(items: list[T], node_of: Callable[[T], str | None], shard_of: dict[s
     return out
 
 
-def _node_parts(report: Report, groups: list[list[str]]) -> list[Report]:
-    """The part of the report about each group of nodes: their results, node sweeps, per-node rows and facts."""
+def _node_parts(report: ReportBase, groups: list[list[str]]) -> list[ReportBase]:
+    """The part of the report about each group of nodes: their results, each detail's rows of them, their facts."""
     shard_of = {node: k for k, group in enumerate(groups) for node in group}
 
     def spread(items: list[T], node_of: Callable[[T], str | None] = lambda x: x.node) -> list[list[T]]:
         return _spread(items, node_of, shard_of, len(groups))
 
-    def per_node(part: WireModel | None, field: str) -> list[WireModel | None]:
-        if part is None:
+    def detail_parts(d: Detail) -> list[object]:
+        value = getattr(report, d.name)
+        if d.rows == "":
+            return spread(value, d.row_node)
+        if value is None:
             return [None] * len(groups)
-        return [part.model_copy(update={field: mine}) for mine in spread(getattr(part, field))]
+        return [value.model_copy(update={d.rows: mine}) for mine in spread(getattr(value, d.rows), d.row_node)]
 
     results, nodes = spread(report.results), spread(report.nodes)
-    nccl = spread(report.nccl, _sweep_node)
-    ddp, gpu, fsdp = per_node(report.ddp, "ranks"), per_node(report.gpu, "rows"), per_node(report.fsdp, "ranks")
-    storage, soak = per_node(report.storage, "nodes"), per_node(report.soak, "gpus")
-    base = Report(mode=report.mode, generation=report.generation, uid=report.uid, run=report.run)
+    details = {d.name: detail_parts(d) for d in report.DETAILS if d.rows is not None}
+    base = type(report)(mode=report.mode, generation=report.generation, uid=report.uid, run=report.run)
     return [base.model_copy(update={
-        "results": results[k], "skipped": [], "nccl": nccl[k], "ddp": ddp[k], "gpu": gpu[k], "fsdp": fsdp[k],
-        "storage": storage[k], "soak": soak[k], "nodes": nodes[k], "failed_nodes": [],
+        "results": results[k], "skipped": [], **{name: parts[k] for name, parts in details.items()},
+        "nodes": nodes[k], "failed_nodes": [],
     }, deep=True) for k in range(len(groups))]
 
 
-def _fit(part: Report, budget: int = SHARD_BUDGET_BYTES) -> str:
-    """The shard's JSON; over budget, its sweep rows go first (the results keep the judged numbers)."""
+def _fit(part: ReportBase, budget: int = SHARD_BUDGET_BYTES) -> str:
+    """The shard's JSON; over budget, the results' messages are cut, then each detail that can shrink does (nccl's
+    sweep rows, then the burn-in's series), in run order, until it fits."""
     text = json.dumps(part.to_wire(), separators=(",", ":"))
-    if len(text) > budget:
-        part.nccl = [s.model_copy(update={"rows": [], "timing": "rows dropped: the shard was too large"})
-                     for s in part.nccl]
-        for r in part.results:
-            r.message = _clip(r.message, MAX_FAILURE_MESSAGE) or ""
+    if len(text) <= budget:
+        return text
+    for r in part.results:
+        r.message = _clip(r.message, MAX_FAILURE_MESSAGE) or ""
+    for d in (d for d in part.DETAILS if d.shrink is not None):
+        value = getattr(part, d.name)
+        if value:
+            setattr(part, d.name, d.shrink(value))
         text = json.dumps(part.to_wire(), separators=(",", ":"))
-    if len(text) > budget and part.soak is not None:  # the soak's plots go next (its results keep the verdicts)
-        part.soak.gpus = [g.model_copy(update={"series": SoakSeries()}) for g in part.soak.gpus]
-        part.soak.note = "series dropped: the shard was too large"
-        text = json.dumps(part.to_wire(), separators=(",", ":"))
+        if len(text) <= budget:
+            break
     return text
 
 
-def split(report: Report, names: list[str]) -> tuple[StatusReport, dict[str, str]]:
+def split(report: ReportBase, names: list[str]) -> tuple[StatusReport, dict[str, str]]:
     """The status part and each evidence ConfigMap's data (JSON of a partial Report), by name.
 
     `names` are the run's ConfigMaps (shard_names): the job-wide part goes into the first, the nodes,
@@ -258,7 +257,7 @@ def status_text(status: StatusReport) -> str:
     return json.dumps(status.model_dump(mode="json", by_alias=True, exclude_none=True), separators=(",", ":"))
 
 
-def deliveries(report: Report, names: list[str]) -> list[tuple[str, dict[str, str]]]:
+def deliveries(report: ReportBase, names: list[str]) -> list[tuple[str, dict[str, str]]]:
     """The ConfigMap writes that deliver `report`, in order: (name, data) for every node shard, then the job-wide
     ConfigMap with its evidence and the status part in one write, last (the mark that the evidence is complete)."""
     status, shards = split(report, names)
@@ -271,7 +270,7 @@ class EvidenceError(ValueError):
     """The evidence of a report cannot be put together: what is missing or does not belong."""
 
 
-def parts(status: StatusReport, read: Callable[[str], str | None]) -> Iterator[Report]:
+def parts(status: StatusReport, read: Callable[[str], str | None]) -> Iterator[ReportBase]:
     """Each evidence shard as a partial Report, the job-wide one first, read and parsed one at a time.
 
     `read` gives a shard's text by ConfigMap name. One at a time, so a reader that
@@ -288,7 +287,7 @@ def parts(status: StatusReport, read: Callable[[str], str | None]) -> Iterator[R
         if not text:
             raise EvidenceError(f"evidence ConfigMap {name} is missing or empty")
         try:
-            part = Report.model_validate_json(text)
+            part = full_model().model_validate_json(text)
         except ValueError as e:
             raise EvidenceError(f"evidence ConfigMap {name} could not be read: {str(e)[:300]}") from e
         if (part.generation, part.run, part.uid) != (status.generation, status.run, status.uid):
@@ -301,21 +300,18 @@ def parts(status: StatusReport, read: Callable[[str], str | None]) -> Iterator[R
         yield part
 
 
-def assemble(status: StatusReport, shards: dict[str, str | None]) -> Report:
+def assemble(status: StatusReport, shards: dict[str, str | None]) -> ReportBase:
     """The full report from its status part and its evidence shards (every one listed must be there)."""
     each = parts(status, shards.get)
     full = next(each)
     for part in each:
         full.results += part.results
-        full.nccl += part.nccl
         full.nodes += part.nodes
-        if full.ddp and part.ddp:
-            full.ddp.ranks += part.ddp.ranks
-        if full.gpu and part.gpu:
-            full.gpu.rows += part.gpu.rows
-        if full.fsdp and part.fsdp:
-            full.fsdp.ranks += part.fsdp.ranks
-        if full.storage and part.storage:
-            full.storage.nodes += part.storage.nodes
-    full.checks_run = [c for c in CHECK_NAMES if c in full.checks_run]
+        for d in (d for d in full.DETAILS if d.rows is not None):
+            mine, theirs = getattr(full, d.name), getattr(part, d.name)
+            if d.rows == "":
+                mine += theirs
+            elif mine is not None and theirs is not None:
+                getattr(mine, d.rows).extend(getattr(theirs, d.rows))
+    full.checks_run = [c for c in check_names() if c in full.checks_run]
     return full

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import html
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 
 
 def _e(text: object) -> str:
@@ -21,7 +21,7 @@ def _table(head: list[str], rows: list[list[object]], marked: list[bool] | None 
     return f"<table><tr>{cells}</tr>{body}</table>"
 
 
-def nodes_section(report: Report) -> str:
+def nodes_section(report: ReportBase) -> str:
     """'' when the preflight recorded no node facts."""
     if not report.nodes:
         return ""

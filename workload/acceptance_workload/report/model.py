@@ -13,9 +13,10 @@ with any failed result, has not passed.
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -25,8 +26,10 @@ from acceptance_workload.contract.results import (
 )
 from acceptance_workload.contract.terms import Collective, Transport
 from acceptance_workload.contract.wire import WireModel
+from acceptance_workload.report.details import Detail
 
 REPORT_VERSION = "v1"
+REPORT_MODEL = "acceptance_workload.checks.report_model"  # where the Report of the registry's checks is assembled
 # Names of the headline results, as the checks write them (job-wide: no node).
 ALL_REDUCE_BUSBW = "all_reduce_busbw"
 THROUGHPUT_PER_GPU = "throughput_per_gpu"
@@ -362,7 +365,13 @@ class Headline:
         return out
 
 
-class Report(WireModel):
+class ReportBase(WireModel):
+    """What every report holds, whichever checks ran. Each check's detail fields (report.gpu, report.nccl, ...)
+    come from the registry: checks/report_model.py assembles the Report, this model with every check's details
+    (runtime.stages.Check.details) in run order, which is what runs and readers build and parse; `DETAILS` lists
+    them for the evidence (evidence.py), which splits and joins each as its Detail says."""
+
+    DETAILS: ClassVar[tuple[Detail, ...]] = ()
     version: str = REPORT_VERSION
     mode: Literal["gpu", "cpu-smoke"] = "gpu"
     generation: int | None = Field(None, description="metadata.generation of the AcceptanceTest this ran for.")
@@ -377,20 +386,13 @@ class Report(WireModel):
     skipped: list[Skip] = Field(default_factory=list)
     failed_nodes: list[str] = Field(default_factory=list)
     environment: Environment = Field(default_factory=Environment)
-    gpu: GpuDetail | None = None
-    nccl: list[NcclSweep] = Field(default_factory=list)
-    localization: LocalizationDetail | None = None
-    ddp: DdpDetail | None = None
-    fsdp: FsdpDetail | None = None
-    storage: StorageDetail | None = None
-    soak: SoakDetail | None = None
     nodes: list[NodeFacts] = Field(default_factory=list, description="Each node's identity facts and host load.")
+    stage_errors: list[StageError] = Field(default_factory=list, description="Exceptions raised in checks' stages.")
 
     def gpu_identity(self, node: str | None, gpu: int | None) -> GpuIdentity | None:
         """The identity of GPU `gpu` on `node`, where the preflight read it."""
         facts = next((n for n in self.nodes if n.node == node), None)
         return None if facts is None or gpu is None else next((g for g in facts.gpus if g.gpu == gpu), None)
-    stage_errors: list[StageError] = Field(default_factory=list, description="Exceptions raised in checks' stages.")
 
     def missing_checks(self) -> list[CheckName]:
         """Enabled checks that produced no result at all."""
@@ -410,18 +412,20 @@ class Report(WireModel):
     def headline(self) -> Headline:
         """all_reduce busbw (the judged job-wide result, else the best row of the job-wide sweep of 2+ ranks: one
         rank moves no bytes), DDP numbers."""
+        sweeps: list[NcclSweep] = getattr(self, "nccl", [])  # nccl's and ddp's details (the registry's checks)
+        ddp: DdpDetail | None = getattr(self, "ddp", None)
         busbw_result = self._job_wide("nccl", ALL_REDUCE_BUSBW)
         busbw = busbw_result.value if busbw_result is not None else max(
-            (row.busbw_gbps for s in self.nccl if s.collective == "all_reduce" and s.scope == "job" and s.ranks > 1
+            (row.busbw_gbps for s in sweeps if s.collective == "all_reduce" and s.scope == "job" and s.ranks > 1
              for row in s.rows), default=None)
         throughput = self._job_wide("ddp", THROUGHPUT_PER_GPU)
         efficiency = self._job_wide("ddp", SCALING_EFFICIENCY)
         value = throughput.value if throughput else None
         unit = (throughput.unit or None) if throughput else None
-        if value is None and self.ddp and self.ddp.ranks:
-            value = sum(r.ddp_throughput for r in self.ddp.ranks) / len(self.ddp.ranks)
-        if unit is None and self.ddp:
-            unit = self.ddp.unit
+        if value is None and ddp and ddp.ranks:
+            value = sum(r.ddp_throughput for r in ddp.ranks) / len(ddp.ranks)
+        if unit is None and ddp:
+            unit = ddp.unit
         return Headline(all_reduce_busbw_gbps=busbw, ddp_throughput_per_gpu=value,
                         ddp_throughput_unit=unit if value is not None else None,
                         scaling_efficiency=efficiency.value if efficiency else None)
@@ -437,8 +441,15 @@ class Report(WireModel):
     def blamed_nodes(self) -> list[str]:
         return sorted({r.node for r in self.results if not r.passed and r.node})
 
-    def finalize(self) -> Report:
+    def finalize(self) -> ReportBase:
         """Set passed and failedNodes from the results, so the stored fields cannot disagree with them."""
         self.passed = self.verdict()
         self.failed_nodes = self.blamed_nodes()
         return self
+
+
+def full_model() -> type[ReportBase]:
+    """The Report of the registry's checks (checks/report_model.py), for what reads a report here, below the checks
+    (the evidence's shards): it is assembled above this family, so it is found by name, as a plugin host finds its
+    plugins, once the registry has been imported."""
+    return importlib.import_module(REPORT_MODEL).Report

@@ -16,21 +16,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 
 # (matplotlib's pyplot, the report, the page's problems) -> HTML; each drawing inside goes through html_base.part.
-HtmlPart = Callable[[Any, Report, "list[str] | None"], str]
+HtmlPart = Callable[[Any, ReportBase, "list[str] | None"], str]
 
 
 @dataclass(frozen=True)
 class ReportParts:
     """One check's parts of the reports. None: the check has no such part."""
 
-    text: Callable[[Report], str] | None = None  # its table(s) in the text report, before the verdict table
+    text: Callable[[ReportBase], str] | None = None  # its table(s) in the text report, before the verdict table
     html_plots: HtmlPart | None = None  # its plots, high on the page (before the nodes' heatmap)
     html_sections: HtmlPart | None = None  # its section after the heatmap
     html_tables: HtmlPart | None = None  # its raw tables, at the page's end
-    junit_out: Callable[[Report], str | None] | None = None  # more of its JUnit suite's system-out
+    junit_out: Callable[[ReportBase], str | None] | None = None  # more of its JUnit suite's system-out
     junit_per_gpu: bool = False  # one JUnit testcase per GPU holding all of its judgements, not one per result
 
 

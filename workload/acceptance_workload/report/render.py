@@ -12,7 +12,7 @@ from collections import defaultdict
 
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.wire import format_bytes
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 
 CPU_BANNER = "CPU SMOKE RUN (gloo on CPU, tiny sizes): NOT a GPU acceptance verdict"
 TERMINATION_LOG_LIMIT = 4000  # Kubernetes keeps 4096 bytes of a termination message
@@ -52,7 +52,7 @@ def table(rows: list[list[str]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
-def verdict_table(report: Report) -> str:
+def verdict_table(report: ReportBase) -> str:
     lines = []
     if report.mode == "cpu-smoke":
         lines += [f"*** {CPU_BANNER} ***", ""]
@@ -104,13 +104,13 @@ def verdict_table(report: Report) -> str:
     return "\n".join(lines)
 
 
-def verdict_line(report: Report, label: str = "") -> str:
+def verdict_line(report: ReportBase, label: str = "") -> str:
     """'FAILED: 1/2 checks passed': the verdict and the report's own tally (the operator's summary counts)."""
     t = report.tally()
     return f"{'PASSED' if report.verdict() else 'FAILED'}{label}: {t.passed}/{t.total} checks passed"
 
 
-def nodes_table(report: Report) -> str:
+def nodes_table(report: ReportBase) -> str:
     """Each node's versions and adapters, each GPU as a technician finds it, and the host's load by stage."""
     if not report.nodes:
         return ""
@@ -134,7 +134,7 @@ def nodes_table(report: Report) -> str:
     return "\n\n".join(parts)
 
 
-def summary(report: Report) -> str:
+def summary(report: ReportBase) -> str:
     """A few lines for the container's termination message (kubectl describe pod shows it)."""
     failed = [r for r in report.results if not r.passed]
     head = verdict_line(report)

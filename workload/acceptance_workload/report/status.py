@@ -26,7 +26,7 @@ from typing import Any
 
 from acceptance_workload.contract.config import TestRef
 from acceptance_workload.report.evidence import PROGRESS_KEY, STATUS_KEY, deliveries
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 from acceptance_workload.report.render import summary
 
 RETRY_STATUS = frozenset({409, 429, 500, 502, 503, 504})
@@ -61,7 +61,7 @@ def _describe(test: TestRef) -> str:
     return f"acceptancetests/{test.name} in namespace {test.namespace}"
 
 
-def patch_report(test: TestRef, report: Report, *, core: Any = None,
+def patch_report(test: TestRef, report: ReportBase, *, core: Any = None,
                  deadline_seconds: float = DEFAULT_DEADLINE_SECONDS, sleep: Callable[[float], None] = time.sleep,
                  log: Callable[[str], None] | None = None) -> None:
     """Deliver `report` for `test` into its evidence ConfigMaps (evidence.deliveries, in order), each write
@@ -150,7 +150,7 @@ def describe_refusal(what: str, test: TestRef, e: Any) -> str:
     return f"{what} failed: HTTP {status} {reason}: {hint}. {text[:500]}"
 
 
-def write_termination_log(report: Report | str, path: str | os.PathLike = TERMINATION_LOG) -> bool:
+def write_termination_log(report: ReportBase | str, path: str | os.PathLike = TERMINATION_LOG) -> bool:
     """A short summary (or the given text) where Kubernetes reads the container's termination message, if that
     file is writable."""
     p = Path(path)

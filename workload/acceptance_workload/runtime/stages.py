@@ -35,9 +35,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from acceptance_workload.contract import rules
+from acceptance_workload.contract.profiles import CheckProfile
 from acceptance_workload.contract.required import Due, Required
 from acceptance_workload.contract.results import CheckName, CheckResult
 from acceptance_workload.contract.wire import WireModel
+from acceptance_workload.report.details import Detail
 from acceptance_workload.report.model import StageError
 from acceptance_workload.report.parts import NO_PARTS, ReportParts
 from acceptance_workload.runtime.control import (
@@ -52,7 +54,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from acceptance_workload.contract.config import RunConfig
-    from acceptance_workload.report.model import Report
+    from acceptance_workload.report.model import ReportBase
     from acceptance_workload.runtime.launch import Session
     from acceptance_workload.runtime.watchdog import Watchdog
 
@@ -70,7 +72,7 @@ class StageRunner(Protocol):
     the run, NCCL's log file). A protocol, not run.Runner itself, so the checks do not import the run."""
 
     config: RunConfig
-    report: Report
+    report: ReportBase
     versions: Any
     occupancy: Any  # checks.preflight.occupancy.Occupancy or None
     nccl_log: Path | None
@@ -96,8 +98,11 @@ class Check:
     report's `check`), its stage, what every rank runs, its spec model (spec.checks.<name>: checks/<name>/spec.py; the
     spec's ChecksSpec and so the CRD walk the registry for it), its rows of the rule table (checks/<name>/rules.py; the
     operator's re-judging walks the registry for them), its parts of the reports people read (report/parts.py;
-    the writers walk the registry for them) and the results a report must hold of it (contract/required.py; the
-    operator's re-judging walks the registry for them). A gate's stage returns False when the check failed: the
+    the writers walk the registry for them), the results a report must hold of it (contract/required.py; the
+    operator's re-judging walks the registry for them), its share of the profiles' defaults
+    (checks/<name>/profile.py: its floors per profile, which are estimates, its CPU smoke cut;
+    configuration/profiles.py walks the registry for them) and its detail fields of the report (report/details.py;
+    checks/report_model.py assembles the Report from them). A gate's stage returns False when the check failed: the
     checks after it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
 
     name: CheckName
@@ -108,6 +113,8 @@ class Check:
     parts: ReportParts = NO_PARTS
     required: Callable[[Due], list[Required]] | None = None
     quick: Callable[[Any], Any] | None = None  # its spec (spec.checks.<name>) cut for `local --quick`
+    profile: CheckProfile | None = None  # its defaults per profile (contract/profiles.py); None: it has none
+    details: tuple[Detail, ...] = ()  # its fields of the report (report/details.py; checks/report_model.py)
 
 
 class StageBroken(RuntimeError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 
 
 class ExportError(RuntimeError):

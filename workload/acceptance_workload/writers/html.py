@@ -28,13 +28,13 @@ from collections.abc import Callable
 from typing import Any
 
 from acceptance_workload.checks.registry import CHECKS
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.html_base import escape as _e
 from acceptance_workload.report.html_base import part, pyplot
 from acceptance_workload.report.html_base import svg as _svg
 from acceptance_workload.report.html_base import threshold as _threshold
 from acceptance_workload.report.html_nodes import nodes_section
-from acceptance_workload.report.model import Report
 from acceptance_workload.report.render import CPU_BANNER, human_bytes, verdict_line
 
 HEATMAP_ID = "plot-node-heatmap"

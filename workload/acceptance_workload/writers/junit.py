@@ -18,10 +18,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-from acceptance_workload.checks.registry import CHECKS
-from acceptance_workload.contract.results import CHECK_NAMES, CheckResult
+from acceptance_workload.checks.registry import CHECK_NAMES, CHECKS
+from acceptance_workload.checks.report_model import Report
+from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.contract.rules import STAGE_ERROR
-from acceptance_workload.report.model import GpuIdentity, Report
+from acceptance_workload.report.model import GpuIdentity
 from acceptance_workload.report.parts import NO_PARTS
 
 SUITES_NAME = "gpu-acceptance"

@@ -4,7 +4,7 @@ the verdict table at the end, where a terminal leaves it in view."""
 from __future__ import annotations
 
 from acceptance_workload.checks.registry import CHECKS
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 from acceptance_workload.report.render import nodes_table, verdict_table
 
 

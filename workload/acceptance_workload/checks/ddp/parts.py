@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from acceptance_workload.report.html_base import part, svg
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.report.render import table
 
@@ -14,7 +14,7 @@ DDP_PLOT_ID = "plot-ddp-ranks"
 DDP_BARS_MAX = 64  # more ranks than this: points instead of bars
 
 
-def ddp_figure(plt: Any, report: Report) -> str:
+def ddp_figure(plt: Any, report: ReportBase) -> str:
     """Each rank's one-GPU baseline and DDP throughput side by side: a straggler is the short pair.
 
     Over DDP_BARS_MAX ranks, points instead of bars (a thousand nodes have eight thousand ranks).
@@ -42,7 +42,7 @@ def ddp_figure(plt: Any, report: Report) -> str:
     return svg(plt, fig, "ddp")
 
 
-def ddp_table(report: Report) -> str:
+def ddp_table(report: ReportBase) -> str:
     d = report.ddp
     if d is None:
         return ""
@@ -54,7 +54,7 @@ def ddp_table(report: Report) -> str:
     return head + "\n" + table(rows)
 
 
-def ddp_section(plt: Any, report: Report, problems: list[str] | None) -> str:
+def ddp_section(plt: Any, report: ReportBase, problems: list[str] | None) -> str:
     if not (report.ddp and report.ddp.ranks):
         return ""
     ddp = part(problems, "the DDP plot", lambda: ddp_figure(plt, report))

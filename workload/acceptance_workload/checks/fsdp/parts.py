@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.report.render import table
 
 
-def fsdp_table(report: Report) -> str:
+def fsdp_table(report: ReportBase) -> str:
     """checks.fsdp per rank: throughput alone and sharded, and peak memory against what sharding predicts."""
     d = report.fsdp
     if d is None:

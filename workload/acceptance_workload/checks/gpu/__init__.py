@@ -2,10 +2,13 @@
 against the node's median GPU (a GPU failing the ratio is measured again before it is named): gpubench.
 
 spec.py holds its spec model (spec.checks.gpu), rules.py its rows of the rule table (how each result it writes
-is judged).
+is judged), profile.py its share of the profiles' defaults (its floors per GPU model, which of them are estimates,
+what holds for the run's shape and sizes, its cut for a CPU smoke run).
 """
 
+from acceptance_workload.checks.gpu.details import DETAILS
 from acceptance_workload.checks.gpu.parts import PARTS
+from acceptance_workload.checks.gpu.profile import PROFILE
 from acceptance_workload.checks.gpu.quick import quick
 from acceptance_workload.checks.gpu.required import required
 from acceptance_workload.checks.gpu.rules import RULES
@@ -13,4 +16,5 @@ from acceptance_workload.checks.gpu.spec import GpuCheck
 from acceptance_workload.checks.gpu.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("gpu", stage, RULES, spec=GpuCheck, parts=PARTS, required=required, quick=quick)
+CHECK = Check("gpu", stage, RULES, spec=GpuCheck, parts=PARTS, required=required, quick=quick,
+              profile=PROFILE, details=DETAILS)

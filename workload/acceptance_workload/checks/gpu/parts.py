@@ -3,12 +3,12 @@ failures table show them there)."""
 
 from __future__ import annotations
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.report.render import human_bytes, table
 
 
-def gpu_table(report: Report) -> str:
+def gpu_table(report: ReportBase) -> str:
     """Every GPU's per-GPU measurements, one row each (the medians of the windows)."""
     d = report.gpu
     if d is None:

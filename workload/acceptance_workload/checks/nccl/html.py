@@ -13,7 +13,7 @@ from acceptance_workload.checks.nccl.html_reference import NCCL_TESTS_REFERENCE,
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.html_base import escape as _e
 from acceptance_workload.report.html_base import part, svg
-from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclSweep, Report
+from acceptance_workload.report.model import ONE_RANK_BUSBW, NcclSweep, ReportBase
 from acceptance_workload.report.render import human_bytes
 
 NCCL_PLOT_ID = "plot-nccl-{collective}"  # one figure per collective; the Chromium test counts them by this id
@@ -21,14 +21,14 @@ LATENCY_PLOT_ID = "plot-latency"
 NODE_LINES_MAX = 8  # more nodes' sweeps than this in one plot: a band (min to max, median), failed nodes drawn each
 
 
-def reference_for(report: Report, sweep: NcclSweep) -> NcclReference | None:
+def reference_for(report: ReportBase, sweep: NcclSweep) -> NcclReference | None:
     """The nccl-tests reference measured on this sweep's kind of machine (GPU model and ranks), if any."""
     model = (report.environment.gpu_model or "").strip().upper()
     return next((ref for ref in NCCL_TESTS_REFERENCE
                  if ref.gpu.upper() == model and ref.ranks == sweep.ranks and sweep.collective in ref.busbw), None)
 
 
-def floor_for(report: Report, sweep: NcclSweep) -> CheckResult | None:
+def floor_for(report: ReportBase, sweep: NcclSweep) -> CheckResult | None:
     """The judged busbw result of this sweep: its threshold is the floor drawn on the plot."""
     name = f"{sweep.collective}_busbw" if sweep.scope == "job" else f"node_{sweep.collective}_busbw"
     node = None if sweep.scope == "job" else sweep.node
@@ -63,7 +63,7 @@ def _node_band(ax: Any, sweeps: list[NcclSweep]) -> None:
             label=f"{len(sweeps)} other nodes: median")
 
 
-def nccl_figure(plt: Any, report: Report, collective: str, sweeps: list[NcclSweep]) -> str:
+def nccl_figure(plt: Any, report: ReportBase, collective: str, sweeps: list[NcclSweep]) -> str:
     """busbw against message size, log-log: the job-wide sweep, the nodes' (failed ones each), floors, reference."""
     fig, ax = plt.subplots(figsize=(7.2, 3.6))
     many = sum(1 for s in sweeps if s.scope == "node") > NODE_LINES_MAX
@@ -99,7 +99,7 @@ def nccl_figure(plt: Any, report: Report, collective: str, sweeps: list[NcclSwee
     return svg(plt, fig, f"nccl-{collective}")
 
 
-def latency_figure(plt: Any, report: Report) -> str | None:
+def latency_figure(plt: Any, report: ReportBase) -> str | None:
     """all_reduce time per operation from 8 B to 64 KiB (latency.py), job and nodes, with the ceilings judged."""
     sweeps = [s for s in report.nccl if s.collective == "all_reduce" and latency.window(s.rows)]
     if not sweeps:
@@ -127,7 +127,7 @@ def latency_figure(plt: Any, report: Report) -> str | None:
     return svg(plt, fig, "nccl-latency")
 
 
-def _nccl_section(plt: Any, report: Report, problems: list[str] | None = None) -> str:
+def _nccl_section(plt: Any, report: ReportBase, problems: list[str] | None = None) -> str:
     by_collective: dict[str, list[NcclSweep]] = {}
     for s in report.nccl:
         by_collective.setdefault(s.collective, []).append(s)
@@ -151,7 +151,7 @@ def _nccl_section(plt: Any, report: Report, problems: list[str] | None = None) -
     return "\n".join(parts) + f'<div class="plots">{"".join(figures)}</div>'
 
 
-def _sweep_tables(report: Report) -> str:
+def _sweep_tables(report: ReportBase) -> str:
     if not report.nccl:
         return ""
     blocks = []
@@ -166,12 +166,12 @@ def _sweep_tables(report: Report) -> str:
     return "<h2>NCCL sweep tables</h2>" + "".join(blocks)
 
 
-def plots(plt: Any, report: Report, problems: list[str] | None) -> str:
+def plots(plt: Any, report: ReportBase, problems: list[str] | None) -> str:
     """High on the page: the busbw and latency plots, then the localisation section."""
     return "\n".join(p for p in (part(problems, "the NCCL plots", lambda: _nccl_section(plt, report, problems)),
                                  part(problems, "the localisation section", lambda: localization_section(report)))
                      if p)
 
 
-def tables(_plt: Any, report: Report, problems: list[str] | None) -> str:
+def tables(_plt: Any, report: ReportBase, problems: list[str] | None) -> str:
     return part(problems, "the NCCL sweep tables", lambda: _sweep_tables(report))

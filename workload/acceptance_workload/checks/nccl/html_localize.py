@@ -6,7 +6,7 @@ from __future__ import annotations
 from acceptance_workload.checks.nccl import localize
 from acceptance_workload.report.html_base import escape as _e
 from acceptance_workload.report.html_base import threshold as _threshold
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 from acceptance_workload.report.render import human_bytes
 
 LOCALIZE_NODES_MAX = 64  # more nodes than this: the named ones, then the lowest against the median
@@ -22,7 +22,7 @@ def _ratio(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
-def _localization_nodes(report: Report, named: set[str]) -> str:
+def _localization_nodes(report: ReportBase, named: set[str]) -> str:
     """One row per node the report judged: its best pair beside the median of the other nodes', the outlier marked."""
     d = report.localization
     assert d is not None
@@ -52,7 +52,7 @@ def _localization_nodes(report: Report, named: set[str]) -> str:
             f"<th>pairs (GB/s)</th></tr>{''.join(rows)}</table>{note}")
 
 
-def _localization_groups(report: Report, named: set[str], nodes: set[str]) -> str:
+def _localization_groups(report: ReportBase, named: set[str], nodes: set[str]) -> str:
     """Every group of the stage, round by round, beside what it was compared with; a group with an outlier marked."""
     d = report.localization
     assert d is not None
@@ -74,7 +74,7 @@ def _localization_groups(report: Report, named: set[str], nodes: set[str]) -> st
     return f"<details{opened}><summary>Groups, round by round ({len(views)})</summary>{table}</details>"
 
 
-def localization_section(report: Report) -> str:
+def localization_section(report: ReportBase) -> str:
     """The inter-node localisation stage: how it judged, each node beside the median, every group it measured."""
     d = report.localization
     if d is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 from acceptance_workload.checks.nccl import html, localize
-from acceptance_workload.report.model import NcclSweep, Report
+from acceptance_workload.report.model import NcclSweep, ReportBase
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.report.render import human_bytes, table
 
@@ -29,7 +29,7 @@ def nccl_table(sweep: NcclSweep) -> str:
     return "\n".join(lines)
 
 
-def localization_table(report: Report) -> str:
+def localization_table(report: ReportBase) -> str:
     """The localisation stage: every group it measured, round by round, beside what it was compared with.
 
     The named nodes are marked; a report cut to some nodes (`report NAME --node N`) keeps their groups.
@@ -57,7 +57,7 @@ def localization_table(report: Report) -> str:
     return head + "\n" + table(rows)
 
 
-def nccl_text(report: Report) -> str:
+def nccl_text(report: ReportBase) -> str:
     """Every sweep, then the localisation's groups."""
     parts = [nccl_table(s) for s in report.nccl]
     if report.localization:
@@ -65,7 +65,7 @@ def nccl_text(report: Report) -> str:
     return "\n\n".join(parts)
 
 
-def junit_out(report: Report) -> str | None:
+def junit_out(report: ReportBase) -> str | None:
     return localization_table(report) if report.localization is not None else None
 
 

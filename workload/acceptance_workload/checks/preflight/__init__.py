@@ -6,13 +6,15 @@
 - hostload: the host's load, steal and busiest outside processes; nodefacts: each GPU's identity (UUID,
   serial, bus id, VBIOS, InfoROM) for the evidence and every failure that names a GPU;
 - binding: CPU and NUMA binding of each rank; mig: MIG mode.
-- spec: its spec model (spec.checks.preflight); rules: its rows of the rule table (how each result it writes is judged).
+- spec: its spec model (spec.checks.preflight); rules: its rows of the rule table (how each result it writes is judged);
+  profile: its share of the profiles' defaults (each GPU model's node limits, its cut for a CPU smoke run).
 """
 
+from acceptance_workload.checks.preflight.profile import PROFILE
 from acceptance_workload.checks.preflight.required import required
 from acceptance_workload.checks.preflight.rules import RULES
 from acceptance_workload.checks.preflight.spec import PreflightCheck
 from acceptance_workload.checks.preflight.stage import stage
 from acceptance_workload.runtime.stages import Check
 
-CHECK = Check("preflight", stage, RULES, spec=PreflightCheck, gate=True, required=required)
+CHECK = Check("preflight", stage, RULES, spec=PreflightCheck, gate=True, required=required, profile=PROFILE)

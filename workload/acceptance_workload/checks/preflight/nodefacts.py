@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from acceptance_workload.report.model import GpuIdentity, HostLoad, Nic, NodeFacts, Report
+from acceptance_workload.report.model import GpuIdentity, HostLoad, Nic, NodeFacts, ReportBase
 from acceptance_workload.runtime.gpus import nvml_init, nvml_target
 
 ETHTOOL_SECONDS = 2  # one interface's `ethtool -i`: a hung driver must not hold the preflight
@@ -149,7 +149,7 @@ def merge(parts: Iterable[tuple[str, Mapping[str, Any] | None]]) -> list[NodeFac
     return [by_node[n] for n in sorted(by_node)]
 
 
-def add_loads(report: Report, loads: Iterable[tuple[str, list[HostLoad]]]) -> None:
+def add_loads(report: ReportBase, loads: Iterable[tuple[str, list[HostLoad]]]) -> None:
     """Each node's stage-by-stage host load (hostload.Watch) into its facts."""
     for node, more in loads:
         facts = next((n for n in report.nodes if n.node == node), None)
@@ -159,7 +159,7 @@ def add_loads(report: Report, loads: Iterable[tuple[str, list[HostLoad]]]) -> No
         facts.host_load += more
 
 
-def gather_loads(session: Any, watch: Any, report: Report) -> None:
+def gather_loads(session: Any, watch: Any, report: ReportBase) -> None:
     """Each node's host load stage by stage (its local rank 0's hostload.Watch, None elsewhere), gathered on
     every rank into rank 0's report's node facts."""
     loads = None
@@ -172,7 +172,7 @@ def gather_loads(session: Any, watch: Any, report: Report) -> None:
                            for info, part in zip(session.ranks, gathered, strict=True) if part))
 
 
-def annotate(report: Report) -> int:
+def annotate(report: ReportBase) -> int:
     """Every failed result naming a GPU gets the GPU's serial and bus id in its message. Idempotent."""
     changed = 0
     for r in report.results:

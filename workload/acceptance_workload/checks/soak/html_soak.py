@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report.html_base import escape as _e
-from acceptance_workload.report.model import Report, SoakGpu
+from acceptance_workload.report.model import ReportBase, SoakGpu
 
 SECTION_ID = "soak"
 W, H, PAD = 300, 110, 30  # one panel's size and its left margin, pixels
@@ -82,7 +82,7 @@ def gpu_figure(g: SoakGpu, results: list[CheckResult], duration: float) -> str:
             f"(rank {g.rank}){more}</figcaption>{''.join(panels)}{verdict}{unsupported}</figure>")
 
 
-def soak_section(report: Report) -> str:
+def soak_section(report: ReportBase) -> str:
     """The section, '' when no soak ran."""
     soak = report.soak
     if soak is None or not soak.gpus:

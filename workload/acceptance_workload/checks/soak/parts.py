@@ -7,11 +7,11 @@ from typing import Any
 
 from acceptance_workload.checks.soak.html_soak import soak_section
 from acceptance_workload.report.html_base import part
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 from acceptance_workload.report.parts import ReportParts
 
 
-def section(_plt: Any, report: Report, problems: list[str] | None) -> str:
+def section(_plt: Any, report: ReportBase, problems: list[str] | None) -> str:
     return part(problems, "the soak section", lambda: soak_section(report))
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.report.model import ReportBase
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.report.render import human_bytes, table
 
 
-def storage_table(report: Report) -> str:
+def storage_table(report: ReportBase) -> str:
     """checks.storage per node: what it sees of the others' files and its sequential GB/s; the checkpoint."""
     d = report.storage
     if d is None:
