@@ -133,3 +133,28 @@ def test_a_lost_container_nobody_saw_end_stays_lost():
     c.pod_event("DELETED", lost)
     (gone,) = c.with_gone("lab", "run", "g2", [])
     assert gone["status"]["containerStatuses"] == [{**LOST, "name": "c"}]
+
+
+def test_a_fresh_read_ahead_of_the_watch_on_a_lost_pod_is_behind_until_the_watch_catches_up():
+    """The verdict confirms with a fresh read, which can be ahead of the watch: the kubelet's "lost" statuses are
+    there while the ends it reported before them are still in the watch's stream (follow.watch_behind waits)."""
+    c = Children()
+
+    def at(version: str, statuses: list[dict], phase: str = "Failed") -> dict:
+        p = pod("run-g2-master-0", phase, run="g2")
+        p["metadata"]["resourceVersion"] = version
+        p["status"]["containerStatuses"] = statuses
+        return p
+
+    c.pod_event("ADDED", at("7", [{"name": "pytorch", "state": {"running": {}}}], "Running"))
+    fresh = at("9", [{**LOST, "name": "pytorch"}])
+    assert c.behind("lab", "run", "g2", c.with_gone("lab", "run", "g2", [fresh])) == ["run-g2-master-0"]
+    c.pod_event("MODIFIED", at("8", [ended("pytorch", 2, "Error", "report NOT delivered: cannot reach")]))
+    c.pod_event("MODIFIED", fresh)
+    (read,) = c.with_gone("lab", "run", "g2", [fresh])
+    assert c.behind("lab", "run", "g2", [read]) == []
+    assert read["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 2
+    # the watch at the fresh version without an end seen: nothing more will come, nothing to wait for
+    other = Children()
+    other.pod_event("ADDED", fresh)
+    assert other.behind("lab", "run", "g2", [fresh]) == []

@@ -31,7 +31,7 @@ MAX_GONE_PODS = 1024
 def _meta(obj: KubeDict) -> KubeDict:
     meta = obj.get("metadata") or {}
     return {k: meta[k] for k in ("name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp",
-                                 "ownerReferences") if k in meta}
+                                 "ownerReferences", "resourceVersion") if k in meta}
 
 
 def slim_job(job: KubeDict) -> KubeDict:
@@ -71,6 +71,12 @@ def keep_ends(before: KubeDict | None, after: KubeDict) -> KubeDict:
 
 def _ended(container_status: KubeDict) -> KubeDict | None:
     return (container_status.get("state") or {}).get("terminated")
+
+
+def lost(pod: KubeDict) -> bool:
+    """Whether the kubelet says it lost a container of the pod (keep_ends had no earlier end to put back)."""
+    return any((_ended(s) or {}).get("reason") == LOST
+               for key in STATUS_LISTS for s in (pod.get("status") or {}).get(key) or [])
 
 
 class Children:
@@ -209,6 +215,21 @@ class Children:
             seen = {**self._pods.get(key, {}), **self._gone.get(key, {})}
             gone = [p for name, p in self._gone.get(key, {}).items() if name not in names]
         return [*(keep_ends(seen.get((p.get("metadata") or {}).get("name")), p) for p in pods), *gone]
+
+    def behind(self, namespace: str, label: str, run: str, pods: list[KubeDict]) -> list[str]:
+        """The pods of `pods` (a fresh read, with_gone's) whose containers the kubelet says it lost, at a version the
+        watch has not delivered yet: the containers' real ends, which the kubelet reported first, are still on
+        their way through the watch (keep_ends puts them back once they come)."""
+        key = (namespace, label, run)
+        with self._lock:
+            seen = {**self._pods.get(key, {}), **self._gone.get(key, {})}
+        out = []
+        for p in pods:
+            meta = p.get("metadata") or {}
+            known = (seen.get(meta.get("name")) or {}).get("metadata") or {}
+            if lost(p) and known.get("resourceVersion") != meta.get("resourceVersion"):
+                out.append(meta.get("name", ""))
+        return out
 
     def _remember_gone(self, key: tuple[str, str, str], name: str, pod: KubeDict) -> None:
         self._gone.setdefault(key, {})[name] = pod

@@ -46,6 +46,8 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
             # (A report decides with the pods' nodes only: those are read afresh before it is rejected.)
             observation, delivered = observe_run(k, test, status, fresh=True, judged=observation.judged)
             outcome = assess(observation, now, timing())
+            if outcome.state.terminal and outcome.report is None and watch_behind(test, observation, now, logger):
+                return rt.WATCH_CATCH_UP_SECONDS
     except ApiException as e:
         # Never stuck: past the deadline, a run the operator cannot even look at ends as a Timeout (not one that
         # names a Kueue queue: it may have waited there for longer, and its deadline counts from its admission).
@@ -78,6 +80,22 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     rt.METRICS.set_phase(namespace, name, outcome.state.phase)
     deadline = next_look(observation, now, timing())
     return (deadline + rt.DEADLINE_MARGIN - now).total_seconds() if deadline else rt.SETTINGS.resync_seconds
+
+
+def watch_behind(test: AcceptanceTest, observation: Observation, now: datetime, logger: logging.Logger) -> bool:
+    """Whether the fresh read is ahead of the watch on a pod whose containers the kubelet says it lost (a job's
+    controller deleted it as it ended): their real ends, the workload's own exit code and termination message, were
+    reported before and are still coming through the watch (children.keep_ends keeps them), so the verdict waits
+    for them, at most WATCH_CATCH_UP_LIMIT past the pod's deletion; after that it is drawn from what is known."""
+    behind = rt.CHILDREN.behind(test.metadata.namespace, manifests.test_label_value(test), runs.run_of(test).id,
+                                observation.pods)
+    deleted = [parse_time((p.get("metadata") or {}).get("deletionTimestamp")) for p in observation.pods
+               if (p.get("metadata") or {}).get("name") in behind]
+    waiting = [d for d in deleted if d is not None and (now - d).total_seconds() < rt.WATCH_CATCH_UP_LIMIT]
+    if waiting:
+        logger.info(f"{test.metadata.namespace}/{test.metadata.name}: the API server says the kubelet lost the "
+                    f"containers of {', '.join(behind)}; waiting for the watch to bring how they ended")
+    return bool(waiting)
 
 
 def requeue(k: Kube, obj: KubeDict, test: AcceptanceTest, state: RunState, now: datetime,

@@ -64,6 +64,11 @@ BACKEND_RETRY_SECONDS = 10.0
 # A job or pod change is looked at this much later, so the burst a controller writes (job Running, pod created,
 # pod Running) is one reconcile and one status write, not three.
 CHILD_SETTLE_SECONDS = 0.2
+# A verdict drawn from a fresh read that is ahead of the watch on a pod the kubelet lost the containers of waits this
+# long between looks, at most this long past the pod's deletion (follow.watch_behind): the watch delivers within a
+# second when it is not stalled.
+WATCH_CATCH_UP_SECONDS = 1.0
+WATCH_CATCH_UP_LIMIT = 30.0
 # A deadline is looked at this much after it: Kubernetes timestamps have whole seconds.
 DEADLINE_MARGIN = timedelta(seconds=1)
 
