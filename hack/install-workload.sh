@@ -209,7 +209,7 @@ PY
 import json
 import sys
 
-from acceptance_workload.report.model import Report
+from acceptance_workload.checks.report_model import Report
 
 report = Report.model_validate(json.load(open(sys.argv[1])))
 assert report.mode == "cpu-smoke" and report.passed, report.error
