@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from acceptance_workload.checks.gpu.gpubench import METRICS
 from acceptance_workload.checks.nccl import localize
+from acceptance_workload.checks.p2p.details import P2pDetail, P2pNode, P2pPair
 from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.results import CheckResult
@@ -103,6 +104,9 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
                 value = getattr(row, m.field)
                 results += [_r("gpu", m.name, value, node=row.node, gpu=row.gpu, unit=m.unit),
                             _r("gpu", f"{m.name}_ratio_to_node_median", 1.0, node=row.node, gpu=row.gpu)]
+    p2p = healthy_p2p(nodes, gpus) if config.checks.p2p.enabled else None
+    if p2p is not None:
+        results += [r for node in nodes for r in p2p_results(node, gpus)]
     for c in config.checks.nccl.collectives if config.checks.nccl.enabled else ():
         sweeps.append(_sweep(c, len(nodes) * gpus, busbw, None))
         results += [_r("nccl", f"{c}_correctness", 0.0, unit="elements"),
@@ -147,15 +151,37 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
                     for r in ranks]
     if config.checks.soak.enabled:
         results += [r for node in nodes for gpu in range(gpus) for r in soak_results(node, gpu)]
-    checks_run = [c for c in ("preflight", "gpu", "nccl", "ddp", "soak") if getattr(config.checks, c).enabled]
+    checks_run = [c for c in ("preflight", "gpu", "p2p", "nccl", "ddp", "soak") if getattr(config.checks, c).enabled]
     return Report(
         mode="gpu", generation=test.generation if test else None, uid=uid or (test.uid if test else None),
-        checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp, gpu=gpu_detail, localization=detail,
+        checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp, gpu=gpu_detail, localization=detail, p2p=p2p,
         environment=Environment(gpu_model="NVIDIA H100 80GB HBM3", gpus_per_node=gpus, nodes=len(nodes),
                                 world_size=len(nodes) * gpus, driver_version="570.86.15", cuda_version="12.8",
                                 nccl_version="2.27.3", torch_version="2.7.0", hostnames=list(nodes),
                                 transports=["P2P", "IB_GDR"] if multi else ["P2P"]),
     ).finalize()
+
+
+# What a healthy 8x H100/H200 SXM node's GPU pairs reach through NVSwitch (checks.p2p; all pairs alike).
+P2P_VALUES = {"copy_gbps": 380.0, "bidir_gbps": 740.0, "latency_us": 12.0}
+
+
+def healthy_p2p(nodes: list[str], gpus: int) -> P2pDetail:
+    return P2pDetail(bytes=256 << 20, iters=10, latency_iters=100, nodes=[P2pNode(node=node, gpus=gpus, pairs=[
+        P2pPair(src=i, dst=j, path="NVLink", links=18, **P2P_VALUES) for i in range(gpus) for j in range(gpus)
+        if i != j]) for node in nodes])
+
+
+def p2p_results(node: str, gpus: int) -> list[CheckResult]:
+    out = [_r("p2p", "pairs_measured", float(gpus * (gpus - 1)), node=node, unit="pairs")]
+    if gpus < 2:
+        return out
+    for gpu in range(gpus):
+        out += [_r("p2p", name, value, node=node, gpu=gpu, unit="us" if name == "latency_us" else "GB/s")
+                for name, value in P2P_VALUES.items()]
+        out += [_r("p2p", f"{name}_ratio_to_node_median", 1.0, node=node, gpu=gpu)
+                for name in ("copy_gbps", "bidir_gbps")]
+    return out
 
 
 def one_rank(report: Report) -> Report:

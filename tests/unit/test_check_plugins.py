@@ -16,6 +16,7 @@ from acceptance_workload import local
 from acceptance_workload.checks import registry, table
 from acceptance_workload.checks.gpu.spec import GpuThresholds
 from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.report_model import report_model
 from acceptance_workload.configuration import profiles
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec, checks_spec
 from acceptance_workload.configuration.workload import WorkloadConfig
@@ -23,6 +24,7 @@ from acceptance_workload.contract.config import TestRef
 from acceptance_workload.contract.profiles import CheckProfile
 from acceptance_workload.contract.required import Required
 from acceptance_workload.contract.wire import WireModel
+from acceptance_workload.report.details import Detail
 from acceptance_workload.report.parts import ReportParts
 from acceptance_workload.writers import html, junit, text
 from pydantic import Field
@@ -61,8 +63,8 @@ def test_the_writers_name_no_check() -> None:
 
 
 def test_each_checks_parts_show_nothing_of_a_check_that_did_not_run() -> None:
-    empty = passing_report(config()).model_copy(update={"gpu": None, "nccl": [], "localization": None, "ddp": None,
-                                                        "fsdp": None, "storage": None, "soak": None})
+    report = passing_report(config())
+    empty = report.model_copy(update={d.name: d.factory() if d.factory else None for d in report.DETAILS})
     for check in registry.CHECKS:
         assert not (check.parts.text and check.parts.text(empty)), check.name
         for slot in ("html_plots", "html_sections", "html_tables"):
@@ -227,7 +229,25 @@ def test_the_spec_takes_each_checks_model_from_the_registry() -> None:
     assert spec.model_json_schema(by_alias=True)["properties"]["marker"] == {"$ref": "#/$defs/MarkerCheck"}
 
 
-ABOVE_THE_PACKAGES = {"registry", "table", "contention"}  # checks/ beside the packages: they walk the registry
+class PairsCheck(WireModel):
+    enabled: bool = True
+    pairs: int = Field(3, ge=1, le=8)
+
+
+def test_a_checks_name_is_its_key_as_it_is_in_the_spec_and_the_report() -> None:
+    """A name with a digit ("p2p") stays itself on the wire: camelCase would make it "p2P", and spec.checks.p2p
+    would be refused as an unknown field."""
+    named = dataclasses.replace(registry.CHECKS[1], name="p2x", spec=PairsCheck,
+                                details=(Detail("p2x", PairsCheck | None),))
+    spec = checks_spec((*registry.CHECKS, named))
+    assert "p2x" in spec.model_json_schema(by_alias=True)["properties"]
+    assert spec.model_validate({"p2x": {"pairs": 5}}).p2x.pairs == 5
+    report = report_model((*registry.CHECKS, named))(p2x=PairsCheck(pairs=4))
+    assert report.to_wire()["p2x"] == {"enabled": True, "pairs": 4}
+    assert report_model((*registry.CHECKS, named)).model_validate({"p2x": {"pairs": 3}}).p2x.pairs == 3
+
+
+ABOVE_THE_PACKAGES = {"registry", "table", "contention", "report_model"}  # beside the packages: they walk the registry
 
 
 @pytest.mark.parametrize("name", CHECK_NAMES)

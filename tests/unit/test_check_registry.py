@@ -20,8 +20,8 @@ def test_a_check_name_is_one_the_registry_lists_and_the_schema_lists_them_in_its
     assert results.check_names() == CHECK_NAMES
     for name in CHECK_NAMES:
         assert results.CheckResult(check=name, name="x", passed=True).check == name
-    with pytest.raises(ValidationError, match="no check is called 'p2p'; the checks are preflight, gpu, nccl"):
-        results.CheckResult(check="p2p", name="x", passed=True)
+    with pytest.raises(ValidationError, match="no check is called 'nvlink'; the checks are preflight, gpu, p2p, nccl"):
+        results.CheckResult(check="nvlink", name="x", passed=True)
     for schema in (results.CheckResult.model_json_schema()["properties"]["check"],
                    Report.model_json_schema()["properties"]["checksRun"]["items"]):
         assert (schema["type"], schema["enum"]) == ("string", list(CHECK_NAMES))

@@ -24,7 +24,9 @@ def cases(path: Path) -> list:
 
 
 def judged(tmp_path: Path, fail_node: str | None = None) -> tuple[Report, Path]:
-    cfg = WorkloadConfig.build(checks=ChecksSpec(), profile="h100-sxm", nodes=2, gpus_per_node=8,
+    # p2p off: its suite is a testcase per GPU, not per result (tests/unit/test_p2p.py)
+    cfg = WorkloadConfig.build(checks=ChecksSpec.model_validate({"p2p": {"enabled": False}}), profile="h100-sxm",
+                               nodes=2, gpus_per_node=8,
                                test=TestRef(name="t", namespace="ns", uid="u-1", generation=1))
     report = passing_report(cfg, ["gpu-node-a", "gpu-node-b"])
     for r in report.results:

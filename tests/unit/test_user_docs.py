@@ -16,6 +16,8 @@ from acceptance_workload.checks.gpu import profile as gpu_profile
 from acceptance_workload.checks.gpu.spec import GpuThresholds
 from acceptance_workload.checks.nccl import profile as nccl_profile
 from acceptance_workload.checks.nccl.spec import NcclThresholds
+from acceptance_workload.checks.p2p import profile as p2p_profile
+from acceptance_workload.checks.p2p.spec import P2pThresholds
 from acceptance_workload.checks.preflight import profile as preflight_profile
 from acceptance_workload.checks.preflight.spec import PreflightThresholds
 from acceptance_workload.configuration.checks import ChecksSpec
@@ -89,8 +91,9 @@ def rows(model: type[WireModel], pick: typing.Callable[[str], WireModel], check:
         ("### nccl, multi-node test", NcclThresholds, lambda p: nccl_profile.MULTI_NODE[p], "nccl"),
         ("### ddp, `gpt` model", DdpThresholds, lambda p: ddp_profile.FLOORS[p]["gpt"], "ddp"),
         ("### ddp, `resnet50` model", DdpThresholds, lambda p: ddp_profile.FLOORS[p]["resnet50"], "ddp"),
+        ("### p2p (every pair", P2pThresholds, lambda p: p2p_profile.FLOORS[p], "p2p"),
     ],
-    ids=["preflight", "gpu", "nccl-one-node", "nccl-multi-node", "ddp-gpt", "ddp-resnet50"],
+    ids=["preflight", "gpu", "nccl-one-node", "nccl-multi-node", "ddp-gpt", "ddp-resnet50", "p2p"],
 )
 def test_threshold_tables_match_the_profiles(section: str, model: type[WireModel], pick, check: str):
     start = THRESHOLDS.index(section)

@@ -27,8 +27,8 @@ spec:
   checks:
 %s
 """
-ALL_OFF = {"preflight": {"enabled": False}, "gpu": {"enabled": False}, "nccl": {"enabled": False},
-           "ddp": {"enabled": False}}
+ALL_OFF = {"preflight": {"enabled": False}, "gpu": {"enabled": False}, "p2p": {"enabled": False},
+           "nccl": {"enabled": False}, "ddp": {"enabled": False}}
 
 
 def fault_env(fault: str | None) -> dict[str, str]:

@@ -21,6 +21,7 @@ spec:
   checks:
     preflight: {enabled: false}
     gpu: {enabled: false}
+    p2p: {enabled: false}
     nccl: {enabled: false}
     ddp: {enabled: false}
     fsdp: {enabled: %s}

@@ -243,6 +243,7 @@ metadata: {name: busy-host}
 spec:
   checks:
     gpu: {enabled: false}
+    p2p: {enabled: false}
     nccl: {enabled: false}
     ddp: {enabled: false}
     storage:

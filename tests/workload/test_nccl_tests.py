@@ -243,7 +243,8 @@ def test_local_takes_the_mode_from_the_flag_or_the_example() -> None:
 def local(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     manifest = tmp_path / "t.yaml"
     manifest.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    preflight: {enabled: false}\n"
-                        "    gpu: {enabled: false}\n    ddp: {enabled: false}\n    nccl: {collectives: [all_reduce]}\n")
+                        "    gpu: {enabled: false}\n    p2p: {enabled: false}\n    ddp: {enabled: false}\n"
+                        "    nccl: {collectives: [all_reduce]}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", nccltests.DIR_ENV))}
     return subprocess.run([sys.executable, "-m", "acceptance_operator.cli", "local", "--cpu", "-f", str(manifest),
                            "--json", "r.json", *args], cwd=tmp_path, env=env, capture_output=True, text=True,

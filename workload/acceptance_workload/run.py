@@ -1,4 +1,4 @@
-"""`python -m acceptance_workload`: join the job, run preflight -> gpu -> nccl -> ddp, deliver the report.
+"""`python -m acceptance_workload`: join the job, run the enabled checks in the registry's order, deliver the report.
 
 Every rank runs this. Rank 0 assembles the report and delivers it (stdout
 table, status.report, termination log, an optional JSON file); every rank

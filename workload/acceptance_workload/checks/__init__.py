@@ -1,4 +1,4 @@
-"""The checks, one package each, in the order a run takes them: preflight, gpu, nccl, ddp, fsdp, storage, soak.
+"""The checks, one package each; registry.py lists them in the order a run takes them (and so names them).
 
 Each package holds what its check measures on every rank, its rows of the rule table (rules.py: a
 contract/rules.Table) that judge it, its parts of the text, HTML and JUnit reports (parts.py:

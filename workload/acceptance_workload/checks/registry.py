@@ -7,12 +7,13 @@ validates against them and is an enum of them in the CRD), the report's order an
 
 from __future__ import annotations
 
-from acceptance_workload.checks import ddp, fsdp, gpu, nccl, preflight, soak, storage
+from acceptance_workload.checks import ddp, fsdp, gpu, nccl, p2p, preflight, soak, storage
 from acceptance_workload.runtime.stages import Check
 
 CHECKS: tuple[Check, ...] = (
     preflight.CHECK,
     gpu.CHECK,
+    p2p.CHECK,
     nccl.CHECK,
     ddp.CHECK,
     fsdp.CHECK,

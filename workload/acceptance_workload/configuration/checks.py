@@ -29,7 +29,8 @@ def checks_spec(checks: Iterable[Check]) -> type[WireModel]:
             "is frozen or dead: the run ends naming its node, GPU, rank and step, in any stage and whatever "
             "nccl.collectiveTimeoutSeconds says (that one bounds a collective hung with every rank alive).",
         )),
-        **{c.name: (c.spec, Field(default_factory=c.spec)) for c in checks},
+        # the key is the check's name as it is (camelCase would make "p2p" "p2P")
+        **{c.name: (c.spec, Field(default_factory=c.spec, alias=c.name)) for c in checks},
     }
     return create_model("ChecksSpec", __base__=WireModel, __module__=__name__, **fields)
 

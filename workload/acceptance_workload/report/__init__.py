@@ -1,6 +1,7 @@
 """The report: what a run found, how it is written for people and machines, and how it reaches the cluster.
 
-- model: what every report holds (ReportBase, Environment; the seven checks' detail models) and what it means
+- model: what every report holds (ReportBase, Environment; the detail models of the checks older than the
+  registry, where the report's own code reads some: a newer check keeps its own in its package) and what it means
   (verdict, counts, headline); the Report with every check's fields is assembled above, from the registry
   (checks/report_model.py); details: what a check declares of its fields (Detail) and how the evidence holds them;
 - render: what the text report shares (the verdict table, the nodes' facts, a table's layout) and the termination

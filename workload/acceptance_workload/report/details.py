@@ -42,5 +42,8 @@ class Detail:
     shrink: Callable[[Any], Any] | None = None
 
     def field(self) -> tuple[Any, Any]:
-        """The pydantic field (annotation, FieldInfo) of the Report."""
-        return self.annotation, Field(default_factory=self.factory) if self.factory else Field(None)
+        """The pydantic field (annotation, FieldInfo) of the Report, its name on the wire as it is (camelCase would
+        make "p2p" "p2P")."""
+        if self.factory:
+            return self.annotation, Field(default_factory=self.factory, alias=self.name)
+        return self.annotation, Field(None, alias=self.name)

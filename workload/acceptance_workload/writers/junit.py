@@ -1,7 +1,7 @@
 """A report as JUnit XML, for CI systems that gate on acceptance (`--junit FILE`).
 
-One testsuite per check that ran (preflight, gpu, nccl, ddp; fsdp, storage and soak where enabled), one testcase
-per check result (the soak: one per GPU, holding all of its judgements), its failure carrying the result's message
+One testsuite per check that ran (in the registry's order), one testcase per check result (a check whose parts ask
+for it, as the soak's do: one per GPU, holding all of its judgements), its failure carrying the result's message
 and evidence. Fail closed as the report is (report.py): an enabled check without any result is one more
 failed testcase, and a run that could not complete is an errored one, so a CI
 gate that only counts failures cannot pass a report that did not pass.

@@ -69,32 +69,29 @@ CPU_MAX_BYTES = 1 << 20
 CPU_INTER_NODE_RATIO = 0.35  # localisation on gloo: healthy nodes measured down to 0.46 of the median, stalled 0.25
 
 
+def _table(job_busbw: float, node_busbw: float, job_latency_us: float | None, **more: float) -> NcclThresholds:
+    """One of a profile's tables: the job's all_reduce floor (all_gather and reduce_scatter reach about 0.9 of it),
+    the node's, NVLink peer-to-peer inside a node, and the small-message ceilings."""
+    collective_share = 0.9
+    return NcclThresholds(
+        reference_bytes="1Gi",
+        all_reduce_busbw_gbps=job_busbw,
+        all_gather_busbw_gbps=round(job_busbw * collective_share),
+        reduce_scatter_busbw_gbps=round(job_busbw * collective_share),
+        node_all_reduce_busbw_gbps=node_busbw,
+        intra_node_transport="P2P",
+        cross_check_tolerance=CROSS_CHECK_TOLERANCE,
+        all_reduce_latency_us=job_latency_us,
+        node_all_reduce_latency_us=NVLINK_LATENCY_US,
+        **more,
+    )
+
+
 def _tables(node_busbw: float, net_busbw: float) -> tuple[NcclThresholds, NcclThresholds]:
     """The one-node and the multi-node table of a profile whose all_reduce floors are these."""
-    collective_share = 0.9  # all_gather / reduce_scatter reach about what all_reduce does
-    single = NcclThresholds(
-        reference_bytes="1Gi",
-        all_reduce_busbw_gbps=node_busbw,
-        all_gather_busbw_gbps=round(node_busbw * collective_share),
-        reduce_scatter_busbw_gbps=round(node_busbw * collective_share),
-        node_all_reduce_busbw_gbps=node_busbw,
-        intra_node_transport="P2P",
-        cross_check_tolerance=CROSS_CHECK_TOLERANCE,
-        all_reduce_latency_us=NVLINK_LATENCY_US,
-        node_all_reduce_latency_us=NVLINK_LATENCY_US,
-    )
-    multi = NcclThresholds(
-        reference_bytes="1Gi",
-        all_reduce_busbw_gbps=net_busbw,
-        all_gather_busbw_gbps=round(net_busbw * collective_share),
-        reduce_scatter_busbw_gbps=round(net_busbw * collective_share),
-        node_all_reduce_busbw_gbps=node_busbw,
-        inter_node_ratio_to_median=INTER_NODE_RATIO_TO_MEDIAN,
-        intra_node_transport="P2P",
-        cross_check_tolerance=CROSS_CHECK_TOLERANCE,
-        all_reduce_latency_us=NETWORK_LATENCY_US["infiniband"],
-        node_all_reduce_latency_us=NVLINK_LATENCY_US,
-    )
+    single = _table(node_busbw, node_busbw, NVLINK_LATENCY_US)
+    multi = _table(net_busbw, node_busbw, NETWORK_LATENCY_US["infiniband"],
+                   inter_node_ratio_to_median=INTER_NODE_RATIO_TO_MEDIAN)
     return single, multi
 
 
