@@ -126,4 +126,5 @@ def test_a_run_that_wrote_no_report_gives_a_failing_junit_file(tmp_path: Path, s
     cases = [case for suite in junitparser.JUnitXml.fromfile(str(tmp_path / "r.xml")) for case in suite]
     run = next(c for c in cases if c.name == "run")
     assert run.is_error and "ended with exit code 2 and no report was written" in run.result[0].message
-    assert {c.name for c in cases if c.is_failure} == {f"{c} (no result)" for c in ("preflight", "gpu", "nccl", "ddp")}
+    assert {c.name for c in cases if c.is_failure} == {
+        f"{c} (no result)" for c in ("preflight", "gpu", "p2p", "nccl", "ddp")}
