@@ -119,7 +119,7 @@ def test_a_rank_that_fails_in_a_check_fails_that_check_at_once_with_its_error(tm
     """Rank 1's DDP check raises; rank 0, waiting for it inside DDP, is released well before any timeout and the
     error is a failed result of the check (stages.py), not a run that could not complete."""
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    checks.preflight.enabled = checks.gpu.enabled = checks.nccl.enabled = False
+    checks.preflight.enabled = checks.gpu.enabled = checks.p2p.enabled = checks.nccl.enabled = False
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=2, fabric="ethernet", checks=checks,
                             report_file=str(tmp_path / "report.json"))
     port = free_port()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import junitparser
 import pytest
+from acceptance_workload.checks import registry
 from acceptance_workload.checks.ddp.parts import DDP_PLOT_ID
 from acceptance_workload.checks.nccl.html import NCCL_PLOT_ID
 from acceptance_workload.checks.report_model import Report
@@ -100,10 +101,14 @@ def test_the_html_report_shows_one_plot_per_collective_in_chromium(cpu_run: Path
 
 
 def test_the_junit_file_of_a_real_run_has_one_testcase_per_result(cpu_run: Path):
+    """One testcase per result; per GPU for a check whose parts ask so (p2p: each GPU's judgements in one)."""
     report = Report.model_validate(json.loads((cpu_run / "r.json").read_text()))
     xml = junitparser.JUnitXml.fromfile(str(cpu_run / "r.xml"))
     cases = [case for suite in xml for case in suite]
-    assert len(cases) == len(report.results) and report.missing_checks() == [] and report.error is None
+    per_gpu = {c.name for c in registry.CHECKS if c.parts.junit_per_gpu}
+    expected = len([r for r in report.results if r.check not in per_gpu or r.gpu is None]) + len(
+        {(r.check, r.node, r.gpu) for r in report.results if r.check in per_gpu and r.gpu is not None})
+    assert len(cases) == expected and report.missing_checks() == [] and report.error is None
     assert all(case.is_passed for case in cases) == report.verdict()
     assert sorted({case.classname for case in cases}) == sorted(f"gpu-acceptance.{c}" for c in report.checks_run)
 
@@ -126,4 +131,5 @@ def test_a_run_that_wrote_no_report_gives_a_failing_junit_file(tmp_path: Path, s
     cases = [case for suite in junitparser.JUnitXml.fromfile(str(tmp_path / "r.xml")) for case in suite]
     run = next(c for c in cases if c.name == "run")
     assert run.is_error and "ended with exit code 2 and no report was written" in run.result[0].message
-    assert {c.name for c in cases if c.is_failure} == {f"{c} (no result)" for c in ("preflight", "gpu", "nccl", "ddp")}
+    assert {c.name for c in cases if c.is_failure} == {
+        f"{c} (no result)" for c in ("preflight", "gpu", "p2p", "nccl", "ddp")}

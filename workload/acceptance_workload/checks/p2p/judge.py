@@ -81,7 +81,6 @@ def judge_node(node: P2pNode, th: P2pThresholds, run: Run, identity: Identity,
         return results
     figures = gpu_figures(node)
     ratios = gpu_ratios(figures)
-    ratio_floor = th.min_ratio_to_node_median
     low: set[int] = set()
     for g in range(node.gpus):
         who = f"GPU {g} ({identity(g)})"
@@ -98,12 +97,10 @@ def judge_node(node: P2pNode, th: P2pThresholds, run: Run, identity: Identity,
             if not r.passed or ratios[g][f] is None:
                 low.add(g)
     for (s, d), ratio in sorted(pair_ratios(node).items()):
-        p = pairs[(s, d)]
-        ok = ratio is not None and (ratio_floor is None or ratio >= ratio_floor)
-        if ok or low & {s, d}:  # a low GPU is named as the GPU (and pairs_measured counts what is missing)
-            continue
-        results.append(RULES.result(PAIR, ratio, th, run=run, node=node.node, estimated=estimated,
-                                    observed=f"GPU {s} -> GPU {d}", message=_pair_text(p, ratio, identity)))
+        r = RULES.result(PAIR, ratio, th, run=run, node=node.node, estimated=estimated,
+                         observed=f"GPU {s} -> GPU {d}", message=_pair_text(pairs[(s, d)], ratio, identity))
+        if not (r.passed or low & {s, d}):  # a low GPU is named as the GPU (pairs_measured counts what is missing)
+            results.append(r)
     return results
 
 

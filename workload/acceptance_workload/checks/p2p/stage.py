@@ -47,11 +47,11 @@ def run_p2p(runner: StageRunner, session: Session,
     mine = next(ranks for ranks in nodes.values() if session.rank in ranks)
     entries: list[measure.Entry] = []
     paths: dict[tuple[int, int], tuple[str, int | None]] = {}
-    if len(mine) > 1:
+    if max(map(len, nodes.values())) > 1:  # every rank takes every turn, whatever its node's size
         session.control.allgather("p2p start", None)
         if session.device.type != "cuda":
             entries = measure.cpu_pairs(session, check, watchdog, nodes)
-        elif session.rank == mine[0]:  # one process of the node copies between all its GPUs
+        elif session.rank == mine[0] and len(mine) > 1:  # one process of the node copies between all its GPUs
             paths = node_paths([nvml_target(k, os.environ) for k in range(len(mine))])
             entries = measure.gpu_pairs(check, list(range(len(mine))), watchdog)
     gathered = session.control.gather("p2p", {"node": session.env.node, "entries": entries,
