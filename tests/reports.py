@@ -9,6 +9,7 @@ harness and the size test (1024 nodes).
 
 from __future__ import annotations
 
+from acceptance_workload.checks import registry
 from acceptance_workload.checks.gpu.gpubench import METRICS
 from acceptance_workload.checks.nccl import localize
 from acceptance_workload.checks.p2p.details import P2pDetail, P2pNode, P2pPair
@@ -182,6 +183,14 @@ def p2p_results(node: str, gpus: int) -> list[CheckResult]:
         out += [_r("p2p", f"{name}_ratio_to_node_median", 1.0, node=node, gpu=gpu)
                 for name in ("copy_gbps", "bidir_gbps")]
     return out
+
+
+def junit_cases(results: list[CheckResult]) -> int:
+    """How many JUnit testcases these results make: one a result, but one per GPU for a check whose parts ask so
+    (p2p: each GPU's judgements in one testcase; a result of no GPU, its own)."""
+    per_gpu = {c.name for c in registry.CHECKS if c.parts.junit_per_gpu}
+    return len([r for r in results if r.check not in per_gpu or r.gpu is None]) + len(
+        {(r.check, r.node, r.gpu) for r in results if r.check in per_gpu and r.gpu is not None})
 
 
 def one_rank(report: Report) -> Report:

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import junitparser
 import pytest
-from acceptance_workload.checks import registry
 from acceptance_workload.checks.ddp.parts import DDP_PLOT_ID
 from acceptance_workload.checks.nccl.html import NCCL_PLOT_ID
 from acceptance_workload.checks.report_model import Report
 from acceptance_workload.local import build_config, write_files
 from acceptance_workload.report.render import CPU_BANNER, verdict_line
 from acceptance_workload.writers.html import HEATMAP_ID
+
+from tests.reports import junit_cases
 
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOT = REPO / "hack" / "report_screenshot.py"
@@ -105,10 +106,7 @@ def test_the_junit_file_of_a_real_run_has_one_testcase_per_result(cpu_run: Path)
     report = Report.model_validate(json.loads((cpu_run / "r.json").read_text()))
     xml = junitparser.JUnitXml.fromfile(str(cpu_run / "r.xml"))
     cases = [case for suite in xml for case in suite]
-    per_gpu = {c.name for c in registry.CHECKS if c.parts.junit_per_gpu}
-    expected = len([r for r in report.results if r.check not in per_gpu or r.gpu is None]) + len(
-        {(r.check, r.node, r.gpu) for r in report.results if r.check in per_gpu and r.gpu is not None})
-    assert len(cases) == expected and report.missing_checks() == [] and report.error is None
+    assert len(cases) == junit_cases(report.results) and report.missing_checks() == [] and report.error is None
     assert all(case.is_passed for case in cases) == report.verdict()
     assert sorted({case.classname for case in cases}) == sorted(f"gpu-acceptance.{c}" for c in report.checks_run)
 
