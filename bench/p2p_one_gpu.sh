@@ -14,18 +14,9 @@ export PYTHONPATH=/tmp/site:$PWD/operator:$PWD/workload
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > $OUT/gpu.txt 2>&1
 python3 -c 'import torch; print("torch", torch.__version__, "nccl", torch.cuda.nccl.version())' >> $OUT/gpu.txt 2>&1
 python3 bench/p2p_proxy.py > $OUT/proxy.json 2> $OUT/proxy.err
-cat > /tmp/onegpu.yaml <<'Y'
-apiVersion: gpu-acceptance.io/v1alpha1
-kind: AcceptanceTest
-metadata: {name: onegpu}
-spec:
-  checks:
-    preflight:
-      thresholds: {minNvlinkActiveLinks: 0}
-Y
 for i in 1 2 3; do
   t0=$(date +%s.%N)
-  python3 -c 'import sys; from acceptance_operator.cli import main; sys.exit(main())' local -f /tmp/onegpu.yaml \
+  python3 -c 'import sys; from acceptance_operator.cli import main; sys.exit(main())' local -f bench/onegpu.yaml \
     --quick --json $OUT/quick$i.json --html $OUT/quick$i.html > $OUT/quick$i.out 2> $OUT/quick$i.err
   code=$?
   echo "quick $i: exit $code in $(python3 -c "import time; print(f'{time.time() - $t0:.1f}')") s" >> $OUT/summary.txt
