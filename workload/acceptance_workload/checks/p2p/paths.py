@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from acceptance_workload.checks.preflight.preflight import NVLINK_MAX_LINKS
 from acceptance_workload.runtime.gpus import nvml_init
 
 NVLINK = "NVLink"
-NVLINK_MAX_LINKS = 18
 # nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs in the PCIe tree.
 LEVELS = {0: "same board", 10: "PCIe switch", 20: "PCIe switches", 30: "host bridge", 40: "CPU",
           50: "CPU interconnect"}
