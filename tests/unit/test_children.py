@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
 from acceptance_operator.fleet.children import Children
 
 LABELS = {"gpu-acceptance.io/test": "run", "gpu-acceptance.io/generation": "2"}
@@ -158,3 +162,54 @@ def test_a_fresh_read_ahead_of_the_watch_on_a_lost_pod_is_behind_until_the_watch
     other = Children()
     other.pod_event("ADDED", fresh)
     assert other.behind("lab", "run", "g2", [fresh]) == []
+
+
+RECORDED = Path(__file__).parent / "recorded" / "pytorchjob-pod-created-again.json"
+
+
+def test_a_pod_created_again_under_a_failed_pods_name_does_not_hide_how_the_first_one_ended():
+    """The real node's pod watch, replayed: a PyTorchJob's master exited 2 (report not delivered); training-operator
+    deleted it, created it again under the same name and deleted that one before it started. The run's verdict is
+    the first pod's (ReportNotDelivered, its pod's own words), not the second's lost init container (JobFailed,
+    137, "could not be located")."""
+    from acceptance_operator.judging.assessment import Observation, Timing, assess
+    from acceptance_operator.judging.diagnosis import never_ran
+
+    recorded = json.loads(RECORDED.read_text())
+    c = Children()
+    for event in recorded["podEvents"]:
+        c.pod_event(event["type"], event["pod"])
+    first, again = recorded["podEvents"][8]["pod"], recorded["podEvents"][-1]["pod"]
+    assert first["metadata"]["name"] == again["metadata"]["name"] and never_ran(again) and not never_ran(first)
+    namespace = first["metadata"]["namespace"]
+    assert c.pods(namespace, "smoke-cut-off", "g1") == []
+    (gone,) = c.with_gone(namespace, "smoke-cut-off", "g1", [])
+    assert gone["metadata"]["uid"] == first["metadata"]["uid"]
+    # read again from the API server while the pod created again is still terminating: both, the first one's end kept
+    pods = c.with_gone(namespace, "smoke-cut-off", "g1", [recorded["podEvents"][-2]["pod"]])
+    assert [p["metadata"]["uid"] for p in pods] == [again["metadata"]["uid"], first["metadata"]["uid"]]
+    assert pods[0]["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    job = recorded["job"]
+    ended = max(t["lastTransitionTime"] for t in job["status"]["conditions"])
+    now = datetime.fromisoformat(ended.replace("Z", "+00:00")) + timedelta(seconds=31)
+    obs = Observation(generation=1, job_kind="PyTorchJob", job_name=job["metadata"]["name"], timeout_seconds=420,
+                      gpus_per_node=2, start_time=now - timedelta(minutes=1), raw_report=None, job=job,
+                      pods=pods, events=[], gpu_pods=1)
+    a = assess(obs, now, Timing(unschedulable_grace_seconds=600, report_grace_seconds=30, node_lost_grace_seconds=60))
+    assert (a.state.phase, a.state.reason) == ("Failed", "ReportNotDelivered"), a.state.message
+    assert "could not write evidence ConfigMap smoke-cut-off-evidence-0" in a.state.message
+
+
+def test_a_pods_ends_are_kept_only_for_the_same_pod():
+    """keep_ends puts back ends the watch saw of this pod (its uid), never those of an earlier pod of the name."""
+    from acceptance_operator.fleet.children import keep_ends
+
+    before = pod("run-g2-master-0", "Failed", run="g2")
+    before["metadata"]["uid"] = "u1"
+    before["status"]["containerStatuses"] = [ended("pytorch", 2, "Error", "report NOT delivered: cannot reach")]
+    after = pod("run-g2-master-0", "Failed", run="g2")
+    after["metadata"]["uid"] = "u2"
+    after["status"]["containerStatuses"] = [{**LOST, "name": "pytorch"}]
+    assert keep_ends(before, after) == after
+    after["metadata"]["uid"] = "u1"
+    assert keep_ends(before, after)["status"]["containerStatuses"] == before["status"]["containerStatuses"]

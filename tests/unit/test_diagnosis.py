@@ -13,6 +13,7 @@ from acceptance_operator.judging.diagnosis import (
     login_refused,
     lost_nodes,
     missing_resources,
+    never_ran,
     nodes_to_check,
     parse_time,
     pod_phases,
@@ -346,3 +347,54 @@ def test_a_deleted_pod_whose_end_is_not_timed_is_not_blamed():
     killed = pod("t-g1-master-0", "Failed", node="gpu-7", containers=[terminated(code=137)])
     killed["metadata"]["deletionTimestamp"] = "2025-01-01T12:01:00Z"
     assert culprit_nodes([killed], gpu_pods=1) == []
+
+
+def _created_again(name: str, node: str) -> dict:
+    """A pod a job's controller created again under a failed pod's name and deleted before the kubelet started it:
+    its init container lost (137), its main container never out of PodInitializing."""
+    again = pod(name, "Failed", node=node, init=[terminated("ulimits", 137, "ContainerStatusUnknown",
+                                                            "The container could not be located when the pod was "
+                                                            "terminated")],
+                containers=[waiting("PodInitializing")])
+    again["metadata"]["deletionTimestamp"] = "2025-01-01T12:01:01Z"
+    return again
+
+
+def test_a_pod_deleted_before_it_ran_is_no_failure_of_its_node():
+    """training-operator deletes a PyTorchJob's failed pod, creates it again under the same name and deletes that
+    one before it starts (kubeflow/trainer#3419; tests/unit/recorded): the verdict names the pod that ran, and the
+    pod created again, wherever it landed, counts as one pod, blames no node and no SIGKILL."""
+    def failed(name: str, node: str) -> dict:
+        ended = terminated(code=1)
+        ended["state"]["terminated"]["finishedAt"] = "2025-01-01T12:00:05Z"
+        return pod(name, "Failed", node=node, containers=[ended])
+
+    ran, again = failed("t-g2-worker-0", "n0"), _created_again("t-g2-worker-0", "n9")
+    assert never_ran(again) and not never_ran(ran)
+    finding = failed_pod([again, ran])
+    assert finding is not None and "on node n0: container pytorch exited with code 1" in finding.message
+    assert failed_pod([again]) is None
+    peer = pod("t-g2-worker-1", "Running", node="n1")
+    assert culprit_nodes([ran, again, peer], gpu_pods=2) == ["n0"]
+    assert culprit_nodes([again, peer], gpu_pods=2) == []
+    # two ranks that failed together, something common to both: the pod created again makes neither "the" one
+    assert culprit_nodes([ran, failed("t-g2-worker-1", "n1"), again], gpu_pods=2) == []
+
+
+@pytest.mark.parametrize(("state", "last", "ran"), [
+    ({"waiting": {"reason": "PodInitializing"}}, {}, False),
+    ({"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown",
+                     "message": "The container could not be located when the pod was terminated"}}, {}, False),
+    # the kubelet had seen it running, then could not find it: it ran
+    ({"waiting": {"reason": "PodInitializing"}}, {"terminated": {
+        "exitCode": 137, "reason": "ContainerStatusUnknown",
+        "message": "The container could not be located when the pod was deleted.  The container used to be Running"}},
+     True),
+    ({"running": {"startedAt": "2025-01-01T12:00:00Z"}}, {}, True),
+    ({"terminated": {"exitCode": 128, "reason": "StartError"}}, {}, True),  # an end its kubelet saw
+])
+def test_a_deleted_pod_never_ran_only_when_no_container_of_it_did(state, last, ran):
+    deleted = pod("p", "Failed", node="n0", containers=[{"name": "pytorch", "state": state, "lastState": last}])
+    assert never_ran(deleted) is False  # not deleted: whatever its containers say, it is still its controller's
+    deleted["metadata"]["deletionTimestamp"] = "2025-01-01T12:01:01Z"
+    assert never_ran(deleted) is (not ran)

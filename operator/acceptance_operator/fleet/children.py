@@ -20,7 +20,7 @@ from acceptance_workload.report.evidence import PROGRESS_KEY, STATUS_KEY
 
 from acceptance_operator.building.manifests import LABEL_TEST, run_of_child
 from acceptance_operator.fleet.sweep import Child
-from acceptance_operator.judging.diagnosis import container_failure
+from acceptance_operator.judging.diagnosis import LOST, container_failure, never_ran
 
 KubeDict = dict[str, Any]
 TestKey = tuple[str, str]  # (namespace, AcceptanceTest name)
@@ -45,19 +45,25 @@ def slim_pod(pod: KubeDict) -> KubeDict:
             "status": pod.get("status") or {}}
 
 
-LOST = "ContainerStatusUnknown"  # the kubelet's end for a container it could not find when its pod was deleted
 STATUS_LISTS = ("initContainerStatuses", "containerStatuses")
 
 
-def keep_ends(before: KubeDict | None, after: KubeDict) -> KubeDict:
-    """`after`, with each container's end as `before` had it where `after` only says the kubelet lost it.
+def pod_id(pod: KubeDict) -> str:
+    """A pod's uid (its name where none is given): a job's controller may create a pod again under the name of one
+    it deleted (diagnosis.never_ran), and the two must not be taken for one."""
+    meta = pod.get("metadata") or {}
+    return meta.get("uid") or meta.get("name", "")
 
-    A job's controller may delete a pod whose containers have just ended (cleanPodPolicy Running, its cache still
-    saying Running: a PyTorchJob's master that exited 2), and the kubelet then reports every container it no longer
-    finds as ContainerStatusUnknown, exit 137, "could not be located": without the end seen before, the verdict
-    would lose the workload's own code and termination message (a report not delivered) and blame a SIGKILL
-    nobody sent (an init container's, even)."""
-    if not before:
+
+def keep_ends(before: KubeDict | None, after: KubeDict) -> KubeDict:
+    """`after`, with each container's end as `before` (the same pod) had it where `after` only says the kubelet
+    lost it.
+
+    Why: the kubelet reports a container it no longer finds when its pod is deleted as LOST (137, "could not be
+    located"); an end seen before that is the true one, with the workload's own code and termination message, and
+    a verdict drawn from the lost one would blame a SIGKILL nobody sent. Only the same pod's ends are kept: the pod
+    a controller created again under the same name (diagnosis.never_ran) has ends of its own."""
+    if not before or pod_id(before) != pod_id(after):
         return after
     status = dict(after.get("status") or {})
     for key in STATUS_LISTS:
@@ -89,8 +95,8 @@ class Children:
         self._names: dict[tuple[str, str], str] = {}  # (namespace, label value) -> test name
         self._bound: dict[tuple[str, str], dict[str, set[str]]] = {}  # (namespace, label) -> run -> nodes
         # The last state of pods deleted after a container failed (a pod deleted mid-run, a job's controller removing
-        # its failed pods), so the verdict still says which pod failed on which node; at most MAX_GONE_PODS, oldest
-        # dropped first, and a forgotten test's with it.
+        # its failed pods), by pod_id, so the verdict still says which pod failed on which node; at most
+        # MAX_GONE_PODS, oldest dropped first, and a forgotten test's with it.
         self._gone: dict[tuple[str, str, str], dict[str, KubeDict]] = {}
         # Evidence ConfigMaps as the watch showed them: (namespace, name) -> (test label, the status part rank 0
         # delivered into it, "" while there is none). Only the status part is kept: the evidence is read when judged.
@@ -174,8 +180,8 @@ class Children:
                 last = keep_ends(pods.pop(meta.get("name", ""), None), slim_pod(pod))
                 if not pods:
                     self._pods.pop(key, None)
-                if container_failure(last) and (pod.get("spec") or {}).get("nodeName"):
-                    self._remember_gone(key, meta.get("name", ""), last)
+                if container_failure(last) and (pod.get("spec") or {}).get("nodeName") and not never_ran(last):
+                    self._remember_gone(key, pod_id(last), last)
             else:
                 pods = self._pods.setdefault(key, {})
                 pods[meta.get("name", "")] = keep_ends(pods.get(meta.get("name", "")), slim_pod(pod))
@@ -209,30 +215,33 @@ class Children:
     def with_gone(self, namespace: str, label: str, run: str, pods: list[KubeDict]) -> list[KubeDict]:
         """`pods` (the run's, as read: each container's end as the watch saw it where the read says the kubelet
         lost it, keep_ends) and the last state of its pods deleted after a container failed."""
-        key = (namespace, label, run)
-        names = {(p.get("metadata") or {}).get("name") for p in pods}
+        ids = {pod_id(p) for p in pods}
+        seen = self._seen(namespace, label, run)
         with self._lock:
-            seen = {**self._pods.get(key, {}), **self._gone.get(key, {})}
-            gone = [p for name, p in self._gone.get(key, {}).items() if name not in names]
-        return [*(keep_ends(seen.get((p.get("metadata") or {}).get("name")), p) for p in pods), *gone]
+            gone = [p for uid, p in self._gone.get((namespace, label, run), {}).items() if uid not in ids]
+        return [*(keep_ends(seen.get(pod_id(p)), p) for p in pods), *gone]
+
+    def _seen(self, namespace: str, label: str, run: str) -> dict[str, KubeDict]:
+        """The run's pods the watch showed, live or gone, by pod_id."""
+        key = (namespace, label, run)
+        with self._lock:
+            return {**{pod_id(p): p for p in self._pods.get(key, {}).values()}, **self._gone.get(key, {})}
 
     def behind(self, namespace: str, label: str, run: str, pods: list[KubeDict]) -> list[str]:
         """The pods of `pods` (a fresh read, with_gone's) whose containers the kubelet says it lost, at a version the
         watch has not delivered yet: the containers' real ends, which the kubelet reported first, are still on
         their way through the watch (keep_ends puts them back once they come)."""
-        key = (namespace, label, run)
-        with self._lock:
-            seen = {**self._pods.get(key, {}), **self._gone.get(key, {})}
+        seen = self._seen(namespace, label, run)
         out = []
         for p in pods:
             meta = p.get("metadata") or {}
-            known = (seen.get(meta.get("name")) or {}).get("metadata") or {}
+            known = (seen.get(pod_id(p)) or {}).get("metadata") or {}
             if lost(p) and known.get("resourceVersion") != meta.get("resourceVersion"):
                 out.append(meta.get("name", ""))
         return out
 
-    def _remember_gone(self, key: tuple[str, str, str], name: str, pod: KubeDict) -> None:
-        self._gone.setdefault(key, {})[name] = pod
+    def _remember_gone(self, key: tuple[str, str, str], uid: str, pod: KubeDict) -> None:
+        self._gone.setdefault(key, {})[uid] = pod
         while sum(len(p) for p in self._gone.values()) > MAX_GONE_PODS:
             oldest = next(iter(self._gone))
             self._gone[oldest].pop(next(iter(self._gone[oldest])))

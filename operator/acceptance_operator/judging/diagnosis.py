@@ -65,6 +65,11 @@ _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9](?:[A-Za-z0-9./_-]*[A-Za-z
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # How far a node's clock (a container's finishedAt) may be behind the API server's (a deletionTimestamp).
 DELETION_CLOCK_SKEW = timedelta(seconds=2)
+# The kubelet's end for a container it could not find when its pod was deleted (exit 137, "The container could not
+# be located when the pod was terminated"): what a container deleted before it started is said to have ended with;
+# one the kubelet had seen running says so ("... The container used to be Running").
+LOST = "ContainerStatusUnknown"
+LOST_RUNNING = "used to be Running"
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,27 @@ def container_failure(pod: KubeDict) -> str | None:
     return None
 
 
+def _ran(status: KubeDict) -> bool:
+    """Whether a container ran, or ended in a way its kubelet saw (anything but a LOST end of one never running)."""
+    for state in (status.get("state") or {}, status.get("lastState") or {}):
+        end = state.get("terminated") or {}
+        if "running" in state or (end and (end.get("reason") != LOST or LOST_RUNNING in (end.get("message") or ""))):
+            return True
+    return False
+
+
+def never_ran(pod: KubeDict) -> bool:
+    """A pod deleted before any of its containers ran: its containers' ends (LOST, 137) say nothing of a node.
+
+    Why: training-operator v1, failing a PyTorchJob past its backoffLimit, deletes its pods whatever the
+    cleanPodPolicy (kubeflow/trainer#3419), then, its cache still showing the job unfinished and the pod missing,
+    creates the pod again under the same name and deletes that one too, before the kubelet started it (seen on the
+    real node in 3 of 5 runs under load). The pod that ran, whose end tells the story, was deleted first."""
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return not any(_ran(s) for _, s in _statuses(pod))
+
+
 def _launcher(pod: KubeDict) -> bool:
     return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_ROLE) == ROLE_LAUNCHER
 
@@ -152,7 +178,7 @@ def failed_pod(pods: list[KubeDict]) -> Finding | None:
         end = _finished_at(p)
         return _launcher(p), end is None, end or datetime.min.replace(tzinfo=timezone.utc), _name(p)
 
-    for pod in sorted(pods, key=order):
+    for pod in sorted((p for p in pods if not never_ran(p)), key=order):
         failure = container_failure(pod)
         if failure:
             return Finding(JOB_FAILED, f"{_where(pod)}: {failure}")
@@ -214,20 +240,21 @@ def culprit_nodes(pods: list[KubeDict], gpu_pods: int = 0) -> list[str]:
     first. A single pod, or pods that all failed at the same moment, point at
     something common to all (image, command, spec): nobody is blamed then.
     Only the GPU pods are judged: an MPIJob's launcher (mpirun, no GPU, on any
-    node) fails because a rank died, not because of its node. `gpu_pods` is how
+    node) fails because a rank died, not because of its node; nor is a pod
+    deleted before it ran (never_ran). `gpu_pods` is how
     many the run has (spec.nodes): a backend's controller deletes the pods still
     running when the job fails (cleanPodPolicy Running), so the healthy ones may
-    be gone; 0 counts the pods given.
+    be gone; 0 counts the pods given, a name once.
     """
-    pods = [p for p in pods if not _launcher(p)]
+    pods = [p for p in pods if not _launcher(p) and not never_ran(p)]
     killed = sorted({n for p in pods if killed_on_node(p) and (n := _node(p))})
     if killed:
         return killed
     failed = [(_finished_at(p), n) for p in pods if container_failure(p) and (n := _node(p))]
-    total = max(gpu_pods, len(pods))
+    total = max(gpu_pods, len({_name(p) for p in pods}))  # a pod its controller created again counts once
     if not failed or total < 2:
         return []
-    if len(failed) < total:
+    if len({_name(p) for p in pods if container_failure(p) and _node(p)}) < total:
         return sorted({n for _, n in failed})
     if any(t is None for t, _ in failed):
         return []
