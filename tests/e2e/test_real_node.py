@@ -4,8 +4,8 @@ whose workload pods run the built workload image, exactly as the operator render
 their own ServiceAccount token. examples/cpu-smoke.yaml runs as it ships; an MPIJob runs through mpi-operator
 (its launcher's mpirun reaches the workers' sshd by their names under the job's headless Service). A pod deleted
 mid-run fails the run naming its node, an MPI worker killed mid-run fails it naming the worker's pod and node;
-pods that cannot reach the API server end ReportNotDelivered within two minutes (the pod exits 2), a PyTorchJob pod
-whose check failed exits 1; `helm uninstall` leaves nothing stuck.
+a PyTorchJob whose pods cannot reach the API server ends ReportNotDelivered within two minutes (the pod exits 2), a
+PyTorchJob pod whose check failed exits 1; `helm uninstall` leaves nothing stuck.
 """
 
 from __future__ import annotations
@@ -183,9 +183,9 @@ def test_cpu_smoke_run_passes_on_the_real_node(operator_release: RealNode, test_
 class PodWatch:
     """Every state of a run's GPU pods as a watch saw them, from before the run's creation.
 
-    A PyTorchJob's cleanPodPolicy Running may delete a pod whose container has just ended (the training operator's
-    cache can still say Running when the job fails), so a GET after the fact may find no pod; the watch saw its
-    terminated state before the deletion (the kubelet reports it before the pod goes)."""
+    training-operator deletes a failed PyTorchJob's pods whatever its cleanPodPolicy (kubeflow/trainer#3419), and may
+    create one again under the same name, so a GET after the fact finds no pod, or another one; the watch saw the
+    terminated state of the pod that ran before its deletion (the kubelet reports it before the pod goes)."""
 
     def __init__(self, node: RealNode, namespace: str, name: str):
         self.seen: list[dict[str, Any]] = []
@@ -403,9 +403,10 @@ def test_a_run_whose_pods_cannot_reach_the_api_server_ends_report_not_delivered_
         operator_release: RealNode, test_namespace: str) -> None:
     """Pods whose packets to the API server are dropped (as under a NetworkPolicy denying egress): rank 0 finds
     out before its checks, the pod exits saying so first, and the operator names it, quoting the pod's summary as
-    unverified. (Job: with PyTorchJob the verdict is sometimes JobFailed, the training operator having deleted
-    the pod; an open defect, issue 44's note.)"""
-    node, name, backend = operator_release, "smoke-cut-off", "Job"
+    unverified. A PyTorchJob, under torchrun: its pod's code must be the workload's own, and training-operator, as
+    the job fails, deletes the pod and often creates it again under the same name and deletes that one before it
+    starts (diagnosis.never_ran): the verdict is the pod's that ran."""
+    node, name, backend = operator_release, "smoke-cut-off", "PyTorchJob"
     with api_server_cut_off_from_pods(node), PodWatch(node, test_namespace, name) as watch:
         t0 = time.monotonic()
         apply(node, test_namespace, smoke_test(name, backend))
