@@ -229,8 +229,9 @@ class Children:
 
     def behind(self, namespace: str, label: str, run: str, pods: list[KubeDict]) -> list[str]:
         """The pods of `pods` (a fresh read, with_gone's) whose containers the kubelet says it lost, at a version the
-        watch has not delivered yet: the containers' real ends, which the kubelet reported first, are still on
-        their way through the watch (keep_ends puts them back once they come)."""
+        watch has not delivered yet: an end the kubelet reported before may still be on its way through the watch
+        (keep_ends puts it back once it comes), or the watch has not shown the pod at all (one created again under a
+        failed pod's name, diagnosis.never_ran, whose deletion the watch brings within a second)."""
         seen = self._seen(namespace, label, run)
         out = []
         for p in pods:
