@@ -19,6 +19,7 @@ import pytest
 from tests.apiserver import ApiServer
 from tests.cluster.conftest import StartOperator
 from tests.cluster.operator_harness import Cluster, OperatorProcess, report
+from tests.leadership import leading_at_once
 
 DURATION, RENEW_DEADLINE, RETRY = 15.0, 10.0, 2.0
 # A loaded 2-core machine: a process may answer a second or two late.
@@ -26,7 +27,7 @@ MARGIN = 4.0
 
 
 class Watch:
-    """Samples every operator's leader gauge every 0.1 s; remembers any moment two led at once."""
+    """Samples every operator's leader gauge every 0.1 s; remembers any moment two led at once (leading_at_once)."""
 
     def __init__(self, procs: list[OperatorProcess]) -> None:
         self.procs, self.both, self.samples = procs, [], 0
@@ -41,10 +42,10 @@ class Watch:
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
-            leading = [p.identity for p in self.procs if self._leading(p)]
+            both = leading_at_once(list(self.procs), self._leading)
             self.samples += 1
-            if len(leading) > 1:
-                self.both.append((time.monotonic(), leading))
+            if both:
+                self.both.append((time.monotonic(), [p.identity for p in both]))
 
     def __enter__(self) -> Watch:
         self._thread.start()

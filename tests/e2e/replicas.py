@@ -30,6 +30,7 @@ from acceptance_workload.report.evidence import STATUS_KEY
 
 from tests.e2e.conftest import RELEASE_NAMESPACE
 from tests.e2e.test_real_node import OPERATOR_PODS, apply, get_json, pod_processes, run_pods, smoke_test, wait_for
+from tests.leadership import leading_at_once
 from tests.realnode import RealNode
 
 LEASE_PATH = f"/apis/coordination.k8s.io/v1/namespaces/{RELEASE_NAMESPACE}/leases/{LEASE_NAME}"
@@ -201,13 +202,8 @@ def leader_gauge(pod: dict[str, Any]) -> bool | None:
 
 
 class LeaderWatch:
-    """Samples every operator pod's leader gauge every 0.25 s; remembers the moments two led at once, and every pod
-    seen leading.
-
-    The gauges are read one after the other, so a handover between two reads could look like two leaders: when a
-    pass finds more than one, the same pods are read again in reverse order, and only pods that said 1 in both
-    passes count. Their read times nest (the first pod read first and last), and leadership is one stretch of
-    time, so two of them did lead at the same moment."""
+    """Samples every operator pod's leader gauge every 0.25 s; remembers the moments two led at once
+    (leading_at_once), and every pod seen leading."""
 
     def __init__(self, node: RealNode) -> None:
         self.node, self.both, self.samples, self.leaders = node, [], 0, set()
@@ -221,10 +217,9 @@ class LeaderWatch:
                 leading = [p for p in pods if leader_gauge(p)]
                 self.samples += 1
                 self.leaders.update(p["metadata"]["name"] for p in leading)
-                if len(leading) > 1:
-                    again = [p["metadata"]["name"] for p in reversed(leading) if leader_gauge(p)]
-                    if len(again) > 1:
-                        self.both.append((time.monotonic(), again))
+                both = leading_at_once(leading, leader_gauge)
+                if both:
+                    self.both.append((time.monotonic(), [p["metadata"]["name"] for p in both]))
 
     def __enter__(self) -> LeaderWatch:
         self._thread.start()
