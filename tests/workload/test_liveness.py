@@ -50,6 +50,8 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
         checks.gpu.gemm_size, checks.gpu.windows = 1024, 15
     elif longer == "sweep":
         checks.nccl.iters = 60
+    elif longer == "p2p":  # node-b's two processes' turns: seconds of gloo copies, not a tenth of one
+        checks.p2p.bytes, checks.p2p.iters = "16Mi", 300
     storage = None
     if longer == "storage":  # the shared volume's stage: a directory every simulated node sees
         storage = tmp_path / "volume"
@@ -142,6 +144,7 @@ STAGES = {
     "preflight": ("] preflight", 0.0, ("preflight", "gpu"), ("preflight", "not started"), ("preflight", "gpu"),
                   ("preflight", "gpu")),
     "gpu": ("] gpu: ", 1.0, ("gpu",), ("gpu",), ("gpu",), ("gpu",)),
+    "p2p": ("] p2p", 1.0, ("p2p",), ("p2p",), ("p2p",), ("p2p",)),
     "sweep": ("] nccl sweep", 1.0, ("nccl",), ("nccl",), ("nccl job ",), ("nccl",)),
     "localisation": ("] nccl localize", 0.3, ("nccl",), ("nccl localize ",), ("nccl localize ",), ("nccl",)),
     "ddp": ("] ddp ", 1.0, ("ddp",), ("ddp",), ("ddp",), ("ddp",)),
@@ -167,7 +170,8 @@ def test_a_rank_frozen_in_any_stage_is_named_by_its_heartbeat(tmp_path: Path, st
     nodes = [*NODES, "node-c"] if stage == "localisation" else NODES
     codes, stderr, elapsed = _run_with_fault(tmp_path, trigger, signal.SIGSTOP, victim=2, collective_timeout=300,
                                              nodes=nodes, delay=delay, heartbeat=heartbeat, only=only,
-                                             longer=stage if stage in ("gpu", "sweep", "storage", "soak") else None)
+                                             longer=stage if stage in ("gpu", "p2p", "sweep", "storage", "soak")
+                                             else None)
     live = [c for r, c in enumerate(codes) if r != 2]
     assert live == [2] * len(live), stderr[0][-3000:]
     assert limit - 5 < elapsed < limit + 30, elapsed
