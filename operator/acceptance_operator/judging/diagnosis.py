@@ -250,13 +250,13 @@ def culprit_nodes(pods: list[KubeDict], gpu_pods: int = 0) -> list[str]:
     killed = sorted({n for p in pods if killed_on_node(p) and (n := _node(p))})
     if killed:
         return killed
-    failed = [(_finished_at(p), n) for p in pods if container_failure(p) and (n := _node(p))]
+    failed = [(_finished_at(p), n, _name(p)) for p in pods if container_failure(p) and (n := _node(p))]
     total = max(gpu_pods, len({_name(p) for p in pods}))  # a pod its controller created again counts once
     if not failed or total < 2:
         return []
-    if len({_name(p) for p in pods if container_failure(p) and _node(p)}) < total:
-        return sorted({n for _, n in failed})
-    if any(t is None for t, _ in failed):
+    if len({name for _, _, name in failed}) < total:
+        return sorted({n for _, n, _ in failed})
+    if any(t is None for t, _, _ in failed):
         return []
     failed.sort()
     first, second = failed[0][0], failed[1][0]
