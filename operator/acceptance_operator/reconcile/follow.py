@@ -83,10 +83,10 @@ def follow_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
 
 
 def watch_behind(test: AcceptanceTest, observation: Observation, now: datetime, logger: logging.Logger) -> bool:
-    """Whether the fresh read is ahead of the watch on a pod whose containers the kubelet says it lost (a job's
-    controller deleted it as it ended): their real ends, the workload's own exit code and termination message, were
-    reported before and are still coming through the watch (children.keep_ends keeps them), so the verdict waits
-    for them, at most WATCH_CATCH_UP_LIMIT past the pod's deletion; after that it is drawn from what is known."""
+    """Whether the fresh read is ahead of the watch on a pod whose containers the kubelet says it lost
+    (children.behind: an end reported before may still be coming through the watch, which children.keep_ends then
+    puts back, or the pod is one the watch has not shown yet); the verdict waits for the watch, at most
+    WATCH_CATCH_UP_LIMIT past the pod's deletion, and after that is drawn from what is known."""
     behind = rt.CHILDREN.behind(test.metadata.namespace, manifests.test_label_value(test), runs.run_of(test).id,
                                 observation.pods)
     deleted = [parse_time((p.get("metadata") or {}).get("deletionTimestamp")) for p in observation.pods
