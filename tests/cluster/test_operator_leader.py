@@ -42,7 +42,7 @@ class Watch:
 
     def _run(self) -> None:
         while not self._stop.wait(0.1):
-            both = leading_at_once(list(self.procs), self._leading)
+            both = leading_at_once([p for p in self.procs if self._leading(p)], self._leading)
             self.samples += 1
             if both:
                 self.both.append((time.monotonic(), [p.identity for p in both]))
