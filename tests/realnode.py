@@ -49,7 +49,7 @@ from tests.apiserver import (
 )
 from tests.processes import alive, free_ports, kill_group
 from tests.realnode_net import CNI_CONFIG, GATEWAY, ClusterNetwork, bridge_down, bridge_up, kubelet_settings
-from tests.registry import PULL_SECRET, USER, Registry, docker_config, pull_secret, wipe_storage
+from tests.registry import PULL_SECRET, USER, Registry, RegistryError, docker_config, pull_secret, wipe_storage
 
 STATE_DIR = Path("/run/gpu-acceptance/containerd")  # shim sockets: short paths; one real node per host
 # containerd's image store: one per machine (one real node runs at a time), kept between `up`s so an unchanged
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             node.wipe()
             print(f"real node stopped; {args.dir} removed")
-    except (RealNodeError, ApiServerError) as e:
+    except (RealNodeError, ApiServerError, RegistryError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

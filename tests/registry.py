@@ -100,7 +100,19 @@ class Registry:
 
     @property
     def address(self) -> str:
+        if not self.host:  # a later command (`make push`'s pull) on a registry an earlier `start` left running
+            self.attach()
         return f"{self.host}:{self.port}"
+
+    def attach(self) -> Registry:
+        """Take the host and port a running registry's `start` wrote (its `address` file); RegistryError if none."""
+        try:
+            host, _, port = (self.dir / "address").read_text().strip().rpartition(":")
+            self.host, self.port = host, int(port)
+        except (OSError, ValueError):
+            raise RegistryError(f"no registry runs from {self.dir} (no address file): start the real node first "
+                                "(make real-node)") from None
+        return self
 
     @property
     def ca_file(self) -> Path:
@@ -118,7 +130,8 @@ class Registry:
         return f"oci://{self.address}/{CHART_PATH}/gpu-acceptance"
 
     def password(self) -> str:
-        return json.loads(self.auth_file.read_text())["auths"][self.address]["password"]
+        address = self.address  # first: a registry that never started has no login either
+        return json.loads(self.auth_file.read_text())["auths"][address]["password"]
 
     def start(self, timeout: float = 30.0) -> Registry:
         binary = _binary()
