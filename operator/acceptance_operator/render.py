@@ -76,13 +76,13 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
     from acceptance_operator.plumbing.settings import OperatorSettings
 
     source = "standard input" if path == "-" else path
+    settings = OperatorSettings.from_env()  # a bad setting is not the file's fault: SettingsError, exit 2 (cli)
     try:
         text = _read(path)
     except (OSError, UnicodeDecodeError) as e:
         err.write(f"error: cannot read {path}: {e}\n")
         return exits.CANNOT
     try:
-        settings = OperatorSettings.from_env()
         try:
             test = parse_test(text)
         except RenderError as e:

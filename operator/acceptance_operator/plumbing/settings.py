@@ -1,7 +1,8 @@
 """The operator's own settings (environment variables the chart sets) and kopf's configuration.
 
 Environment, so the same settings apply under `gpu-acceptance operator` and
-under a plain `kopf run -m acceptance_operator.handlers`:
+under a plain `kopf run -m acceptance_operator.handlers`. A value that is not a finite number within its
+bounds (durations 0 to a week) is a SettingsError naming the variable, never a silent default:
 
 - GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS (600): how long pods may stay
   Pending with FailedScheduling (or a container stuck in ImagePullBackOff)
@@ -21,11 +22,11 @@ under a plain `kopf run -m acceptance_operator.handlers`:
 - GPU_ACCEPTANCE_RESYNC_SECONDS (60): a safety net, not a poll: a run in
   progress is looked at this long after the last look even when no watch event
   and no deadline asked for it.
-- GPU_ACCEPTANCE_WORKERS (16): threads that reconcile tests; the Kubernetes
+- GPU_ACCEPTANCE_WORKERS (16, at most 256): threads that reconcile tests; the Kubernetes
   client's connection pool is sized to them and to kopf's own workers.
 - GPU_ACCEPTANCE_REPORT_GRACE_SECONDS (30): how long after the job finished a
   report may still arrive before ReportMissing/JobFailed.
-- GPU_ACCEPTANCE_METRICS_PORT (8470, 0 off): under `kopf run` only; the CLI
+- GPU_ACCEPTANCE_METRICS_PORT (8470, 0 off, at most 65535): under `kopf run` only; the CLI
   flag wins under `gpu-acceptance operator`.
 - GPU_ACCEPTANCE_INIT_IMAGE: image of the privileged ulimit init container
   (default: the operator's own image); tests cannot name another.
@@ -54,7 +55,9 @@ Importing this module needs no kopf (`gpu-acceptance render` applies the same se
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 import secrets
 import socket
 from dataclasses import dataclass, field
@@ -74,21 +77,48 @@ if TYPE_CHECKING:
 FINALIZER = f"{GROUP}/finalizer"
 ANNOTATION_PREFIX = GROUP
 KOPF_WORKERS = 4
+# GPU_ACCEPTANCE_WORKERS at most: each worker holds a pooled API connection and a thread.
+MAX_WORKERS = 256
 # Watched children: (group, version, plural). Every one carries the test's label.
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 CHILD_RESOURCES = (*((b.group, b.version, b.plural) for b in BACKENDS.values()), ("", "v1", "pods"))
 
 
-def _env_float(name: str, default: float, minimum: float) -> float:
+class SettingsError(ValueError):
+    """An operator setting (a GPU_ACCEPTANCE_* variable) that cannot be used; the message names the variable.
+
+    Not the fault of a manifest: `render` answers it with exit 2 (could not answer), not 1 (invalid file).
+    """
+
+
+# The largest value any duration setting may take (a week): a bound that keeps a typo such as 1e400 (inf) or
+# 1e30 from becoming a wait without end.
+MAX_SETTING_SECONDS = 7 * 86_400.0
+
+
+def _env_float(name: str, default: float, minimum: float, maximum: float = MAX_SETTING_SECONDS) -> float:
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
     try:
         value = float(raw)
-    except ValueError as e:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds") from e
-    if value < minimum:
-        raise ValueError(f"{name}={raw!r} must be at least {minimum:g}")
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not minimum <= value <= maximum:
+        raise SettingsError(f"{name}={raw!r} must be a number from {minimum:g} to {maximum:g}")
+    return value
+
+
+def _env_int(name: str, default: int, minimum: int, maximum: int) -> int:
+    """A whole number from `minimum` to `maximum` (what the chart sets: workers, ports)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    if not re.fullmatch(r"[+-]?\d{1,12}", raw):
+        raise SettingsError(f"{name}={raw!r} is not a whole number (from {minimum} to {maximum})")
+    value = int(raw)
+    if not minimum <= value <= maximum:
+        raise SettingsError(f"{name}={raw!r} must be from {minimum} to {maximum}")
     return value
 
 
@@ -100,7 +130,7 @@ def _env_bool(name: str, default: bool) -> bool:
         return True
     if raw in ("0", "false", "no", "off"):
         return False
-    raise ValueError(f"{name}={raw!r}: use true or false")
+    raise SettingsError(f"{name}={raw!r}: use true or false")
 
 
 def _env_list(name: str, default: str = "") -> tuple[str, ...]:
@@ -140,11 +170,11 @@ class OperatorSettings:
             node_lost_grace_seconds=_env_float("GPU_ACCEPTANCE_NODE_LOST_GRACE_SECONDS",
                                                cls.node_lost_grace_seconds, 0),
             resync_seconds=_env_float("GPU_ACCEPTANCE_RESYNC_SECONDS", cls.resync_seconds, 1),
-            workers=int(_env_float("GPU_ACCEPTANCE_WORKERS", cls.workers, 1)),
+            workers=_env_int("GPU_ACCEPTANCE_WORKERS", cls.workers, 1, MAX_WORKERS),
             node_actions=_env_bool("GPU_ACCEPTANCE_NODE_ACTIONS", cls.node_actions),
             default_image=os.environ.get("GPU_ACCEPTANCE_DEFAULT_IMAGE", "").strip() or None,
             workload_pull_secrets=_env_list("GPU_ACCEPTANCE_WORKLOAD_PULL_SECRETS"),
-            metrics_port=int(_env_float("GPU_ACCEPTANCE_METRICS_PORT", cls.metrics_port, 0)),
+            metrics_port=_env_int("GPU_ACCEPTANCE_METRICS_PORT", cls.metrics_port, 0, 65_535),
             init_image=os.environ.get("GPU_ACCEPTANCE_INIT_IMAGE", "").strip() or cls.init_image,
             allow_host_path=_env_bool("GPU_ACCEPTANCE_ALLOW_HOST_PATH", cls.allow_host_path),
             allow_service_account_name=_env_bool("GPU_ACCEPTANCE_ALLOW_SERVICE_ACCOUNT_NAME",
@@ -181,7 +211,7 @@ def lease_timing() -> LeaseTiming:
     )
     problems = timing.problems()
     if problems:
-        raise ValueError("; ".join(problems) + " (GPU_ACCEPTANCE_LEASE_DURATION_SECONDS, "
+        raise SettingsError("; ".join(problems) + " (GPU_ACCEPTANCE_LEASE_DURATION_SECONDS, "
                          "GPU_ACCEPTANCE_LEASE_RENEW_DEADLINE_SECONDS, GPU_ACCEPTANCE_LEASE_RETRY_PERIOD_SECONDS)")
     return timing
 
