@@ -3,13 +3,15 @@
 Both commands hand over a Report and where to write it; what a file holds is
 writers/html.py's and writers/junit.py's business. matplotlib is needed only for
 --html, and `require` says so before a run is spent on a page that cannot be
-made. An export never changes a verdict or an exit code: it comes after the
+made, and `writable` that every output's folder is there (a run whose report has nowhere to go has lost
+it). An export never changes a verdict or an exit code: it comes after the
 JSON and the text, and what fails in it is one line naming the file and the
 cause, the file written without the part that failed.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,8 +22,27 @@ class ExportError(RuntimeError):
     """--html cannot be made here (no matplotlib), said before the run; the message says what to fix."""
 
 
-def require(html: str | None) -> None:
-    """Fail before the run when --html is asked for and matplotlib is missing."""
+def writable(flag: str, path: str | None) -> None:
+    """Fail before the run when `path` cannot be written (no such folder, a folder, no permission): a run whose
+    report has nowhere to go has lost it, so where it goes is checked first."""
+    if not path:
+        return
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise ExportError(f"{flag} {path}: is a directory; give a file name")
+    if not folder.is_dir():
+        raise ExportError(f"{flag} {path}: the directory {folder} does not exist; create it or give another path")
+    if target.exists() and not os.access(target, os.W_OK):
+        raise ExportError(f"{flag} {path}: the file cannot be written (permission); give another path")
+    if not target.exists() and not os.access(folder, os.W_OK | os.X_OK):
+        raise ExportError(f"{flag} {path}: cannot create files in {folder} (permission); give another path")
+
+
+def require(html: str | None, *, json: str | None = None, junit: str | None = None) -> None:
+    """Fail before the run when an output cannot be written, or --html is asked for and matplotlib is missing."""
+    for flag, path in (("--json", json), ("--html", html), ("--junit", junit)):
+        writable(flag, path)
     if html:
         from acceptance_workload.report.html_base import HtmlUnavailable, pyplot
 
