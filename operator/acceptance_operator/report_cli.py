@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -61,10 +62,39 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the report from rank 0's pod log (kubectl logs POD > FILE; - reads stdin), which ends with it "
                    "when its delivery failed: delivered while the run has no verdict, else printed as the operator "
                    "would judge it")
-    p.add_argument("--wait", type=float, default=60.0, metavar="SECONDS",
+    p.add_argument("--wait", type=wait_seconds, default=60.0, metavar="SECONDS",
                    help="with --deliver or --from-log: wait this long for the operator's verdict on the run "
-                   "(0: do not wait)")
+                   f"(0: do not wait; at most {MAX_WAIT_SECONDS:g})")
     p.set_defaults(func=run_report)
+
+
+# --wait at most (an hour): the operator judges a delivered report within seconds; longer is a typo or inf.
+MAX_WAIT_SECONDS = 3600.0
+# A saved report (--deliver) or a pod log (--from-log) larger than this is not one: a report is a few MiB at most.
+MAX_INPUT_BYTES = 256 * 1024 * 1024
+
+
+def wait_seconds(text: str) -> float:
+    """--wait: a finite number of seconds from 0 to MAX_WAIT_SECONDS (nan, inf and 1e309 never return)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not 0 <= value <= MAX_WAIT_SECONDS:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of seconds from 0 to {MAX_WAIT_SECONDS:g}")
+    return value
+
+
+def _read_input(path: str) -> bytes:
+    """A FILE given to --deliver or --from-log (- is standard input), at most MAX_INPUT_BYTES."""
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_INPUT_BYTES + 1)
+    else:
+        with Path(path).open("rb") as f:
+            data = f.read(MAX_INPUT_BYTES + 1)
+    if len(data) > MAX_INPUT_BYTES:
+        raise ValueError(f"larger than {MAX_INPUT_BYTES // 2**20} MiB: not a report or a pod's log")
+    return data
 
 
 def _namespace(given: str | None) -> str:
@@ -92,35 +122,129 @@ def for_node(report: Report, node: str) -> Report:
         "failed_nodes": [n for n in report.failed_nodes if n == node]})
 
 
-def run_report(args: argparse.Namespace, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def run_report(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    out, err = out or sys.stdout, err or sys.stderr  # read now: sys.stderr may be replaced after import
     from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
 
-    from acceptance_operator.plumbing.kubeapi import Kube
+    from acceptance_operator.plumbing.kubeapi import Kube, command_client
 
     namespace = _namespace(args.namespace)
     try:
-        require_exports(getattr(args, "html", None))
+        require_exports(getattr(args, "html", None), junit=getattr(args, "junit", None))
     except ExportError as e:
         err.write(f"error: {e}\n")
         return exits.CANNOT
     try:
-        k = Kube()
+        api = command_client()
+    except Exception as e:  # the kubeconfig: missing, not YAML, a list, binary, a directory, no current context
+        err.write(f"error: no cluster to read {args.name} from: {_kubeconfig_problem(e)}\n")
+        return exits.CANNOT
+    server = api.configuration.host
+    try:
+        k = Kube(api)
         obj = k.get_test(namespace, args.name)
         if obj is None:
+            k.version()  # a 404 from a server that is not Kubernetes' (a web page) says nothing of the test
             err.write(f"error: no AcceptanceTest {args.name} in namespace {namespace}\n")
             return exits.CANNOT
+        problem = stored_problem(obj)
+        if problem:
+            err.write(f"error: acceptancetests/{args.name} in {namespace} cannot be read by this gpu-acceptance: "
+                      f"{problem}\n")
+            return exits.CANNOT
         if args.deliver:
-            return deliver(k, obj, Path(args.deliver), out, err, wait=args.wait)
+            return deliver(k, obj, args.deliver, out, err, wait=args.wait)
         if getattr(args, "from_log", None):
             return from_log(k, obj, args, out, err)
         return show(k, obj, args, out, err)
     except ApiException as e:
-        err.write(f"error: the API server refused: HTTP {e.status} {e.reason}\n")
+        if not _kube_status(e.body):
+            err.write(f"error: the server at {server} did not answer as a Kubernetes API server (HTTP {e.status}, "
+                      "not a Status object); is that the kubeconfig's server?\n")
+        else:
+            err.write(f"error: the API server refused: HTTP {e.status} {e.reason}\n")
         return exits.CANNOT
-    except ConfigException as e:
-        err.write(f"error: no cluster to read {args.name} from: {e} (set KUBECONFIG or run in a pod)\n")
+    except Exception as e:
+        why = unreachable(e, server)
+        if why is None:
+            raise
+        err.write(f"error: {why}\n")
         return exits.CANNOT
+
+
+def _kube_status(body: object) -> bool:
+    """Whether an error's body is the Status object every Kubernetes API server answers errors with."""
+    try:
+        return json.loads(body).get("kind") == "Status"  # type: ignore[arg-type]
+    except (TypeError, ValueError, AttributeError):
+        return False
+
+
+def _kubeconfig_problem(e: Exception) -> str:
+    """What is wrong with the kubeconfig, in one line, and what to do."""
+    import os
+
+    from acceptance_workload.report import kubeclient
+
+    where = kubeclient.source()
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    if where == "in-cluster":
+        return f"the pod's in-cluster configuration cannot be used: {first}"
+    shown = "~/.kube/config" if where == "default" else where
+    if where != "default" and not any(os.path.isfile(p) for p in where.split(os.pathsep)):
+        what = "a directory, not a file" if os.path.isdir(where) else "no such file"
+        return f"KUBECONFIG={where}: {what} (set KUBECONFIG to a kubeconfig file or run in a pod)"
+    if isinstance(e, (TypeError, AttributeError, KeyError)):
+        first = "not a kubeconfig (a YAML object with clusters, contexts and users)"
+    return f"the kubeconfig {shown} cannot be used ({first}); give a valid kubeconfig " \
+           "(kubectl config view shows what kubectl reads) or run in a pod"
+
+
+def unreachable(e: BaseException, server: str) -> str | None:
+    """Why the API server at `server` gave no usable answer, in one line; None for an error of another kind."""
+    import urllib3
+
+    if isinstance(e, urllib3.exceptions.MaxRetryError) and e.reason is not None:
+        e = e.reason
+    if isinstance(e, urllib3.exceptions.NameResolutionError):
+        return f"cannot reach the API server at {server}: its host name does not resolve; check the kubeconfig"
+    if isinstance(e, urllib3.exceptions.NewConnectionError):  # a subclass of ConnectTimeoutError: first
+        return (f"cannot reach the API server at {server}: the connection was refused or failed "
+                f"({str(e).rpartition(': ')[2][:120]}); is the cluster up, and is that the kubeconfig's server?")
+    if isinstance(e, (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ConnectTimeoutError, TimeoutError)):
+        from acceptance_operator.plumbing.kubeapi import COMMAND_TIMEOUT
+
+        return (f"the API server at {server} did not answer within {sum(COMMAND_TIMEOUT):g}s; is it up, and is "
+                "that the kubeconfig's server?")
+    if isinstance(e, urllib3.exceptions.SSLError):
+        return (f"cannot reach the API server at {server}: TLS failed ({str(e)[:160]}); check the kubeconfig's "
+                "server (https?) and certificate-authority")
+    if isinstance(e, (urllib3.exceptions.HTTPError, OSError)):
+        return (f"cannot reach the API server at {server} ({type(e).__name__}: {str(e)[:160]}); check that the "
+                "cluster is up and the kubeconfig's server")
+    if isinstance(e, ValueError):  # json: an answer that is not the API's (an HTML page, a proxy's error)
+        return (f"the server at {server} did not answer as a Kubernetes API server (not JSON); is that the "
+                "kubeconfig's server?")
+    return None
+
+
+def stored_problem(obj: dict) -> str | None:
+    """Why a stored AcceptanceTest cannot be read by this version's models (what the CRD admitted and the models
+    refuse, e.g. written by another version or edited around the schema); None when it reads."""
+    from acceptance_operator.resource.spec_input import validation_messages
+
+    status = obj.get("status")
+    if status is not None and not isinstance(status, dict):
+        return f"status is a {type(status).__name__}, not an object (delete the test and apply it again)"
+    try:
+        _test(obj)
+    except ValidationError as e:
+        lines = validation_messages(e, obj)
+        return "; ".join(lines[:5]) + (f"; and {len(lines) - 5} more" if len(lines) > 5 else "") + \
+            " (fix it with kubectl edit, or use the gpu-acceptance of the operator's version)"
+    except (TypeError, ValueError, AttributeError) as e:
+        return f"{type(e).__name__}: {str(e)[:200]}"
+    return None
 
 
 def _test(obj: dict):
@@ -129,17 +253,15 @@ def _test(obj: dict):
     return on_current_run(obj)
 
 
-def deliver(k, obj: dict, path: Path, out: TextIO, err: TextIO, wait: float = 60.0) -> int:
+def deliver(k, obj: dict, path: str, out: TextIO, err: TextIO, wait: float = 60.0) -> int:
     """Deliver the saved report for the test's current run, as rank 0 does, then wait for the operator's verdict."""
-
-
     try:
-        report = Report.model_validate_json(path.read_text())
-    except (OSError, ValidationError) as e:
+        report = Report.model_validate_json(_read_input(path))
+    except (OSError, ValueError, RecursionError) as e:  # ValidationError is a ValueError: not UTF-8, not JSON, ...
         err.write(f"error: {path} is not a saved report (`gpu-acceptance local --json FILE` writes one): "
                   f"{str(e)[:500]}\n")
         return exits.CANNOT
-    return deliver_report(k, obj, report, str(path), out, err, wait)
+    return deliver_report(k, obj, report, path, out, err, wait)
 
 
 def from_log(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -152,10 +274,9 @@ def from_log(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -
 
     source = "stdin" if args.from_log == "-" else args.from_log
     try:
-        text = sys.stdin.read() if args.from_log == "-" else Path(args.from_log).read_text(errors="replace")
-        raw = report_from_log(text)
+        raw = report_from_log(_read_input(args.from_log).decode(errors="replace"))
         report = Report.model_validate(raw) if raw is not None else None
-    except (OSError, ValidationError) as e:
+    except (OSError, ValueError) as e:
         err.write(f"error: cannot read a report from {source}: {str(e)[:500]}\n")
         return exits.CANNOT
     if report is None:
@@ -195,7 +316,8 @@ def deliver_report(k, obj: dict, report: Report, source: str, out: TextIO, err: 
         return exits.NO
     report = report.model_copy(update={"generation": ref.generation, "run": ref.run, "uid": ref.uid})
     try:
-        patch_report(ref, report, core=k.core, deadline_seconds=60)
+        patch_report(ref, report, core=k.core, deadline_seconds=60,
+                     log=lambda line: err.write(f"{line} (for at most 60 s)\n"))
     except StatusWriteError as e:
         err.write(f"error: {e}\n")
         return exits.CANNOT

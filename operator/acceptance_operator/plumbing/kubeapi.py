@@ -33,11 +33,28 @@ REQUEST_TIMEOUT = (10.0, 60.0)
 BACKEND_CHECK_TTL_SECONDS = 60.0
 
 
+# (connect, read) seconds for a command a person waits on (`gpu-acceptance report`): a server that never
+# answers is said so within this, not after the operator's patient minute and a retry.
+COMMAND_TIMEOUT = (5.0, 20.0)
+
+
 class _TimedApiClient(client.ApiClient):
     """The client with a default timeout on every call (the generated API has none)."""
 
+    timeout: tuple[float, float] = REQUEST_TIMEOUT
+
     def call_api(self, *args: Any, _request_timeout: Any = None, **kwargs: Any) -> Any:
-        return super().call_api(*args, _request_timeout=_request_timeout or REQUEST_TIMEOUT, **kwargs)
+        return super().call_api(*args, _request_timeout=_request_timeout or self.timeout, **kwargs)
+
+
+def command_client() -> client.ApiClient:
+    """A client for a command line: no retries of its own and COMMAND_TIMEOUT on every call (the command says
+    what failed and exits; a person reruns it)."""
+    configuration = kubeclient.configuration()
+    configuration.retries = 0
+    api = _TimedApiClient(configuration)
+    api.timeout = COMMAND_TIMEOUT
+    return api
 
 
 def api_client(pool_size: int = 10) -> client.ApiClient:
@@ -138,6 +155,13 @@ class Kube:
         return sum(pools[key].num_connections for key in pools.keys())  # noqa: SIM118 (refuses iteration)
 
     # AcceptanceTests ---------------------------------------------------------
+    def version(self) -> KubeDict:
+        """GET /version: the server's build, and a check that it is a Kubernetes API server (ValueError if not)."""
+        answer = _json(client.VersionApi(self.custom.api_client).get_code(_preload_content=False))
+        if not isinstance(answer, dict) or "gitVersion" not in answer:
+            raise ValueError("GET /version did not answer as a Kubernetes API server")
+        return answer
+
     def get_test(self, namespace: str, name: str) -> KubeDict | None:
         return _or_none(self.custom.get_namespaced_custom_object, GROUP, VERSION, namespace, PLURAL, name)
 

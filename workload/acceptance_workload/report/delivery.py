@@ -79,14 +79,15 @@ def report_line(report: ReportBase) -> str:
 
 def report_from_log(text: str) -> dict[str, Any] | None:
     """The report object of the last report_line in a pod's log (`kubectl logs`, with or without --timestamps or
-    --prefix before each line); None when the log has none. A line cut short (a log rotated mid-line) is not one."""
+    --prefix before each line); None when the log has none. A line cut short (a log rotated mid-line) is not one,
+    nor one nested deeper than any report (json's RecursionError: a corrupted or hostile line)."""
     for line in reversed(text.splitlines()):
         at = line.find(REPORT_LINE)
         if at < 0:
             continue
         try:
             found = json.loads(line[at + len(REPORT_LINE):])
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(found, dict):
             return found
