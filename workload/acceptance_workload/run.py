@@ -27,6 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from acceptance_workload import __version__
 from acceptance_workload.checks import contention
 from acceptance_workload.checks.preflight import hostload, nodefacts, occupancy
 from acceptance_workload.checks.preflight.occupancy import Occupancy
@@ -393,6 +394,7 @@ def environment(session: Session, facts: list[dict]) -> Environment:
         cuda_version=first.get("cuda"),
         nccl_version=first.get("nccl"),
         torch_version=first.get("torch"),
+        workload_version=__version__,
         hostnames=session.nodes(),
     )
 

@@ -20,6 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from acceptance_workload import __version__
 from acceptance_workload.checks import table
 from acceptance_workload.checks.nccl import localize
 from acceptance_workload.checks.nccl.rules import inter_node_ratio
@@ -248,16 +249,34 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], report: Repor
 Key = tuple[str, str, str | None, int | None]  # (check, name, node, gpu) of a result
 
 
+def skew(written: Report, config: WorkloadConfig) -> dict[str, str]:
+    """Why each enabled check the workload did not run at all is absent, by check: the report's checksRun is its
+    own config's enabled checks, so a check missing there is one its image does not know, i.e. a workload image
+    older than this operator (a platform team that pinned the image and upgraded the operator). Named, with the
+    two ways out, instead of a bare "no result" that blames nobody."""
+    ran = set(written.checks_run)
+    absent = [c for c in CHECK_NAMES if getattr(config.checks, c).enabled and c not in ran]
+    image = written.environment.workload_version or "a version from before reports named theirs"
+    return {c: (f"the workload that wrote the report did not run check {c} at all (it ran "
+                f"{', '.join(written.checks_run) or 'none'}): its image ({image}) is older than this operator "
+                f"(gpu-acceptance {__version__}) and does not know the check; run the workload image of the "
+                f"operator's version (leave spec.image unset, or set the chart's workloadImage to it) or turn the "
+                f"check off (spec.checks.{c}.enabled: false)") for c in absent}
+
+
 def missing_required(present: set[Key], report: Report, config: WorkloadConfig,
-                     nodes: Iterable[str]) -> list[CheckResult]:
-    """A failed result for each required one the report lacks (with a value or not); `present`: its results' keys."""
+                     nodes: Iterable[str], unknown: dict[str, str] | None = None) -> list[CheckResult]:
+    """A failed result for each required one the report lacks (with a value or not); `present`: its results' keys;
+    `unknown`: why a check's results are all absent (skew), said instead of what the result judges."""
     present = present | {(c, n, node, None) for c, n, node, _ in present}  # a per-node requirement: any GPU's
     out = []
     for req in required_results(config, nodes, report):
         if (req.check, req.name, req.node, req.gpu) in present:
             continue
         where = (f" for node {req.node}" if req.node else "") + (f" GPU {req.gpu}" if req.gpu is not None else "")
-        message = f"the report has no {req.name} result{where} ({req.why} is judged)"
+        why = (unknown or {}).get(req.check)
+        message = f"the report has no {req.name} result{where}: {why}" if why else \
+            f"the report has no {req.name} result{where} ({req.why} is judged)"
         out.append(CheckResult(check=req.check, name=req.name, value=None, passed=False,  # type: ignore[arg-type]
                                node=req.node, gpu=req.gpu, message=message))
     return out
@@ -360,7 +379,7 @@ def judge_parts(job: Report, parts: Iterable[Report], facts: RunFacts, *, fold: 
         "results": results, "ddp": ddp,
         "checks_run": [c for c in CHECK_NAMES if getattr(facts.config.checks, c).enabled]})
     nodes = report.environment.hostnames or sorted({r.node for r in results if r.node})
-    report.results += map(keep, missing_required(present, report, facts.config, nodes))
+    report.results += map(keep, missing_required(present, report, facts.config, nodes, skew(job, facts.config)))
     report.finalize()
     return Rejudged(report, run_problems(report, facts))
 

@@ -264,6 +264,8 @@ class Environment(WireModel):
     cuda_version: str | None = None
     nccl_version: str | None = None
     torch_version: str | None = None
+    workload_version: str | None = Field(None, description="gpu-acceptance version of the workload image that "
+                                         "wrote the report (absent in reports of images before it was recorded).")
     hostnames: list[str] = Field(default_factory=list)
     transports: list[Transport] = Field(default_factory=list, description="Transports NCCL reported using.")
 
