@@ -124,6 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_parser(sub)
 
+    _add_local_parser(sub)
+    return parser
+
+
+def _add_local_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("local", help="run the checks on this machine's GPUs (or a CPU smoke run)")
     p.add_argument("--cpu", action="store_true", help="CPU smoke run with gloo (2 processes, small sizes)")
     path = _given("path")
@@ -157,7 +162,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="turn on checks.soak for SECONDS (>= 10): after the other checks, GEMM on every GPU and "
                    "all_reduce between them, NVML watched every checks.soak.sampleSeconds, judged minute by minute")
     p.set_defaults(func=_cmd_local)
-    return parser
 
 
 def _debug(args: argparse.Namespace | None) -> bool:
