@@ -123,7 +123,7 @@ def _torchrun(tmp_path: Path, nodes: int, victim: int) -> tuple[str, float, floa
     """
     names = ["node-a", "node-b"][:nodes]
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    checks.gpu.enabled = checks.p2p.enabled = checks.nccl.enabled = False
+    checks.gpu.enabled = checks.p2p.enabled = checks.nccl.enabled = checks.signals.enabled = False
     # ~20 s of DDP on a 2-core machine: the kill 2 s in lands inside it however fast the machine (40 steps lasted
     # 2.2 s with torch 2.15, and a kill after the ranks had finished found no rank to kill)
     checks.ddp.steps = 400
