@@ -289,3 +289,14 @@ def test_application_xids_are_recorded_with_their_reason(code: int) -> None:
 def test_an_xid_not_in_the_table_fails_and_says_where_to_look() -> None:
     entry = xids.lookup(4242)
     assert entry.fails and "catalogue" in entry.meaning
+
+
+def test_the_docs_xid_table_is_the_table_the_check_judges_by() -> None:
+    """docs/signals.md prints the table of xids.py, one row a code, word for word (one home: the module)."""
+    doc = (REPO / "docs" / "signals.md").read_text()
+    for x in xids.XIDS.values():
+        row = f"| {x.code} | {x.meaning} | {'fails the node' if x.fails else 'recorded'} | {x.action} |"
+        assert row in doc, row
+    listed = {int(line.split("|")[1]) for line in doc.splitlines() if line.startswith("| ") and
+              line.split("|")[1].strip().isdigit()}
+    assert listed == set(xids.XIDS)
