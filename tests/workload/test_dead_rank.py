@@ -43,7 +43,8 @@ EXIT_WITHIN = NAMED_WITHIN + 5  # and to the CLI's exit: the report is written, 
 
 def _manifest(only: tuple[str, ...]) -> str:
     """Preflight and the checks in `only`: what leads up to the stage is kept short."""
-    lines = [f"    {c}: {{enabled: {'true' if c in only else 'false'}}}" for c in ("gpu", "p2p", "nccl", "ddp")]
+    lines = [f"    {c}: {{enabled: {'true' if c in only else 'false'}}}"
+             for c in ("gpu", "p2p", "nccl", "ddp", "signals")]
     return "kind: AcceptanceTest\nspec:\n  checks:\n" + "\n".join(lines) + "\n"
 
 
