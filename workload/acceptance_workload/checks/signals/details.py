@@ -25,7 +25,7 @@ class SignalsGpu(WireModel):
     xids: list[SignalsXid] = Field(default_factory=list)
     moved: dict[str, float] = Field(default_factory=dict, description="Each counter that grew, by how much.")
     read: list[str] = Field(default_factory=list, description="The signals read at the start and the end.")
-    skipped: dict[str, str] = Field(default_factory=dict, description="Each signal not offered, and why.")
+    skipped: list[str] = Field(default_factory=list, description="The signals not offered (why: report.skipped).")
 
 
 class SignalsPort(WireModel):

@@ -96,7 +96,7 @@ def judge_gpu(j: Judged, rec: dict[str, Any]) -> SignalsGpu:
     if rec.get("nvml"):
         for name in NVML_SIGNALS:
             j.skip(name, rec["nvml"], where)
-            row.skipped[name] = rec["nvml"]
+        row.skipped = list(NVML_SIGNALS)
         return row
     judge_xids(j, rec, row)
     for name in GPU_COUNTERS:
@@ -109,7 +109,7 @@ def judge_xids(j: Judged, rec: dict[str, Any], row: SignalsGpu) -> None:
     unsupported = rec["unsupported"].get("xid")
     if unsupported and not rec["xids"]:
         j.skip(XID, f"XID events cannot be watched: {unsupported}", f"node {rec['node']} GPU {rec['gpu']}")
-        row.skipped[XID] = unsupported
+        row.skipped.append(XID)
         return
     failing, application = [], []
     for x in rec["xids"]:
@@ -157,7 +157,7 @@ def judge_counter(j: Judged, rec: dict[str, Any], row: SignalsGpu, name: str) ->
     if not keys:
         reason = _unsupported(rec, name) or "not read at the run's start"
         j.skip(name, reason, where)
-        row.skipped[name] = reason
+        row.skipped.append(name)
         return
     lost = [k for k in keys if k not in rec["end"]]
     if lost:
@@ -180,7 +180,7 @@ def judge_fabric(j: Judged, rec: dict[str, Any], row: SignalsGpu) -> None:
     where = f"node {rec['node']} GPU {rec['gpu']}"
     if "unsupported" in fabric:
         j.skip(FABRIC, f"NVSwitch fabric state not offered: {fabric['unsupported']}", where)
-        row.skipped[FABRIC] = fabric["unsupported"]
+        row.skipped.append(FABRIC)
         return
     if "error" in fabric:
         row.fabric = "unreadable"
