@@ -136,3 +136,25 @@ def test_a_report_without_a_nodes_watch_fails_that_node() -> None:
     (missing,) = [r for r in again.results if not r.passed]
     assert (missing.check, missing.name, missing.node) == ("signals", "watched", BAD)
     assert again.failed_nodes == [BAD]
+
+
+def test_the_reports_show_a_grid_per_node_with_the_failed_signals_row_in_red() -> None:
+    """The HTML page's grid (a row per GPU and port), the text table and the JUnit output, from the check's parts."""
+    from acceptance_workload.writers.html import render_html
+    from acceptance_workload.writers.junit import junit_xml
+    from acceptance_workload.writers.text import full_text
+
+    report, _ = report_of(port("link_downed", 1))
+    page = render_html(report)
+    grid = page.split('<h2 id="signals">')[1]
+    node_b = grid.split(f"<h3>{BAD}</h3>")[1].split("</table>")[0]
+    assert node_b.count("<tr") == 1 + 8 + 1  # the header, 8 GPUs, 1 port
+    bad_rows = [row for row in node_b.split("<tr")[1:] if 'class="bad"' in row]
+    assert len(bad_rows) == 1 and "mlx5_0 port 1 (ib0)" in bad_rows[0] and "link_downed +1" in bad_rows[0]
+    assert 'class="bad"' not in grid.split("<h3>gpu-node-a</h3>")[1].split("</table>")[0]
+    text = full_text(report)
+    assert "# signals: watched 600 s" in text and "mlx5_0 port 1 (ib0)  ACTIVE/LinkUp 400 Gb/sec (4X NDR)" in text
+    assert "link_downed +1" in text and "down" in text
+    xml = junit_xml(report)
+    assert "# signals: watched 600 s" in xml and xml.count("<failure") == 1
+    assert "went down during the run" in xml.split("<failure")[1].split("</failure>")[0]
