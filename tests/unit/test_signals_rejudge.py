@@ -64,6 +64,10 @@ def counter(key: str, by: float):
     return fault
 
 
+def xid_watch_lost(recs):
+    gpu(recs)["xidError"] = {"xid": "the XID event wait failed: NVMLError_GpuIsLost: GPU is lost"}
+
+
 def fabric_in_progress(recs):
     gpu(recs)["fabric"] = {"state": 2, "status": 0, "clique": 0, "cluster": "00" * 16}
 
@@ -92,6 +96,7 @@ def report_of(fault) -> tuple[Report, WorkloadConfig]:
 FAULTS = {
     "xid79-nccl": (xid(79, "nccl"), "xid", "XID 79 (GPU has fallen off the bus) during stage nccl"),
     "xid94-ddp": (xid(94, "ddp"), "xid", "XID 94 (contained ECC error"),
+    "xid-watch-lost": (xid_watch_lost, "xid", "GPU is lost, so the rest of the run was not watched (fail closed)"),
     "nvlink-replay": (counter("nvlink L5 replay", 400), "nvlink_replays", "nvlink L5 replay grew 400"),
     "fabric": (fabric_in_progress, "fabric", "systemctl status nvidia-fabricmanager"),
     "link-downed": (port("link_downed", 1), "link_downed", "mlx5_0 port 1 (ib0) went down during the run"),

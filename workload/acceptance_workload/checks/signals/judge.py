@@ -124,9 +124,11 @@ def judge_xids(j: Judged, rec: dict[str, Any], row: SignalsGpu) -> None:
         return text + (f"; {len(found) - MAX_NAMED} more" if len(found) > MAX_NAMED else "")
 
     count = len(failing) + rec.get("xidsOmitted", 0)
-    j.add(XID, float(count), node=rec["node"], gpu=rec["gpu"],
+    lost = (rec.get("xidError") or {}).get("xid") or unsupported  # the watch stopped before the run's end
+    j.add(XID, None if lost and not count else float(count), node=rec["node"], gpu=rec["gpu"],
+          passed=False if lost else None,
           message=f"{who(rec)}: " + (said(failing) if count else "no XID of a failing kind")
-          + (f" (watch interrupted: {unsupported})" if unsupported else ""))
+          + (f"; {lost}, so the rest of the run was not watched (fail closed)" if lost else ""))
     if application:
         j.add(XID_APPLICATION, float(len(application)), node=rec["node"], gpu=rec["gpu"],
               message=f"{who(rec)}: recorded, not failing: {said(application)}")

@@ -71,8 +71,9 @@ class Watch:
         while not self._stop.is_set():
             try:
                 xid = self.reader.wait_xid(self.events, WAIT_MS)
-            except Exception as e:
-                self.record["unsupported"]["xid"] = f"the XID event wait failed: {reading.why(e)}"
+            except Exception as e:  # not supported after all: a skip; anything else (a GPU lost): a failure
+                key = "unsupported" if reading.permanent(e) else "xidError"
+                self.record[key] = {**self.record.get(key, {}), "xid": f"the XID event wait failed: {reading.why(e)}"}
                 return
             if xid is None:
                 continue
