@@ -300,3 +300,23 @@ def test_the_docs_xid_table_is_the_table_the_check_judges_by() -> None:
     listed = {int(line.split("|")[1]) for line in doc.splitlines() if line.startswith("| ") and
               line.split("|")[1].strip().isdigit()}
     assert listed == set(xids.XIDS)
+
+
+def test_the_ports_are_those_nccl_ib_hca_selects_and_one_down_at_the_start_is_not_watched(tmp_path: Path) -> None:
+    """A port the run cannot use (not up when the run starts: a spare, a storage NIC unplugged) is a skip saying so,
+    never a failure; NCCL_IB_HCA narrows the ports as it narrows NCCL's and the preflight's."""
+    from acceptance_workload.checks.signals import ports
+
+    root = sysfs_tree(tmp_path / "sys")
+    assert [p["device"] for p in ports.snapshot(root, "=mlx5_1")["ports"]] == ["mlx5_1"]
+    assert "matching NCCL_IB_HCA=^mlx5" in ports.snapshot(root, "^mlx5")["none"]
+    (root / "class" / "infiniband" / "mlx5_1" / "ports" / "1" / "state").write_text("1: DOWN\n")
+    (root / "class" / "infiniband" / "mlx5_1" / "ports" / "1" / "phys_state").write_text("3: Disabled\n")
+    seen = {"start": ports.snapshot(root), "end": ports.snapshot(root)}
+    j = judge.Judged(SignalsThresholds(), ())
+    rows = judge.judge_ports(j, NODE, seen)
+    assert all(r.passed for r in j.results) and {r.observed for r in j.results} == {"mlx5_0 port 1 (ib0)"}
+    (skip,) = j.skipped()
+    assert skip.name == "port_state" and "not ACTIVE/LinkUp at the run's start" in skip.reason
+    assert f"node {NODE} mlx5_1 port 1 (ib1) start DOWN/Disabled" in skip.reason
+    assert [r.problem for r in rows] == [None, "not up at the start: not watched"]

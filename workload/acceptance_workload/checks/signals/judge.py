@@ -232,7 +232,12 @@ def judge_port(j: Judged, node: str, first: dict[str, Any], last: dict[str, Any]
                       state=(last or first).get("state"), phys_state=(last or first).get("phys_state"),
                       rate=first.get("rate"))
     states = [f"{w} {p.get('state')}/{p.get('phys_state')}" for w, p in (("start", first), ("end", last)) if p]
-    up = _up(first) and _up(last)
+    if not _up(first):  # a port the run cannot use (NCCL takes active ports): the preflight judges the ports
+        row.problem = "not up at the start: not watched"
+        j.skip(PORT_STATE, "not ACTIVE/LinkUp at the run's start, so no traffic of the run used it: not watched "
+               "(the preflight judges the RDMA ports a multi-node run needs)", f"{at} {states[0]}")
+        return row
+    up = _up(last)
     if not up:
         row.problem = "down" if last is not None else "gone at the run's end"
     j.add(PORT_STATE, 1.0 if up else 0.0, node=node, observed=name,

@@ -1,5 +1,6 @@
 """The RDMA ports a pod can see, read from sysfs: each port's state, physical state, rate, error counters and
-extended (hw_counters) error counters, and its network interface. Read at the run's start and at its end by one rank
+extended (hw_counters) error counters, and its network interface: the ports NCCL_IB_HCA selects, as the preflight
+takes them. Read at the run's start and at its end by one rank
 of each node (watch.py); judged on what changed (judge.py).
 
 /sys/class/infiniband/<device>/ports/<n>/{state,phys_state,rate,counters/*,hw_counters/*}, and the interface from
@@ -13,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from acceptance_workload.checks.preflight.preflight import hca_selected
 from acceptance_workload.checks.signals.rules import PORT_COUNTERS
 
 SYSFS_ROOT_ENV = "GPU_ACCEPTANCE_SYSFS_ROOT"
@@ -79,17 +81,19 @@ def read_port(device: Path, port: Path) -> dict[str, Any]:
     return out
 
 
-def snapshot(root: Path) -> dict[str, Any]:
-    """Every RDMA port under root/class/infiniband: {"ports": [...]} or {"ports": [], "none": why there are none}."""
+def snapshot(root: Path, hca_filter: str | None = None) -> dict[str, Any]:
+    """Every RDMA port under root/class/infiniband that NCCL_IB_HCA (`hca_filter`, NCCL's own syntax, as the
+    preflight reads it) selects: {"ports": [...]} or {"ports": [], "none": why there are none}."""
     base = root / "class" / "infiniband"
     if not base.is_dir():
         return {"ports": [], "none": f"no RDMA device: {base} does not exist in the pod"}
     ports = []
     for device in sorted(base.iterdir()):
         for port in sorted((device / "ports").glob("*"), key=lambda p: p.name):
-            if port.name.isdigit():
+            if port.name.isdigit() and hca_selected(device.name, int(port.name), hca_filter):
                 ports.append(read_port(device, port))
-    return {"ports": ports} if ports else {"ports": [], "none": f"no RDMA port under {base}"}
+    where = base if not hca_filter else f"{base} matching NCCL_IB_HCA={hca_filter}"
+    return {"ports": ports} if ports else {"ports": [], "none": f"no RDMA port under {where}"}
 
 
 def label(port: dict[str, Any]) -> str:

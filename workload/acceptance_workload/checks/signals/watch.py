@@ -62,7 +62,7 @@ class Watch:
                 self._thread = threading.Thread(target=self._loop, name="gpu-acceptance-signals", daemon=True)
                 self._thread.start()
         if self.local_rank == 0:
-            r["ports"] = {"start": ports.snapshot(ports.sysfs_root())}
+            r["ports"] = {"start": ports.snapshot(ports.sysfs_root(), os.environ.get("NCCL_IB_HCA"))}
         return self
 
     def _loop(self) -> None:
@@ -91,7 +91,7 @@ class Watch:
         if self.reader is not None:
             self.record["end"] = self.reader.counters()
         if self.record["ports"] is not None:
-            self.record["ports"]["end"] = ports.snapshot(ports.sysfs_root())
+            self.record["ports"]["end"] = ports.snapshot(ports.sysfs_root(), os.environ.get("NCCL_IB_HCA"))
         self.record["seconds"] = round(time.monotonic() - self.t0, 1)
         return self.record
 
