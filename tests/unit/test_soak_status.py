@@ -102,7 +102,7 @@ def test_a_sweeps_single_node_tests_burn_in_and_its_inter_node_stage_does_not():
 
 
 def test_a_soak_alone_stays_in_the_inter_node_stage():
-    parent = burn_in({c: {"enabled": False} for c in ("preflight", "gpu", "p2p", "nccl", "ddp", "signals")})
+    parent = burn_in({c: {"enabled": False} for c in ("preflight", "gpu", "p2p", "nccl", "ddp")})
     stage = sweep.child(parent, "g1", "burn-in", ["n1", "n2"], sweep.INTER_NODE)["spec"]
     assert stage["checks"]["soak"]["enabled"] is True
 
