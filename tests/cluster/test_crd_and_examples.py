@@ -104,7 +104,7 @@ def test_four_line_manifest_is_completed_by_the_server(server: ApiServer, namesp
         ({"nodez": 2}, ['unknown field "spec.nodez"']),
         ({"network": {"hca": ["mlx5_0"]}}, ['unknown field "spec.network.hca"']),
         ({"checks": {"preflight": {"enabled": False}, "gpu": {"enabled": False}, "p2p": {"enabled": False},
-                     "nccl": {"enabled": False}, "ddp": {"enabled": False}, "signals": {"enabled": False}}},
+                     "nccl": {"enabled": False}, "ddp": {"enabled": False}}},
          ["spec.checks", "enable at least one of preflight, gpu, p2p, nccl, ddp"]),
         ({"network": {"fabric": "ethernet"}, "checks": {"nccl": {"requireTransport": "IB"}}},
          ["spec.checks.nccl.requireTransport", "IB cannot be required on network.fabric ethernet"]),

@@ -205,7 +205,7 @@ def test_cel_rules_carry_the_cross_field_constraints(schema: dict[str, Any]):
     rules = at(schema, "spec")["x-kubernetes-validations"]
     assert rules == api.SPEC_CEL_RULES
     messages = [r["message"] for r in rules]
-    assert "checks: enable at least one of preflight, gpu, p2p, nccl, ddp, fsdp, storage, soak, signals" in messages
+    assert "checks: enable at least one of preflight, gpu, p2p, nccl, ddp, fsdp, storage, soak" in messages
     assert any(m.startswith("storage: checks.storage is enabled but no volume") for m in messages)
     assert "checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet" in messages
     soak = next(r for r in rules if r["fieldPath"] == ".checks.soak.durationSeconds")

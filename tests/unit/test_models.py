@@ -80,7 +80,7 @@ def test_wire_form_is_camel_case_and_round_trips():
         ({"checks": {"nccl": {"collectives": []}}}, "spec.checks.nccl.collectives: List should have at least 1"),
         ({"checks": {"nccl": {"collectives": ["all_to_all"]}}}, "spec.checks.nccl.collectives[0]: Input should be"),
         ({"checks": {"preflight": {"enabled": False}, "gpu": {"enabled": False}, "p2p": {"enabled": False},
-                     "nccl": {"enabled": False}, "ddp": {"enabled": False}, "signals": {"enabled": False}}},
+                     "nccl": {"enabled": False}, "ddp": {"enabled": False}}},
          "spec.checks: enable at least one of preflight, gpu, p2p, nccl, ddp"),
         ({"network": {"fabric": "ethernet"}, "checks": {"nccl": {"requireTransport": "IB_GDR"}}},
          "spec.checks.nccl.requireTransport: IB cannot be required on network.fabric ethernet"),
