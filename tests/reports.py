@@ -152,7 +152,10 @@ def passing_report(config: WorkloadConfig, nodes: list[str] | None = None, *, ui
                     for r in ranks]
     if config.checks.soak.enabled:
         results += [r for node in nodes for gpu in range(gpus) for r in soak_results(node, gpu)]
-    checks_run = [c for c in ("preflight", "gpu", "p2p", "nccl", "ddp", "soak") if getattr(config.checks, c).enabled]
+    if config.checks.signals.enabled:  # every node's watch (its signals: skips, on the machine these stand for)
+        results += [_r("signals", "watched", 1.0, node=node) for node in nodes]
+    checks_run = [c for c in ("preflight", "gpu", "p2p", "nccl", "ddp", "soak", "signals")
+                  if getattr(config.checks, c).enabled]
     return Report(
         mode="gpu", generation=test.generation if test else None, uid=uid or (test.uid if test else None),
         checks_run=checks_run, results=results, nccl=sweeps, ddp=ddp, gpu=gpu_detail, localization=detail, p2p=p2p,

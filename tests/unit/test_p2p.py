@@ -125,7 +125,7 @@ def report_of(node: P2pNode, config: WorkloadConfig) -> Report:
 @pytest.mark.parametrize("case", ["healthy", "slow GPU", "slow pair", "broken pair"])
 def test_the_operator_rejudges_the_matrix_as_the_workload_does(case: str) -> None:
     config = WorkloadConfig.build(checks=ChecksSpec.model_validate(
-        {c: {"enabled": c == "p2p"} for c in ("preflight", "gpu", "nccl", "ddp", "p2p")}),
+        {c: {"enabled": c == "p2p"} for c in ("preflight", "gpu", "nccl", "ddp", "p2p", "signals")}),
         profile="h100-sxm", nodes=1, gpus_per_node=8)
     node = {"healthy": matrix(), "slow GPU": matrix(slow={(i, 3): 0.5 for i in range(8) if i != 3}
                                                      | {(3, j): 0.5 for j in range(8) if j != 3}),

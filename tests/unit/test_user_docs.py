@@ -20,6 +20,8 @@ from acceptance_workload.checks.p2p import profile as p2p_profile
 from acceptance_workload.checks.p2p.spec import P2pThresholds
 from acceptance_workload.checks.preflight import profile as preflight_profile
 from acceptance_workload.checks.preflight.spec import PreflightThresholds
+from acceptance_workload.checks.signals import profile as signals_profile
+from acceptance_workload.checks.signals.spec import SignalsThresholds
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.profiles import estimated_defaults
 from acceptance_workload.contract.wire import WireModel
@@ -92,8 +94,9 @@ def rows(model: type[WireModel], pick: typing.Callable[[str], WireModel], check:
         ("### ddp, `gpt` model", DdpThresholds, lambda p: ddp_profile.FLOORS[p]["gpt"], "ddp"),
         ("### ddp, `resnet50` model", DdpThresholds, lambda p: ddp_profile.FLOORS[p]["resnet50"], "ddp"),
         ("### p2p (every pair", P2pThresholds, lambda p: p2p_profile.FLOORS[p], "p2p"),
+        ("### signals (`checks.signals`", SignalsThresholds, lambda p: signals_profile.FLOORS[p], "signals"),
     ],
-    ids=["preflight", "gpu", "nccl-one-node", "nccl-multi-node", "ddp-gpt", "ddp-resnet50", "p2p"],
+    ids=["preflight", "gpu", "nccl-one-node", "nccl-multi-node", "ddp-gpt", "ddp-resnet50", "p2p", "signals"],
 )
 def test_threshold_tables_match_the_profiles(section: str, model: type[WireModel], pick, check: str):
     start = THRESHOLDS.index(section)

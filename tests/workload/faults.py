@@ -28,7 +28,7 @@ spec:
 %s
 """
 ALL_OFF = {"preflight": {"enabled": False}, "gpu": {"enabled": False}, "p2p": {"enabled": False},
-           "nccl": {"enabled": False}, "ddp": {"enabled": False}}
+           "nccl": {"enabled": False}, "ddp": {"enabled": False}, "signals": {"enabled": False}}
 
 
 def fault_env(fault: str | None) -> dict[str, str]:

@@ -43,7 +43,8 @@ EXIT_WITHIN = NAMED_WITHIN + 5  # and to the CLI's exit: the report is written, 
 
 def _manifest(only: tuple[str, ...]) -> str:
     """Preflight and the checks in `only`: what leads up to the stage is kept short."""
-    lines = [f"    {c}: {{enabled: {'true' if c in only else 'false'}}}" for c in ("gpu", "p2p", "nccl", "ddp")]
+    lines = [f"    {c}: {{enabled: {'true' if c in only else 'false'}}}"
+             for c in ("gpu", "p2p", "nccl", "ddp", "signals")]
     return "kind: AcceptanceTest\nspec:\n  checks:\n" + "\n".join(lines) + "\n"
 
 
@@ -123,7 +124,7 @@ def _torchrun(tmp_path: Path, nodes: int, victim: int) -> tuple[str, float, floa
     """
     names = ["node-a", "node-b"][:nodes]
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    checks.gpu.enabled = checks.p2p.enabled = checks.nccl.enabled = False
+    checks.gpu.enabled = checks.p2p.enabled = checks.nccl.enabled = checks.signals.enabled = False
     # ~20 s of DDP on a 2-core machine: the kill 2 s in lands inside it however fast the machine (40 steps lasted
     # 2.2 s with torch 2.15, and a kill after the ranks had finished found no rank to kill)
     checks.ddp.steps = 400

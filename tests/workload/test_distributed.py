@@ -120,6 +120,7 @@ def test_a_rank_that_fails_in_a_check_fails_that_check_at_once_with_its_error(tm
     error is a failed result of the check (stages.py), not a run that could not complete."""
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
     checks.preflight.enabled = checks.gpu.enabled = checks.p2p.enabled = checks.nccl.enabled = False
+    checks.signals.enabled = False
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=2, fabric="ethernet", checks=checks,
                             report_file=str(tmp_path / "report.json"))
     port = free_port()

@@ -26,6 +26,7 @@ spec:
     ddp: {enabled: false}
     fsdp: {enabled: %s}
     storage: {enabled: true}
+    signals: {enabled: false}
 """
 
 
@@ -96,7 +97,7 @@ def test_a_rank_frozen_in_fsdp_is_named_by_its_heartbeat(tmp_path: Path) -> None
     from tests.workload.multiproc import free_port, rank_env, start
 
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    for name in ("preflight", "gpu", "p2p", "nccl", "ddp"):
+    for name in ("preflight", "gpu", "p2p", "nccl", "ddp", "signals"):
         getattr(checks, name).enabled = False
     checks.fsdp.enabled, checks.fsdp.steps = True, 200
     checks.heartbeat_timeout_seconds = 10

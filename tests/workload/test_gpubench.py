@@ -185,6 +185,7 @@ def _slowed_run(tmp_path: Path, until: str | None) -> tuple[Report, list[int]]:
     is held stopped 9/10 of the time with SIGSTOP, to the end or until rank 0 prints `until`."""
     checks = cpu_smoke_checks(ChecksSpec()).model_copy(deep=True)
     checks.preflight.enabled = checks.p2p.enabled = checks.nccl.enabled = checks.ddp.enabled = False
+    checks.signals.enabled = False
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=3, fabric="ethernet", checks=checks,
                             report_file=str(tmp_path / "report.json"))
     codes, _ = run_with_a_slowed_rank({CONFIG_ENV: config.to_env()}, ["node-a"] * 3, victim=2,

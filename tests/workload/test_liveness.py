@@ -40,7 +40,7 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
             only: tuple[str, ...] | None = None) -> WorkloadConfig:
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
     if only is not None:  # the stage under test and what it needs: the checks before it would only add time
-        for name in ("preflight", "gpu", "p2p", "nccl", "ddp"):
+        for name in ("preflight", "gpu", "p2p", "nccl", "ddp", "signals"):
             getattr(checks, name).enabled = name in only
     if heartbeat is not None:
         checks.heartbeat_timeout_seconds = heartbeat

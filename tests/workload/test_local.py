@@ -47,7 +47,7 @@ def test_cpu_smoke_run_writes_the_report_object(cpu_smoke_run) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
     assert report.mode == "cpu-smoke" and report.passed and report.error is None
-    assert report.checks_run == ["preflight", "gpu", "p2p", "nccl", "ddp"] and report.missing_checks() == []
+    assert report.checks_run == ["preflight", "gpu", "p2p", "nccl", "ddp", "signals"] and report.missing_checks() == []
     assert report.environment.world_size == 2
     # the per-GPU check on CPU: both processes measured, judged only against their median; host copies skipped
     assert report.gpu is not None and [r.gpu for r in report.gpu.rows] == [0, 1]

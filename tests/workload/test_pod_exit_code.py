@@ -48,7 +48,7 @@ def run_pod(tmp_path: Path, config: WorkloadConfig, extra: dict[str, str],
 
 def ddp_only(**update) -> WorkloadConfig:
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    checks.gpu.enabled = checks.p2p.enabled = checks.nccl.enabled = False
+    checks.gpu.enabled = checks.p2p.enabled = checks.nccl.enabled = checks.signals.enabled = False
     return WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=1, gpus_per_node=1, fabric="ethernet",
                           checks=checks, **update)
 
@@ -70,7 +70,7 @@ def test_a_failed_check_in_a_pod_of_two_ranks_exits_1(tmp_path: Path) -> None:
     workload looks): rank 0 delivers its answer, 1, and torchrun stops the other rank (SIGTERM) as soon as one exits
     non-zero, or the other rank exits 1 first; either way the pod exits 1 (it exited 2 whenever torchrun won)."""
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    checks.gpu.enabled = checks.p2p.enabled = checks.ddp.enabled = False
+    checks.gpu.enabled = checks.p2p.enabled = checks.ddp.enabled = checks.signals.enabled = False
     checks.nccl.cross_check = True
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=1, gpus_per_node=2, fabric="ethernet",
                             checks=checks, report_file=str(tmp_path / "report.json"))

@@ -209,7 +209,7 @@ def test_the_workload_process_writes_its_report_into_the_test(apiserver, namespa
     """`python -m acceptance_workload` (one CPU rank) with the SA's kubeconfig, as rank 0 runs in a pod."""
     obj, kubeconfig = own_test
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    checks.preflight.enabled = checks.p2p.enabled = checks.ddp.enabled = False
+    checks.preflight.enabled = checks.p2p.enabled = checks.ddp.enabled = checks.signals.enabled = False
     checks.nccl.collectives = ["all_reduce", "broadcast"]
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", gpus_per_node=1, fabric="ethernet", checks=checks,
                             test=TestRef(name="mine", namespace=namespace, uid=obj["metadata"]["uid"], generation=1,

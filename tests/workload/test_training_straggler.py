@@ -30,7 +30,7 @@ STAGE = {"ddp": "ddp gpt: one-GPU baseline", "fsdp": "fsdp: unsharded baseline, 
 
 def _slowed_training(tmp_path: Path, check: str) -> tuple[Report, list[int], str]:
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    for name in ("preflight", "gpu", "p2p", "nccl", "ddp", "fsdp"):
+    for name in ("preflight", "gpu", "p2p", "nccl", "ddp", "fsdp", "signals"):
         getattr(checks, name).enabled = name == check
     training = getattr(checks, check)
     training.thresholds.max_straggler_ratio = STRAGGLER

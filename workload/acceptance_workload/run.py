@@ -98,6 +98,7 @@ class Runner:
         self.termination_log: str = TERMINATION_LOG  # where Kubernetes reads the container's termination message
         self.unreachable = False  # the API server could not be reached before the checks (delivery.probe)
         self.neighbours = occupancy.Neighbours(env.local_rank)  # the others on this GPU during the run (OOM)
+        self.watches: dict[str, Any] = {}  # each enabled check's watch of the whole run (stages.Check.watch)
 
     @property
     def is_root(self) -> bool:
@@ -312,6 +313,7 @@ class Runner:
         if cfg.test is not None and not delivery.reach_stage(session, cfg.test, self.report, self.progress):
             self.unreachable = True  # no check runs; the delivery is tried briefly
             return
+        self.start_watches(registry.CHECKS)
         for check in registry.CHECKS:
             if not getattr(cfg.checks, check.name).enabled:
                 continue
@@ -331,6 +333,19 @@ class Runner:
                                             "later checks not run")
             if out.errors or not out.value:
                 return
+
+    def start_watches(self, checks: Any) -> None:
+        """Every enabled check's watch of the whole run, started before the first check (stages.Check.watch); one
+        that raises is kept as its error, for the check's own stage to report (it never stops the run)."""
+        for check in checks:
+            if check.watch is None or not getattr(self.config.checks, check.name).enabled:
+                continue
+            try:
+                self.watches[check.name] = check.watch(self, self.session)
+            except Exception as e:
+                print(f"gpu-acceptance: {check.name}: the watch did not start: {type(e).__name__}: {e}",
+                      file=sys.stderr, flush=True)
+                self.watches[check.name] = e
 
     def guarded(self, session: Session, check: CheckName, stage: Callable[[], Any]) -> stages.Outcome:
         """One check's stage: an exception a rank raises in it is a failed result of the check (rank 0 keeps it).

@@ -29,7 +29,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.registry import CHECKS
 from pydantic import ValidationError
 
 from acceptance_operator.fleet.node_actions import PASSED_LABEL
@@ -276,9 +276,11 @@ def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[st
 def _soak_stays_single(parent: AcceptanceTest) -> bool:
     """A burn-in (checks.soak) is each node's, in its single-node test: the inter-node stage over the nodes that
     passed runs the other checks without it (hours more of load would prove the fabric no better than the nccl and
-    ddp checks do). Kept only where the soak is the one check enabled (a stage needs one)."""
+    ddp checks do). Kept only where the soak is the one check enabled that does work of its own (a stage needs one;
+    a check that only watches the others, Check.watch, does none)."""
     checks = parent.spec.checks
-    return checks.soak.enabled and any(getattr(checks, c).enabled for c in CHECK_NAMES if c != "soak")
+    return checks.soak.enabled and any(getattr(checks, c.name).enabled for c in CHECKS
+                                       if c.name != "soak" and c.watch is None)
 
 
 def pinning_terms(nodes: list[str], hostnames: dict[str, str]) -> list[KubeDict]:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from acceptance_workload import __version__
-from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.registry import CHECKS
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec
 from acceptance_workload.contract.config import Fabric
 from acceptance_workload.contract.profiles import ProfileName
@@ -308,7 +308,10 @@ class OnPass(WireModel):
         return bool(self.remove_taints or self.uncordon or self.label)
 
 
-ONE_CHECK_AT_LEAST = f"checks: enable at least one of {', '.join(CHECK_NAMES)}"
+# The checks that do work of their own: a check that only watches the others (Check.watch: signals) would, alone,
+# watch a run of nothing, so it does not count as the one check a spec must enable.
+WORKING_CHECKS = tuple(c.name for c in CHECKS if c.watch is None)
+ONE_CHECK_AT_LEAST = f"checks: enable at least one of {', '.join(WORKING_CHECKS)}"
 
 
 class AcceptanceTestSpec(WireModel):
@@ -397,7 +400,7 @@ class AcceptanceTestSpec(WireModel):
 
     @model_validator(mode="after")
     def _one_check_at_least(self) -> AcceptanceTestSpec:
-        if not any(getattr(self.checks, name).enabled for name in CHECK_NAMES):
+        if not any(getattr(self.checks, name).enabled for name in WORKING_CHECKS):
             raise ValueError(ONE_CHECK_AT_LEAST)
         if self.checks.storage.enabled and self.storage is None:
             raise ValueError("storage: checks.storage is enabled but no volume is given; set storage.volume "
@@ -419,7 +422,7 @@ SPEC_CEL_RULES: list[dict[str, str]] = [
             f"(has(self.checks.{c}) && has(self.checks.{c}.enabled) && self.checks.{c}.enabled)"
             if c in OPT_IN_CHECKS else
             f"(!has(self.checks.{c}) || !has(self.checks.{c}.enabled) || self.checks.{c}.enabled)"
-            for c in CHECK_NAMES),
+            for c in WORKING_CHECKS),
         "message": ONE_CHECK_AT_LEAST,
         "fieldPath": ".checks",
     },

@@ -8,10 +8,17 @@ fails. One sample is one period of the watch: the watch's pause is nvmlEventSetW
 replay on by one sample (and returns the XID recorded for it); `clock(gpu)` is the replay's time in seconds, the
 watch's clock in the tests. At the end of the recording the wait returns timeouts without moving on, so the watch
 takes no sample the recording does not have.
+
+With FAKE_NVML_INJECT=FILE as well, a process outside the workload (the test) drives the GPUs through FILE, a JSON
+object {"<gpu index>": {"xids": [codes], "set": {reading: value}}} it rewrites (atomically) mid-run: each XID it
+lists is delivered once, in order, by nvmlEventSetWait (which then polls FILE for its whole timeout and moves no
+replay on), and each reading it sets replaces the recording's from then on. The fabric state is the recording's
+`fabric`: [state, status, clique] (none: not supported).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import time
@@ -26,6 +33,19 @@ NVML_NVLINK_MAX_LINKS = 18
 nvmlEventTypeXidCriticalError = 0x8
 
 _state: dict[str, Any] = {"gpus": [], "period": 1.0, "ticks": 0}
+_delivered: dict[int, int] = {}  # XIDs of FAKE_NVML_INJECT delivered, per GPU
+INJECT_POLL_SECONDS = 0.05
+
+
+def _injected(gpu: int) -> dict[str, Any]:
+    """What FAKE_NVML_INJECT's file says of this GPU now ({} without one)."""
+    path = os.environ.get("FAKE_NVML_INJECT")
+    if not path:
+        return {}
+    try:
+        return json.loads(Path(path).read_text()).get(str(gpu), {})
+    except (OSError, ValueError):
+        return {}
 
 
 class NVMLError(Exception):
@@ -51,7 +71,7 @@ class _Gpu:
                 out = change["set"][name]
                 if isinstance(out, dict) and "perSample" in out:  # a counter growing every sample from `from` on
                     out = out["start"] + out["perSample"] * (self.tick - change["from"] + 1)
-        return out
+        return _injected(self.index).get("set", {}).get(name, out)
 
 
 class _Data:
@@ -132,6 +152,16 @@ def nvmlDeviceRegisterEvents(h: _Gpu, types: int, event_set: dict[str, Any]) -> 
 
 def nvmlEventSetWait(event_set: dict[str, Any], timeout_ms: int) -> _Data:
     gpu: _Gpu = event_set["gpus"][0]
+    if os.environ.get("FAKE_NVML_INJECT"):
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            codes, done = _injected(gpu.index).get("xids", []), _delivered.get(gpu.index, 0)
+            if done < len(codes):
+                _delivered[gpu.index] = done + 1
+                return _Data(gpu, int(codes[done]))
+            if time.monotonic() >= deadline:
+                raise NVMLError(NVML_ERROR_TIMEOUT)
+            time.sleep(INJECT_POLL_SECONDS)
     if gpu.tick >= gpu.ticks - 1:
         time.sleep(0.01)
         raise NVMLError(NVML_ERROR_TIMEOUT)
@@ -198,6 +228,33 @@ def nvmlDeviceGetPcieReplayCounter(h: _Gpu) -> int:
 def nvmlDeviceGetRemappedRows(h: _Gpu) -> tuple[int, int, int, int]:
     corr, unc, pending, failure = h.value("remapped_rows")
     return corr, unc, pending, failure
+
+
+def nvmlDeviceGetSerial(h: _Gpu) -> str:
+    return f"FAKE{h.index:04d}"
+
+
+def nvmlDeviceGetPciInfo(h: _Gpu) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(busId=f"00000000:{0x18 + h.index:02X}:00.0".encode())
+
+
+class c_nvmlGpuFabricInfoV_t(ctypes.Structure):  # NVML's name
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_uint8 * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint8), ("healthMask", ctypes.c_uint32)]
+
+
+def nvmlDeviceGetGpuFabricInfoV(h: _Gpu, info: Any) -> int:
+    """The recording's `fabric` [state, status, clique] into the struct the caller passed by reference."""
+    fabric = h.value("fabric")
+    if fabric is None:
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+    out = getattr(info, "_obj", info)
+    out.state, out.status, out.cliqueId = fabric
+    for i in range(16):
+        out.clusterUuid[i] = 0xAB
+    return 0
 
 
 if os.environ.get("FAKE_NVML"):

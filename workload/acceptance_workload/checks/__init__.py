@@ -9,6 +9,6 @@ registry (the checks in run order, and so their names), table (every check's row
 report_model (the Report: every check's fields, walked from the registry) and contention (a busy host named on
 any check's timing failure).
 A check may import contract/, report/, runtime/ and another check's package (fsdp and storage reuse ddp's
-training loop); never the run (run.py, local.py) above it, never the operator. torch is imported inside
-functions only.
+training loop; soak reads NVML with signals' reader, signals selects RDMA ports as the preflight does); never
+the run (run.py, local.py) above it, never the operator. torch is imported inside functions only.
 """

@@ -7,7 +7,7 @@ validates against them and is an enum of them in the CRD), the report's order an
 
 from __future__ import annotations
 
-from acceptance_workload.checks import ddp, fsdp, gpu, nccl, p2p, preflight, soak, storage
+from acceptance_workload.checks import ddp, fsdp, gpu, nccl, p2p, preflight, signals, soak, storage
 from acceptance_workload.runtime.stages import Check
 
 CHECKS: tuple[Check, ...] = (
@@ -19,6 +19,7 @@ CHECKS: tuple[Check, ...] = (
     fsdp.CHECK,
     storage.CHECK,
     soak.CHECK,
+    signals.CHECK,  # watches from the preflight's start (its watch), judged after the last check
 )
 CHECK_NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
 

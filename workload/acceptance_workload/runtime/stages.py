@@ -76,6 +76,8 @@ class StageRunner(Protocol):
     versions: Any
     occupancy: Any  # checks.preflight.occupancy.Occupancy or None
     nccl_log: Path | None
+    stage: CheckName  # the check running now (an event a watch sees is stamped with it)
+    watches: dict[str, Any]  # each watching check's watch (Check.watch), by its name, for its own stage to end
 
     @property
     def is_root(self) -> bool: ...
@@ -102,8 +104,11 @@ class Check:
     operator's re-judging walks the registry for them), its share of the profiles' defaults
     (checks/<name>/profile.py: its floors per profile, which are estimates, its CPU smoke cut;
     configuration/profiles.py walks the registry for them) and its detail fields of the report (report/details.py;
-    checks/report_model.py assembles the Report from them). A gate's stage returns False when the check failed: the
-    checks after it are then skipped, saying why (preflight: no collective on a node known to be broken)."""
+    checks/report_model.py assembles the Report from them). A check that watches the whole run (`watch`) is started
+    on every rank before the first check (the preflight's start), its watch kept in the runner's `watches` under its
+    name; its own stage ends it, so the registry lists it after the checks it watches (signals). A gate's stage
+    returns False when the check failed: the checks after it are then skipped, saying why (preflight: no collective
+    on a node known to be broken)."""
 
     name: CheckName
     stage: Stage
@@ -115,6 +120,7 @@ class Check:
     quick: Callable[[Any], Any] | None = None  # its spec (spec.checks.<name>) cut for `local --quick`
     profile: CheckProfile | None = None  # its defaults per profile (contract/profiles.py); None: it has none
     details: tuple[Detail, ...] = ()  # its fields of the report (report/details.py; checks/report_model.py)
+    watch: Callable[[StageRunner, Session], Any] | None = None  # started before the first check; its stage ends it
 
 
 class StageBroken(RuntimeError):

@@ -5,7 +5,8 @@ minute of the load (Minute), so hours of samples take minutes' worth of memory a
 each minute as it happened: SM and memory clocks, power, GPU and memory temperature, clock event (throttle)
 reasons, ECC corrected/uncorrected volatile totals, pending row remaps, the PCIe replay counter and the NVLink
 error counters of every active link. XID events come from an NVML event set whose wait is the sampler's pause,
-so an XID is stamped when it happens, not at the next sample.
+so an XID is stamped when it happens, not at the next sample. The counters, the links and the event set are read
+through checks/signals/nvml.py, the code the whole-run watch of every run (checks.signals) reads them with.
 
 A reading the GPU does not support is recorded as unsupported with NVML's words, never as a zero; a reading that
 fails for another reason is counted as missing in its minute (the judge fails a minute without a reading it needs).
@@ -20,28 +21,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from acceptance_workload.checks.signals import nvml as reading
+from acceptance_workload.checks.signals.nvml import NOT_SUPPORTED, TIMEOUT, XID_EVENT, field_value
+
 MINUTE_SECONDS = 60.0
 GAUGES = ("sm_clock_mhz", "mem_clock_mhz", "power_w", "gpu_temp_c", "mem_temp_c")
 # Cumulative counters: the judge reads their growth minute by minute. NVLink ones are "nvlink L<link> <counter>".
 COUNTERS = ("ecc_corrected", "ecc_uncorrected", "remapped_rows_uncorrectable", "pending_row_remap", "pcie_replays")
-NVLINK_COUNTERS = {"replay": 0, "recovery": 1, "crc_flit": 2, "crc_data": 3}  # NVML_NVLINK_ERROR_DL_*
-# Where a driver gives no per-link counter (nvmlDeviceGetNvLinkErrorCounter not supported): the totals over all
-# links as field values (NVML_FI_DEV_NVLINK_*_ERROR_COUNT_TOTAL), keyed "nvlink all <counter>".
-NVLINK_TOTAL_FIELDS = {"replay": 52, "recovery": 59, "crc_flit": 38, "crc_data": 45}
 # Clock event reasons that mean the GPU was slowed by a fault or by heat. SW power cap (0x4) is the power limit a GPU
 # under full GEMM sits at, and idle, sync boost, application clocks and display clock are not faults.
 BAD_REASONS = {0x8: "hardware slowdown", 0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
                0x80: "power brake slowdown"}
-XID_EVENT = 0x8  # nvmlEventTypeXidCriticalError
-NOT_SUPPORTED = 3  # NVML_ERROR_NOT_SUPPORTED
-# Answers that will not change by asking again: not supported, no permission, a function this driver lacks.
-PERMANENT = {NOT_SUPPORTED, 4, 13}  # NVML_ERROR_NOT_SUPPORTED, _NO_PERMISSION, _FUNCTION_NOT_FOUND
-TIMEOUT = 10  # NVML_ERROR_TIMEOUT
 MAX_XIDS = 1000
-
-
-def nvlink_key(link: int, counter: str) -> str:
-    return f"nvlink L{link} {counter}"
 
 
 @dataclass
@@ -95,22 +86,6 @@ class Watched:
     bin_seconds: float = MINUTE_SECONDS
 
 
-def _code(e: BaseException) -> int | None:
-    value = getattr(e, "value", None)
-    return value if isinstance(value, int) else None
-
-
-def _why(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"[:200]
-
-
-def field_value(v: Any) -> float:
-    """A c_nvmlFieldValue_t's value by its valueType (0 double, 1 uint, 2 ulong, 3 ulonglong, 4 slonglong, 5 sint)."""
-    kind = int(getattr(v, "valueType", 1))
-    attr = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}.get(kind, "uiVal")
-    return float(getattr(v.value, attr))
-
-
 class Watch:
     """Samples one GPU on a thread of its own from start() to stop(); `watched` holds the result."""
 
@@ -126,6 +101,7 @@ class Watch:
         self._t0 = 0.0
         self._last: float | None = None
         self.nvlink_totals = False
+        self.reader: reading.Reader | None = None
         self._known: dict[str, float] = {}  # each counter's last value read
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -133,101 +109,24 @@ class Watch:
 
     # opening ----------------------------------------------------------------
     def open(self) -> Watch:
-        """The GPU's handle, its active NVLink links, the XID event set, and the counters before the load."""
-        n = self.nvml
-        self.handle = (n.nvmlDeviceGetHandleByIndex(self.target) if isinstance(self.target, int)
-                       else n.nvmlDeviceGetHandleByUUID(self.target))
-        for link in range(int(getattr(n, "NVML_NVLINK_MAX_LINKS", 18))):
-            try:
-                if n.nvmlDeviceGetNvLinkState(self.handle, link):
-                    self.watched.links.append(link)
-            except Exception as e:  # past the last link, or no NVLink at all
-                if link == 0 and _code(e) != NOT_SUPPORTED:
-                    self.watched.unsupported["nvlink"] = _why(e)
-                break
-        self._nvlink_keys()
-        try:
-            self.events = n.nvmlEventSetCreate()
-            n.nvmlDeviceRegisterEvents(self.handle, XID_EVENT, self.events)
-        except Exception as e:
-            self.events = None
-            self.watched.unsupported["xid"] = _why(e)
+        """The GPU's handle, its active NVLink links, the XID event set, and the counters before the load (read
+        through signals.nvml.Reader, the code the whole-run watch reads them with)."""
+        self.reader = reading.Reader(self.nvml, self.target, self.watched.unsupported).open()
+        self.handle = self.reader.handle
+        self.watched.links = self.reader.links
+        self.watched.nvlink_keys = self.reader.nvlink_keys
+        self.nvlink_totals = self.reader.nvlink_totals
+        self.events = self.reader.xid_events()
         self.watched.start = self._counters(None)
         self._known = dict(self.watched.start)
         return self
 
-    def _nvlink_keys(self) -> None:
-        """Per-link counters where the driver has them, else the totals over all links."""
-        w = self.watched
-        if not w.links:
-            return
-        self.nvlink_totals = False
-        try:
-            self.nvml.nvmlDeviceGetNvLinkErrorCounter(self.handle, w.links[0], 0)
-        except Exception as e:
-            self.nvlink_totals = _code(e) in PERMANENT
-        w.nvlink_keys = ([f"nvlink all {c}" for c in NVLINK_TOTAL_FIELDS] if self.nvlink_totals else
-                         [nvlink_key(link, c) for link in w.links for c in NVLINK_COUNTERS])
-
-    def _nvlink_totals(self, minute: Minute | None, out: dict[str, float]) -> None:
-        names = list(NVLINK_TOTAL_FIELDS)
-        try:
-            values = self.nvml.nvmlDeviceGetFieldValues(self.handle, list(NVLINK_TOTAL_FIELDS.values()))
-        except Exception as e:
-            for key in self.watched.nvlink_keys:
-                if _code(e) in PERMANENT:
-                    self.watched.unsupported.setdefault(key, _why(e))
-                elif minute is not None:
-                    minute.missing[key] = minute.missing.get(key, 0) + 1
-            return
-        for name, v in zip(names, values, strict=False):
-            key = f"nvlink all {name}"
-            if int(v.nvmlReturn) in PERMANENT:
-                self.watched.unsupported.setdefault(key, f"NVML_FI_DEV_NVLINK_{name.upper()}_ERROR_COUNT_TOTAL: "
-                                                         "Not Supported")
-            elif int(v.nvmlReturn) == 0 and key not in self.watched.unsupported:
-                out[key] = field_value(v)
-            elif minute is not None:
-                minute.missing[key] = minute.missing.get(key, 0) + 1
-
     # reading ----------------------------------------------------------------
     def _read(self, name: str, read: Callable[[], Any], minute: Minute | None) -> Any:
-        if name in self.watched.unsupported:
-            return None
-        try:
-            return read()
-        except Exception as e:
-            if _code(e) in PERMANENT:
-                self.watched.unsupported[name] = _why(e)
-            elif minute is not None:
-                minute.missing[name] = minute.missing.get(name, 0) + 1
-            return None
+        return self.reader.read(name, read, None if minute is None else minute.missing)
 
     def _counters(self, minute: Minute | None) -> dict[str, float]:
-        n, h, out = self.nvml, self.handle, {}
-        reads: dict[str, Callable[[], Any]] = {
-            "ecc_corrected": lambda: n.nvmlDeviceGetTotalEccErrors(h, 0, 0),  # corrected, volatile
-            "ecc_uncorrected": lambda: n.nvmlDeviceGetTotalEccErrors(h, 1, 0),  # uncorrected, volatile
-            "pcie_replays": lambda: n.nvmlDeviceGetPcieReplayCounter(h),
-        }
-        for name, read in reads.items():
-            value = self._read(name, read, minute)
-            if value is not None:
-                out[name] = float(value)
-        remap = self._read("row_remaps", lambda: n.nvmlDeviceGetRemappedRows(h), minute)
-        if remap is not None:
-            out["remapped_rows_uncorrectable"], out["pending_row_remap"] = float(remap[1]), float(remap[2])
-        if self.nvlink_totals:
-            self._nvlink_totals(minute, out)
-            return out
-        for link in self.watched.links:
-            for counter, code in NVLINK_COUNTERS.items():
-                key = nvlink_key(link, counter)
-                value = self._read(key, lambda link=link, code=code: n.nvmlDeviceGetNvLinkErrorCounter(h, link, code),
-                                   minute)
-                if value is not None:
-                    out[key] = float(value)
-        return out
+        return self.reader.counters(None if minute is None else minute.missing)
 
     def _gauges(self, minute: Minute) -> None:
         n, h = self.nvml, self.handle
@@ -304,9 +203,9 @@ class Watch:
             try:
                 data = self.nvml.nvmlEventSetWait(self.events, max(1, int(left * 1000)))
             except Exception as e:
-                if _code(e) == TIMEOUT:
+                if reading.code(e) == TIMEOUT:
                     continue
-                self.watched.unsupported["xid"] = _why(e)
+                self.watched.unsupported["xid"] = reading.why(e)
                 self.events = None
                 continue
             if int(getattr(data, "eventType", XID_EVENT)) & XID_EVENT:

@@ -14,6 +14,7 @@ import statistics
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
+from acceptance_workload.checks.signals.xids import xid_text
 from acceptance_workload.checks.soak.nvmlwatch import MINUTE_SECONDS, Minute, Watched
 from acceptance_workload.checks.soak.rules import RULES
 from acceptance_workload.checks.soak.spec import SoakThresholds
@@ -29,33 +30,6 @@ SETTLING_COUNTERS = ("crc_flit", "crc_data")
 MAX_POINTS = 120  # points of each plotted series per GPU, whatever the duration (docs/benchmarks.md)
 BYTES_PER_GPU = 10_000  # what one GPU's soak evidence (series, events, results) stays under, whatever the duration
 MAX_EVENTS = 50  # events kept per GPU in the evidence (the rest counted)
-# What an XID means (NVIDIA's XID catalogue, shortened); any XID during the load fails the GPU.
-XID_MEANINGS: dict[int, str] = {
-    13: "graphics engine exception (often an application fault)",
-    31: "GPU memory page fault (often an application fault)",
-    43: "GPU stopped processing (an application fault)",
-    45: "preemptive cleanup after earlier errors (a process was ended)",
-    48: "double-bit ECC error",
-    61: "internal micro-controller breakpoint/warning",
-    62: "internal micro-controller halt",
-    63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapping failure",
-    74: "NVLink error",
-    79: "GPU has fallen off the bus",
-    92: "high single-bit ECC error rate",
-    94: "contained ECC error (row remap pending, the application was ended)",
-    95: "uncontained ECC error (the GPU needs a reset)",
-    119: "GSP RPC timeout",
-    120: "GSP error",
-    140: "unrecovered ECC error",
-    154: "GPU recovery action changed (a reset or reboot is needed)",
-}
-
-
-def xid_text(code: int) -> str:
-    return f"XID {code} ({XID_MEANINGS.get(code, 'see NVIDIA XID catalogue')})"
-
-
 @dataclass
 class Window:
     """One window of the load on one GPU: when, the GEMM work done and the GPU time it took."""
