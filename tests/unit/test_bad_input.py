@@ -54,7 +54,7 @@ class _Stub(BaseHTTPRequestHandler):
 
     answer: tuple[int, str, bytes] | str = (200, "application/json", b"{}")
 
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:  # http.server calls it by this name
         answer = self.server.answer  # type: ignore[attr-defined]
         if callable(answer):
             answer = answer(self.path)
