@@ -57,11 +57,14 @@ def render(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) ->
                                                 sort_keys=False, explicit_start=True, width=120)
 
 
-def _read(path: str) -> str:
-    """The file (or stdin for -), at most one byte past MAX_MANIFEST_BYTES (enough to tell it is too large)."""
+def read_manifest(path: str) -> bytes:
+    """The file (or stdin for -) as bytes, at most one byte past MAX_MANIFEST_BYTES (enough to tell it is too large).
+
+    Bytes, not text: the strict reader (yamlread.decode) names the offset of a byte that is not UTF-8 text.
+    """
     if path == "-":
-        return sys.stdin.read(MAX_MANIFEST_BYTES + 1)
-    with Path(path).open(encoding="utf-8") as f:
+        return sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1)
+    with Path(path).open("rb") as f:
         return f.read(MAX_MANIFEST_BYTES + 1)
 
 
@@ -77,8 +80,8 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
 
     source = "standard input" if path == "-" else path
     try:
-        text = _read(path)
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_manifest(path)
+    except OSError as e:
         err.write(f"error: cannot read {path}: {e}\n")
         return exits.CANNOT
     try:

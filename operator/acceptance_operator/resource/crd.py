@@ -137,6 +137,9 @@ def _key_rules(node: dict[str, Any]) -> dict[str, Any]:
     if "maxLength" in names:
         rules.append({"rule": f"self.all(k, size(k) <= {names['maxLength']})",
                       "message": f"keys must be at most {names['maxLength']} characters"})
+    if "pattern" in names:  # a key syntax (label keys: [prefix/]name), as the model's key type checks it
+        rules.append({"rule": f"self.all(k, k.matches('{names['pattern']}'))",
+                      "message": f"keys must match {names['pattern']}"})
     for pattern in node.get("patternProperties") or {}:
         rules.append({"rule": f"self.all(k, k.matches({pattern!r}))", "message": f"keys must match {pattern}"})
     return {"x-kubernetes-validations": rules} if rules else {}
