@@ -41,7 +41,9 @@ def _cmd_operator(args: argparse.Namespace) -> int:
 def _cmd_local(args: argparse.Namespace) -> int:
     from acceptance_workload.local import run_local
 
-    return run_local(args)
+    from acceptance_operator.manifest_file import manifest_spec
+
+    return run_local(args, manifest_spec)  # -f is read as `render` reads it: one verdict on a manifest
 
 
 def build_parser() -> argparse.ArgumentParser:

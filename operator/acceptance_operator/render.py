@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
@@ -11,8 +9,9 @@ from acceptance_workload.contract import exits
 
 from acceptance_operator.building.backends import build_children
 from acceptance_operator.building.manifests import resolve_image
+from acceptance_operator.manifest_file import read_manifest
 from acceptance_operator.resource.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
-from acceptance_operator.resource.spec_input import MAX_MANIFEST_BYTES, RenderError, parse_test
+from acceptance_operator.resource.spec_input import RenderError, parse_test
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -55,17 +54,6 @@ def render(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) ->
     """The children as one YAML stream, after comment lines on what else the operator will do (notes)."""
     return "".join(notes(test)) + yaml.dump_all(build_children(test, init_image=init_image), Dumper=_PlainDumper,
                                                 sort_keys=False, explicit_start=True, width=120)
-
-
-def read_manifest(path: str) -> bytes:
-    """The file (or stdin for -) as bytes, at most one byte past MAX_MANIFEST_BYTES (enough to tell it is too large).
-
-    Bytes, not text: the strict reader (yamlread.decode) names the offset of a byte that is not UTF-8 text.
-    """
-    if path == "-":
-        return sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1)
-    with Path(path).open("rb") as f:
-        return f.read(MAX_MANIFEST_BYTES + 1)
 
 
 def render_file(path: str, out: TextIO, err: TextIO) -> int:

@@ -26,6 +26,7 @@ spec:
     ddp: {enabled: false}
     fsdp: {enabled: %s}
     storage: {enabled: true}
+  storage: {volume: {persistentVolumeClaim: {claimName: shared}}}
 """
 
 
