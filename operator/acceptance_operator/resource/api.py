@@ -257,7 +257,7 @@ class Pod(WireModel):
         names = {v.name for v in self.volumes}
         for i, mount in enumerate(self.volume_mounts):
             if mount.name not in names:
-                raise ValueError(f"volumeMounts[{i}].name {mount.name!r}: no volume of that name in pod.volumes")
+                raise ValueError(f"volumeMounts[{i}].name: {mount.name!r} is not the name of any of pod.volumes")
         return self
 
 
