@@ -128,7 +128,8 @@ class Placement(WireModel):
     @field_validator("node_selector")
     @classmethod
     def _valid_labels(cls, selector: dict[str, str]) -> dict[str, str]:
-        """The schema cannot check label syntax; a bad one would only fail later, at job creation."""
+        """Label syntax (the CRD: the key type's pattern as a CEL rule, the value's pattern); a bad one would only
+        fail later, at job creation."""
         for key, value in selector.items():
             problem = _label_key_problem(key)
             if problem:
@@ -293,7 +294,7 @@ class OnPass(WireModel):
     @field_validator("remove_taints")
     @classmethod
     def _taint_keys(cls, keys: list[str]) -> list[str]:
-        """The schema cannot check key syntax; Kubernetes' own taints are its controllers' to lift."""
+        """Key syntax (LabelKey: the CRD's pattern too); Kubernetes' own taints are its controllers' to lift."""
         for i, key in enumerate(keys):
             problem = _label_key_problem(key)
             if problem:
@@ -370,7 +371,8 @@ class AcceptanceTestSpec(WireModel):
     @field_validator("schedule")
     @classmethod
     def _cron(cls, schedule: str | None) -> str | None:
-        """The schema cannot parse cron; a bad schedule ends the run as InvalidSpec with this message."""
+        """Five cron fields in range (the CRD's pattern, schedule.CRON_PATTERN); what only cronsim sees (a schedule
+        that never fires) ends the run as InvalidSpec with this message."""
         problem = schedule_problem(schedule) if schedule is not None else None
         if problem:
             raise ValueError(problem)
