@@ -8,6 +8,7 @@ builders read them. Spec fields are camelCase on the wire.
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from acceptance_workload import __version__
@@ -17,7 +18,15 @@ from acceptance_workload.contract.config import Fabric
 from acceptance_workload.contract.profiles import ProfileName
 from acceptance_workload.contract.wire import Timestamp, WireModel, byte_size, text
 from acceptance_workload.report.evidence import StatusReport
-from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 
 from acceptance_operator.resource import efa, podmeta
 from acceptance_operator.resource.envnames import (  # noqa: F401
@@ -104,8 +113,23 @@ MAX_TTL_SECONDS = 2**31 - 1  # ttlSecondsAfterFinished is an int32
 QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
 
 Image = text(MAX_IMAGE, min_length=1, pattern=r"^\S+$")
+
+
+def _quantity(value: Any) -> Any:
+    """A request Kubernetes accepts: an integer at least 0, or a quantity string (QUANTITY) of at most 64 characters.
+
+    Another type is left to the union's own type errors."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return value
+    if (isinstance(value, int) and value >= 0) or (isinstance(value, str) and len(value) <= 64
+                                                   and re.match(QUANTITY, value)):
+        return value
+    raise ValueError(f"{value!r} is not a Kubernetes quantity: a non-negative number with an optional suffix, "
+                     "e.g. 32, 500m, 512Gi")
+
+
 Quantity = Annotated[
-    Annotated[int, Field(ge=0)] | text(64, pattern=QUANTITY),
+    int | str, BeforeValidator(_quantity),
     WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "maxLength": 64,
                     "pattern": QUANTITY}),
 ]

@@ -79,7 +79,7 @@ def _map_problems(meta: dict[str, Any], field: str, value_problem: Any) -> list[
     for key, value in values.items():
         problem = podmeta.key_problem(key) if isinstance(key, str) else f"key {key!r}: a key is a string"
         if problem is None and not isinstance(value, str):
-            problem = f"value of {key!r}: a string, found {_kind_of(value)} (quote it)"
+            problem = f"value of {key!r}: a string, found {value!r} (quote it)"
         if problem is None and value_problem is not None:
             problem = value_problem(value)
         if problem:
