@@ -8,7 +8,6 @@ builders read them. Spec fields are camelCase on the wire.
 from __future__ import annotations
 
 import json
-import re
 from typing import Annotated, Any, Literal
 
 from acceptance_workload import __version__
@@ -20,10 +19,8 @@ from acceptance_workload.contract.wire import Timestamp, WireModel, byte_size, t
 from acceptance_workload.report.evidence import StatusReport
 from pydantic import (
     AfterValidator,
-    BeforeValidator,
     ConfigDict,
     Field,
-    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -42,6 +39,7 @@ from acceptance_operator.resource.kubetypes import (
     LabelKey,
     LabelValue,
     Name,
+    Quantity,
     QueueName,
     Toleration,
     Volume,
@@ -108,33 +106,8 @@ MAX_EXTRA_RESOURCES = 16
 MAX_IMAGE = 512
 MAX_TIMEOUT_SECONDS = 7 * 86400
 MAX_TTL_SECONDS = 2**31 - 1  # ttlSecondsAfterFinished is an int32
-# Kubernetes quantities (resources.cpu, memory, extra), as its resource.Quantity parses them; a pod's requests and
-# limits are never negative.
-QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
 
 Image = text(MAX_IMAGE, min_length=1, pattern=r"^\S+$")
-
-
-def _quantity(value: Any) -> Any:
-    """A request Kubernetes accepts: an integer at least 0, or a quantity string (QUANTITY) of at most 64 characters.
-
-    Another type is left to the union's own type errors."""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        return value
-    if (isinstance(value, int) and value >= 0) or (isinstance(value, str) and len(value) <= 64
-                                                   and re.match(QUANTITY, value)):
-        return value
-    raise ValueError(f"{value!r} is not a Kubernetes quantity: a non-negative number with an optional suffix, "
-                     "e.g. 32, 500m, 512Gi")
-
-
-Quantity = Annotated[
-    int | str, BeforeValidator(_quantity),
-    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "maxLength": 64,
-                    "pattern": QUANTITY}),
-]
-
-
 EnvName = Annotated[text(MAX_ENV_NAME, min_length=1, pattern=r"^[^=]+$"), AfterValidator(_not_reserved)]
 EnvValue = text(MAX_ENV_VALUE)
 Env = dict[EnvName, EnvValue]

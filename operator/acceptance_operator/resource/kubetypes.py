@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from acceptance_workload.contract.wire import WireModel, text
-from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from acceptance_operator.resource import podmeta
 
@@ -53,6 +53,30 @@ DnsLabel = _syntax(_dns_problem("DNS label", DNS_LABEL, 63), DNS_LABEL, 63, 1)
 Path = text(4096, min_length=1)
 # A Kueue LocalQueue's name as the value of its queue-name label: a DNS subdomain that is also a label value.
 QueueName = text(63, min_length=1, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# Kubernetes quantities (resources.cpu, memory, extra), as its resource.Quantity parses them; a pod's requests and
+# limits are never negative.
+QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
+
+
+def _quantity(value: Any) -> Any:
+    """A request Kubernetes accepts: an integer at least 0, or a quantity string (QUANTITY) of at most 64 characters.
+
+    Another type is left to the union's own type errors."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return value
+    if (isinstance(value, int) and value >= 0) or (isinstance(value, str) and len(value) <= 64
+                                                   and re.match(QUANTITY, value)):
+        return value
+    raise ValueError(f"{value!r} is not a Kubernetes quantity: a non-negative number with an optional suffix, "
+                     "e.g. 32, 500m, 512Gi")
+
+
+Quantity = Annotated[
+    int | str, BeforeValidator(_quantity),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "maxLength": 64,
+                    "pattern": QUANTITY}),
+]
+
 MAX_TERMS = 32
 MAX_VALUES = 64
 
