@@ -34,11 +34,16 @@ def lines_of(text: str | bytes) -> list[str]:
     (HEAD.encode() + b"spec: {nodes: 1\x00}\n", f"byte {len(HEAD) + 15}: character U+0000 is not allowed"),
     (HEAD.encode() + "spec: {nodes: 1}\ufffe\n".encode(), f"byte {len(HEAD) + 16}: character U+FFFE is not allowed"),
     (HEAD.encode() + b"spec: {nodes: \xff\xd8\xff\xe0}\n", f"byte {len(HEAD) + 14}: 0xff is not UTF-8"),
-    ((HEAD + "spec: {nodes: 1}\n").encode("utf-16"), "byte 0: the file is UTF-16"),
+    ((HEAD + "spec: {nodes: 1}\n").encode("utf-16-le"), "byte 1: character U+0000 is not allowed"),
+    ((HEAD + "spec: {nodes: 1}\x01\n").encode("utf-16"), f"byte {2 + 2 * (len(HEAD) + 16)}: character U+0001"),
     (HEAD.encode() + b"spec:\n  nodes: 1\n  nodes: 2\n", "line 6: duplicate key 'nodes'"),
 ])
 def test_bytes_that_are_not_yaml_text_and_repeated_keys_are_named_where_they_are(data: bytes, expected: str):
     assert lines_of(data)[0].startswith(expected), lines_of(data)
+
+
+def test_utf16_with_its_byte_order_mark_is_read_as_the_api_server_reads_it():
+    assert parse_test((HEAD + "spec: {nodes: 3}\n").encode("utf-16")).spec.nodes == 3
 
 
 @pytest.mark.parametrize(("doc", "expected"), [
@@ -151,7 +156,7 @@ def local(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize(("data", "expected"), [
     (b"kind: AcceptanceTest\nspec: {}\n", "apiVersion: Field required"),
-    ((HEAD + "spec: {nodes: 1}\n").encode("utf-16"), "byte 0: the file is UTF-16"),
+    ((HEAD + "spec: {nodes: 1}\n").encode("utf-16-le"), "byte 1: character U+0000 is not allowed"),
     (b"\x89PNG\r\n\x1a\n\x00\x00", "byte 0: 0x89 is not UTF-8"),
     ((HEAD + "spec: {network: eth0}\n").encode(), "spec.network: Input should be a valid dictionary"),
     ((HEAD + "spec: {nodez: 2}\n").encode(), "spec.nodez: unknown field"),

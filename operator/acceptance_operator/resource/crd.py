@@ -73,6 +73,10 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out["type"] = kind
 
     _copy_keywords(node, out)
+    if out.get("nullable") and "enum" in out:
+        # The API server refuses a null that an enum does not list, even where nullable (null in the enum does not
+        # help): not nullable, a null is dropped before validation, as unset, which is what the model reads.
+        del out["nullable"]
     return out
 
 

@@ -36,7 +36,7 @@ def envelope_problems(doc: dict[str, Any]) -> list[str]:
     lines += [f"metadata.{key}: unknown field" for key in meta if key not in OBJECT_META_FIELDS]
     lines += _name_problems(meta)
     lines += _map_problems(meta, "labels", podmeta.label_value_problem)
-    lines += _map_problems(meta, "annotations", None)
+    lines += _map_problems(meta, "annotations", None, lower=True)
     annotations = meta.get("annotations")
     if isinstance(annotations, dict):
         size = sum(len(str(k)) + len(str(v)) for k, v in annotations.items())
@@ -59,7 +59,7 @@ def _name_problems(meta: dict[str, Any]) -> list[str]:
     elif len(name) > MAX_NAME or not podmeta.DNS_SUBDOMAIN_RE.match(name):
         lines.append(f"metadata.name: {name!r} is not a valid name: at most {MAX_NAME} lowercase letters, digits, "
                      "'-' and '.', starting and ending with a letter or digit")
-    if "namespace" in meta:
+    if meta.get("namespace") not in (None, ""):  # unset or empty: the namespace the request names
         namespace = meta["namespace"]
         if not isinstance(namespace, str) or len(namespace) > MAX_NAMESPACE or \
                 not podmeta.DNS_SUBDOMAIN_RE.match(namespace) or "." in namespace:
@@ -68,8 +68,9 @@ def _name_problems(meta: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _map_problems(meta: dict[str, Any], field: str, value_problem: Any) -> list[str]:
-    """metadata.labels or .annotations: an object of string keys and string values with Kubernetes' syntax."""
+def _map_problems(meta: dict[str, Any], field: str, value_problem: Any, lower: bool = False) -> list[str]:
+    """metadata.labels or .annotations: an object of string keys and string values with Kubernetes' syntax
+    (an annotation key's syntax is checked lowercased, as Kubernetes checks it)."""
     if field not in meta or meta[field] is None:
         return []
     values = meta[field]
@@ -77,7 +78,8 @@ def _map_problems(meta: dict[str, Any], field: str, value_problem: Any) -> list[
         return [f"metadata.{field}: an object of string keys and values, found {_kind_of(values)}"]
     lines = []
     for key, value in values.items():
-        problem = podmeta.key_problem(key) if isinstance(key, str) else f"key {key!r}: a key is a string"
+        problem = podmeta.key_problem(key.lower() if lower else key) if isinstance(key, str) else \
+            f"key {key!r}: a key is a string"
         if problem is None and not isinstance(value, str):
             problem = f"value of {key!r}: a string, found {value!r} (quote it)"
         if problem is None and value_problem is not None:

@@ -1,6 +1,7 @@
 """A manifest's bytes as YAML documents, read strictly and within bounds (`render`, `local -f`).
 
-Strict where kubectl and the API server are: the text is UTF-8 with no control character (YAML allows tab,
+Strict where kubectl and the API server are: the text is UTF-8 (or UTF-16 with its byte order mark, which YAML
+readers, the API server's among them, take too) with no control character (YAML allows tab,
 line breaks and printable characters only; a NUL, U+FFFE or binary data is named by its byte offset), and a
 mapping never repeats a key (YAML says a key is unique; a second `nodes:` used to win silently). Bounded where
 a hostile file would not be: its size, how many values its aliases expand to, how deeply it nests. Every
@@ -38,17 +39,18 @@ def decode(data: bytes) -> str:
     if len(data) > MAX_MANIFEST_BYTES:
         raise ManifestProblem([f"the manifest is larger than {MAX_MANIFEST_BYTES} bytes; an AcceptanceTest is a "
                                "few KiB"])
-    if data.startswith(_UTF16_BOMS):
-        raise ManifestProblem(["byte 0: the file is UTF-16 (it starts with a UTF-16 byte order mark); save it "
-                               "as UTF-8"])
+    encoding = "utf-16" if data.startswith(_UTF16_BOMS) else "utf-8"  # as YAML readers (and kubectl) read it
     try:
-        text = data.decode("utf-8")
+        text = data.decode(encoding)
     except UnicodeDecodeError as e:
+        if encoding == "utf-16":
+            raise ManifestProblem([f"byte {e.start}: not UTF-16 text, though the file starts with a UTF-16 byte "
+                                   "order mark; save it as UTF-8"]) from None
         raise ManifestProblem([f"byte {e.start}: 0x{data[e.start]:02x} is not UTF-8 (binary data, or text in "
                                "another encoding); a manifest is UTF-8 text"]) from None
     bad = _NOT_PRINTABLE.search(text)
     if bad:
-        offset = len(text[:bad.start()].encode("utf-8"))
+        offset = len(text[:bad.start()].encode(encoding, "surrogatepass"))  # UTF-16: its byte order mark counted
         raise ManifestProblem([f"byte {offset}: character U+{ord(bad[0]):04X} is not allowed in YAML (a control "
                                "character or non-character); only tab, line breaks and printable text are"])
     return text
