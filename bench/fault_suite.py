@@ -53,7 +53,11 @@ TIMEOUT = 20  # collectiveTimeoutSeconds of the runs that freeze or kill a rank
 # 2.9 at 256Mi), and a larger sweep only makes each run longer. No per-node sweeps: a 2-GPU node's NVLink floor
 # holds from 1Gi. The GPU check names the slowed node where localisation cannot (2 nodes: one pair, nothing to
 # compare it with).
-SIM_MANIFEST = """kind: AcceptanceTest
+# What `local -f` reads as `render` does: a whole AcceptanceTest.
+HEADER = "apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: fault-suite}\n"
+SIM_MANIFEST = """apiVersion: gpu-acceptance.io/v1alpha1
+kind: AcceptanceTest
+metadata: {name: fault-suite}
 spec:
   checks:
     preflight: {enabled: false}
@@ -243,7 +247,8 @@ def _tiny_volume(ctx: Ctx) -> Callable[[], None]:
 
 def _tiny_volume_args(ctx: Ctx) -> list[str]:
     path = ctx.tmp / "storage.yaml"
-    path.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    fsdp: {enabled: true}\n    storage: {enabled: true}\n")
+    path.write_text(HEADER + "spec:\n  checks:\n    fsdp: {enabled: true}\n    storage: {enabled: true}\n"
+                    "  storage: {volume: {persistentVolumeClaim: {claimName: shared}}}\n")
     return ["-f", str(path), "--storage", str(ctx.tiny)]
 
 
@@ -278,7 +283,7 @@ def _sim(nodes: int, slowed: bool) -> Scenario:
 
 def _timeout_manifest(ctx: Ctx) -> list[str]:
     path = ctx.tmp / "timeout.yaml"
-    path.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    nccl:\n"
+    path.write_text(HEADER + "spec:\n  checks:\n    nccl:\n"
                     f"      collectiveTimeoutSeconds: {TIMEOUT}\n")
     return ["-f", str(path)]
 

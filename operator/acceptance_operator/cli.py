@@ -47,7 +47,9 @@ def _cmd_operator(args: argparse.Namespace) -> int:
 def _cmd_local(args: argparse.Namespace) -> int:
     from acceptance_workload.local import run_local
 
-    return run_local(args)
+    from acceptance_operator.manifest_file import manifest_spec
+
+    return run_local(args, manifest_spec)  # -f is read as `render` reads it: one verdict on a manifest
 
 
 # `local`'s counts at most: a node has 8 GPUs (16 at the very most); a CPU smoke run of more gloo processes than

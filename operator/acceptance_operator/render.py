@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
@@ -11,8 +9,9 @@ from acceptance_workload.contract import exits
 
 from acceptance_operator.building.backends import build_children
 from acceptance_operator.building.manifests import resolve_image
+from acceptance_operator.manifest_file import read_manifest
 from acceptance_operator.resource.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
-from acceptance_operator.resource.spec_input import MAX_MANIFEST_BYTES, RenderError, parse_test
+from acceptance_operator.resource.spec_input import RenderError, parse_test
 
 
 class _PlainDumper(yaml.SafeDumper):
@@ -57,14 +56,6 @@ def render(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) ->
                                                 sort_keys=False, explicit_start=True, width=120)
 
 
-def _read(path: str) -> str:
-    """The file (or stdin for -), at most one byte past MAX_MANIFEST_BYTES (enough to tell it is too large)."""
-    if path == "-":
-        return sys.stdin.read(MAX_MANIFEST_BYTES + 1)
-    with Path(path).open(encoding="utf-8") as f:
-        return f.read(MAX_MANIFEST_BYTES + 1)
-
-
 def render_file(path: str, out: TextIO, err: TextIO) -> int:
     """`gpu-acceptance render`: 0 and the children on `out`; 1 invalid (errors on `err`); 2 unreadable.
 
@@ -78,8 +69,8 @@ def render_file(path: str, out: TextIO, err: TextIO) -> int:
     source = "standard input" if path == "-" else path
     settings = OperatorSettings.from_env()  # a bad setting is not the file's fault: SettingsError, exit 2 (cli)
     try:
-        text = _read(path)
-    except (OSError, UnicodeDecodeError) as e:
+        text = read_manifest(path)
+    except OSError as e:
         err.write(f"error: cannot read {path}: {e}\n")
         return exits.CANNOT
     try:

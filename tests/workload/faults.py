@@ -24,6 +24,7 @@ MANIFEST = """apiVersion: gpu-acceptance.io/v1alpha1
 kind: AcceptanceTest
 metadata: {name: t}
 spec:
+  storage: {volume: {persistentVolumeClaim: {claimName: shared}}}
   checks:
 %s
 """

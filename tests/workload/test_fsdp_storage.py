@@ -27,6 +27,7 @@ spec:
     fsdp: {enabled: %s}
     storage: {enabled: true}
     signals: {enabled: false}
+  storage: {volume: {persistentVolumeClaim: {claimName: shared}}}
 """
 
 

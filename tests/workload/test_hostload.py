@@ -241,6 +241,7 @@ MANIFEST = """apiVersion: gpu-acceptance.io/v1alpha1
 kind: AcceptanceTest
 metadata: {name: busy-host}
 spec:
+  storage: {volume: {persistentVolumeClaim: {claimName: shared}}}
   checks:
     gpu: {enabled: false}
     p2p: {enabled: false}

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from acceptance_operator.manifest_file import manifest_spec
 from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.contract.wire import parse_bytes
@@ -74,7 +75,8 @@ def test_cpu_smoke_run_writes_the_report_object(cpu_smoke_run) -> None:
 
 def test_cpu_run_with_gpus_sets_the_number_of_gloo_processes(tmp_path: Path) -> None:
     manifest = tmp_path / "t.yaml"
-    manifest.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    preflight: {enabled: false}\n"
+    manifest.write_text("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
+                        "spec:\n  checks:\n    preflight: {enabled: false}\n"
                         "    ddp: {enabled: false}\n    nccl: {collectives: [all_reduce]}\n")
     proc = cli("--cpu", "--gpus", "3", "-f", str(manifest), "--json", "r.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -84,7 +86,8 @@ def test_cpu_run_with_gpus_sets_the_number_of_gloo_processes(tmp_path: Path) -> 
 
 def test_simulated_nodes_are_named_sim_node_k_and_measured_per_node(tmp_path: Path) -> None:
     manifest = tmp_path / "t.yaml"
-    manifest.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    ddp: {enabled: false}\n"
+    manifest.write_text("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
+                        "spec:\n  checks:\n    ddp: {enabled: false}\n"
                         "    nccl: {collectives: [all_reduce, sendrecv]}\n")
     proc = cli("--cpu", "--gpus", "4", "--simulate-nodes", "2", "-f", str(manifest), "--json", "r.json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -117,14 +120,14 @@ def test_simulated_nodes_must_split_the_processes_evenly() -> None:
 
 def test_the_manifests_gpus_per_node_is_what_the_preflight_expects(tmp_path: Path) -> None:
     path = _manifest(tmp_path, "spec:\n  gpusPerNode: 4\n  profile: h100-sxm")
-    manifest = read_manifest(path)
+    manifest = read_manifest(path, manifest_spec)
     assert manifest["gpus_per_node"] == 4
     # two GPUs visible, four expected: two processes run and the preflight is told four
     config = build_config(_args(file=path), 2, manifest["gpus_per_node"], manifest)
     assert config.gpus_per_node == 4
     bad = _manifest(tmp_path, "spec:\n  gpusPerNode: two")
     with pytest.raises(ManifestError, match=r"spec\.gpusPerNode"):
-        read_manifest(bad)
+        read_manifest(bad, manifest_spec)
 
 
 def test_without_gpus_a_gpu_run_is_refused_with_a_pointer_to_cpu(tmp_path: Path) -> None:
@@ -140,8 +143,8 @@ def test_an_invalid_manifest_is_refused_naming_the_field(tmp_path: Path) -> None
     proc = cli("--cpu", "-f", str(bad), cwd=tmp_path)
     assert proc.returncode == 2
     assert "spec.checks.nccl.minBytes" in proc.stderr and "spec.checks.nccl.itres" in proc.stderr
-    with pytest.raises(ManifestError, match=r"spec\.profile: 'h900' is not one of"):
-        read_manifest(_manifest(tmp_path, "spec: {profile: h900}"))
+    with pytest.raises(ManifestError, match=r"spec\.profile: Input should be 'h100-sxm'"):
+        read_manifest(_manifest(tmp_path, "spec: {profile: h900}"), manifest_spec)
 
 
 def _manifest(tmp_path: Path, spec: str) -> str:
@@ -160,13 +163,13 @@ def _args(**kw) -> argparse.Namespace:
 def test_a_manifest_sets_checks_and_profile_with_profile_defaults_underneath(tmp_path: Path) -> None:
     path = _manifest(tmp_path, "spec:\n  profile: h200-sxm\n  checks:\n    nccl:\n      collectives: [all_reduce]\n"
                                "      thresholds: {allReduceBusbwGBps: 300}\n    ddp: {model: resnet50}")
-    config = build_config(_args(file=path), 8)
+    config = build_config(_args(file=path), 8, manifest=read_manifest(path, manifest_spec))
     assert config.profile == "h200-sxm" and config.gpus_per_node == 8 and config.nodes == 1
     th = config.checks.nccl.thresholds
     assert th.all_reduce_busbw_gbps == 300 and th.node_all_reduce_busbw_gbps == 340  # spec wins, profile fills
     assert config.checks.ddp.model == "resnet50"
     assert config.checks.preflight.thresholds.gpu_model == "H200"
-    quick = build_config(_args(file=path, quick=True), 8)
+    quick = build_config(_args(file=path, quick=True), 8, manifest=read_manifest(path, manifest_spec))
     assert parse_bytes(quick.checks.nccl.max_bytes) == 1 << 30
     assert quick.checks.ddp.steps == 12 and quick.checks.ddp.windows == 4
     # quick: fewer, shorter windows, the same sizes, so the profile's per-GPU floors still apply
@@ -216,8 +219,8 @@ def test_a_manifest_without_a_profile_is_judged_by_the_gpus_own(tmp_path: Path,
 
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
     path = _manifest(tmp_path, "spec:\n  checks:\n    nccl: {collectiveTimeoutSeconds: 20}")
-    assert read_manifest(path)["profile"] is None
-    config = build_config(_args(file=path), 2)
+    assert read_manifest(path, manifest_spec)["profile"] is None
+    config = build_config(_args(file=path), 2, manifest=read_manifest(path, manifest_spec))
     assert config.profile == "h200-sxm" and config.checks.nccl.collective_timeout_seconds == 20
 
 

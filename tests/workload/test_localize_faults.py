@@ -32,7 +32,8 @@ STOPPED, RUNNING = 0.07, 0.01  # seconds of each SIGSTOP/SIGCONT period: stopped
 # threshold is 0.35 of the median: the other pair also loses CPU while the victim runs)
 FROZEN_TIMEOUT = 10  # collectiveTimeoutSeconds of the frozen run
 # The fault runs keep what leads up to the stage short (the healthy run is the full command).
-QUICK_MANIFEST = ("kind: AcceptanceTest\nspec:\n  checks:\n    gpu: {enabled: false}\n    p2p: {enabled: false}\n"
+QUICK_MANIFEST = ("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
+                  "spec:\n  checks:\n    gpu: {enabled: false}\n    p2p: {enabled: false}\n"
                   "    ddp: {enabled: false}\n"
                   "    nccl: {collectives: [all_reduce]}\n")
 

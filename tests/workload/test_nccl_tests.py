@@ -242,7 +242,8 @@ def test_local_takes_the_mode_from_the_flag_or_the_example() -> None:
 
 def local(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     manifest = tmp_path / "t.yaml"
-    manifest.write_text("kind: AcceptanceTest\nspec:\n  checks:\n    preflight: {enabled: false}\n"
+    manifest.write_text("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
+                        "spec:\n  checks:\n    preflight: {enabled: false}\n"
                         "    gpu: {enabled: false}\n    p2p: {enabled: false}\n    ddp: {enabled: false}\n"
                         "    nccl: {collectives: [all_reduce]}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", nccltests.DIR_ENV))}

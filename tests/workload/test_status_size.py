@@ -20,7 +20,8 @@ MAX_BYTES_PER_PASSING_NODE = 300
 # failure), while a CPU run, which has no floor, would run it every time and judge gloo pairs of a 2-core machine
 # shared with other tests: once a healthy simulated node fell under the CPU ratio there, failing this test for a
 # reason it does not measure.
-MANIFEST = ("kind: AcceptanceTest\nspec:\n  checks:\n    gpu: {enabled: false}\n    p2p: {enabled: false}\n"
+MANIFEST = ("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
+            "spec:\n  checks:\n    gpu: {enabled: false}\n    p2p: {enabled: false}\n"
             "    ddp: {enabled: false}\n"
             "    nccl: {collectives: [all_reduce], minBytes: 1024, maxBytes: 65536, localize: never}\n")
 

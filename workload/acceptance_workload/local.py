@@ -19,9 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -34,7 +35,7 @@ from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.profiles import cpu_smoke_checks, profile_for_gpu
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import exits, rules
-from acceptance_workload.contract.config import CONFIG_ENV, STARTED_ENV, Fabric, run_started
+from acceptance_workload.contract.config import CONFIG_ENV, STARTED_ENV, run_started
 from acceptance_workload.contract.profiles import CPU_SMOKE, PROFILE_NAMES, ProfileName
 from acceptance_workload.report.render import CPU_BANNER
 from acceptance_workload.runtime import deaths
@@ -51,48 +52,30 @@ class ManifestError(ValueError):
     """The AcceptanceTest file given with -f cannot be used; the message names the field."""
 
 
-def _field_errors(prefix: str, error: ValidationError) -> str:
-    parts = []
-    for e in error.errors():
-        loc = ".".join(str(x) for x in (prefix, *e["loc"]))
-        parts.append(f"{loc}: {e['msg']}")
-    return "; ".join(parts)
+# Reads an AcceptanceTest file (path, or - for stdin) and returns its spec as written, once the manifest has passed
+# every check `gpu-acceptance render` makes (the operator's reader, which `gpu-acceptance local` hands in: the
+# workload does not import the operator); raises ValueError with the message to print.
+ManifestReader = Callable[[str], dict[str, Any]]
 
 
-def read_manifest(path: str) -> dict[str, Any]:
-    """The parts of an AcceptanceTest a local run uses: checks, profile, network (validated)."""
+def read_manifest(path: str, reader: ManifestReader | None) -> dict[str, Any]:
+    """The parts of an AcceptanceTest a local run uses: checks, profile, network, gpusPerNode (read by `reader`).
+
+    `render` and `local -f` give one verdict on a file: `reader` is the operator's, which refuses what the API
+    server would. Unset, a run as `gpu-acceptance local` says so rather than read the file less strictly.
+    """
+    if reader is None:
+        raise ManifestError(f"{path}: -f needs the manifest reader of `gpu-acceptance local` (the operator's, "
+                            "as `gpu-acceptance render` reads it)")
     try:
-        import yaml
-    except ImportError:
-        raise ManifestError("reading a manifest needs pyyaml (pip install pyyaml)") from None
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-        doc = yaml.safe_load(text)
-    except (OSError, yaml.YAMLError) as e:
-        raise ManifestError(f"{path}: {e}") from None
-    if not isinstance(doc, dict) or doc.get("kind") != "AcceptanceTest":
-        kind = doc.get("kind") if isinstance(doc, dict) else doc
-        raise ManifestError(f"{path}: kind: expected AcceptanceTest, got {kind!r}")
-    spec = doc.get("spec") or {}
-    if not isinstance(spec, dict):
-        raise ManifestError(f"{path}: spec: expected an object")
-    try:
-        checks = ChecksSpec.model_validate(spec.get("checks") or {})
-    except ValidationError as e:
-        raise ManifestError(f"{path}: {_field_errors('spec.checks', e)}") from None
+        spec = reader(path)
+    except ValueError as e:
+        raise ManifestError(str(e)) from None
     # Unset: the GPUs here are judged by their own profile (a cluster test would default to h100-sxm, but
     # a local run of an H200 machine against H100 limits would only fail its gpu_model check).
-    profile = spec.get("profile")
-    if profile is not None and profile not in PROFILE_NAMES:
-        raise ManifestError(f"{path}: spec.profile: {profile!r} is not one of {', '.join(PROFILE_NAMES)}")
     network = spec.get("network") or {}
-    fabric = network.get("fabric")
-    if fabric is not None and fabric not in get_args(Fabric):
-        raise ManifestError(f"{path}: spec.network.fabric: {fabric!r} is not one of {', '.join(get_args(Fabric))}")
-    gpus = spec.get("gpusPerNode")
-    if gpus is not None and (not isinstance(gpus, int) or isinstance(gpus, bool) or gpus < 1):
-        raise ManifestError(f"{path}: spec.gpusPerNode: expected a whole number >= 1, got {gpus!r}")
-    return {"checks": checks, "profile": profile, "fabric": fabric, "gpus_per_node": gpus,
+    return {"checks": ChecksSpec.model_validate(spec.get("checks") or {}), "profile": spec.get("profile"),
+            "fabric": network.get("fabric"), "gpus_per_node": spec.get("gpusPerNode"),
             "gpu_direct_rdma": bool(network.get("gpuDirectRDMA", True))}
 
 
@@ -105,13 +88,13 @@ def quick_checks(checks: ChecksSpec) -> ChecksSpec:
 
 def build_config(args: argparse.Namespace, processes: int, expected: int | None = None,
                  manifest: dict[str, Any] | None = None) -> WorkloadConfig:
-    """The run's configuration; `expected` GPUs a node (default: the processes started) is what preflight wants.
+    """The run's configuration; `expected` GPUs a node (default: the processes started) is what preflight wants;
+    `manifest`: the -f file's parts (read_manifest).
 
     With `--simulate-nodes N` the processes form N nodes of processes/N each; their fabric is
     `ethernet` unless the manifest names one (simulated nodes talk through NCCL's sockets).
     """
-    if manifest is None:
-        manifest = read_manifest(args.file) if args.file else {}
+    manifest = manifest or {}  # read_manifest's parts of the -f file
     nodes = getattr(args, "simulate_nodes", None) or 1
     if nodes < 1:
         raise ManifestError(f"--simulate-nodes {nodes}: needs at least 1 node")
@@ -444,7 +427,8 @@ def _describe_code(code: int) -> str:
     return f"exit code {code}"
 
 
-def run_local(args: argparse.Namespace) -> int:
+def run_local(args: argparse.Namespace, reader: ManifestReader | None = None) -> int:
+    """`gpu-acceptance local`; `reader` reads -f's manifest (read_manifest)."""
     launched = run_started()  # the ranks' progress lines count from here
     if args.cpu:
         print(f"*** {CPU_BANNER} ***", file=sys.stderr)
@@ -468,7 +452,7 @@ def run_local(args: argparse.Namespace) -> int:
         print(f"gpu-acceptance local: {e}", file=sys.stderr)
         return EXIT_ERROR
     try:
-        manifest = read_manifest(args.file) if args.file else {}
+        manifest = read_manifest(args.file, reader) if args.file else {}
         expected = None if args.cpu else (args.gpus or manifest.get("gpus_per_node") or available)
         if expected is not None and expected > available:
             # As in a pod that got fewer GPUs than it asked for: one process per GPU there is, and the

@@ -8,7 +8,6 @@ builders read them. Spec fields are camelCase on the wire.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from acceptance_workload import __version__
@@ -16,9 +15,15 @@ from acceptance_workload.checks.registry import CHECKS
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec
 from acceptance_workload.contract.config import Fabric
 from acceptance_workload.contract.profiles import ProfileName
-from acceptance_workload.contract.wire import WireModel, byte_size, text
+from acceptance_workload.contract.wire import Timestamp, WireModel, byte_size, text
 from acceptance_workload.report.evidence import StatusReport
-from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from acceptance_operator.resource import efa, podmeta
 from acceptance_operator.resource.envnames import (  # noqa: F401
@@ -34,15 +39,24 @@ from acceptance_operator.resource.kubetypes import (
     LabelKey,
     LabelValue,
     Name,
-    Path,
+    Quantity,
     QueueName,
     Toleration,
     Volume,
     VolumeMount,
-    one_source,
 )
-from acceptance_operator.resource.schedule import MAX_SCHEDULE, schedule_problem
+from acceptance_operator.resource.schedule import CRON_PATTERN, MAX_SCHEDULE, schedule_problem
 from acceptance_operator.resource.soak import FIT_RULE, SoakStatus, must_fit
+from acceptance_operator.resource.volumes import (  # noqa: F401
+    _UNDER_SHM,
+    DEFAULT_STORAGE_PATH,
+    NODE_LOCAL_SOURCES,
+    RESERVED_VOLUME_PREFIX,
+    SHM_PATH,
+    STORAGE_VOLUME,
+    Storage,
+    StorageVolume,
+)
 
 GROUP = "gpu-acceptance.io"
 VERSION = "v1alpha1"
@@ -75,12 +89,9 @@ MAX_REMOVE_TAINTS = 16  # spec.onPass.removeTaints
 # node-role.kubernetes.io/control-plane): their controllers own them; spec.onPass.uncordon is the way to uncordon.
 RESERVED_TAINT_DOMAINS = ("kubernetes.io", "k8s.io")
 
-SHM_PATH = "/dev/shm"
 _LABEL_VALUE = podmeta.LABEL_VALUE_RE  # label values (nodeSelector): at most 63 characters, alphanumeric at both ends
 _label_key_problem = podmeta.key_problem
 
-# Volumes the operator adds to every GPU pod are named with this prefix.
-RESERVED_VOLUME_PREFIX = "gpu-acceptance-"
 
 # Bounds of the spec (one table; the CRD carries each, so admission refuses what crosses them). The whole spec
 # must also fit MAX_SPEC_BYTES as JSON: what a schema cannot bound (volume sources, many fields each near its
@@ -95,16 +106,8 @@ MAX_EXTRA_RESOURCES = 16
 MAX_IMAGE = 512
 MAX_TIMEOUT_SECONDS = 7 * 86400
 MAX_TTL_SECONDS = 2**31 - 1  # ttlSecondsAfterFinished is an int32
-# Kubernetes quantities (resources.cpu, memory, extra), as its resource.Quantity parses them.
-QUANTITY = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
 
 Image = text(MAX_IMAGE, min_length=1, pattern=r"^\S+$")
-Quantity = Annotated[
-    int | text(64, pattern=QUANTITY),
-    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "maxLength": 64, "pattern": QUANTITY}),
-]
-
-
 EnvName = Annotated[text(MAX_ENV_NAME, min_length=1, pattern=r"^[^=]+$"), AfterValidator(_not_reserved)]
 EnvValue = text(MAX_ENV_VALUE)
 Env = dict[EnvName, EnvValue]
@@ -122,7 +125,8 @@ class Placement(WireModel):
     @field_validator("node_selector")
     @classmethod
     def _valid_labels(cls, selector: dict[str, str]) -> dict[str, str]:
-        """The schema cannot check label syntax; a bad one would only fail later, at job creation."""
+        """Label syntax (the CRD: the key type's pattern as a CEL rule, the value's pattern); a bad one would only
+        fail later, at job creation."""
         for key, value in selector.items():
             problem = _label_key_problem(key)
             if problem:
@@ -176,7 +180,23 @@ class Network(WireModel):
                      json_schema_extra={"x-kubernetes-validations": _reserved_env_rules()})
 
 
+# The Pod's rules at admission, the same as its validators below (the reserved names, /dev/shm, mounts of volumes
+# the pod has: Kubernetes refuses a pod that mounts a volume it does not define).
+POD_RULES: list[dict[str, str]] = [
+    {"rule": f"!has(self.volumes) || self.volumes.all(v, !v.name.startsWith('{RESERVED_VOLUME_PREFIX}'))",
+     "message": f"volume names starting with {RESERVED_VOLUME_PREFIX!r} are the operator's; rename the volume",
+     "fieldPath": ".volumes"},
+    {"rule": f"!has(self.volumeMounts) || self.volumeMounts.all(m, !m.mountPath.matches('{_UNDER_SHM}'))",
+     "message": f"a mountPath under {SHM_PATH} is the operator's: size it with pod.shmSize and mount your volume "
+     "elsewhere", "fieldPath": ".volumeMounts"},
+    {"rule": "!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && "
+     "self.volumes.exists(v, v.name == m.name))",
+     "message": "every volumeMounts[].name must be the name of one of pod.volumes", "fieldPath": ".volumeMounts"},
+]
+
+
 class Pod(WireModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": POD_RULES})
     shm_size: byte_size(2**42) = Field("64Gi", description="Size of the RAM-backed /dev/shm.")
     ulimit_init: bool = Field(True, description="Privileged init container raising memlock and nofile; it runs "
                               "the image the operator is configured with (chart value ulimitInit.image).")
@@ -229,37 +249,14 @@ class Pod(WireModel):
                 )
         return mounts
 
-
-STORAGE_VOLUME = RESERVED_VOLUME_PREFIX + "storage"  # the pod volume spec.storage.volume becomes
-DEFAULT_STORAGE_PATH = "/mnt/gpu-acceptance-storage"
-
-
-class StorageVolume(WireModel):
-    """A pod volume source, exactly one (persistentVolumeClaim, nfs, csi, ...), as written in a pod's volumes."""
-
-    model_config = ConfigDict(extra="allow", json_schema_extra={"maxProperties": 1, "minProperties": 1})
-
     @model_validator(mode="after")
-    def _one_shared_source(self) -> StorageVolume:
-        kind = one_source(self.model_extra, "exactly one volume source")
-        if kind in ("hostPath", "emptyDir"):
-            raise ValueError(f"{kind} is storage of one node, not a shared volume; use a persistentVolumeClaim "
-                             "(ReadWriteMany), nfs, csi or another source every node mounts")
+    def _mounts_of_volumes(self) -> Pod:
+        """POD_RULES[2]: the API server refuses a pod whose container mounts a volume the pod does not have."""
+        names = {v.name for v in self.volumes}
+        for i, mount in enumerate(self.volume_mounts):
+            if mount.name not in names:
+                raise ValueError(f"volumeMounts[{i}].name: {mount.name!r} is not the name of any of pod.volumes")
         return self
-
-
-class Storage(WireModel):
-    """The shared volume checks.storage tests: mounted at one path in every GPU pod."""
-
-    volume: StorageVolume = Field(description="Its source, e.g. {persistentVolumeClaim: {claimName: shared}}.")
-    mount_path: Path = Field(DEFAULT_STORAGE_PATH, description="Where every pod mounts it.")
-
-    @field_validator("mount_path")
-    @classmethod
-    def _not_over_shm(cls, path: str) -> str:
-        if not path.startswith("/") or path.rstrip("/") in ("", SHM_PATH) or path.startswith(SHM_PATH + "/"):
-            raise ValueError(f"{path!r}: an absolute path other than / and {SHM_PATH}")
-        return path
 
 
 RESERVED_TAINT_RULE = {
@@ -294,7 +291,7 @@ class OnPass(WireModel):
     @field_validator("remove_taints")
     @classmethod
     def _taint_keys(cls, keys: list[str]) -> list[str]:
-        """The schema cannot check key syntax; Kubernetes' own taints are its controllers' to lift."""
+        """Key syntax (LabelKey: the CRD's pattern too); Kubernetes' own taints are its controllers' to lift."""
         for i, key in enumerate(keys):
             problem = _label_key_problem(key)
             if problem:
@@ -352,7 +349,7 @@ class AcceptanceTestSpec(WireModel):
     schedule: text(MAX_SCHEDULE) | None = Field(
         None, description="Cron schedule (five fields, UTC), e.g. '0 3 * * *': starts a run of the same spec at "
         "each slot; never while a run is going (a slot that passes meanwhile, or while the operator is down, "
-        "starts one run as soon as it can).")
+        "starts one run as soon as it can).", json_schema_extra={"pattern": CRON_PATTERN})
     sweep: bool = Field(
         False, description="Test every node matching placement.nodeSelector (not cordoned) with a single-node run, "
         "at most maxConcurrent at once, then the nodes that passed together (a run of spec.nodes is ignored).")
@@ -374,7 +371,8 @@ class AcceptanceTestSpec(WireModel):
     @field_validator("schedule")
     @classmethod
     def _cron(cls, schedule: str | None) -> str | None:
-        """The schema cannot parse cron; a bad schedule ends the run as InvalidSpec with this message."""
+        """Five cron fields in range (the CRD's pattern, schedule.CRON_PATTERN); what only cronsim sees (a schedule
+        that never fires) ends the run as InvalidSpec with this message."""
         problem = schedule_problem(schedule) if schedule is not None else None
         if problem:
             raise ValueError(problem)
@@ -451,7 +449,7 @@ class Condition(WireModel):
     type: str
     status: Literal["True", "False", "Unknown"]
     observed_generation: int | None = None
-    last_transition_time: datetime
+    last_transition_time: Timestamp
     reason: str
     message: str = ""
 
@@ -482,7 +480,7 @@ class RunRef(WireModel):
     attempt: int = Field(1, ge=1, description="The run's number among the runs of this generation.")
     trigger: Trigger = "spec"
     rerun: str | None = Field(None, description="The rerun annotation's value when the run started.")
-    scheduled_for: datetime | None = Field(None, description="The schedule slot the run was started for.")
+    scheduled_for: Timestamp | None = Field(None, description="The schedule slot the run was started for.")
 
 
 class HistoryEntry(WireModel):
@@ -490,8 +488,8 @@ class HistoryEntry(WireModel):
 
     id: str
     trigger: Trigger = "spec"
-    start_time: datetime | None = None
-    completion_time: datetime | None = None
+    start_time: Timestamp | None = None
+    completion_time: Timestamp | None = None
     result: Literal["Passed", "Failed"]
     reason: str | None = None
     all_reduce_busbw_gbps: float | None = Field(None, alias="allReduceBusbwGBps")
@@ -535,8 +533,8 @@ class AcceptanceTestStatus(WireModel):
     phase: Phase | None = None
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
-    start_time: datetime | None = None
-    completion_time: datetime | None = None
+    start_time: Timestamp | None = None
+    completion_time: Timestamp | None = None
     job: JobRef | None = None
     run: RunRef | None = Field(None, description="The current (or last) run.")
     sweep: SweepStatus | None = None

@@ -73,6 +73,10 @@ def _structural(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
         out["type"] = kind
 
     _copy_keywords(node, out)
+    if out.get("nullable") and "enum" in out:
+        # The API server refuses a null that an enum does not list, even where nullable (null in the enum does not
+        # help): not nullable, a null is dropped before validation, as unset, which is what the model reads.
+        del out["nullable"]
     return out
 
 
@@ -137,6 +141,9 @@ def _key_rules(node: dict[str, Any]) -> dict[str, Any]:
     if "maxLength" in names:
         rules.append({"rule": f"self.all(k, size(k) <= {names['maxLength']})",
                       "message": f"keys must be at most {names['maxLength']} characters"})
+    if "pattern" in names:  # a key syntax (label keys: [prefix/]name), as the model's key type checks it
+        rules.append({"rule": f"self.all(k, k.matches('{names['pattern']}'))",
+                      "message": f"keys must match {names['pattern']}"})
     for pattern in node.get("patternProperties") or {}:
         rules.append({"rule": f"self.all(k, k.matches({pattern!r}))", "message": f"keys must match {pattern}"})
     return {"x-kubernetes-validations": rules} if rules else {}

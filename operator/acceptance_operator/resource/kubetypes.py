@@ -11,19 +11,72 @@ the spec's size budget (api.MAX_SPEC_BYTES) bounds what is inside.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
 from acceptance_workload.contract.wire import WireModel, text
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
-# Label keys are [prefix/]name: a DNS subdomain (<= 253) and a name (<= 63).
-LabelKey = text(317, min_length=1)
-LabelValue = text(63)
-Name = text(253, min_length=1)
-DnsLabel = text(63, min_length=1)
+from acceptance_operator.resource import podmeta
+
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _syntax(problem: Callable[[str], str | None], pattern: str, max_length: int, min_length: int = 0) -> Any:
+    """A string Kubernetes checks the syntax of: `problem` says what is wrong in the model, `pattern` in the CRD."""
+    def check(value: str) -> str:
+        found = problem(value)
+        if found:
+            raise ValueError(found)
+        return value
+
+    schema = {"type": "string", "maxLength": max_length, "pattern": pattern, **({"minLength": min_length}
+                                                                                if min_length else {})}
+    return Annotated[text(max_length, min_length=min_length), AfterValidator(check), WithJsonSchema(schema)]
+
+
+def _dns_problem(what: str, regex: str, max_length: int) -> Callable[[str], str | None]:
+    compiled = re.compile(regex)
+    return lambda value: None if len(value) <= max_length and compiled.match(value) else (
+        f"{value!r} is not a {what}: at most {max_length} lowercase letters, digits, "
+        f"{'dots and ' if what == 'DNS subdomain name' else ''}'-', starting and ending with a letter or digit")
+
+
+# Label keys are [prefix/]name: a DNS subdomain (<= 253) and a name (<= 63); values at most 63 characters.
+LabelKey = _syntax(podmeta.key_problem, podmeta.QUALIFIED_NAME, podmeta.MAX_KEY, 1)
+LabelValue = _syntax(podmeta.label_value_problem, podmeta.LABEL_VALUE, podmeta.MAX_LABEL_VALUE)
+# Object names (Secrets, ServiceAccounts, PriorityClasses, schedulers): DNS subdomains; volume names: DNS labels.
+Name = _syntax(_dns_problem("DNS subdomain name", podmeta.DNS_SUBDOMAIN_RE.pattern, 253),
+               podmeta.DNS_SUBDOMAIN_RE.pattern, 253, 1)
+DnsLabel = _syntax(_dns_problem("DNS label", DNS_LABEL, 63), DNS_LABEL, 63, 1)
 Path = text(4096, min_length=1)
 # A Kueue LocalQueue's name as the value of its queue-name label: a DNS subdomain that is also a label value.
 QueueName = text(63, min_length=1, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+# Kubernetes quantities (resources.cpu, memory, extra), as its resource.Quantity parses them; a pod's requests and
+# limits are never negative.
+QUANTITY = r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkKMGTPE]|[KMGTPE]i)?$"
+
+
+def _quantity(value: Any) -> Any:
+    """A request Kubernetes accepts: an integer at least 0, or a quantity string (QUANTITY) of at most 64 characters.
+
+    Another type is left to the union's own type errors."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return value
+    if (isinstance(value, int) and value >= 0) or (isinstance(value, str) and len(value) <= 64
+                                                   and re.match(QUANTITY, value)):
+        return value
+    raise ValueError(f"{value!r} is not a Kubernetes quantity: a non-negative number with an optional suffix, "
+                     "e.g. 32, 500m, 512Gi")
+
+
+Quantity = Annotated[
+    int | str, BeforeValidator(_quantity),
+    WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "maxLength": 64,
+                    "pattern": QUANTITY}),
+]
+
 MAX_TERMS = 32
 MAX_VALUES = 64
 
@@ -94,12 +147,36 @@ class Affinity(WireModel):
     pod_anti_affinity: PodAffinity | None = None
 
 
+# What the API server refuses of a pod's toleration (ValidateTolerations), as CEL rules and as the model's check.
+TOLERATION_RULES: list[dict[str, str]] = [
+    {"rule": "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+     "message": "value must be empty when operator is Exists", "fieldPath": ".value"},
+    {"rule": "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+     "message": "operator must be Exists when key is empty (a toleration of every taint)", "fieldPath": ".operator"},
+    {"rule": "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+     "message": "tolerationSeconds needs effect NoExecute (only NoExecute taints evict)",
+     "fieldPath": ".tolerationSeconds"},
+]
+
+
 class Toleration(WireModel):
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": TOLERATION_RULES})
     key: LabelKey | None = None
     operator: Literal["Exists", "Equal"] | None = None
     value: LabelValue | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute", ""] | None = None
     toleration_seconds: int | None = Field(None, ge=-(2**31), le=2**31)
+
+    @model_validator(mode="after")
+    def _as_kubernetes_validates(self) -> Toleration:
+        """TOLERATION_RULES: a pod with this toleration would not be created."""
+        if self.operator == "Exists" and self.value:
+            raise ValueError(f"value: {TOLERATION_RULES[0]['message']}")
+        if not self.key and self.operator != "Exists":
+            raise ValueError(f"operator: {TOLERATION_RULES[1]['message']}")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError(f"tolerationSeconds: {TOLERATION_RULES[2]['message']}")
+        return self
 
 
 class VolumeMount(WireModel):
@@ -121,7 +198,29 @@ def one_source(extra: dict[str, Any] | None, what: str) -> str:
     ((kind, value),) = sources.items()
     if not isinstance(value, dict):
         raise ValueError(f"{kind}: a volume source is an object, not {type(value).__name__}")
+    if _depth(value) > MAX_SOURCE_DEPTH:
+        raise ValueError(f"{kind}: nested more than {MAX_SOURCE_DEPTH} levels deep; a volume source (csi's "
+                         "volumeAttributes, a projected volume) is a few levels at most")
     return kind
+
+
+# A free-form volume source is bounded in depth, not only in size: a deeper one only fails to serialize later.
+MAX_SOURCE_DEPTH = 16
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests objects and lists (a scalar: 0), without recursion (it may be very deep)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, level + 1)
+        if deepest > MAX_SOURCE_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 class Volume(WireModel):

@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-from datetime import datetime
 from typing import Any
 
 from acceptance_workload.checks.soak.spec import SoakCheck
-from acceptance_workload.contract.wire import WireModel
+from acceptance_workload.contract.wire import Timestamp, WireModel
 from acceptance_workload.report.evidence import PROGRESS_KEY
 from pydantic import Field, ValidationError
 
@@ -65,7 +64,7 @@ class SoakStatus(WireModel):
     worst: str = Field("", max_length=MAX_WORST, description="The worst GPU so far, one line, as the workload sees it.")
     worst_ratio: float | None = Field(None, ge=0, description="The worst GPU's latest minute of TFLOP/s against its "
                                       "own first minutes (how a sweep's parent picks the worst of its nodes).")
-    updated: datetime | None = Field(None, description="When rank 0 wrote this progress.")
+    updated: Timestamp | None = Field(None, description="When rank 0 wrote this progress.")
     progress: str = Field("", description="One line for kubectl get: elapsed/total.")
 
 

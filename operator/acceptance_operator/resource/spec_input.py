@@ -1,20 +1,23 @@
-"""A manifest as a user wrote it, read safely: size and YAML limits, one `spec.<field>: problem` line per mistake.
+"""A manifest as a user wrote it, read safely and strictly: one `field: problem` line per mistake.
 
-What `gpu-acceptance render FILE` and the operator (an InvalidSpec message) say about a spec that does not
-validate; pure, no Kubernetes calls.
+What `gpu-acceptance render FILE`, `gpu-acceptance local -f FILE` and the operator (an InvalidSpec message) say
+about a manifest or a spec that does not validate: the same verdict as the API server's (yamlread: the bytes
+and the YAML; objectmeta: apiVersion, kind, metadata; the models: the spec). Pure, no Kubernetes calls.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
-from acceptance_operator.resource.api import (
-    AcceptanceTest,
-)
+from acceptance_operator.resource.api import API_VERSION, KIND, AcceptanceTest
+from acceptance_operator.resource.objectmeta import envelope_problems, without_nulls
+from acceptance_operator.resource.yamlread import MAX_MANIFEST_BYTES, ManifestProblem, decode, load_documents
+
+__all__ = ["MAX_MANIFEST_BYTES", "RenderError", "parse_test", "problems_text", "validation_messages"]
 
 # --------------------------------------------------------------------------- gpu-acceptance render
 
@@ -57,7 +60,10 @@ def validation_messages(error: ValidationError, data: Any) -> list[str]:
     """One `field: problem` line per error, the field in camelCase wire form as in the YAML."""
     lines: list[str] = []
     for e in error.errors():
-        path = _wire_path(tuple(e["loc"]), data, e["type"])
+        loc = tuple(e["loc"])
+        if loc[-1:] == ("[key]",) and e["msg"].startswith("Value error, key "):
+            loc = loc[:-2]  # a map key's syntax: the map is the field, the message quotes the key
+        path = _wire_path(loc, data, e["type"])
         if e["type"] == "extra_forbidden":
             msg = "unknown field"
         else:
@@ -88,75 +94,49 @@ def problems_text(lines: list[str], limit: int = MAX_PROBLEMS_TEXT) -> str:
     return text
 
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# The documents a manifest may hold besides spec: the envelope (objectmeta.py) and a status, which the API server
+# drops from a created object (the status subresource is the operator's to write).
+_TOP_LEVEL = ("apiVersion", "kind", "metadata", "spec", "status")
 
 
-# `render` reads at most this much, and refuses YAML whose aliases expand to more nodes than this:
-# a manifest is a few KiB; a "billion laughs" document is a few hundred bytes that expand without end.
-MAX_MANIFEST_BYTES = 1024 * 1024
-MAX_YAML_NODES = 100_000
+@functools.cache
+def _spec_schema() -> dict[str, Any]:
+    """The CRD's schema of spec, generated from the models: where the API server allows a null."""
+    from acceptance_operator.resource.crd import openapi_schema
+
+    return openapi_schema()["properties"]["spec"]
 
 
-def _expanded_nodes(root: yaml.Node) -> int:
-    """How many nodes the document has once every alias is expanded; RenderError past MAX_YAML_NODES or a cycle."""
-    sizes: dict[int, int | None] = {}
-
-    def size(node: yaml.Node) -> int:
-        key = id(node)
-        if key in sizes:
-            known = sizes[key]
-            if known is None:
-                raise RenderError(["not valid YAML: an alias refers to a node that contains it"])
-            return known
-        sizes[key] = None
-        n = 1
-        if isinstance(node, yaml.SequenceNode):
-            n += sum(size(child) for child in node.value)
-        elif isinstance(node, yaml.MappingNode):
-            n += sum(size(k) + size(v) for k, v in node.value)
-        if n > MAX_YAML_NODES:
-            raise RenderError([f"the YAML expands to more than {MAX_YAML_NODES} values (aliases repeated many "
-                               "times?); an AcceptanceTest has a few hundred at most"])
-        sizes[key] = n
-        return n
-
-    return size(root)
-
-
-def _load_documents(text: str) -> list[Any]:
-    """yaml.safe_load_all, bounded: input size, alias expansion and nesting depth."""
-    if len(text) > MAX_MANIFEST_BYTES:
-        raise RenderError([f"the manifest is larger than {MAX_MANIFEST_BYTES} bytes; an AcceptanceTest is a few KiB"])
-    loader = yaml.SafeLoader(text)
+def read_documents(source: str | bytes) -> list[Any]:
+    """The YAML documents of a manifest's bytes (or text), strictly (yamlread.py); RenderError names the problem."""
+    data = source if isinstance(source, bytes) else source.encode("utf-8", "surrogatepass")
     try:
-        docs = []
-        while loader.check_node():
-            node = loader.get_node()
-            _expanded_nodes(node)
-            docs.append(loader.construct_document(node))
-        return docs
-    except yaml.YAMLError as e:
-        raise RenderError([f"not valid YAML: {e}"]) from e
-    except RecursionError as e:
-        raise RenderError(["not valid YAML for a manifest: nested too deeply"]) from e
-    finally:
-        loader.dispose()
+        return [d for d in load_documents(decode(data)) if d is not None]
+    except ManifestProblem as e:
+        raise RenderError(e.lines) from e
 
 
-def parse_test(text: str) -> AcceptanceTest:
-    """The one AcceptanceTest in a YAML text, validated; RenderError says what is wrong, field by field."""
-    docs = [d for d in _load_documents(text) if d is not None]
+def parse_test(source: str | bytes) -> AcceptanceTest:
+    """The one AcceptanceTest in a manifest, validated as the API server and the operator would; RenderError says
+    what is wrong, field by field: the bytes and YAML (yamlread), apiVersion, kind and metadata (objectmeta), the
+    spec (the models, with nulls read as the API server reads them)."""
+    docs = read_documents(source)
     if len(docs) != 1:
         raise RenderError([f"expected exactly one AcceptanceTest document, found {len(docs)}"])
-    data = docs[0]
-    if not isinstance(data, dict):
-        raise RenderError([f"expected an AcceptanceTest object, found a YAML {type(data).__name__}"])
+    doc = docs[0]
+    if not isinstance(doc, dict):
+        raise RenderError([f"expected an AcceptanceTest object, found a YAML {type(doc).__name__}"])
+    lines = [f"{key}: unknown field" for key in doc if key not in _TOP_LEVEL]
+    envelope = envelope_problems(doc)
+    spec = doc.get("spec")
+    meta = doc["metadata"] if not envelope else {"name": "x"}
+    data = {"apiVersion": API_VERSION, "kind": KIND,
+            "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k) is not None},
+            "spec": without_nulls(spec, _spec_schema()) if spec is not None else {}}
     try:
         test = AcceptanceTest.model_validate(data)
     except ValidationError as e:
-        raise RenderError(validation_messages(e, data), data.get("spec")) from e
-    name = test.metadata.name
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        raise RenderError([f"metadata.name: {name!r} is not a valid name: lowercase letters, digits, "
-                           "'-' and '.', starting and ending with a letter or digit"])
+        raise RenderError([*lines, *envelope, *validation_messages(e, data)], spec) from e
+    if lines or envelope:
+        raise RenderError([*lines, *envelope], spec)
     return test

@@ -2,15 +2,23 @@
 
 camelCase on the wire, snake_case in Python, and unknown fields rejected so a
 misspelled field in a manifest is an error instead of a silently ignored line.
+Strict, as the CRD's schema is: a value of the wrong JSON type (`nodes: "2"`,
+`sweep: "yes"`, `iters: true`) is refused, never converted, so `render` and the
+API server give the same verdict. Timestamps are the one exception: JSON has no
+date type, so a Timestamp is an RFC 3339 string on the wire.
 """
 
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, StringConstraints, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Strict, StringConstraints, WithJsonSchema
 from pydantic.alias_generators import to_camel
+
+# A time on the wire: an RFC 3339 string (JSON has no date type), read as a datetime even in a strict model.
+Timestamp = Annotated[datetime, Strict(False)]
 
 
 class WireModel(BaseModel):
@@ -19,6 +27,7 @@ class WireModel(BaseModel):
         populate_by_name=True,
         extra="forbid",
         validate_default=True,
+        strict=True,
     )
 
     def to_wire(self) -> dict[str, Any]:
@@ -61,11 +70,24 @@ def format_bytes(n: int) -> str:
 MAX_SIZE_TEXT = 32
 
 
+def _size_value(value: Any) -> float:
+    """The size as the CRD's CEL rule computes it (size_cel): the number times its suffix's factor, unrounded."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(f"expected a size such as 1Gi or 1048576 (an integer or a string), not {value!r}")
+    if isinstance(value, int):
+        parse_bytes(value)  # refuses a negative one
+        return float(value)
+    match = _QUANTITY.match(value)  # exactly as written: the CRD's pattern allows no space around it
+    if not match:
+        raise ValueError(f"{value!r} is not a size: use a whole number of bytes or a quantity such as 64Mi or 1Gi")
+    return float(match["num"]) * _FACTORS[match["suffix"]]
+
+
 def _size_check(maximum: int) -> Any:
     def check(value: Any) -> Any:
         if isinstance(value, str) and len(value) > MAX_SIZE_TEXT:
             raise ValueError(f"a size has at most {MAX_SIZE_TEXT} characters")
-        if parse_bytes(value) > maximum:
+        if _size_value(value) > maximum:
             raise ValueError(f"{value!r} is more than the largest allowed size, {format_bytes(maximum)}")
         return value
     return check
@@ -77,16 +99,36 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P)?$"
 MAX_SIZE = 2**50  # 1 PiB: no size in a spec comes near it
 
 
-def byte_size(maximum: int = MAX_SIZE) -> Any:
+def size_cel(expr: str) -> str:
+    """A CEL expression (a double) for the size `expr` holds, int or quantity string, as _size_value computes it.
+
+    The CRD's rules compare sizes with it (a string's bounds, minBytes <= maxBytes): the schema's minimum and
+    maximum bound only the integer form. Suffixes are tried longest first (Ki before K).
+    """
+    factors = " : ".join(f"{expr}.endsWith('{suffix}') ? {float(factor)!r}"
+                         for suffix, factor in sorted(((k, v) for k, v in _FACTORS.items() if k),
+                                                      key=lambda kv: -len(kv[0])))
+    return (f"(type({expr}) == int ? double({expr}) : "
+            f"double({expr}.find('^[0-9]+([.][0-9]+)?')) * ({factors} : 1.0))")
+
+
+def byte_size(maximum: int = MAX_SIZE, minimum: int = 0) -> Any:
     """A size on the wire: int or quantity string (x-kubernetes-int-or-string), kept as written, at most `maximum`.
 
-    The schema bounds the integer form and the string's length; the model also bounds the string's value.
+    The schema bounds the integer form and the string's length and syntax; a CEL rule bounds the string's value
+    (at most `maximum`, at least `minimum`), so the API server refuses what the model refuses. A check whose
+    size has a floor (`minimum`) says so in its own validator, with the reason.
     """
+    value = size_cel("self")
+    rule = f"type(self) == int || ({value} <= {float(maximum)!r}" + (
+        f" && {value} >= {float(minimum)!r})" if minimum else ")")
+    message = f"at most {format_bytes(maximum)}" + (f" and at least {format_bytes(minimum)}" if minimum else "")
     return Annotated[
         int | str,
         BeforeValidator(_size_check(maximum)),
-        WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": 0, "maximum": maximum,
-                        "maxLength": MAX_SIZE_TEXT, "pattern": QUANTITY_PATTERN}),
+        WithJsonSchema({"anyOf": [{"type": "integer"}, {"type": "string"}], "minimum": minimum, "maximum": maximum,
+                        "maxLength": MAX_SIZE_TEXT, "pattern": QUANTITY_PATTERN,
+                        "x-kubernetes-validations": [{"rule": rule, "message": f"a size {message}"}]}),
     ]
 
 

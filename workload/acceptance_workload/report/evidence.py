@@ -20,13 +20,12 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterator
-from datetime import datetime
 from typing import TypeVar
 
 from pydantic import Field
 
 from acceptance_workload.contract.results import CheckName, CheckResult, check_names
-from acceptance_workload.contract.wire import WireModel
+from acceptance_workload.contract.wire import Timestamp, WireModel
 from acceptance_workload.report.details import Detail
 from acceptance_workload.report.model import Environment, ReportBase, full_model
 
@@ -100,8 +99,8 @@ class StatusReport(WireModel):
     generation: int | None = None
     uid: str | None = None
     run: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
     passed: bool = Field(False, description="The workload's own verdict; the operator judges again.")
     error: str | None = None
     checks_run: list[CheckName] = Field(default_factory=list)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from datetime import datetime
 from typing import ClassVar, Literal
 
 from pydantic import Field
@@ -25,7 +24,7 @@ from acceptance_workload.contract.results import (
     CheckResult,
 )
 from acceptance_workload.contract.terms import Collective, Transport
-from acceptance_workload.contract.wire import WireModel
+from acceptance_workload.contract.wire import Timestamp, WireModel
 from acceptance_workload.report.details import Detail
 
 REPORT_VERSION = "v1"
@@ -379,8 +378,8 @@ class ReportBase(WireModel):
     generation: int | None = Field(None, description="metadata.generation of the AcceptanceTest this ran for.")
     uid: str | None = Field(None, description="metadata.uid of the AcceptanceTest this ran for.")
     run: str | None = Field(None, description="status.run.id of the run this is for (absent: the generation's first).")
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
     passed: bool = False
     error: str | None = Field(None, description="Why the run could not complete; a report with one fails.")
     checks_run: list[CheckName] = Field(default_factory=list, description="Checks that were enabled.")

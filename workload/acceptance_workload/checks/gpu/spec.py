@@ -9,6 +9,7 @@ from acceptance_workload.contract.wire import WireModel, byte_size, parse_bytes
 
 MAX_TFLOPS = 1_000_000.0
 MAX_GPU_COPY = 2**36  # 64 GiB: one buffer of the per-GPU copies
+MIN_GPU_COPY_BYTES = 1 << 20  # a smaller copy measures latency, not bandwidth
 
 
 class GpuThresholds(WireModel):
@@ -55,8 +56,9 @@ class GpuCheck(WireModel):
 
     enabled: bool = True
     gemm_size: int = Field(8192, ge=64, le=65536, description="M = N = K of the bf16 matmul.")
-    hbm_bytes: byte_size(MAX_GPU_COPY) = Field("1Gi", description="Buffer copied device to device (at least 1Mi).")
-    host_bytes: byte_size(MAX_GPU_COPY) = Field(
+    hbm_bytes: byte_size(MAX_GPU_COPY, MIN_GPU_COPY_BYTES) = Field(
+        "1Gi", description="Buffer copied device to device (at least 1Mi).")
+    host_bytes: byte_size(MAX_GPU_COPY, MIN_GPU_COPY_BYTES) = Field(
         "256Mi", description="Pinned host buffer copied to and from each GPU (at least 1Mi).")
     windows: int = Field(7, ge=3, le=101, description="Timed windows; each measurement is their median.")
     iters: int = Field(20, ge=1, le=10_000, description="Operations per timed window.")
@@ -75,5 +77,3 @@ class GpuCheck(WireModel):
                 raise ValueError(f"{alias} must be at least 1Mi (a smaller copy measures latency, not bandwidth)")
         return self
 
-
-MIN_GPU_COPY_BYTES = 1 << 20

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from acceptance_workload.contract.terms import COLLECTIVES, MAX_BUSBW_GBPS, Collective, Transport
-from acceptance_workload.contract.wire import WireModel, byte_size, parse_bytes
+from acceptance_workload.contract.wire import WireModel, byte_size, parse_bytes, size_cel
 
 DType = Literal["float32", "bfloat16", "float16"]
 CudaGraphs = Literal["auto", "always", "never"]
@@ -76,10 +76,16 @@ class NcclThresholds(WireModel):
 
 
 class NcclCheck(WireModel):
+    # minBytes <= maxBytes at admission too (the API server has applied both defaults when it checks).
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [{
+        "rule": f"!has(self.minBytes) || !has(self.maxBytes) || {size_cel('self.minBytes')} <= "
+                f"{size_cel('self.maxBytes')}",
+        "message": "minBytes must not exceed maxBytes", "fieldPath": ".minBytes"}]})
+
     enabled: bool = True
     collectives: list[Collective] = Field(default_factory=lambda: list(COLLECTIVES), min_length=1,
                                           max_length=len(COLLECTIVES))
-    min_bytes: byte_size(MAX_MESSAGE) = Field(8, description="First message size of the sweep.")
+    min_bytes: byte_size(MAX_MESSAGE, 1) = Field(8, description="First message size of the sweep.")
     max_bytes: byte_size(MAX_MESSAGE) = Field("4Gi", description="Last message size of the sweep.")
     step_factor: int = Field(2, ge=2, le=1024, description="Each size is the previous one times this.")
     warmup_iters: int = Field(5, ge=0, le=1000)

@@ -8,6 +8,8 @@ from acceptance_workload.contract.terms import MAX_BUSBW_GBPS
 from acceptance_workload.contract.wire import WireModel, byte_size, parse_bytes
 
 MAX_STORAGE_BYTES = 2**40  # 1 TiB: one node's throughput file
+MIN_THROUGHPUT_BYTES = 16 << 20  # less measures latency, not throughput
+MIN_BLOCK_BYTES = 1 << 20
 
 
 class StorageThresholds(WireModel):
@@ -31,11 +33,12 @@ class StorageCheck(WireModel):
     """The shared volume (spec.storage): cross-node consistency, throughput per node, a distributed checkpoint."""
 
     enabled: bool = Field(False, description="Needs spec.storage (the volume); gpu-acceptance local: --storage DIR.")
-    consistency_bytes: byte_size(MAX_STORAGE_BYTES) = Field(
+    consistency_bytes: byte_size(MAX_STORAGE_BYTES, 1) = Field(
         "16Mi", description="Random bytes each node writes under its name for the others to read and compare.")
-    throughput_bytes: byte_size(MAX_STORAGE_BYTES) = Field(
+    throughput_bytes: byte_size(MAX_STORAGE_BYTES, MIN_THROUGHPUT_BYTES) = Field(
         "4Gi", description="File each node writes, then reads, sequentially (at least 16Mi).")
-    block_bytes: byte_size(1 << 30) = Field("16Mi", description="Size of each write and read (at least 1Mi).")
+    block_bytes: byte_size(1 << 30, MIN_BLOCK_BYTES) = Field(
+        "16Mi", description="Size of each write and read (at least 1Mi).")
     direct_io: bool = Field(True, description="O_DIRECT where the filesystem allows it (else buffered, with "
                                               "fsync and the page cache dropped, as the result says).")
     checkpoint: bool = Field(True, description="Save the FSDP model (checks.fsdp's shape) with "
@@ -44,9 +47,9 @@ class StorageCheck(WireModel):
 
     @model_validator(mode="after")
     def _sizes(self) -> StorageCheck:
-        if parse_bytes(self.block_bytes) < 1 << 20:
+        if parse_bytes(self.block_bytes) < MIN_BLOCK_BYTES:
             raise ValueError("blockBytes must be at least 1Mi")
-        if parse_bytes(self.throughput_bytes) < 16 << 20:
+        if parse_bytes(self.throughput_bytes) < MIN_THROUGHPUT_BYTES:
             raise ValueError("throughputBytes must be at least 16Mi (less measures latency, not throughput)")
         if parse_bytes(self.consistency_bytes) < 1:
             raise ValueError("consistencyBytes must be at least 1")
