@@ -111,7 +111,7 @@ def test_extra_resources_are_a_bounded_map_of_quantities_without_the_gpus(schema
 def test_defaults_let_the_server_complete_a_short_manifest(schema: dict[str, Any]):
     assert at(schema, "spec")["default"] == {}
     assert at(schema, "spec.backend")["default"] == "PyTorchJob"
-    assert at(schema, "spec.backend")["enum"] == ["PyTorchJob", "MPIJob", "Job", "JobSet"]
+    assert at(schema, "spec.backend")["enum"] == ["PyTorchJob", "MPIJob", "Job", "JobSet", "TrainJob"]
     nodes = at(schema, "spec.nodes")
     assert (nodes["type"], nodes["default"], nodes["minimum"]) == ("integer", 1, 1)
     assert at(schema, "spec.gpusPerNode")["default"] == 8

@@ -15,7 +15,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator.building import manifests
-from acceptance_operator.building.backends import BACKENDS, backend_of, build_children
+from acceptance_operator.building.backends import BACKENDS, CUSTOM_COMPANIONS, backend_of, build_children
 from acceptance_operator.judging.diagnosis import parse_time
 from acceptance_operator.plumbing import crdcheck
 from acceptance_operator.plumbing.kubeapi import Kube
@@ -92,8 +92,10 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     children = _built(k, obj, test, now, logger)
     if children is None:
         return None
-    # What the pods need to start and find each other: their identity, the headless Service (Job backend), the job.
-    first = [c for c in children if c["kind"] in ("ServiceAccount", "Service") or c["kind"] in BACKENDS]
+    # What the pods need to start and find each other: their identity, the job's companions (the Job backend's
+    # headless Service, the TrainJob's TrainingRuntime), the job.
+    companions = backend_of(test.spec.backend).companions
+    first = [c for c in children if c["kind"] in ("ServiceAccount", *companions) or c["kind"] in BACKENDS]
     if first_step and rt.QUEUE.has_urgent():
         created = create_children(k, obj, test, first, now, logger)
         if created is None:
@@ -163,7 +165,7 @@ def create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: list
         try:
             created_obj, created = create_own(k, child, test.metadata.uid)
         except ApiException as e:
-            down = webhook_down(e) if child["kind"] in BACKENDS else None
+            down = webhook_down(e) if child["kind"] in BACKENDS or child["kind"] in CUSTOM_COMPANIONS else None
             if down is not None:
                 backend_unreachable(k, obj, test, child, down, now, logger)
                 return None
@@ -224,7 +226,7 @@ def backend_unreachable(k: Kube, obj: KubeDict, test: AcceptanceTest, job: KubeD
     since = kept.unreachable_since = kept.unreachable_since or now
     grace = rt.SETTINGS.unschedulable_grace_seconds
     text = (f"the API server refused {job['kind']} {job['metadata']['name']}: {words} -> "
-            f"{backend_of(job['kind']).controller} serves that admission webhook and is not running or not "
+            f"{backend_of(test.spec.backend).controller} serves that admission webhook and is not running or not "
             "reachable: check its Deployment, its webhook Service and its logs")
     if (now - since).total_seconds() < grace:
         state = RunState("Pending", BACKEND_NOT_RUNNING, f"{text}; retrying for up to {grace:g}s", no_job=True)

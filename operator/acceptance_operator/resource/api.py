@@ -56,7 +56,7 @@ DEFAULT_IMAGE = f"ghcr.io/gpu-acceptance/workload:{__version__}"
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/gpu-acceptance/operator:{__version__}"
 GPU_RESOURCE = "nvidia.com/gpu"
 
-Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet"]
+Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet", "TrainJob"]
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 # What a run's headline numbers are compared with (spec.baseline): nothing, or the last run that passed.
