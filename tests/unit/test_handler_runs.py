@@ -40,6 +40,9 @@ class FakeKube:
     def backend_problem(self, backend: str) -> str | None:
         return None
 
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return []  # no node carries nvidia.com/gpu.product: a test without spec.profile assumes h100-sxm
+
     def read_crd(self, name: str) -> dict[str, Any] | None:
         from acceptance_operator.resource.crd import build_crd
 
@@ -78,9 +81,10 @@ class FakeKube:
 
 
 def stored(generation: int, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None):
+    """A stored test naming its backend and profile (what CRDs before issue 53 defaulted): nothing to decide."""
     return {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
             "metadata": {"name": NAME, "namespace": NS, "uid": "u-1", "generation": generation},
-            "spec": spec or {}, "status": status or {}}
+            "spec": {"backend": "PyTorchJob", "profile": "h100-sxm", **(spec or {})}, "status": status or {}}
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator.building import manifests
+from acceptance_operator.building import defaults, manifests
 from acceptance_operator.building.backends import BACKENDS, CUSTOM_COMPANIONS, backend_of, build_children
 from acceptance_operator.judging.diagnosis import parse_time
 from acceptance_operator.plumbing import crdcheck
@@ -30,6 +30,7 @@ from acceptance_operator.resource.conditions import (
     BACKEND_NOT_RUNNING,
     CRD_OUTDATED,
     INVALID_SPEC,
+    PROFILE_UNKNOWN,
     RunState,
 )
 
@@ -82,6 +83,11 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
             conclude(k, obj, test, RunState("Failed", CRD_OUTDATED, crdcheck.outdated_message(missing)), now=now,
                      logger=logger)
             return None
+    test, decided, refusal = decide_unset(k, obj, test)
+    if refusal is not None:
+        conclude(k, obj, test, RunState("Failed", PROFILE_UNKNOWN, refusal), now=now, logger=logger)
+        return None
+    if first_step:
         problem = k.backend_problem(test.spec.backend)
         if problem:
             conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
@@ -116,8 +122,29 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
                             job_created=True) is None:
             return None
         kept.begun = None
-    _started(k, obj, test, now, logger, start, adopted, stopped)
+    _started(k, obj, test, now, logger, start, adopted, stopped, decided)
     return None
+
+
+def decide_unset(k: Kube, obj: KubeDict, test: AcceptanceTest) -> tuple[AcceptanceTest, list[str], str | None]:
+    """The run's backend and profile where the stored spec leaves them unset (building/defaults.py): the test as
+    it runs, what was decided (sentences for the DefaultsChosen event), and why the run cannot start (no profile
+    fits the nodes' GPUs) or None. Decided again at each run's start: a cluster may gain a backend or new nodes."""
+    unset = defaults.unset(obj.get("spec"))
+    chosen: dict[str, str] = {}
+    said: list[str] = []
+    if "backend" in unset:
+        backend = defaults.choose_backend(k.backend_problem)
+        if backend.value is not None:
+            chosen["backend"] = backend.value
+        said.append(backend.why)
+    if "profile" in unset:
+        profile = defaults.choose_profile(test, k.list_nodes())
+        if profile.value is None:
+            return test, said, profile.why
+        chosen["profile"] = profile.value
+        said.append(profile.why)
+    return defaults.with_choices(test, **chosen), said, None
 
 
 def crd_gap(k: Kube) -> list[str]:
@@ -140,9 +167,14 @@ def _built(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
 
 
 def _started(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger,
-             start: datetime, adopted: bool, stopped: list[str]) -> None:
-    """Record that the run started (status Pending, JobCreated) and tell (event RunStarted, log, metrics)."""
+             start: datetime, adopted: bool, stopped: list[str], decided: list[str]) -> None:
+    """Record that the run started (status Pending, JobCreated, the backend and profile it runs as) and tell (event
+    RunStarted, and DefaultsChosen for what the operator decided where the spec is silent; log, metrics)."""
     namespace, name = test.metadata.namespace, test.metadata.name
+    if decided:
+        said = f"run {runs.run_of(test).id}: " + "; ".join(decided)
+        kopf.info(obj, reason="DefaultsChosen", message=said)
+        logger.info("%s/%s: %s", namespace, name, said)
     job_name = manifests.job_name(test)
     state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
     write_status(k, obj, state, test, start_time=start, completion_time=None, summary=None, now=now)

@@ -57,6 +57,11 @@ DEFAULT_OPERATOR_IMAGE = f"ghcr.io/gpu-acceptance/operator:{__version__}"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet", "TrainJob"]
+# What a test without spec.backend / spec.profile is built as until the operator decides from the cluster
+# (building/defaults.py: the first backend served, the nodes' GPU product): `render`, offline, assumes these and says
+# so. No default in the CRD: a stored test leaves them unset, so the operator sees that they were not chosen.
+ASSUMED_BACKEND: Backend = "PyTorchJob"
+ASSUMED_PROFILE: ProfileName = "h100-sxm"
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 # What a run's headline numbers are compared with (spec.baseline): nothing, or the last run that passed.
@@ -311,8 +316,16 @@ class OnPass(WireModel):
 ONE_CHECK_AT_LEAST = f"checks: enable at least one of {', '.join(CHECK_NAMES)}"
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    """No default in the CRD's schema: the API server must not fill in what the operator decides per cluster."""
+    schema.pop("default", None)
+
+
 class AcceptanceTestSpec(WireModel):
-    backend: Backend = "PyTorchJob"
+    backend: Backend = Field(
+        ASSUMED_BACKEND, json_schema_extra=_no_default,
+        description="The kind of job the test runs as. Unset: the first of PyTorchJob, TrainJob, JobSet, Job whose "
+        "API the cluster serves, decided when each run starts (status.backend says which).")
     nodes: int = Field(1, ge=1, le=4096)
     gpus_per_node: int = Field(8, ge=1, le=16)
     # No default in the CRD: a stored test does not pin the image of the operator version that admitted it. The
@@ -320,7 +333,11 @@ class AcceptanceTestSpec(WireModel):
     # new runs use the new workload image.
     image: Image | None = Field(None, description="Workload image; default: the operator's configured workload "
                                                   "image (chart value workloadImage), else its own version's.")
-    profile: ProfileName = "h100-sxm"
+    profile: ProfileName = Field(
+        ASSUMED_PROFILE, json_schema_extra=_no_default,
+        description="The GPU model whose thresholds apply. Unset: from the nvidia.com/gpu.product label of the "
+        "nodes the test selects (an unknown or mixed product ends the run, Reason ProfileUnknown; no label: "
+        "h100-sxm), decided when each run starts (status.profile says which).")
     placement: Placement = Field(default_factory=Placement)
     resources: Resources = Field(default_factory=Resources)
     network: Network = Field(default_factory=Network)
@@ -530,6 +547,10 @@ class SweepStatus(WireModel):
 
 class AcceptanceTestStatus(WireModel):
     phase: Phase | None = None
+    backend: Backend | None = Field(None, description="The backend the current run's job is (spec.backend, or "
+                                    "the one the operator chose where it is unset).")
+    profile: ProfileName | None = Field(None, description="The profile the current run is judged with "
+                                        "(spec.profile, or the one the operator took from the nodes).")
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
     start_time: datetime | None = None
@@ -570,12 +591,18 @@ def parse_test(obj: dict[str, Any]) -> AcceptanceTest:
     """Validate a stored AcceptanceTest object with the API models (raises ValidationError naming the field).
 
     Here rather than in the handlers, so the report CLI and the evidence hooks need not import kopf's handlers.
+    A spec without backend or profile takes the ones its status records (what the operator decided when the run
+    started: building/defaults.py), so every later step of the run sees what the run is.
     """
     meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    decided = {key: status[key] for key in ("backend", "profile")
+               if isinstance(spec, dict) and isinstance(status, dict) and key not in spec and status.get(key)}
     return AcceptanceTest.model_validate({
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "generation", "labels", "annotations")
                      if k in meta},
-        "spec": obj.get("spec") or {},
+        "spec": {**spec, **decided} if decided else spec,
     })
