@@ -183,8 +183,10 @@ class Network(WireModel):
 
 class Pod(WireModel):
     shm_size: byte_size(2**42) = Field("64Gi", description="Size of the RAM-backed /dev/shm.")
-    ulimit_init: bool = Field(True, description="Privileged init container raising memlock and nofile; it runs "
-                              "the image the operator is configured with (chart value ulimitInit.image).")
+    ulimit_init: bool = Field(True, description="Privileged init container of each GPU pod: it proves the node lets "
+                              "a container raise memlock and nofile and logs the limits the workload container "
+                              "starts with (rlimits are per process: it cannot raise the workload's); it runs the "
+                              "image the operator is configured with (chart value ulimitInit.image).")
     host_network: bool = Field(False, description="Run the GPU pods in the node's network namespace; only where "
                                "the operator allows it (chart value userPolicy.allowHostNetwork).")
     env: Env = Field(default_factory=dict, max_length=MAX_ENV,
