@@ -35,6 +35,7 @@ controllers=${cache_root}/dev-controllers/k8s-${K8S_VERSION}-training-${TRAINING
 real_node=${cache_root}/real-node/k8s-${K8S_VERSION}
 kueue=${cache_root}/dev-controllers/kueue-${KUEUE_VERSION}
 trainer_crds=${cache_root}/backend-crds/trainer-${TRAINER_VERSION}
+trainer=${cache_root}/dev-controllers/trainer-${TRAINER_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
@@ -245,6 +246,20 @@ fetch_trainer_crds() {
   chmod 0644 "$trainer_crds"/*.yaml
 }
 
+# Kubeflow Trainer v2's controller manager (cmd/trainer-controller-manager) from its Go module at TRAINER_VERSION,
+# with its CRDs (crds/) and webhook configurations (webhooks.yaml, the manifests the dev cluster rewrites to reach a
+# host process by URL), as `kueue` does; not one of `controllers` (few tests need it).
+build_trainer() {
+  mkdir -p "$trainer/crds"
+  [ -x "$trainer/trainer-controller-manager" ] || build_go_module trainer-controller-manager \
+    "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager \
+    "$trainer"
+  local dir; dir=$(module_dir "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}")
+  cp "$dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$trainer/crds/"
+  cp "$dir/manifests/base/webhook/manifests.yaml" "$trainer/webhooks.yaml"
+  chmod 0644 "$trainer"/crds/*.yaml "$trainer/webhooks.yaml"
+}
+
 # The real node's registry: CNCF distribution's cmd/registry at DISTRIBUTION_VERSION, version-stamped as its Makefile
 # does (`registry --version` then names it), in a folder of its own.
 registry_dir=${cache_root}/registry/distribution-${DISTRIBUTION_VERSION}
@@ -285,6 +300,10 @@ case "${1:-assets}" in
       [ -f "$trainer_crds/trainer.kubeflow.org_trainingruntimes.yaml" ] || fetch_trainer_crds
     echo "$trainer_crds"
     ;;
+  trainer)
+    [ -x "$trainer/trainer-controller-manager" ] && [ -f "$trainer/webhooks.yaml" ] || build_trainer
+    echo "$trainer"
+    ;;
   controllers)
     mkdir -p "$controllers"
     shift || true
@@ -308,5 +327,5 @@ case "${1:-assets}" in
     build_registry
     echo "$registry_dir"
     ;;
-  *) echo "usage: $0 [assets|crds|trainer-crds|controllers [NAME...]|kueue|real-node|registry]" >&2; exit 2 ;;
+  *) echo "usage: $0 [assets|crds|trainer-crds|controllers [NAME...]|kueue|trainer|real-node|registry]" >&2; exit 2 ;;
 esac
