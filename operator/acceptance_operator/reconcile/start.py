@@ -139,7 +139,16 @@ def decide_unset(k: Kube, obj: KubeDict, test: AcceptanceTest) -> tuple[Acceptan
             chosen["backend"] = backend.value
         said.append(backend.why)
     if "profile" in unset:
-        profile = defaults.choose_profile(test, k.list_nodes())
+        try:
+            nodes = k.list_nodes()
+        except ApiException as e:
+            if e.status != 403:
+                raise
+            # Never stuck on a permission (a chart older than the operator): the run ends saying what to change.
+            return test, said, ("spec.profile is unset and the operator may not list the nodes to read their "
+                                f"{defaults.GPU_PRODUCT_LABEL} label ({api_message(e)}): set spec.profile, or grant "
+                                "the operator list on nodes (the chart's ClusterRole does)")
+        profile = defaults.choose_profile(test, nodes)
         if profile.value is None:
             return test, said, profile.why
         chosen["profile"] = profile.value
