@@ -23,6 +23,9 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
 # Kubeflow Trainer v2 (the TrainJob backend): its CRDs (TrainJob, TrainingRuntime, ClusterTrainingRuntime) from its
 # Go module (`trainer-crds`).
 TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
+# The JobSet the Trainer is built against (its go.mod): v2.3.0 writes replicatedJobs[].groupName, which the JobSet
+# backend's pinned JobSet (JOBSET_VERSION) does not have, so `trainer` brings its own JobSet controller and CRD.
+TRAINER_JOBSET_VERSION=${TRAINER_JOBSET_VERSION:-v0.12.0}
 # The real node's image registry (CNCF distribution; `registry` subcommand below).
 DISTRIBUTION_VERSION=${DISTRIBUTION_VERSION:-v3.1.2}
 
@@ -35,7 +38,7 @@ controllers=${cache_root}/dev-controllers/k8s-${K8S_VERSION}-training-${TRAINING
 real_node=${cache_root}/real-node/k8s-${K8S_VERSION}
 kueue=${cache_root}/dev-controllers/kueue-${KUEUE_VERSION}
 trainer_crds=${cache_root}/backend-crds/trainer-${TRAINER_VERSION}
-trainer=${cache_root}/dev-controllers/trainer-${TRAINER_VERSION}
+trainer=${cache_root}/dev-controllers/trainer-${TRAINER_VERSION}-jobset-${TRAINER_JOBSET_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
@@ -254,8 +257,12 @@ build_trainer() {
   [ -x "$trainer/trainer-controller-manager" ] || build_go_module trainer-controller-manager \
     "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager \
     "$trainer"
-  local dir; dir=$(module_dir "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}")
+  [ -x "$trainer/jobset-controller" ] || build_go_module jobset-controller \
+    "sigs.k8s.io/jobset@${TRAINER_JOBSET_VERSION}" sigs.k8s.io/jobset "$trainer"
+  local dir jobset; dir=$(module_dir "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}")
+  jobset=$(module_dir "sigs.k8s.io/jobset@${TRAINER_JOBSET_VERSION}")
   cp "$dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$trainer/crds/"
+  cp "$jobset/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$trainer/crds/"
   cp "$dir/manifests/base/webhook/manifests.yaml" "$trainer/webhooks.yaml"
   chmod 0644 "$trainer"/crds/*.yaml "$trainer/webhooks.yaml"
 }
@@ -301,7 +308,8 @@ case "${1:-assets}" in
     echo "$trainer_crds"
     ;;
   trainer)
-    [ -x "$trainer/trainer-controller-manager" ] && [ -f "$trainer/webhooks.yaml" ] || build_trainer
+    [ -x "$trainer/trainer-controller-manager" ] && [ -x "$trainer/jobset-controller" ] &&
+      [ -f "$trainer/webhooks.yaml" ] || build_trainer
     echo "$trainer"
     ;;
   controllers)

@@ -166,10 +166,11 @@ class Controllers:
         ])
         return self
 
-    def start_jobset(self, *, timeout: float = 60.0) -> Controllers:
-        """The JobSet controller (built from sigs.k8s.io/jobset at the pinned version) with its webhooks served on
-        127.0.0.1 under a self-signed certificate and registered with the API server, as its manifests do."""
-        binaries = controllers_dir(JOBSET)
+    def start_jobset(self, *, timeout: float = 60.0, binary: Path | None = None) -> Controllers:
+        """The JobSet controller (built from sigs.k8s.io/jobset at the pinned version, or `binary`: the Trainer's)
+        with its webhooks served on 127.0.0.1 under a self-signed certificate and registered with the API server, as
+        its manifests do."""
+        binary = binary or controllers_dir(JOBSET) / JOBSET
         assert self.server.dir is not None
         certs = _serving_cert(self.server.dir / "jobset-certs")
         (port,) = free_ports(1)
@@ -180,7 +181,7 @@ class Controllers:
             f"webhook:\n  host: 127.0.0.1\n  port: {port}\n  certDir: {certs}\n"
             "metrics:\n  bindAddress: '0'\nhealth:\n  healthProbeBindAddress: '0'\n")
         env_kubeconfig = f"--kubeconfig={self.server.kubeconfig}"
-        self._spawn(JOBSET, [env_kubeconfig, f"--config={config}"], binary=binaries / JOBSET)
+        self._spawn(JOBSET, [env_kubeconfig, f"--config={config}"], binary=binary)
         self._wait_for(JOBSET, lambda: _listening(port), "serving its webhooks", timeout)
         self._register_jobset_webhooks(port, (certs / "tls.crt").read_bytes())
         return self
@@ -264,8 +265,9 @@ class Controllers:
 
     def start_trainer(self, *, timeout: float = 120.0) -> Controllers:
         """Kubeflow Trainer v2's controller manager (built from github.com/kubeflow/trainer/v2 at the pinned version)
-        with its CRDs and its admission webhooks, as a host process; the JobSet controller it runs on is
-        start_jobset()'s.
+        with its CRDs and its admission webhooks, as a host process, on the JobSet it is built against: v2.3 writes
+        JobSet fields the JobSet backend's pinned version lacks, so its JobSet CRD and controller replace that one in
+        this cluster (a detached one another process started is stopped by its pid file).
 
         As for Kueue: its internal certificate management is off (it would write a Secret and patch the webhook
         configurations of a Service there is none of), the webhook server listens on 127.0.0.1 under a self-signed
@@ -276,6 +278,11 @@ class Controllers:
         folder = trainer_dir()
         assert self.server.dir is not None
         self.server.install_crds(sorted((folder / "crds").glob("*.yaml")))
+        self.stop_one(JOBSET)
+        pid_file = self.server.dir / f"{JOBSET}.pid"
+        if pid_file.is_file():  # the real node's, started detached by `make real-node`
+            kill_group(int(pid_file.read_text()))
+        self.start_jobset(binary=folder / JOBSET)
         tmp = self.server.dir / f"{TRAINER}-tmp"
         certs = _serving_cert(tmp / "k8s-webhook-server" / "serving-certs")
         (port,) = free_ports(1)
