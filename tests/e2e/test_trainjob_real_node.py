@@ -1,9 +1,10 @@
 """A cpu-smoke TrainJob reaches SmokePassed on the real node under the real Kubeflow Trainer v2.3 controller manager
 (started on this node's control plane for this module with its webhooks, tests/devcluster.Controllers.start_trainer,
-on the JobSet v0.12 it is built against, which replaces the node's JobSet CRD and controller from then on): the chart's operator (its image, from the node's registry; its ClusterRole
-lists TrainJobs and TrainingRuntimes) creates the run's TrainingRuntime and TrainJob, the Trainer's torch plugin sets
-torchrun's rendezvous, the real kubelet runs the workload image, and rank 0 delivers the report. A second test with
-no spec.backend on this node (which serves the training-operator) still runs as a PyTorchJob.
+on the JobSet v0.12 it is built against, which replaces the node's JobSet CRD and controller from then on): the
+chart's operator (its image, from the node's registry; its ClusterRole lists TrainJobs and TrainingRuntimes)
+creates the run's TrainingRuntime and TrainJob, the Trainer's torch plugin sets torchrun's rendezvous, the real
+kubelet runs the workload image, and rank 0 delivers the report. A second test with no spec.backend on this node
+(which serves the training-operator) still runs as a PyTorchJob.
 """
 
 from __future__ import annotations

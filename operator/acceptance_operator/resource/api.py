@@ -39,6 +39,7 @@ from acceptance_operator.resource.kubetypes import (
     Toleration,
     Volume,
     VolumeMount,
+    no_default,
     one_source,
 )
 from acceptance_operator.resource.schedule import MAX_SCHEDULE, schedule_problem
@@ -57,9 +58,8 @@ DEFAULT_OPERATOR_IMAGE = f"ghcr.io/gpu-acceptance/operator:{__version__}"
 GPU_RESOURCE = "nvidia.com/gpu"
 
 Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet", "TrainJob"]
-# What a test without spec.backend / spec.profile is built as until the operator decides from the cluster
-# (building/defaults.py: the first backend served, the nodes' GPU product): `render`, offline, assumes these and says
-# so. No default in the CRD: a stored test leaves them unset, so the operator sees that they were not chosen.
+# A test without spec.backend / spec.profile is built so until the operator decides from the cluster (building/
+# defaults.py); `render` assumes them and says so. No default in the CRD: the operator sees they were not chosen.
 ASSUMED_BACKEND: Backend = "PyTorchJob"
 ASSUMED_PROFILE: ProfileName = "h100-sxm"
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
@@ -318,14 +318,9 @@ class OnPass(WireModel):
 ONE_CHECK_AT_LEAST = f"checks: enable at least one of {', '.join(CHECK_NAMES)}"
 
 
-def _no_default(schema: dict[str, Any]) -> None:
-    """No default in the CRD's schema: the API server must not fill in what the operator decides per cluster."""
-    schema.pop("default", None)
-
-
 class AcceptanceTestSpec(WireModel):
     backend: Backend = Field(
-        ASSUMED_BACKEND, json_schema_extra=_no_default,
+        ASSUMED_BACKEND, json_schema_extra=no_default,
         description="The kind of job the test runs as. Unset: the first of PyTorchJob, TrainJob, JobSet, Job whose "
         "API the cluster serves, decided when each run starts (status.backend says which).")
     nodes: int = Field(1, ge=1, le=4096)
@@ -336,7 +331,7 @@ class AcceptanceTestSpec(WireModel):
     image: Image | None = Field(None, description="Workload image; default: the operator's configured workload "
                                                   "image (chart value workloadImage), else its own version's.")
     profile: ProfileName = Field(
-        ASSUMED_PROFILE, json_schema_extra=_no_default,
+        ASSUMED_PROFILE, json_schema_extra=no_default,
         description="The GPU model whose thresholds apply. Unset: from the nvidia.com/gpu.product label of the "
         "nodes the test selects (an unknown or mixed product ends the run, Reason ProfileUnknown; no label: "
         "h100-sxm), decided when each run starts (status.profile says which).")
@@ -549,10 +544,8 @@ class SweepStatus(WireModel):
 
 class AcceptanceTestStatus(WireModel):
     phase: Phase | None = None
-    backend: Backend | None = Field(None, description="The backend the current run's job is (spec.backend, or "
-                                    "the one the operator chose where it is unset).")
-    profile: ProfileName | None = Field(None, description="The profile the current run is judged with "
-                                        "(spec.profile, or the one the operator took from the nodes).")
+    backend: Backend | None = Field(None, description="The current run's backend: spec.backend, or the one chosen.")
+    profile: ProfileName | None = Field(None, description="The current run's profile: spec.profile, or the nodes'.")
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
     start_time: datetime | None = None
