@@ -87,8 +87,8 @@ KUEUE_NAMESPACE = "kueue-system"  # Kueue's own namespace (its Configuration's d
 KUEUE_METRICS_CERTS = Path("/etc/kueue/metrics/certs")
 # Kueue's integration for each of the operator's backends (the backend table's), and the resources their webhooks
 # admit: the dev cluster registers only these and Kueue's own (kueue.x-k8s.io) of Kueue's webhooks. The pinned
-# Kueue (v0.12.3) predates its TrainJob integration (pkg/controller/jobs has no trainjob before v0.13) and refuses a
-# framework it does not know, so the TrainJob backend's is left out here until KUEUE_VERSION moves past it.
+# Kueue (v0.12.3) predates its TrainJob integration (its pkg/controller/jobs has no trainjob) and refuses a framework
+# it does not know, so the TrainJob backend's is left out here until KUEUE_VERSION is one that has it.
 KUEUE_WITHOUT = ("TrainJob",)
 KUEUE_FRAMEWORKS = {b.kueue_framework: b.plural for b in BACKENDS.values() if b.kind not in KUEUE_WITHOUT}
 
