@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver and etcd from Go modules (no downloads of prebuilt
 # binaries) and fetches the pinned backend CRDs (Kubeflow's PyTorchJob and
-# MPIJob, JobSet) from their Go modules, into a
+# MPIJob, JobSet; Kubeflow Trainer v2's with `trainer-crds`) from their Go modules, into a
 # cache outside the repo that later runs reuse. Prints the assets folder.
 # `kueue` builds the Kueue controller (sigs.k8s.io/kueue/cmd/kueue) and copies its CRDs and webhook manifests beside
 # it (tests/devcluster.py starts it for spec.queueName's tests); it is not one of `controllers` (few tests need it).
@@ -20,6 +20,12 @@ KWOK_VERSION=${KWOK_VERSION:-v0.7.0}
 # libraries (the dev cluster serves 1.33) and against the training-operator and mpi-operator APIs of our CRDs.
 KUEUE_VERSION=${KUEUE_VERSION:-v0.12.3}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.12.4}
+# Kubeflow Trainer v2 (the TrainJob backend): its CRDs (TrainJob, TrainingRuntime, ClusterTrainingRuntime) from its
+# Go module (`trainer-crds`).
+TRAINER_VERSION=${TRAINER_VERSION:-v2.3.0}
+# The JobSet the Trainer is built against (its go.mod): v2.3.0 writes replicatedJobs[].groupName, which the JobSet
+# backend's pinned JobSet (JOBSET_VERSION) does not have, so `trainer` brings its own JobSet controller and CRD.
+TRAINER_JOBSET_VERSION=${TRAINER_JOBSET_VERSION:-v0.12.0}
 # The real node's image registry (CNCF distribution; `registry` subcommand below).
 DISTRIBUTION_VERSION=${DISTRIBUTION_VERSION:-v3.1.2}
 
@@ -31,6 +37,8 @@ controllers=${cache_root}/dev-controllers/k8s-${K8S_VERSION}-training-${TRAINING
 # program its sandboxes run (tests/realnode.py builds the pause image from it) and CoreDNS (the cluster's DNS).
 real_node=${cache_root}/real-node/k8s-${K8S_VERSION}
 kueue=${cache_root}/dev-controllers/kueue-${KUEUE_VERSION}
+trainer_crds=${cache_root}/backend-crds/trainer-${TRAINER_VERSION}
+trainer=${cache_root}/dev-controllers/trainer-${TRAINER_VERSION}-jobset-${TRAINER_JOBSET_VERSION}
 export GOFLAGS=-mod=mod CGO_ENABLED=0
 
 log() { printf '[envtest-assets] %s\n' "$*" >&2; }
@@ -232,6 +240,33 @@ fetch_backend_crds() {
   chmod 0644 "$crds"/*.yaml
 }
 
+# Kubeflow Trainer v2's CRDs (manifests/base/crds) from github.com/kubeflow/trainer/v2 at TRAINER_VERSION: not
+# among `crds` (the shared test API server's), so the tests that want a cluster serving TrainJob install them.
+fetch_trainer_crds() {
+  mkdir -p "$trainer_crds"
+  local dir; dir=$(module_dir "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}")
+  cp "$dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$trainer_crds/"
+  chmod 0644 "$trainer_crds"/*.yaml
+}
+
+# Kubeflow Trainer v2's controller manager (cmd/trainer-controller-manager) from its Go module at TRAINER_VERSION,
+# with its CRDs (crds/) and webhook configurations (webhooks.yaml, the manifests the dev cluster rewrites to reach a
+# host process by URL), as `kueue` does; not one of `controllers` (few tests need it).
+build_trainer() {
+  mkdir -p "$trainer/crds"
+  [ -x "$trainer/trainer-controller-manager" ] || build_go_module trainer-controller-manager \
+    "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}" github.com/kubeflow/trainer/v2/cmd/trainer-controller-manager \
+    "$trainer"
+  [ -x "$trainer/jobset-controller" ] || build_go_module jobset-controller \
+    "sigs.k8s.io/jobset@${TRAINER_JOBSET_VERSION}" sigs.k8s.io/jobset "$trainer"
+  local dir jobset; dir=$(module_dir "github.com/kubeflow/trainer/v2@${TRAINER_VERSION}")
+  jobset=$(module_dir "sigs.k8s.io/jobset@${TRAINER_JOBSET_VERSION}")
+  cp "$dir"/manifests/base/crds/trainer.kubeflow.org_*.yaml "$trainer/crds/"
+  cp "$jobset/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" "$trainer/crds/"
+  cp "$dir/manifests/base/webhook/manifests.yaml" "$trainer/webhooks.yaml"
+  chmod 0644 "$trainer"/crds/*.yaml "$trainer/webhooks.yaml"
+}
+
 # The real node's registry: CNCF distribution's cmd/registry at DISTRIBUTION_VERSION, version-stamped as its Makefile
 # does (`registry --version` then names it), in a folder of its own.
 registry_dir=${cache_root}/registry/distribution-${DISTRIBUTION_VERSION}
@@ -267,6 +302,16 @@ case "${1:-assets}" in
       [ -f "$crds/jobset.x-k8s.io_jobsets.yaml" ] || fetch_backend_crds
     echo "$crds"
     ;;
+  trainer-crds)
+    [ -f "$trainer_crds/trainer.kubeflow.org_trainjobs.yaml" ] &&
+      [ -f "$trainer_crds/trainer.kubeflow.org_trainingruntimes.yaml" ] || fetch_trainer_crds
+    echo "$trainer_crds"
+    ;;
+  trainer)
+    [ -x "$trainer/trainer-controller-manager" ] && [ -x "$trainer/jobset-controller" ] &&
+      [ -f "$trainer/webhooks.yaml" ] || build_trainer
+    echo "$trainer"
+    ;;
   controllers)
     mkdir -p "$controllers"
     shift || true
@@ -290,5 +335,5 @@ case "${1:-assets}" in
     build_registry
     echo "$registry_dir"
     ;;
-  *) echo "usage: $0 [assets|crds|controllers [NAME...]|kueue|real-node|registry]" >&2; exit 2 ;;
+  *) echo "usage: $0 [assets|crds|trainer-crds|controllers [NAME...]|kueue|trainer|real-node|registry]" >&2; exit 2 ;;
 esac

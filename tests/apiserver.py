@@ -114,6 +114,15 @@ def backend_crd_paths() -> list[Path]:
     return paths
 
 
+def trainer_crd_paths() -> list[Path]:
+    """Kubeflow Trainer v2's published CRDs (TrainJob, TrainingRuntime, ClusterTrainingRuntime), pinned."""
+    folder = _run_assets_script("trainer-crds")
+    paths = sorted(folder.glob("trainer.kubeflow.org_*.yaml"))
+    if not any(p.name == "trainer.kubeflow.org_trainjobs.yaml" for p in paths):
+        raise ApiServerError(f"Kubeflow Trainer CRDs missing in {folder}")
+    return paths
+
+
 def repo_crd_paths() -> list[Path]:
     """The project's own generated CRDs (crds/*.yaml), if any."""
     folder = REPO_ROOT / "crds"

@@ -30,6 +30,8 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [("kubeflow.org", r, v) for r in ("pytorchjobs", "mpijobs") for v in ("get", "list", "watch", "create", "delete")]
     + [(g, r, v) for g, r in (("batch", "jobs"), ("jobset.x-k8s.io", "jobsets"))
        for v in ("get", "list", "watch", "create", "delete")]
+    + [("trainer.kubeflow.org", "trainjobs", v) for v in ("get", "list", "watch", "create", "delete")]
+    + [("trainer.kubeflow.org", "trainingruntimes", v) for v in ("get", "create", "delete")]  # a TrainJob's runtime
     + [("", "services", v) for v in ("get", "create", "delete")]  # the Job backend's headless Service
     + [("", "pods", v) for v in ("list", "watch")]  # watched by label: the jobs' pods; a sweep lists the live ones
     + [("", "events", v) for v in ("create", "list")]  # list: the pods' FailedScheduling events
@@ -41,7 +43,7 @@ OPERATOR_PERMISSIONS: frozenset[tuple[str, str, str]] = frozenset(
     + [("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "list", "watch")]
     + [("", "namespaces", v) for v in ("list", "watch")]
     + [("", "nodes", "get")]  # the node under a pod that is not Ready: NodeNotReady
-    + [("", "nodes", v) for v in ("list", "watch")]  # the nodes a sweep tests
+    + [("", "nodes", v) for v in ("list", "watch")]  # the nodes a sweep tests; their GPU product (spec.profile)
     + [("kueue.x-k8s.io", "workloads", "list")]  # spec.queueName: Kueue's admission of the run's job, by label
 )
 # Granted only with nodeActions.enabled=true.

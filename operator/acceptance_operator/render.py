@@ -8,6 +8,7 @@ import yaml
 from acceptance_workload.contract import exits
 
 from acceptance_operator.building.backends import build_children
+from acceptance_operator.building.defaults import assumed
 from acceptance_operator.building.manifests import resolve_image
 from acceptance_operator.manifest_file import read_manifest
 from acceptance_operator.resource.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
@@ -22,12 +23,13 @@ class _PlainDumper(yaml.SafeDumper):
 
 
 def notes(test: AcceptanceTest) -> list[str]:
-    """What the operator does beyond creating these objects (a sweep, node actions), as YAML comment lines."""
+    """What the operator does beyond creating these objects (a sweep, node actions), and what was assumed for what
+    the spec leaves to the cluster (backend, profile), as YAML comment lines."""
     from acceptance_operator.fleet.node_actions import PASSED_LABEL, describe
     from acceptance_operator.plumbing.policy import threshold_problem
     from acceptance_operator.resource.conditions import is_smoke
 
-    spec, out = test.spec, []
+    spec, out = test.spec, assumed(test)
     if spec.sweep:
         busy = ("nodes whose GPUs other pods use are skipped (skipBusyNodes)" if spec.skip_busy_nodes
                 else "nodes whose GPUs other pods use are tested too (skipBusyNodes: false)")

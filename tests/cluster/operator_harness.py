@@ -34,7 +34,9 @@ MERGE = "application/merge-patch+json"
 GROUP_PATH = "/apis/gpu-acceptance.io/v1alpha1"
 # kind -> (API group/version, plural) of every backend's job.
 JOBS = {"PyTorchJob": ("kubeflow.org/v1", "pytorchjobs"), "MPIJob": ("kubeflow.org/v2beta1", "mpijobs"),
-        "Job": ("batch/v1", "jobs"), "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets")}
+        "Job": ("batch/v1", "jobs"), "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets"),
+        "TrainJob": ("trainer.kubeflow.org/v1alpha1", "trainjobs"),
+        "TrainingRuntime": ("trainer.kubeflow.org/v1alpha1", "trainingruntimes")}
 FAST_ENV = {
     "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "1",
     "GPU_ACCEPTANCE_UNSCHEDULABLE_GRACE_SECONDS": "600",

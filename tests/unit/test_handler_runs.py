@@ -40,6 +40,9 @@ class FakeKube:
     def backend_problem(self, backend: str) -> str | None:
         return None
 
+    def list_nodes(self) -> list[dict[str, Any]]:
+        return []  # no node carries nvidia.com/gpu.product: a test without spec.profile assumes h100-sxm
+
     def read_crd(self, name: str) -> dict[str, Any] | None:
         from acceptance_operator.resource.crd import build_crd
 
@@ -78,9 +81,10 @@ class FakeKube:
 
 
 def stored(generation: int, spec: dict[str, Any] | None = None, status: dict[str, Any] | None = None):
+    """A stored test naming its backend and profile (what CRDs before issue 53 defaulted): nothing to decide."""
     return {"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
             "metadata": {"name": NAME, "namespace": NS, "uid": "u-1", "generation": generation},
-            "spec": spec or {}, "status": status or {}}
+            "spec": {"backend": "PyTorchJob", "profile": "h100-sxm", **(spec or {})}, "status": status or {}}
 
 
 @pytest.fixture
@@ -327,3 +331,22 @@ def test_a_test_created_again_under_its_name_does_not_inherit_what_its_namesake_
     handlers.reconcile(again, NS, NAME, later)
     assert again.test["status"]["phase"] == "Pending", again.test["status"]
     assert handlers.STATES.get((NS, NAME)).unreachable_since == later
+
+
+class NoNodeList(FakeKube):
+    """The operator's ClusterRole lacks list on nodes (a chart older than the operator)."""
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        raise ApiException(status=403, reason="Forbidden")
+
+
+def test_a_test_without_a_profile_is_never_stuck_on_a_forbidden_node_list(events):
+    unset = stored(1)
+    del unset["spec"]["profile"]
+    k = NoNodeList(unset)
+    handlers.reconcile(k, NS, NAME, NOW)
+    status = k.test["status"]
+    succeeded = next(c for c in status["conditions"] if c["type"] == "Succeeded")
+    assert (status["phase"], succeeded["reason"]) == ("Failed", "ProfileUnknown")
+    assert "may not list the nodes" in succeeded["message"] and "set spec.profile" in succeeded["message"]
+    assert not [kind for kind, _ in k.objects if kind == "PyTorchJob"]  # no run without a profile

@@ -65,7 +65,7 @@ def test_wire_form_is_camel_case_and_round_trips():
     [
         ({"nodes": 0}, "spec.nodes: Input should be greater than or equal to 1"),
         ({"gpusPerNode": 0}, "spec.gpusPerNode: Input should be greater than or equal to 1"),
-        ({"backend": "TFJob"}, "spec.backend: Input should be 'PyTorchJob', 'MPIJob', 'Job' or 'JobSet'"),
+        ({"backend": "TFJob"}, "spec.backend: Input should be 'PyTorchJob', 'MPIJob', 'Job', 'JobSet' or 'TrainJob'"),
         ({"profile": "h900"}, "spec.profile: Input should be"),
         ({"nodez": 2}, "spec.nodez: unknown field"),
         ({"network": {"hca": ["mlx5_0"]}}, "spec.network.hca: unknown field"),

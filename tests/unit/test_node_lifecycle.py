@@ -50,7 +50,8 @@ def test_a_wrong_field_is_refused_with_its_path(spec: dict, line: str):
 
 
 def test_render_says_what_the_operator_does_to_nodes():
-    text = render(parse_test(manifest({"sweep": True, "skipBusyNodes": False, "onFailure": "cordon", "onPass": {
+    text = render(parse_test(manifest({"sweep": True, "skipBusyNodes": False, "onFailure": "cordon",
+                                       "backend": "PyTorchJob", "profile": "h100-sxm", "onPass": {
         "removeTaints": ["gpu-acceptance.io/untested"], "uncordon": True, "label": True}})))
     head = [line for line in text.splitlines() if line.startswith("#")]
     assert head == [
@@ -60,7 +61,8 @@ def test_render_says_what_the_operator_does_to_nodes():
         "# onPass: each node a passed run measured: remove taint gpu-acceptance.io/untested; uncordon if this operator "
         "cordoned it; label gpu-acceptance.io/passed=<UTC date> (needs the chart value nodeActions.enabled)",
     ]
-    assert not [line for line in render(parse_test(manifest({}))).splitlines() if line.startswith("#")]
+    named = {"backend": "PyTorchJob", "profile": "h100-sxm"}  # unset, render says what it assumed (test_defaults)
+    assert not [line for line in render(parse_test(manifest(named))).splitlines() if line.startswith("#")]
 
 
 def test_only_a_hardware_verdict_acts_on_nodes():

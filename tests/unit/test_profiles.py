@@ -73,6 +73,15 @@ def test_every_gpu_profile_names_its_gpu_and_judges_all_reduce(name: str):
         ("NVIDIA H100 PCIe", None),
         ("NVIDIA H100 NVL", None),
         ("NVIDIA L40S", None),
+        ("NVIDIA GH200 480GB", None),
+        # GPU feature discovery's nvidia.com/gpu.product values (the operator's default profile) read alike.
+        ("NVIDIA-H100-80GB-HBM3", "h100-sxm"),
+        ("NVIDIA-A100-SXM4-80GB", "a100-sxm"),
+        ("NVIDIA-H200", "h200-sxm"),
+        ("NVIDIA-B200", "b200"),
+        ("NVIDIA-H100-PCIe", None),
+        ("NVIDIA-H100-NVL", None),
+        ("NVIDIA-GB200", None),
     ],
 )
 def test_profile_detected_from_the_gpu_name(gpu: str, profile: str | None):

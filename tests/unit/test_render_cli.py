@@ -77,7 +77,7 @@ def test_stdin_is_read_with_a_dash():
     ("spec", "message"),
     [
         ("{nodes: 0}", "spec.nodes: Input should be greater than or equal to 1"),
-        ("{backend: TFJob}", "spec.backend: Input should be 'PyTorchJob', 'MPIJob', 'Job' or 'JobSet'"),
+        ("{backend: TFJob}", "spec.backend: Input should be 'PyTorchJob', 'MPIJob', 'Job', 'JobSet' or 'TrainJob'"),
         ("{pod: {shmSize: -64}}", "spec.pod.shmSize: size must not be negative, got -64"),
         ("{nodez: 2}", "spec.nodez: unknown field"),
         ("{checks: {nccl: {minBytes: 1Gi, maxBytes: 1Ki}}}", "spec.checks.nccl: minBytes (1Gi) must not exceed"),

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from acceptance_operator.building import job_builders, manifests, queueing
-from acceptance_operator.building.jobstate import JobState, batch_job_state, jobset_state, kubeflow_state
+from acceptance_operator.building.jobstate import (
+    JobState,
+    batch_job_state,
+    jobset_state,
+    kubeflow_state,
+    trainjob_state,
+)
 from acceptance_operator.resource.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest, Backend
 
 KubeDict = dict[str, Any]
@@ -42,7 +48,8 @@ class BackendSpec:
     # name of Kueue's integration that manages it (Kueue's configuration: integrations.frameworks).
     suspend: tuple[str, ...]
     kueue_framework: str
-    # Kinds the builder adds beside the job, named like it and deleted with it (the Job backend's Service).
+    # Kinds the builder adds beside the job, named like it and deleted with it (the Job backend's Service, the
+    # TrainJob's TrainingRuntime).
     companions: tuple[str, ...] = ()
 
     @property
@@ -78,7 +85,16 @@ BACKENDS: dict[str, BackendSpec] = {b.kind: b for b in (
     BackendSpec("JobSet", manifests.JOBSET_API_VERSION, "jobsets", "jobsets.jobset.x-k8s.io",
                 "the JobSet controller (sigs.k8s.io/jobset v0.5 or later)", "the JobSet controller",
                 job_builders.build_jobset, jobset_state, ("spec", "suspend"), "jobset.x-k8s.io/jobset"),
+    BackendSpec("TrainJob", manifests.TRAINER_API_VERSION, "trainjobs", "trainjobs.trainer.kubeflow.org",
+                "Kubeflow Trainer v2 (v2.3 or later, with JobSet)", "the Kubeflow Trainer controller manager",
+                job_builders.build_trainjob, trainjob_state, ("spec", "suspend"), "trainer.kubeflow.org/trainjob",
+                companions=(job_builders.TRAINING_RUNTIME_KIND,)),
 )}
+
+# Companions that are custom resources (the Service is core): (group, version, plural) of each, for the API client.
+CUSTOM_COMPANIONS: dict[str, tuple[str, str, str]] = {
+    job_builders.TRAINING_RUNTIME_KIND: (*manifests.TRAINER_API_VERSION.split("/"), "trainingruntimes"),
+}
 
 
 def backend_of(kind: str) -> BackendSpec:

@@ -1,6 +1,7 @@
 """The job of each backend, built as plain dicts: PyTorchJob (torchrun on every node), MPIJob (mpirun from a
 launcher, sshd on the GPU workers), an Indexed Job with a headless Service, or a JobSet (both torchrun with a
-static rendezvous). backends.py's table says which a test uses; the pod template and names are manifests.py's.
+static rendezvous), or a Kubeflow Trainer v2 TrainJob with its own TrainingRuntime. backends.py's table says which
+a test uses; the pod template and names are manifests.py's.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from acceptance_operator.building.manifests import (
     ROLE_LAUNCHER,
     RUN_DIR,
     RUN_VOLUME,
+    TRAINER_API_VERSION,
     _downward_env,
     _env_list,
     _gpu_container,
@@ -211,7 +213,7 @@ def _static_rendezvous_env(test: AcceptanceTest, master_addr: str) -> list[dict[
                         "PET_MASTER_ADDR": master_addr, "PET_MASTER_PORT": str(STATIC_MASTER_PORT)}), index]
 
 
-def _pod_failure_policy() -> dict[str, Any]:
+def _pod_failure_policy(container: str = WORKLOAD_CONTAINER) -> dict[str, Any]:
     """Fail the Job at the first failed pod, and say why in its Failed condition.
 
     With backoffLimit 0 any failure ends the Job anyway; these rules make the
@@ -219,28 +221,38 @@ def _pod_failure_policy() -> dict[str, Any]:
     node lost, a pod evicted), which is what is left once the pods are gone.
     """
     return {"rules": [
-        {"action": "FailJob", "onExitCodes": {"containerName": WORKLOAD_CONTAINER, "operator": "NotIn",
+        {"action": "FailJob", "onExitCodes": {"containerName": container, "operator": "NotIn",
                                               "values": [0]}},
         {"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
     ]}
 
 
 def _indexed_job_spec(test: AcceptanceTest, master_addr: str, subdomain: str, init_image: str) -> dict[str, Any]:
-    """An Indexed Job of one GPU pod per node (completions = parallelism = nodes), no retries, the run's deadline."""
-    spec = test.spec
-    container = _gpu_container(test, WORKLOAD_CONTAINER, pod_command(test), [
-        *_env_list(workload_env(test)), *_downward_env(), *_static_rendezvous_env(test, master_addr)])
+    """An Indexed Job of one GPU pod per node (completions = parallelism = nodes), no retries, the run's deadline,
+    torchrun's static rendezvous at `master_addr`."""
+    job = _indexed_gpu_job(test, WORKLOAD_CONTAINER, _static_rendezvous_env(test, master_addr), init_image)
+    container = job["template"]["spec"]["containers"][0]
     container["ports"] = [{"name": "rendezvous", "containerPort": STATIC_MASTER_PORT, "protocol": "TCP"}]
+    job["template"]["spec"]["subdomain"] = subdomain
+    job["activeDeadlineSeconds"] = test.spec.timeout_seconds
+    return job
+
+
+def _indexed_gpu_job(test: AcceptanceTest, container_name: str, rendezvous_env: list[dict[str, Any]],
+                     init_image: str) -> dict[str, Any]:
+    """The Indexed Job spec every torchrun backend without a training-operator shares: one GPU pod per node
+    (completions = parallelism = nodes), no retries, failed at the first failed pod."""
+    spec = test.spec
+    container = _gpu_container(test, container_name, pod_command(test), [
+        *_env_list(workload_env(test)), *_downward_env(), *rendezvous_env])
     pod_spec = _pod_spec(test, [container], gpu=True, init_image=init_image)
-    pod_spec["subdomain"] = subdomain
     pod_spec["restartPolicy"] = "Never"
     return {
         "completionMode": "Indexed",
         "completions": spec.nodes,
         "parallelism": spec.nodes,
         "backoffLimit": 0,
-        "activeDeadlineSeconds": spec.timeout_seconds,
-        "podFailurePolicy": _pod_failure_policy(),
+        "podFailurePolicy": _pod_failure_policy(container_name),
         "template": _template(test, ROLE_GPU, pod_spec),
     }
 
@@ -316,3 +328,72 @@ def build_jobset(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMA
             }],
         },
     }]
+
+
+# --------------------------------------------------------------------------- TrainJob (Kubeflow Trainer v2)
+
+# Trainer v2's names (pkg/constants of github.com/kubeflow/trainer/v2): the torch plugin sets torchrun's PET_*
+# variables (nodes, processes, node rank, master <trainjob>-node-0-0.<trainjob>:29500) in the container named `node`
+# of the replicated Job whose template carries the trainer ancestor label.
+TRAINER_NODE = "node"
+TRAINER_ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_ANCESTOR = "trainer"
+TRAINING_RUNTIME_KIND = "TrainingRuntime"
+
+
+def build_training_runtime(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> dict[str, Any]:
+    """The run's own TrainingRuntime (namespaced, named like the TrainJob, owned by the test): the torch ML policy
+    and a JobSet template whose one replicated Job holds the pods exactly as the other backends build them.
+
+    One per run rather than a ClusterTrainingRuntime the chart installs: the pods' shape (GPUs, /dev/shm, the
+    ulimit init container, network, placement, pull Secrets) is the test's, and Trainer v2.3's runtimePatches may
+    not set container resources, the command or the image; a runtime of the test's own carries them all, and the
+    TrainJob needs no patch. No rendezvous variables here: the torch plugin injects them (it refuses them too).
+    """
+    spec = test.spec
+    job = _indexed_gpu_job(test, TRAINER_NODE, [], init_image)
+    return {
+        "apiVersion": TRAINER_API_VERSION,
+        "kind": TRAINING_RUNTIME_KIND,
+        "metadata": _metadata(test, job_name(test), test_labels(test)),
+        "spec": {
+            "mlPolicy": {"numNodes": spec.nodes, "torch": {}},
+            "template": {"spec": {
+                "failurePolicy": {"maxRestarts": 0},
+                "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+                "ttlSecondsAfterFinished": spec.ttl_seconds_after_finished,
+                "replicatedJobs": [{
+                    "name": TRAINER_NODE,
+                    "replicas": 1,
+                    "template": {"metadata": {"labels": {TRAINER_ANCESTOR_LABEL: TRAINER_ANCESTOR}},
+                                 "spec": job},
+                }],
+            }},
+        },
+    }
+
+
+def build_trainjob(test: AcceptanceTest, *, init_image: str = DEFAULT_OPERATOR_IMAGE) -> list[dict[str, Any]]:
+    """trainer.kubeflow.org/v1alpha1 TrainJob plus its TrainingRuntime (build_training_runtime), the runtime first.
+
+    The TrainJob names the runtime, the node count and the processes per node (torchrun's PET_NNODES and
+    PET_NPROC_PER_NODE: gpusPerNode, not the plugin's `auto`, which a cpu-smoke pod without GPUs would turn into
+    its CPU count) and carries the run's deadline (Trainer fails it with Reason DeadlineExceeded, counted from
+    Kueue's admission). The Trainer makes a JobSet named like the TrainJob, labelled only from the runtime's
+    template metadata (none here): only the TrainJob and the pods carry the test's labels, so the operator's watch
+    on JobSets (the JobSet backend) never mistakes the Trainer's JobSet for a run of its own.
+    """
+    spec = test.spec
+    name = job_name(test)
+    trainjob = {
+        "apiVersion": TRAINER_API_VERSION,
+        "kind": "TrainJob",
+        "metadata": _metadata(test, name, job_labels(test)),
+        "spec": {
+            "runtimeRef": {"name": name, "apiGroup": TRAINER_API_VERSION.partition("/")[0],
+                           "kind": TRAINING_RUNTIME_KIND},
+            "trainer": {"numNodes": spec.nodes, "numProcPerNode": spec.gpus_per_node},
+            "activeDeadlineSeconds": spec.timeout_seconds,
+        },
+    }
+    return [build_training_runtime(test, init_image=init_image), trainjob]

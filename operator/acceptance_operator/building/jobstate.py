@@ -3,7 +3,8 @@
 Each backend's controller reports progress in its own words: Kubeflow's
 training-operator and mpi-operator set Created/Running/Succeeded/Failed
 conditions, Kubernetes' Job controller sets Complete/Failed (and counts active
-pods), the JobSet controller sets Completed/Failed. The readers here turn each
+pods), the JobSet controller sets Completed/Failed, Kubeflow Trainer v2 sets
+Complete/Failed on a TrainJob. The readers here turn each
 into one JobState, so the assessment judges every backend alike. Pure functions
 over the plain dicts the API returns; the backend table (backends.py) says which
 reader a kind uses.
@@ -25,6 +26,8 @@ BATCH_JOB_CONDITIONS = (("Failed", "Failed"), ("FailureTarget", "Failed"), ("Com
                         ("SuccessCriteriaMet", "Succeeded"))
 # jobset.x-k8s.io JobSet conditions -> our states.
 JOBSET_CONDITIONS = (("Failed", "Failed"), ("Completed", "Succeeded"))
+# trainer.kubeflow.org TrainJob conditions (Kubeflow Trainer v2) -> our states.
+TRAINJOB_CONDITIONS = (("Failed", "Failed"), ("Complete", "Succeeded"))
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -111,5 +114,23 @@ def jobset_state(jobset: KubeDict | None) -> JobState:
     if any(r.get("active") or r.get("ready") for r in replicated):
         return JobState("Running")
     if replicated or true:
+        return JobState("Created")
+    return JobState(None)
+
+
+def trainjob_state(trainjob: KubeDict | None) -> JobState:
+    """Kubeflow Trainer v2 TrainJob: Complete/Failed when ended (Failed Reason DeadlineExceeded at
+    activeDeadlineSeconds); Running while a child Job has active or ready pods; Created once the Trainer reported
+    on its JobSet's Jobs or set a condition (Suspended while Kueue holds it); None before the Trainer saw it."""
+    true = _true_conditions(trainjob)
+    ended = _terminal(true, TRAINJOB_CONDITIONS)
+    if ended is not None:
+        return ended
+    jobs = ((trainjob or {}).get("status") or {}).get("jobsStatus") or []
+    if any(j.get("active") or j.get("ready") for j in jobs):
+        return JobState("Running")
+    if "Suspended" in true:
+        return _from_condition("Created", true["Suspended"])
+    if jobs or ((trainjob or {}).get("status") or {}).get("conditions"):
         return JobState("Created")
     return JobState(None)

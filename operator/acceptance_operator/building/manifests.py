@@ -9,7 +9,8 @@ its run's evidence ConfigMaps (rank 0 delivers the report into them; it may
 not write the AcceptanceTest), a RoleBinding, the evidence ConfigMaps, and one
 job per generation: a Kubeflow PyTorchJob (torchrun on every node), an MPIJob
 (mpirun from a launcher, sshd on the GPU workers), an Indexed Job with a
-headless Service, or a JobSet (both torchrun with a static rendezvous). Which
+headless Service, a JobSet (both torchrun with a static rendezvous), or a Kubeflow Trainer v2 TrainJob with
+its own TrainingRuntime (torchrun, the Trainer's torch plugin setting the rendezvous). Which
 builder a test uses is the backend table's business (backends.py).
 """
 
@@ -61,6 +62,7 @@ PYTORCHJOB_API_VERSION = "kubeflow.org/v1"
 MPIJOB_API_VERSION = "kubeflow.org/v2beta1"
 BATCH_JOB_API_VERSION = "batch/v1"
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+TRAINER_API_VERSION = "trainer.kubeflow.org/v1alpha1"  # Kubeflow Trainer v2: TrainJob and TrainingRuntime
 HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 
 # Kubeflow derives Service and pod names (<job>-worker-4095, <job>-master-0) from the

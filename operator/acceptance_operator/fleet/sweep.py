@@ -255,6 +255,9 @@ def child(parent: AcceptanceTest, run_id: str, parent_label: str, nodes: list[st
     `hostnames`: the nodes' kubernetes.io/hostname labels, by node name (the inter-node stage is pinned by them).
     """
     spec = {k: v for k, v in parent.spec.to_wire().items() if k not in PARENT_ONLY}
+    for unset in ("backend", "profile"):  # left unset: each child decides on its own node (building/defaults.py)
+        if unset not in parent.spec.model_fields_set:
+            spec.pop(unset, None)
     spec["nodes"] = len(nodes)
     spec["placement"] = _pinned(spec.get("placement") or {}, nodes, hostnames or {})
     if node == INTER_NODE and _soak_stays_single(parent):

@@ -34,10 +34,14 @@ from acceptance_operator.resource.conditions import (
 
 KubeDict = dict[str, Any]
 
+# Where a test pod's pull Secrets come from (manifests.resolve_image): every container of the pod, the ulimit init
+# container's operator image included, pulls with them; the chart's imagePullSecrets are the operator pod's alone.
+PULL_SECRETS = ("the pull Secrets in the test's namespace (spec.pod.imagePullSecrets, else the chart's "
+                "workloadImagePullSecrets)")
 # Container waiting reasons that do not go away by waiting.
 STUCK_WAITING = {
-    "ImagePullBackOff": "the image cannot be pulled: check spec.image, the registry and pod.imagePullSecrets",
-    "ErrImagePull": "the image cannot be pulled: check spec.image, the registry and pod.imagePullSecrets",
+    "ImagePullBackOff": f"the image cannot be pulled: check spec.image, the registry and {PULL_SECRETS}",
+    "ErrImagePull": f"the image cannot be pulled: check spec.image, the registry and {PULL_SECRETS}",
     "InvalidImageName": "spec.image is not a valid image reference",
     "CreateContainerConfigError": "the container cannot be configured: a referenced Secret/ConfigMap or "
     "volume is missing",
@@ -53,9 +57,10 @@ IMAGE_PULL_REASONS = ("ErrImagePull", "ImagePullBackOff")
 _LOGIN_REFUSED = re.compile(
     r"401 Unauthorized|403 Forbidden|\bunauthorized\b|authentication required|failed to authorize|"
     r"authorization failed|access denied", re.IGNORECASE)
-LOGIN_REFUSED_HINT = ("the registry refused the login: the Secret named in spec.pod.imagePullSecrets (or the chart's "
-                      "imagePullSecrets, for the operator's images) has a wrong user or password for that registry, "
-                      "is missing from the test's namespace, or lacks pull access to the repository")
+LOGIN_REFUSED_HINT = ("the registry refused the login: the Secret named in spec.pod.imagePullSecrets (else in the "
+                      "chart's workloadImagePullSecrets, for every container of the test's pods) has a wrong user or "
+                      "password for that registry, is missing from the test's namespace, or lacks pull access to the "
+                      "repository")
 # The scheduler's "N node(s) had untolerated taint {key: value}" (one per taint key).
 _UNTOLERATED = re.compile(r"(\d+) node\(s\) had untolerated taint \{([^:}]+)")
 # Taints the node lifecycle controller puts on a node that stopped being Ready: no toleration is the answer.

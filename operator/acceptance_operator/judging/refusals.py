@@ -88,7 +88,7 @@ def _timestamp(event: KubeDict) -> str:
 
 
 def latest(job: KubeDict, events: list[KubeDict]) -> Refusal | None:
-    """The latest FailedCreate event of the job (or of the Jobs a JobSet or MPIJob makes: named `<job>-...`), or
+    """The latest FailedCreate event of the job (or of the Jobs a JobSet, TrainJob or MPIJob makes: `<job>-...`), or
     None when there is none."""
     meta = job.get("metadata") or {}
     name, namespace = meta.get("name", "?"), meta.get("namespace", "?")

@@ -19,7 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator.building import queueing
-from acceptance_operator.building.backends import BACKENDS, backend_of
+from acceptance_operator.building.backends import BACKENDS, CUSTOM_COMPANIONS, backend_of
 from acceptance_operator.building.manifests import owned_by
 from acceptance_operator.resource.api import GROUP, KIND, PLURAL, VERSION, Backend
 
@@ -259,6 +259,9 @@ class Kube:
                 _drain(self.core.create_namespaced_service(ns, obj, **raw))
             elif kind == KIND:  # a sweep's child test
                 _drain(self.custom.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, obj, **raw))
+            elif kind in CUSTOM_COMPANIONS:  # the TrainJob's TrainingRuntime
+                _drain(self.custom.create_namespaced_custom_object(*CUSTOM_COMPANIONS[kind][:2], ns,
+                                                                   CUSTOM_COMPANIONS[kind][2], obj, **raw))
             elif kind in BACKENDS:
                 b = backend_of(kind)
                 return _json(self.custom.create_namespaced_custom_object(b.group, b.version, ns, b.plural, obj,
@@ -287,6 +290,9 @@ class Kube:
             return _or_none(self.core.read_namespaced_service, name, namespace)
         if kind == KIND:
             return self.get_test(namespace, name)
+        if kind in CUSTOM_COMPANIONS:
+            group, version, plural = CUSTOM_COMPANIONS[kind]
+            return _or_none(self.custom.get_namespaced_custom_object, group, version, namespace, plural, name)
         return self.get_job(kind, namespace, name)  # type: ignore[arg-type]
 
     def delete(self, kind: str, namespace: str, name: str) -> bool:
@@ -300,6 +306,10 @@ class Kube:
             return _ignore_missing(self.core.delete_namespaced_config_map, name, namespace)
         if kind == "Service":
             return _ignore_missing(self.core.delete_namespaced_service, name, namespace)
+        if kind in CUSTOM_COMPANIONS:
+            group, version, plural = CUSTOM_COMPANIONS[kind]
+            return _ignore_missing(self.custom.delete_namespaced_custom_object, group, version, namespace, plural,
+                                   name)
         return self.delete_job(kind, namespace, name)  # type: ignore[arg-type]
 
     def renew(self, obj: KubeDict) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from acceptance_operator.building import manifests
-from acceptance_operator.building.backends import BACKENDS, backend_of, build_children
+from acceptance_operator.building import defaults, manifests
+from acceptance_operator.building.backends import BACKENDS, CUSTOM_COMPANIONS, backend_of, build_children
 from acceptance_operator.judging.diagnosis import parse_time
 from acceptance_operator.plumbing import crdcheck
 from acceptance_operator.plumbing.kubeapi import Kube
@@ -30,6 +30,7 @@ from acceptance_operator.resource.conditions import (
     BACKEND_NOT_RUNNING,
     CRD_OUTDATED,
     INVALID_SPEC,
+    PROFILE_UNKNOWN,
     RunState,
 )
 
@@ -82,6 +83,11 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
             conclude(k, obj, test, RunState("Failed", CRD_OUTDATED, crdcheck.outdated_message(missing)), now=now,
                      logger=logger)
             return None
+    test, decided, refusal = decide_unset(k, obj, test)
+    if refusal is not None:
+        conclude(k, obj, test, RunState("Failed", PROFILE_UNKNOWN, refusal), now=now, logger=logger)
+        return None
+    if first_step:
         problem = k.backend_problem(test.spec.backend)
         if problem:
             conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
@@ -92,8 +98,10 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     children = _built(k, obj, test, now, logger)
     if children is None:
         return None
-    # What the pods need to start and find each other: their identity, the headless Service (Job backend), the job.
-    first = [c for c in children if c["kind"] in ("ServiceAccount", "Service") or c["kind"] in BACKENDS]
+    # What the pods need to start and find each other: their identity, the job's companions (the Job backend's
+    # headless Service, the TrainJob's TrainingRuntime), the job.
+    companions = backend_of(test.spec.backend).companions
+    first = [c for c in children if c["kind"] in ("ServiceAccount", *companions) or c["kind"] in BACKENDS]
     if first_step and rt.QUEUE.has_urgent():
         created = create_children(k, obj, test, first, now, logger)
         if created is None:
@@ -114,8 +122,38 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
                             job_created=True) is None:
             return None
         kept.begun = None
-    _started(k, obj, test, now, logger, start, adopted, stopped)
+    _started(k, obj, test, now, logger, start, adopted, stopped, decided)
     return None
+
+
+def decide_unset(k: Kube, obj: KubeDict, test: AcceptanceTest) -> tuple[AcceptanceTest, list[str], str | None]:
+    """The run's backend and profile where the stored spec leaves them unset (building/defaults.py): the test as
+    it runs, what was decided (sentences for the DefaultsChosen event), and why the run cannot start (no profile
+    fits the nodes' GPUs) or None. Decided again at each run's start: a cluster may gain a backend or new nodes."""
+    unset = defaults.unset(obj.get("spec"))
+    chosen: dict[str, str] = {}
+    said: list[str] = []
+    if "backend" in unset:
+        backend = defaults.choose_backend(k.backend_problem)
+        if backend.value is not None:
+            chosen["backend"] = backend.value
+        said.append(backend.why)
+    if "profile" in unset:
+        try:
+            nodes = k.list_nodes()
+        except ApiException as e:
+            if e.status != 403:
+                raise
+            # Never stuck on a permission (a chart older than the operator): the run ends saying what to change.
+            return test, said, ("spec.profile is unset and the operator may not list the nodes to read their "
+                                f"{defaults.GPU_PRODUCT_LABEL} label ({api_message(e)}): set spec.profile, or grant "
+                                "the operator list on nodes (the chart's ClusterRole does)")
+        profile = defaults.choose_profile(test, nodes)
+        if profile.value is None:
+            return test, said, profile.why
+        chosen["profile"] = profile.value
+        said.append(profile.why)
+    return defaults.with_choices(test, **chosen), said, None
 
 
 def crd_gap(k: Kube) -> list[str]:
@@ -138,9 +176,14 @@ def _built(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
 
 
 def _started(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger,
-             start: datetime, adopted: bool, stopped: list[str]) -> None:
-    """Record that the run started (status Pending, JobCreated) and tell (event RunStarted, log, metrics)."""
+             start: datetime, adopted: bool, stopped: list[str], decided: list[str]) -> None:
+    """Record that the run started (status Pending, JobCreated, the backend and profile it runs as) and tell (event
+    RunStarted, and DefaultsChosen for what the operator decided where the spec is silent; log, metrics)."""
     namespace, name = test.metadata.namespace, test.metadata.name
+    if decided:
+        said = f"run {runs.run_of(test).id}: " + "; ".join(decided)
+        kopf.info(obj, reason="DefaultsChosen", message=said)
+        logger.info("%s/%s: %s", namespace, name, said)
     job_name = manifests.job_name(test)
     state = RunState("Pending", "JobCreated", f"{test.spec.backend} {job_name} created; waiting for its pods")
     write_status(k, obj, state, test, start_time=start, completion_time=None, summary=None, now=now)
@@ -163,7 +206,7 @@ def create_children(k: Kube, obj: KubeDict, test: AcceptanceTest, children: list
         try:
             created_obj, created = create_own(k, child, test.metadata.uid)
         except ApiException as e:
-            down = webhook_down(e) if child["kind"] in BACKENDS else None
+            down = webhook_down(e) if child["kind"] in BACKENDS or child["kind"] in CUSTOM_COMPANIONS else None
             if down is not None:
                 backend_unreachable(k, obj, test, child, down, now, logger)
                 return None
@@ -224,7 +267,7 @@ def backend_unreachable(k: Kube, obj: KubeDict, test: AcceptanceTest, job: KubeD
     since = kept.unreachable_since = kept.unreachable_since or now
     grace = rt.SETTINGS.unschedulable_grace_seconds
     text = (f"the API server refused {job['kind']} {job['metadata']['name']}: {words} -> "
-            f"{backend_of(job['kind']).controller} serves that admission webhook and is not running or not "
+            f"{backend_of(test.spec.backend).controller} serves that admission webhook and is not running or not "
             "reachable: check its Deployment, its webhook Service and its logs")
     if (now - since).total_seconds() < grace:
         state = RunState("Pending", BACKEND_NOT_RUNNING, f"{text}; retrying for up to {grace:g}s", no_job=True)

@@ -77,6 +77,9 @@ def write_status(
         "history": history if history is not None else status.get("history"),
         "sweep": sweep_status.to_wire() if sweep_status is not None else
         status.get("sweep") if test.spec.sweep else None,
+        # What the run is, decided or given (a sweep's are its children's, each decided on its own node).
+        "backend": test.spec.backend if job is not None else None,
+        "profile": test.spec.profile if job is not None else None,
     }
     if report is not None:
         desired["report"] = report

@@ -44,6 +44,7 @@ from acceptance_operator.resource.kubetypes import (
     Toleration,
     Volume,
     VolumeMount,
+    no_default,
 )
 from acceptance_operator.resource.schedule import CRON_PATTERN, MAX_SCHEDULE, schedule_problem
 from acceptance_operator.resource.soak import FIT_RULE, SoakStatus, must_fit
@@ -70,7 +71,11 @@ DEFAULT_IMAGE = f"ghcr.io/gpu-acceptance/workload:{__version__}"
 DEFAULT_OPERATOR_IMAGE = f"ghcr.io/gpu-acceptance/operator:{__version__}"
 GPU_RESOURCE = "nvidia.com/gpu"
 
-Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet"]
+Backend = Literal["PyTorchJob", "MPIJob", "Job", "JobSet", "TrainJob"]
+# A test without spec.backend / spec.profile is built so until the operator decides from the cluster (building/
+# defaults.py); `render` assumes them and says so. No default in the CRD: the operator sees they were not chosen.
+ASSUMED_BACKEND: Backend = "PyTorchJob"
+ASSUMED_PROFILE: ProfileName = "h100-sxm"
 Phase = Literal["Pending", "Running", "Succeeded", "Failed"]
 
 # What a run's headline numbers are compared with (spec.baseline): nothing, or the last run that passed.
@@ -198,8 +203,10 @@ POD_RULES: list[dict[str, str]] = [
 class Pod(WireModel):
     model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": POD_RULES})
     shm_size: byte_size(2**42) = Field("64Gi", description="Size of the RAM-backed /dev/shm.")
-    ulimit_init: bool = Field(True, description="Privileged init container raising memlock and nofile; it runs "
-                              "the image the operator is configured with (chart value ulimitInit.image).")
+    ulimit_init: bool = Field(True, description="Privileged init container of each GPU pod: it proves the node lets "
+                              "a container raise memlock and nofile and logs the limits the workload container "
+                              "starts with (rlimits are per process: it cannot raise the workload's); it runs the "
+                              "image the operator is configured with (chart value ulimitInit.image).")
     host_network: bool = Field(False, description="Run the GPU pods in the node's network namespace; only where "
                                "the operator allows it (chart value userPolicy.allowHostNetwork).")
     env: Env = Field(default_factory=dict, max_length=MAX_ENV,
@@ -312,7 +319,10 @@ ONE_CHECK_AT_LEAST = f"checks: enable at least one of {', '.join(WORKING_CHECKS)
 
 
 class AcceptanceTestSpec(WireModel):
-    backend: Backend = "PyTorchJob"
+    backend: Backend = Field(
+        ASSUMED_BACKEND, json_schema_extra=no_default,
+        description="The kind of job the test runs as. Unset: the first of PyTorchJob, TrainJob, JobSet, Job whose "
+        "API the cluster serves, decided when each run starts (status.backend says which).")
     nodes: int = Field(1, ge=1, le=4096)
     gpus_per_node: int = Field(8, ge=1, le=16)
     # No default in the CRD: a stored test does not pin the image of the operator version that admitted it. The
@@ -320,7 +330,11 @@ class AcceptanceTestSpec(WireModel):
     # new runs use the new workload image.
     image: Image | None = Field(None, description="Workload image; default: the operator's configured workload "
                                                   "image (chart value workloadImage), else its own version's.")
-    profile: ProfileName = "h100-sxm"
+    profile: ProfileName = Field(
+        ASSUMED_PROFILE, json_schema_extra=no_default,
+        description="The GPU model whose thresholds apply. Unset: from the nvidia.com/gpu.product label of the "
+        "nodes the test selects (an unknown or mixed product ends the run, Reason ProfileUnknown; no label: "
+        "h100-sxm), decided when each run starts (status.profile says which).")
     placement: Placement = Field(default_factory=Placement)
     resources: Resources = Field(default_factory=Resources)
     network: Network = Field(default_factory=Network)
@@ -531,6 +545,8 @@ class SweepStatus(WireModel):
 
 class AcceptanceTestStatus(WireModel):
     phase: Phase | None = None
+    backend: Backend | None = Field(None, description="The current run's backend: spec.backend, or the one chosen.")
+    profile: ProfileName | None = Field(None, description="The current run's profile: spec.profile, or the nodes'.")
     conditions: list[Condition] = Field(default_factory=list)
     observed_generation: int | None = None
     start_time: Timestamp | None = None
@@ -571,12 +587,18 @@ def parse_test(obj: dict[str, Any]) -> AcceptanceTest:
     """Validate a stored AcceptanceTest object with the API models (raises ValidationError naming the field).
 
     Here rather than in the handlers, so the report CLI and the evidence hooks need not import kopf's handlers.
+    A spec without backend or profile takes the ones its status records (what the operator decided when the run
+    started: building/defaults.py), so every later step of the run sees what the run is.
     """
     meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    decided = {key: status[key] for key in ("backend", "profile")
+               if isinstance(spec, dict) and isinstance(status, dict) and key not in spec and status.get(key)}
     return AcceptanceTest.model_validate({
         "apiVersion": obj.get("apiVersion"),
         "kind": obj.get("kind"),
         "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "generation", "labels", "annotations")
                      if k in meta},
-        "spec": obj.get("spec") or {},
+        "spec": {**spec, **decided} if decided else spec,
     })

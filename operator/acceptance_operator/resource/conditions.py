@@ -53,13 +53,16 @@ QUEUED = "Queued"  # in progress (Pending): Kueue has not admitted the run's job
 IMAGE_PULL_FAILED = "ImagePullFailed"
 # The installed CRD lacks fields this operator knows (crdcheck.py): the spec may have lost some; no run is started.
 CRD_OUTDATED = "CRDOutdated"
+# No spec.profile, and the nodes the test selects carry a GPU product no profile describes, or products of
+# different profiles (building/defaults.py): no run is started.
+PROFILE_UNKNOWN = "ProfileUnknown"
 FAILURE_REASONS: tuple[str, ...] = (
     CHECKS_FAILED, REGRESSED, REPORT_MISSING, REPORT_NOT_DELIVERED, REPORT_REJECTED, JOB_FAILED, UNSCHEDULABLE,
     TIMEOUT, NODE_NOT_READY, BACKEND_NOT_INSTALLED, BACKEND_NOT_RUNNING, INVALID_SPEC, NO_NODES, PODS_REFUSED,
-    IMAGE_PULL_FAILED, CRD_OUTDATED,
+    IMAGE_PULL_FAILED, CRD_OUTDATED, PROFILE_UNKNOWN,
 )
 # Failures that happen before any job exists: JobCreated is False with the same reason.
-BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC, CRD_OUTDATED)
+BEFORE_JOB = (BACKEND_NOT_INSTALLED, INVALID_SPEC, CRD_OUTDATED, PROFILE_UNKNOWN)
 TERMINAL_PHASES: tuple[Phase, ...] = ("Succeeded", "Failed")
 
 

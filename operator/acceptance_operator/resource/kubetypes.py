@@ -189,6 +189,12 @@ class VolumeMount(WireModel):
     recursive_read_only: Literal["Disabled", "IfPossible", "Enabled"] | None = None
 
 
+def no_default(schema: dict[str, Any]) -> None:
+    """A field's json_schema_extra: no default in the CRD's schema, so the API server does not fill in what the
+    operator decides per cluster (spec.backend, spec.profile); the model's default is what `render` assumes."""
+    schema.pop("default", None)
+
+
 def one_source(extra: dict[str, Any] | None, what: str) -> str:
     """The kind of the one volume source in a model's extra fields (ValueError naming what is wrong)."""
     sources = dict(extra or {})

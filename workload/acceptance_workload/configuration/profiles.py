@@ -21,14 +21,22 @@ from acceptance_workload.contract.wire import WireModel
 M = TypeVar("M", bound=WireModel)
 
 
+# A GPU model's word in its name -> its profile: one table for NVML's names (`local`, "NVIDIA H100 80GB HBM3") and
+# GPU feature discovery's node label nvidia.com/gpu.product (the operator, "NVIDIA-H100-80GB-HBM3").
+GPU_MODEL_PROFILES: dict[str, ProfileName] = {"H200": "h200-sxm", "H100": "h100-sxm", "B200": "b200",
+                                              "A100": "a100-sxm"}
+
+
 def profile_for_gpu(gpu_name: str) -> ProfileName | None:
-    """The profile whose GPU this is (NVML/CUDA name), or None: PCIe and NVL parts have other links and limits."""
-    name = gpu_name.upper()
-    if "PCIE" in name or " NVL" in name:
+    """The profile whose GPU this is (NVML/CUDA name or nvidia.com/gpu.product label value), or None: PCIe and NVL
+    parts have other links and limits, and a model's word must stand alone (GH200 and GB200 are not H200 or B200).
+    """
+    words = gpu_name.upper().replace("-", " ").replace("_", " ").split()
+    if "PCIE" in words or "NVL" in words:
         return None
-    for marker, profile in (("H200", "h200-sxm"), ("H100", "h100-sxm"), ("B200", "b200"), ("A100", "a100-sxm")):
-        if marker in name:
-            return profile
+    for word in words:
+        if word in GPU_MODEL_PROFILES:
+            return GPU_MODEL_PROFILES[word]
     return None
 
 
