@@ -45,15 +45,8 @@ def _manifest(only: tuple[str, ...]) -> str:
     """Preflight and the checks in `only`: what leads up to the stage is kept short."""
     lines = [f"    {c}: {{enabled: {'true' if c in only else 'false'}}}"
              for c in ("gpu", "p2p", "nccl", "ddp", "signals")]
-    return ("apiVersion: gpu-acceptance.io/v1alpha1
-kind: AcceptanceTest
-metadata: {name: t}
-"
-            "spec:
-  checks:
-" + "
-".join(lines) + "
-")
+    return ("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
+            "spec:\n  checks:\n" + "\n".join(lines) + "\n")
 
 
 # stage: rank 0's line that starts it, how long after it the victim is killed, the checks enabled besides
