@@ -34,12 +34,14 @@ install: ## pip-install the project (operator, report + dev extras) and the work
 	  $(PIP) install torch; \
 	fi
 
-tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator, mpi-operator and Kueue, the real node's kubelet, kube-proxy, CoreDNS and pause and its registry (CNCF distribution) (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
+tools: ## helm, promtool, lua5.4, chromium (headless, for the HTML report test), kube-apiserver + etcd, kube-controller-manager, kube-scheduler, kwok, the JobSet controller, training-operator, mpi-operator, Kueue and Kubeflow Trainer v2 (with the JobSet it is built against), the real node's kubelet, kube-proxy, CoreDNS and pause and its registry (CNCF distribution) (built from Go modules), backend CRDs, podman/containerd (apt): cached outside the repo
 	bash hack/install-tools.sh
 	@bash hack/envtest-assets.sh assets >/dev/null
 	@bash hack/envtest-assets.sh crds >/dev/null
 	@bash hack/envtest-assets.sh controllers >/dev/null
 	@bash hack/envtest-assets.sh kueue >/dev/null
+	@bash hack/envtest-assets.sh trainer-crds >/dev/null
+	@bash hack/envtest-assets.sh trainer >/dev/null
 	@bash hack/envtest-assets.sh real-node >/dev/null
 	@bash hack/envtest-assets.sh registry >/dev/null
 
