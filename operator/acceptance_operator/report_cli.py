@@ -130,7 +130,7 @@ def run_report(args: argparse.Namespace, out: TextIO | None = None, err: TextIO 
 
     namespace = _namespace(args.namespace)
     try:
-        require_exports(getattr(args, "html", None), junit=getattr(args, "junit", None))
+        require_exports(getattr(args, "html", None))
     except ExportError as e:
         err.write(f"error: {e}\n")
         return exits.CANNOT

@@ -447,7 +447,7 @@ def run_local(args: argparse.Namespace, reader: ManifestReader | None = None) ->
             return EXIT_ERROR
         os.environ[NCCL_TESTS_DIR_ENV] = os.path.abspath(nccl_tests)  # every rank inherits it
     try:
-        require_exports(getattr(args, "html", None), json=args.json, junit=getattr(args, "junit", None))
+        require_exports(getattr(args, "html", None), json=args.json)
     except ExportError as e:
         print(f"gpu-acceptance local: {e}", file=sys.stderr)
         return EXIT_ERROR

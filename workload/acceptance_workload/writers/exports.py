@@ -3,8 +3,8 @@
 Both commands hand over a Report and where to write it; what a file holds is
 writers/html.py's and writers/junit.py's business. matplotlib is needed only for
 --html, and `require` says so before a run is spent on a page that cannot be
-made, and `writable` that every output's folder is there (a run whose report has nowhere to go has lost
-it). An export never changes a verdict or an exit code: it comes after the
+made, and `writable` that the report's file (--json) can be written (a run whose report has nowhere to go has
+lost it). An export never changes a verdict or an exit code: it comes after the
 JSON and the text, and what fails in it is one line naming the file and the
 cause, the file written without the part that failed.
 """
@@ -39,10 +39,11 @@ def writable(flag: str, path: str | None) -> None:
         raise ExportError(f"{flag} {path}: cannot create files in {folder} (permission); give another path")
 
 
-def require(html: str | None, *, json: str | None = None, junit: str | None = None) -> None:
-    """Fail before the run when an output cannot be written, or --html is asked for and matplotlib is missing."""
-    for flag, path in (("--json", json), ("--html", html), ("--junit", junit)):
-        writable(flag, path)
+def require(html: str | None, *, json: str | None = None) -> None:
+    """Fail before the run when the report's file (--json) cannot be written, or --html is asked for and
+    matplotlib is missing. The exports' own files are not refused here: one that cannot be written is one line
+    after the run, which never changes its verdict or code (write_exports)."""
+    writable("--json", json)
     if html:
         from acceptance_workload.report.html_base import HtmlUnavailable, pyplot
 
