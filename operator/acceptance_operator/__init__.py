@@ -17,6 +17,6 @@ At the top, what runs: handlers.py (kopf's registrations), runner.py (the operat
 Nothing below imports them.
 """
 
-from acceptance_workload import __version__
+from acceptance_operator.workload import __version__
 
 __all__ = ["__version__"]
