@@ -11,14 +11,14 @@ operator does with them:
   (CPU_SMOKE, PROFILE_NAMES, ProfileName) and `cpu_smoke_checks`; WorkloadConfig (the config the operator builds
   for the workload, and judges its report against);
 - the checks: the registry (CHECKS, CHECK_NAMES: every hook the operator walks is a field of a Check), the spec
-  (ChecksSpec, OPT_IN_CHECKS, SoakCheck), the rule table (`table`, `rules`) and a check's part of the re-judging
-  (Judgement: contract/rejudging.py) and a
-  check's detail fields of the report (Detail: where a detail's node rows are);
+  (ChecksSpec, OPT_IN_CHECKS, SoakCheck), the rule table (`table`, `rules`), a check's part of the re-judging
+  (Judgement: contract/rejudging.py) and a check's detail fields of the report (Detail: where its node rows are);
 - results and the report: CheckName, CheckResult, Comparison, `judge`; Report (the registry's report model),
   Required and Due (what a report must hold); `threshold_text`, `value_text` (a result told in words);
-- the evidence: the module `evidence` and its keys and parts (EVIDENCE_KEY, STATUS_KEY, PROGRESS_KEY,
-  MAX_FAILURES, EvidenceError, StatusReport, `assemble`, `parts`); `delivery` (a report read from a pod's log);
-  `kubeclient` (the one rule that configures a Kubernetes client);
+- the evidence: the module `evidence` and its keys (EVIDENCE_KEY, STATUS_KEY, PROGRESS_KEY), MAX_FAILURES,
+  EvidenceError, StatusReport, and its readers as the registry's Report (`assemble`, `parts`:
+  checks/report_model.py); `delivery` (a report read from a pod's log); `kubeclient` (the one rule that
+  configures a Kubernetes client);
 - exit codes: `exits`, the one rule of every command;
 - the pod: the rank guard (LAUNCHER_FLAG, GUARD_MODULE) the job builders run each rank under, and how a rank
   died (`exit_code_signal`, `signal_name`);
@@ -38,7 +38,7 @@ from typing import Any
 from acceptance_workload import __version__
 from acceptance_workload.checks import table
 from acceptance_workload.checks.registry import CHECK_NAMES, CHECKS
-from acceptance_workload.checks.report_model import Report
+from acceptance_workload.checks.report_model import Report, assemble, parts
 from acceptance_workload.checks.soak.spec import SoakCheck
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec
 from acceptance_workload.configuration.profiles import cpu_smoke_checks
@@ -61,8 +61,6 @@ from acceptance_workload.report.evidence import (
     STATUS_KEY,
     EvidenceError,
     StatusReport,
-    assemble,
-    parts,
 )
 from acceptance_workload.report.render import threshold_text, value_text
 from acceptance_workload.runtime.deaths import exit_code_signal, signal_name
