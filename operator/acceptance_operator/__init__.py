@@ -1,7 +1,7 @@
 """Kubernetes side of gpu-acceptance: the AcceptanceTest API, manifest builders and the kopf operator.
 
-A folder per family, each importing only the families above it in this list and the workload's contract
-(its contract/ and report/ families):
+A folder per family, each importing only the families above it in this list and the workload's terms, which
+every module takes from the one door into the workload, workload.py (nothing else imports acceptance_workload):
 
 - resource/   the AcceptanceTest resource: its models (api), the CRD generated from them, conditions and Reasons,
               runs, schedules and history, soak status, the validation helpers of its fields; pure;
