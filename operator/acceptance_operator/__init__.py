@@ -1,7 +1,7 @@
 """Kubernetes side of gpu-acceptance: the AcceptanceTest API, manifest builders and the kopf operator.
 
-A folder per family, each importing only the families above it in this list and the workload's contract
-(its contract/ and report/ families):
+A folder per family, each importing only the families above it in this list and the workload's terms, which
+every module takes from the one door into the workload, workload.py (nothing else imports acceptance_workload):
 
 - resource/   the AcceptanceTest resource: its models (api), the CRD generated from them, conditions and Reasons,
               runs, schedules and history, soak status, the validation helpers of its fields; pure;
@@ -17,6 +17,6 @@ At the top, what runs: handlers.py (kopf's registrations), runner.py (the operat
 Nothing below imports them.
 """
 
-from acceptance_workload import __version__
+from acceptance_operator.workload import __version__
 
 __all__ = ["__version__"]

@@ -21,7 +21,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from acceptance_workload.contract import exits
+from acceptance_operator.workload import exits
 
 
 def _cmd_crd(args: argparse.Namespace) -> int:
@@ -45,9 +45,8 @@ def _cmd_operator(args: argparse.Namespace) -> int:
 
 
 def _cmd_local(args: argparse.Namespace) -> int:
-    from acceptance_workload.local import run_local
-
     from acceptance_operator.manifest_file import manifest_spec
+    from acceptance_operator.workload import run_local
 
     return run_local(args, manifest_spec)  # -f is read as `render` reads it: one verdict on a manifest
 
@@ -86,7 +85,7 @@ def _given(what: str) -> Callable[[str], str]:
 
 
 def _profile(text: str) -> str:
-    from acceptance_workload.contract.profiles import PROFILE_NAMES
+    from acceptance_operator.workload import PROFILE_NAMES
 
     if text not in PROFILE_NAMES:
         raise argparse.ArgumentTypeError(f"{text!r} is not a profile; use one of {', '.join(PROFILE_NAMES)}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, TextIO
 
 import yaml
-from acceptance_workload.contract import exits
 
 from acceptance_operator.building.backends import build_children
 from acceptance_operator.building.defaults import assumed
@@ -13,6 +12,7 @@ from acceptance_operator.building.manifests import resolve_image
 from acceptance_operator.manifest_file import read_manifest
 from acceptance_operator.resource.api import DEFAULT_OPERATOR_IMAGE, AcceptanceTest
 from acceptance_operator.resource.spec_input import RenderError, parse_test
+from acceptance_operator.workload import exits
 
 
 class _PlainDumper(yaml.SafeDumper):

@@ -38,13 +38,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from acceptance_workload.checks.report_model import Report
-from acceptance_workload.contract import exits
-from acceptance_workload.writers.exports import ExportError, write_exports
-from acceptance_workload.writers.exports import require as require_exports
 from pydantic import ValidationError
 
 from acceptance_operator.resource.conditions import SUCCEEDED, TERMINAL_PHASES
+from acceptance_operator.workload import ExportError, Report, exits, require_exports, write_exports
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -184,7 +181,7 @@ def _kubeconfig_problem(e: Exception) -> str:
     """What is wrong with the kubeconfig, in one line, and what to do."""
     import os
 
-    from acceptance_workload.report import kubeclient
+    from acceptance_operator.workload import kubeclient
 
     where = kubeclient.source()
     first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
@@ -267,10 +264,9 @@ def deliver(k, obj: dict, path: str, out: TextIO, err: TextIO, wait: float = 60.
 def from_log(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     """The report rank 0's log ends with when its delivery failed: delivered while its run has no verdict, else
     printed as the operator would judge it (the run's verdict stays: the operator judges no other report for it)."""
-    from acceptance_workload.report.delivery import report_from_log
-
     from acceptance_operator.building import manifests
     from acceptance_operator.resource.runs import report_run
+    from acceptance_operator.workload import report_from_log
 
     source = "stdin" if args.from_log == "-" else args.from_log
     try:
@@ -302,9 +298,8 @@ def from_log(k, obj: dict, args: argparse.Namespace, out: TextIO, err: TextIO) -
 
 def deliver_report(k, obj: dict, report: Report, source: str, out: TextIO, err: TextIO, wait: float = 60.0) -> int:
     """Deliver `report` for the test's current run, as rank 0 does, then wait for the operator's verdict."""
-    from acceptance_workload.report.status import StatusWriteError, patch_report
-
     from acceptance_operator.building import manifests
+    from acceptance_operator.workload import StatusWriteError, patch_report
 
     test = _test(obj)
     ref = manifests.build_workload_config(test).test
@@ -399,10 +394,9 @@ def write_report(test, status: dict, report: Report, args: argparse.Namespace, o
                  heading: str | None = None) -> int:
     """Print `report` as the operator judges it (its thresholds) under the operator's verdict (and `heading`, what
     the reader must know first), and write the exports asked for."""
-    from acceptance_workload.writers.text import full_text
-
     from acceptance_operator.building import manifests
     from acceptance_operator.judging.rejudge import RunFacts, rejudge
+    from acceptance_operator.workload import full_text
 
     judged = rejudge(report, RunFacts(manifests.build_workload_config(test), test.metadata.uid)).report
     if args.node:

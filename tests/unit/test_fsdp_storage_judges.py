@@ -77,10 +77,11 @@ def test_bad_specs_are_refused_naming_the_field(spec: dict, message: str) -> Non
 
 
 def test_fsdp_and_storage_detail_travel_with_their_nodes_in_the_evidence() -> None:
+    from acceptance_workload.checks.report_model import assemble
     from acceptance_workload.configuration.checks import ChecksSpec
     from acceptance_workload.configuration.workload import WorkloadConfig
     from acceptance_workload.contract.config import TestRef
-    from acceptance_workload.report.evidence import assemble, shard_names, split
+    from acceptance_workload.report.evidence import shard_names, split
     from acceptance_workload.report.model import FsdpDetail, FsdpRank
 
     from tests.reports import passing_report

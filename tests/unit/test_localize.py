@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 from acceptance_operator.judging.rejudge import RunFacts, rejudge
 from acceptance_workload.checks.nccl import localize
+from acceptance_workload.checks.report_model import assemble
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import TestRef
 from acceptance_workload.contract.results import CheckResult
-from acceptance_workload.report.evidence import assemble, shard_names, split
+from acceptance_workload.report.evidence import shard_names, split
 from acceptance_workload.report.model import PairRow
 
 from tests.reports import node_names, passing_report

@@ -198,7 +198,8 @@ def test_a_failure_that_decides_what_is_required_is_never_folded():
 
 
 def test_the_verdict_reads_the_evidence_one_configmap_at_a_time():
-    from acceptance_workload.report.evidence import StatusReport, parts
+    from acceptance_workload.checks.report_model import parts
+    from acceptance_workload.report.evidence import StatusReport
 
     _, status, shards = delivered(20)
     k = Kube(shards)

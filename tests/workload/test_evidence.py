@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from acceptance_workload.checks.report_model import assemble
 from acceptance_workload.configuration.checks import ChecksSpec
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import TestRef
@@ -12,7 +13,6 @@ from acceptance_workload.report.evidence import (
     MAX_FAILURES,
     EvidenceError,
     StatusReport,
-    assemble,
     shard_names,
     split,
 )

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 from acceptance_operator.report_cli import for_node
+from acceptance_workload.checks import report_model
 from acceptance_workload.checks.preflight import nodefacts
 from acceptance_workload.checks.report_model import Report
 from acceptance_workload.contract.results import CheckResult
@@ -221,7 +222,7 @@ def test_node_facts_travel_in_their_nodes_evidence_shard() -> None:
     status, shards = evidence.split(report, names)
     assert '"x09"' in shards[names[2]] and "1652922012345" in shards[names[1]]
     assert "1652922012345" not in shards[names[0]]  # the job-wide part holds no node's facts
-    whole = evidence.assemble(status, shards)
+    whole = report_model.assemble(status, shards)
     assert sorted(n.node for n in whole.nodes) == ["n1", "x09"] and whole.gpu_identity("n1", 0) == \
         report.gpu_identity("n1", 0)
     assert [n.node for n in for_node(whole, "x09").nodes] == ["x09"]  # `report NAME --node x09`

@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from acceptance_workload.checks.report_model import Report
+from acceptance_workload.checks.report_model import Report, assemble
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import CONFIG_ENV, TestRef
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.local import cpu_smoke_checks
 from acceptance_workload.report import delivery
-from acceptance_workload.report.evidence import EVIDENCE_KEY, STATUS_KEY, StatusReport, assemble, split
+from acceptance_workload.report.evidence import EVIDENCE_KEY, STATUS_KEY, StatusReport, split
 from acceptance_workload.report.model import DdpDetail
 from acceptance_workload.report.status import StatusWriteError, core_api, patch_report, write_termination_log
 from kubernetes.client.exceptions import ApiException

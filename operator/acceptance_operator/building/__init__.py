@@ -5,5 +5,5 @@
   PyTorchJob, MPIJob, Job, TrainJob and JobSet; job_builders: the builders; jobstate: reading a job's state;
 - network: NCCL/UCX/EFA environment per fabric; queueing: Kueue (queue label, suspended jobs).
 
-Imports: resource/ and the workload's contract. No Kubernetes calls.
+Imports: resource/ and the workload's terms (through acceptance_operator.workload). No Kubernetes calls.
 """

@@ -9,9 +9,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from acceptance_workload.guard import LAUNCHER_FLAG
-from acceptance_workload.guard import MODULE as GUARD_MODULE
-
 from acceptance_operator.building.manifests import (
     BATCH_JOB_API_VERSION,
     HOST_NETWORK_SSHD_PORT,
@@ -53,6 +50,7 @@ from acceptance_operator.resource.api import (
     DEFAULT_OPERATOR_IMAGE,
     AcceptanceTest,
 )
+from acceptance_operator.workload import GUARD_MODULE, LAUNCHER_FLAG
 
 # --------------------------------------------------------------------------- PyTorchJob
 

@@ -21,11 +21,6 @@ import hashlib
 import re
 from typing import Any
 
-from acceptance_workload.configuration.profiles import cpu_smoke_checks
-from acceptance_workload.configuration.workload import WorkloadConfig
-from acceptance_workload.contract.config import CONFIG_ENV, PodLimits, TestRef
-from acceptance_workload.report import evidence
-
 from acceptance_operator.building.network import build_network_env
 from acceptance_operator.resource import efa
 from acceptance_operator.resource.api import (
@@ -43,6 +38,7 @@ from acceptance_operator.resource.api import (
 from acceptance_operator.resource.conditions import is_smoke
 from acceptance_operator.resource.kubetypes import wire_list
 from acceptance_operator.resource.runs import run_of
+from acceptance_operator.workload import CONFIG_ENV, PodLimits, TestRef, WorkloadConfig, cpu_smoke_checks, evidence
 
 LABEL_TEST = f"{GROUP}/test"
 LABEL_GENERATION = f"{GROUP}/generation"

@@ -16,11 +16,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from acceptance_workload.report.evidence import PROGRESS_KEY, STATUS_KEY
-
 from acceptance_operator.building.manifests import LABEL_TEST, run_of_child
 from acceptance_operator.fleet.sweep import Child
 from acceptance_operator.judging.diagnosis import LOST, container_failure, never_ran
+from acceptance_operator.workload import PROGRESS_KEY, STATUS_KEY
 
 KubeDict = dict[str, Any]
 TestKey = tuple[str, str]  # (namespace, AcceptanceTest name)

@@ -24,7 +24,6 @@ from datetime import datetime
 from typing import Any
 
 import kopf
-from acceptance_workload.checks.report_model import Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
@@ -45,6 +44,7 @@ from acceptance_operator.plumbing.metrics import OperatorMetrics
 from acceptance_operator.resource import runs
 from acceptance_operator.resource.api import GPU_RESOURCE, AcceptanceTest, Summary, parse_test
 from acceptance_operator.resource.conditions import clip_message, is_smoke
+from acceptance_operator.workload import Report
 
 KubeDict = dict[str, Any]
 Change = Callable[[KubeDict], tuple[KubeDict | None, list[str], list[str]]]

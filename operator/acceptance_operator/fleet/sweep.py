@@ -29,7 +29,6 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from acceptance_workload.checks.registry import CHECKS
 from pydantic import ValidationError
 
 from acceptance_operator.fleet.node_actions import PASSED_LABEL
@@ -47,6 +46,7 @@ from acceptance_operator.resource.api import (
 from acceptance_operator.resource.conditions import CHECKS_FAILED, NO_NODES, PASSED, TERMINAL_PHASES, RunState
 from acceptance_operator.resource.kubetypes import MAX_VALUES
 from acceptance_operator.resource.soak import SoakStatus, of_sweep
+from acceptance_operator.workload import CHECKS
 
 KubeDict = dict[str, Any]
 LABEL_SWEEP = f"{GROUP}/sweep"  # on a child test: its parent's test label value

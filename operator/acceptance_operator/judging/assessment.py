@@ -13,9 +13,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from acceptance_workload.checks.report_model import Report
-from acceptance_workload.contract.results import CheckName
-
 from acceptance_operator.building.jobstate import JobState
 from acceptance_operator.building.queueing import Admission
 from acceptance_operator.judging import diagnosis
@@ -34,6 +31,7 @@ from acceptance_operator.resource.conditions import (
     TIMEOUT,
     RunState,
 )
+from acceptance_operator.workload import CheckName, Report
 
 KubeDict = dict[str, Any]
 REFUSAL_FIRST_LOOK_SECONDS = 5.0  # refusal_look

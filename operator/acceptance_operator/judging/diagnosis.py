@@ -15,9 +15,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from acceptance_workload.report import delivery
-from acceptance_workload.runtime.deaths import exit_code_signal, signal_name
-
 from acceptance_operator.building.backends import controller_of, job_state
 from acceptance_operator.building.jobstate import parse_time
 from acceptance_operator.building.manifests import LABEL_ROLE, ROLE_LAUNCHER
@@ -31,6 +28,7 @@ from acceptance_operator.resource.conditions import (
     REPORT_NOT_DELIVERED,
     UNSCHEDULABLE,
 )
+from acceptance_operator.workload import delivery, exit_code_signal, signal_name
 
 KubeDict = dict[str, Any]
 

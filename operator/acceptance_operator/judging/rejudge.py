@@ -19,23 +19,29 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-
-from acceptance_workload import __version__
-from acceptance_workload.checks import table
-from acceptance_workload.checks.nccl import localize
-from acceptance_workload.checks.nccl.rules import inter_node_ratio
-from acceptance_workload.checks.registry import CHECK_NAMES, CHECKS
-from acceptance_workload.checks.report_model import Report
-from acceptance_workload.configuration.workload import WorkloadConfig
-from acceptance_workload.contract import rules
-from acceptance_workload.contract.required import Due, Required
-from acceptance_workload.contract.results import CheckResult, Comparison, judge
-from acceptance_workload.contract.wire import version_tuple
-from acceptance_workload.report.evidence import MAX_FAILURES
-from acceptance_workload.report.model import DdpRank
-from acceptance_workload.report.render import threshold_text, value_text
+from typing import Any
 
 from acceptance_operator.resource.runs import report_run
+from acceptance_operator.workload import (
+    CHECK_NAMES,
+    CHECKS,
+    MAX_FAILURES,
+    CheckResult,
+    Comparison,
+    Detail,
+    Due,
+    Judgement,
+    Report,
+    Required,
+    WorkloadConfig,
+    __version__,
+    judge,
+    rules,
+    table,
+    threshold_text,
+    value_text,
+    version_tuple,
+)
 
 MAX_MESSAGE = 500  # characters of a result's message kept: the report must not grow the status
 # Failed results of one node that a folded judgement (judge_parts, fold=True) keeps whole; the rest of the node's
@@ -56,17 +62,6 @@ class RunFacts:
     pod_nodes: frozenset[str] | None = None  # nodes the run's pods are or were bound to; None: not observed
 
 
-@dataclass(frozen=True)
-class Judgement:
-    """The operator's threshold and comparison for one result, and, where not numeric, its pass/fail."""
-
-    threshold: float | None
-    comparison: Comparison
-    passed: bool | None = None  # None: judge(value, threshold, comparison)
-    note: str = ""
-    value: float | None = None  # a value the operator derived from the report's measurements; replaces the result's
-
-
 @dataclass
 class Context:
     """What a rule judges against: the operator's config, and the report's own measurements for relative rules."""
@@ -76,6 +71,10 @@ class Context:
     results: list[CheckResult] | None = None  # where a node's other results are (its part); None: report.results
     _by_name: dict[tuple[str, str], dict[str, list[CheckResult]]] = field(default_factory=dict)
     _memo: dict[str, object] = field(default_factory=dict)
+
+    def threshold(self, row: rules.Rule) -> float | None:
+        """The row's threshold, derived from the operator's resolved thresholds and the run's shape."""
+        return row.threshold.derive(rules.thresholds_of(self.config, row.check), rules.Run.of(self.config))
 
     def once(self, key: str, compute: Callable[[], object]) -> object:
         """A value derived from the whole report, computed for the first result that needs it."""
@@ -104,7 +103,7 @@ def numeric(threshold: float | None, comparison: Comparison) -> Judgement:
 
 
 def _threshold(row: rules.Rule, x: Context) -> float | None:
-    return row.threshold.derive(rules.thresholds_of(x.config, row.check), rules.Run.of(x.config))
+    return x.threshold(row)
 
 
 def _expected(row: rules.Rule, x: Context) -> str | None:
@@ -166,35 +165,25 @@ def _gpu_ratio(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
     return Judgement(floor, comparison, note=note, value=ratio)
 
 
-def _inter_node(row: rules.Rule, r: CheckResult, x: Context) -> Judgement:
-    """The node's best pair against the median of the other nodes' and the floor, from the report's own pair rows."""
-    th = x.config.checks.nccl.thresholds
-    floor = _threshold(row, x)
-    detail = x.report.localization
-    if detail is None or r.node is None:
-        return Judgement(floor, "ge", False, "no localisation pair rows in the report to judge a node by")
-    nodes = x.report.environment.hostnames or sorted({o.node for o in x.report.results if o.node})
-    judged = x.once(localize.RESULT, lambda: localize.judge_values(
-        localize.node_values(detail.pairs, nodes), inter_node_ratio(th), floor))
-    j = judged.get(r.node) if isinstance(judged, dict) else None
-    if j is None:
-        return Judgement(floor, "ge", False, f"node {r.node} is not one the run measured")
-    note = "" if r.value is not None and j.value is not None and abs(r.value - j.value) <= 1e-3 else (
-        f"the report said {r.value}, its pair rows give {j.value}")
-    return Judgement(j.threshold, "ge" if j.threshold is not None else "info", note=note, value=j.value)
-
-
 def _culprit(row: rules.Rule, _r: CheckResult, x: Context) -> Judgement:
     """A rank the workload blamed (stopped, failed, fell behind), a slow block: always a failure."""
     return Judgement(_threshold(row, x), row.comparison, False)
 
 
 # How the operator judges each kind of row of the result-rule table (acceptance_workload.contract.rules); the table, not
-# this module, says which result is of which kind and which threshold judges it.
-KIND_JUDGES: dict[str, KindJudge] = {
+# this module, says which result is of which kind and which threshold judges it. The kinds every check may write are
+# judged here; a kind only one check writes is that check's to judge (its CHECK's rejudge.kinds, from the registry).
+SHARED_KINDS: dict[str, KindJudge] = {
     "measured": _measured, "version": _version, "model": _gpu_model, "transport": _transport,
-    "ratio": _gpu_ratio, "inter_node": _inter_node, "culprit": _culprit,
+    "ratio": _gpu_ratio, "culprit": _culprit,
 }
+KIND_JUDGES: dict[str, KindJudge] = {
+    **SHARED_KINDS, **{kind: judge_kind for c in CHECKS if c.rejudge for kind, judge_kind in c.rejudge.kinds.items()},
+}
+# The checks' own tests of a failure that says the whole job failed (a folded judgement keeps it whole).
+JOB_FAILED = tuple(c.rejudge.job_failed for c in CHECKS if c.rejudge and c.rejudge.job_failed)
+# The details whose rows of the nodes' parts a folded verdict keeps, joined into the job-wide part's.
+GATHERED = tuple(d for c in CHECKS if c.rejudge for d in c.details if d.name in c.rejudge.gathered)
 RULES = table.RULES  # every (check, name) the operator can judge: the workload's table, nothing else
 
 
@@ -350,7 +339,8 @@ def judge_parts(job: Report, parts: Iterable[Report], facts: RunFacts, *, fold: 
     rule that compares a GPU with its node finds the node there; the job-wide
     part has the environment and the localisation rows. fold=True keeps what the
     verdict needs and lets the rest go: every failed and every job-wide result as
-    judged, the DDP ranks (the headline's fallback), and for the passed results of
+    judged, the rows of the nodes' parts a check's rejudge hook gathers (ddp's ranks: the
+    headline's fallback), and for the passed results of
     a node one shared stand-in per check, which counts each of them in the tally
     and names its node (the NCCL sweeps and per-GPU rows of the nodes' parts are
     not kept). Failed results too are bounded: the report's first MAX_FAILURES and
@@ -361,7 +351,7 @@ def judge_parts(job: Report, parts: Iterable[Report], facts: RunFacts, *, fold: 
     """
     results: list[CheckResult] = []
     present: set[Key] = set()
-    ranks: list[DdpRank] = []
+    rows: dict[str, list[object]] = {d.name: [] for d in GATHERED}
     keep = _Fold().keep if fold else _as_judged
     for part in _chain(job, parts):
         context = Context(facts.config, job, part.results)
@@ -369,19 +359,34 @@ def judge_parts(job: Report, parts: Iterable[Report], facts: RunFacts, *, fold: 
             judged = judge_result(result, context)
             present.add((judged.check, judged.name, judged.node, judged.gpu))
             results.append(keep(judged))
-        if part is not job and part.ddp is not None:
-            ranks += part.ddp.ranks
-    ddp = job.ddp.model_copy(update={"ranks": [*job.ddp.ranks, *ranks]}) if job.ddp is not None and ranks \
-        else job.ddp
+        if part is not job:
+            for detail in GATHERED:
+                rows[detail.name] += _rows(detail, getattr(part, detail.name))
     # A shallow copy with new results: the sweeps and environment are read, never changed (a deep copy of a
     # 1,000-node report's sweeps would cost seconds).
     report = job.model_copy(update={
-        "results": results, "ddp": ddp,
+        "results": results, **{d.name: _joined(d, getattr(job, d.name), rows[d.name]) for d in GATHERED},
         "checks_run": [c for c in CHECK_NAMES if getattr(facts.config.checks, c).enabled]})
     nodes = report.environment.hostnames or sorted({r.node for r in results if r.node})
     report.results += map(keep, missing_required(present, report, facts.config, nodes, skew(job, facts.config)))
     report.finalize()
     return Rejudged(report, run_problems(report, facts))
+
+
+def _rows(detail: Detail, held: Any) -> list[Any]:
+    """A detail's node rows in one part: where its Detail says they are (the field itself, or one of its fields)."""
+    if held is None or detail.rows is None:
+        return []
+    return list(held if detail.rows == "" else getattr(held, detail.rows))
+
+
+def _joined(detail: Detail, held: Any, rows: list[Any]) -> Any:
+    """The job-wide part's detail with the nodes' parts' rows after its own (as it is when there are none)."""
+    if held is None or not rows:
+        return held
+    if detail.rows == "":
+        return [*held, *rows]
+    return held.model_copy(update={detail.rows: [*getattr(held, detail.rows or ""), *rows]})
 
 
 def _chain(job: Report, parts: Iterable[Report]) -> Iterator[Report]:
@@ -399,8 +404,8 @@ class _Fold:
 
     A job-wide result, the report's first MAX_FAILURES failures, each node's
     first FAILED_KEPT_PER_NODE and every failure that says the job failed (a
-    node's transport: checks/nccl/required.localization_due reads it, by name, to decide which results
-    are required; one a node at most) as judged; for the rest of a node's results
+    node's transport: what decides the results required of its check reads it, by name; one a node at
+    most: a check's rejudge.job_failed says which) as judged; for the rest of a node's results
     one shared stand-in per (check, node, passed), put in each one's place, so the
     tally, failedNodes, each node's counts and the first failures listed read as
     in the whole report while memory holds one pointer a result.
@@ -417,9 +422,13 @@ class _Fold:
             return result
         if not result.passed:
             self.failed_on[result.node] = seen = self.failed_on.get(result.node, 0) + 1
-            if self.failures <= MAX_FAILURES or seen <= FAILED_KEPT_PER_NODE or localize.job_failed((result,)):
+            if self.failures <= MAX_FAILURES or seen <= FAILED_KEPT_PER_NODE or _job_failed(result):
                 return result
         return self.standins.setdefault((result.check, result.node, result.passed), _standin(result))
+
+
+def _job_failed(result: CheckResult) -> bool:
+    return any(failed(result) for failed in JOB_FAILED)
 
 
 def _standin(result: CheckResult) -> CheckResult:

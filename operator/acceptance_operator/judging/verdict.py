@@ -11,13 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from acceptance_workload.checks.registry import CHECK_NAMES
-from acceptance_workload.checks.report_model import Report
-from acceptance_workload.contract.results import CheckName, CheckResult
 from pydantic import ValidationError
 
 from acceptance_operator.resource.api import HistoryEntry, Summary
 from acceptance_operator.resource.runs import report_run
+from acceptance_operator.workload import CHECK_NAMES, CheckName, CheckResult, Report
 
 _MAX_LISTED = 5
 

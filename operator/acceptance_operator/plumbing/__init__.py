@@ -3,5 +3,6 @@ logging, ports, settings, the administrator's policy (which images, env and thre
 leader Lease (leader: its timing rules, pure; election: the Lease calls and the gate on the workers) and the
 installed CRD held against the operator's own (crdcheck).
 
-Imports: resource/, building/, judging/ and the workload's contract (its kubeclient rule).
+Imports: resource/, building/, judging/ and the workload's terms (its kubeclient rule; through
+acceptance_operator.workload).
 """

@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Any
 
-from acceptance_workload.report import kubeclient
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -22,6 +21,7 @@ from acceptance_operator.building import queueing
 from acceptance_operator.building.backends import BACKENDS, CUSTOM_COMPANIONS, backend_of
 from acceptance_operator.building.manifests import owned_by
 from acceptance_operator.resource.api import GROUP, KIND, PLURAL, VERSION, Backend
+from acceptance_operator.workload import kubeclient
 
 KubeDict = dict[str, Any]
 MERGE_PATCH = "application/merge-patch+json"

@@ -26,11 +26,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance_workload.checks import table
-from acceptance_workload.contract import rules
-
 from acceptance_operator.plumbing.settings import OperatorSettings
 from acceptance_operator.resource.api import DEFAULT_IMAGE, AcceptanceTest, Pod
+from acceptance_operator.workload import rules, table
 
 ALLOWED_IMAGES_VALUE = "userPolicy.allowedImages"
 NAMESPACES_VALUE = "nodeActions.namespaces"

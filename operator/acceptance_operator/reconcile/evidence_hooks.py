@@ -17,8 +17,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from acceptance_workload.checks.report_model import Report
-from acceptance_workload.report.evidence import EVIDENCE_KEY, STATUS_KEY, EvidenceError, StatusReport, assemble, parts
 from pydantic import ValidationError
 
 from acceptance_operator.building import manifests
@@ -26,6 +24,7 @@ from acceptance_operator.judging.rejudge import Rejudged, RunFacts, judge_parts
 from acceptance_operator.plumbing.kubeapi import Kube
 from acceptance_operator.resource.api import AcceptanceTest
 from acceptance_operator.resource.runs import report_run, run_of
+from acceptance_operator.workload import EVIDENCE_KEY, STATUS_KEY, EvidenceError, Report, StatusReport, assemble, parts
 
 KubeDict = dict[str, Any]
 EVIDENCE_ROLE = "evidence"

@@ -10,8 +10,6 @@ from datetime import datetime
 from typing import Any
 
 import kopf
-from acceptance_workload.checks.registry import CHECK_NAMES
-from acceptance_workload.report import evidence
 from kubernetes.client.exceptions import ApiException
 
 from acceptance_operator.building import manifests, queueing
@@ -28,6 +26,7 @@ from acceptance_operator.reconcile.status import conclude, write_status
 from acceptance_operator.resource import runs, soak
 from acceptance_operator.resource.api import AcceptanceTest
 from acceptance_operator.resource.conditions import REPORT_REJECTED, TIMEOUT, RunState
+from acceptance_operator.workload import CHECK_NAMES, evidence
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

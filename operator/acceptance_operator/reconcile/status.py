@@ -10,7 +10,6 @@ from datetime import datetime
 from typing import Any
 
 import kopf
-from acceptance_workload.checks.report_model import Report
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
@@ -27,6 +26,7 @@ from acceptance_operator.resource import runs
 from acceptance_operator.resource.api import AcceptanceTest, JobRef, Summary, SweepStatus
 from acceptance_operator.resource.conditions import RunState, clip_message, conditions_for, is_smoke
 from acceptance_operator.resource.soak import SoakStatus
+from acceptance_operator.workload import Report
 
 KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")

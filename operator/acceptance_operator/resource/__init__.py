@@ -7,6 +7,6 @@
 - runs, schedule: which run a test is on, when the next is due (rerun annotation, cron) and status.history;
 - soak: checks.soak's fit in the timeout and its progress in status.
 
-Imports: the workload's contract (acceptance_workload.contract, .report) and nothing of the operator outside
-resource/. No Kubernetes calls.
+Imports: the workload's terms through the operator's door (acceptance_operator.workload) and nothing else of the
+operator outside resource/. No Kubernetes calls.
 """

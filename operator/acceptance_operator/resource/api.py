@@ -10,13 +10,6 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from acceptance_workload import __version__
-from acceptance_workload.checks.registry import CHECKS
-from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec
-from acceptance_workload.contract.config import Fabric
-from acceptance_workload.contract.profiles import ProfileName
-from acceptance_workload.contract.wire import Timestamp, WireModel, byte_size, text
-from acceptance_workload.report.evidence import StatusReport
 from pydantic import (
     AfterValidator,
     ConfigDict,
@@ -57,6 +50,19 @@ from acceptance_operator.resource.volumes import (  # noqa: F401
     STORAGE_VOLUME,
     Storage,
     StorageVolume,
+)
+from acceptance_operator.workload import (
+    CHECKS,
+    OPT_IN_CHECKS,
+    ChecksSpec,
+    Fabric,
+    ProfileName,
+    StatusReport,
+    Timestamp,
+    WireModel,
+    __version__,
+    byte_size,
+    text,
 )
 
 GROUP = "gpu-acceptance.io"

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from acceptance_workload.contract.profiles import CPU_SMOKE
-
 from acceptance_operator.resource.api import Condition, Phase
+from acceptance_operator.workload import CPU_SMOKE
 
 JOB_CREATED = "JobCreated"
 RUNNING = "Running"

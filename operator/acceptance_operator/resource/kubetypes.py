@@ -15,10 +15,10 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from acceptance_workload.contract.wire import WireModel, text
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
 from acceptance_operator.resource import podmeta
+from acceptance_operator.workload import WireModel, text
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 

@@ -22,8 +22,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from acceptance_workload.contract.wire import text
 from pydantic import AfterValidator, WithJsonSchema
+
+from acceptance_operator.workload import text
 
 # Label and annotation keys are [prefix/]name: the prefix a DNS subdomain (<= 253), the name <= 63 characters.
 LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

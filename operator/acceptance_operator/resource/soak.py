@@ -14,10 +14,9 @@ import json
 import math
 from typing import Any
 
-from acceptance_workload.checks.soak.spec import SoakCheck
-from acceptance_workload.contract.wire import Timestamp, WireModel
-from acceptance_workload.report.evidence import PROGRESS_KEY
 from pydantic import Field, ValidationError
+
+from acceptance_operator.workload import PROGRESS_KEY, SoakCheck, Timestamp, WireModel
 
 # What a run needs besides the soak itself within spec.timeoutSeconds: scheduling and a cold pull of the workload
 # image (minutes on a new node), the other checks before the soak (a full run measured 31-67 s on 2x H200, more with

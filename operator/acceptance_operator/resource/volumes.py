@@ -8,10 +8,10 @@ rule is the model's and, as a CEL rule in the CRD, the API server's.
 
 from __future__ import annotations
 
-from acceptance_workload.contract.wire import WireModel
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from acceptance_operator.resource.kubetypes import Path, one_source
+from acceptance_operator.workload import WireModel
 
 SHM_PATH = "/dev/shm"
 _UNDER_SHM = f"^{SHM_PATH}(/.*)?$"  # a path under /dev/shm, as CEL and Python read it

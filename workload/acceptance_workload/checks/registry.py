@@ -8,6 +8,7 @@ validates against them and is an enum of them in the CRD), the report's order an
 from __future__ import annotations
 
 from acceptance_workload.checks import ddp, fsdp, gpu, nccl, p2p, preflight, signals, soak, storage
+from acceptance_workload.contract.results import declare_checks
 from acceptance_workload.runtime.stages import Check
 
 CHECKS: tuple[Check, ...] = (
@@ -22,6 +23,7 @@ CHECKS: tuple[Check, ...] = (
     signals.CHECK,  # watches from the preflight's start (its watch), judged after the last check
 )
 CHECK_NAMES: tuple[str, ...] = tuple(c.name for c in CHECKS)
+declare_checks(CHECK_NAMES)  # the contract's check name validates against these (contract/results.py)
 
 
 def after(name: str) -> tuple[Check, ...]:

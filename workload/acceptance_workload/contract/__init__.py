@@ -5,7 +5,7 @@
 - config: the run's facts every family shares (the test, the pod's limits, the fabric) and RunConfig, what
   runtime/ and the checks read of configuration/workload.WorkloadConfig (every check's spec: above the checks);
 - results: the one shape every result takes (CheckResult), what a check name is (CheckName: one the registry
-  lists) and how a result is judged;
+  declared) and how a result is judged;
 - rules: how a result is judged: the rows, a check's table of them (each check's rows are in its package,
   checks/<name>/rules.py) and the liveness rows every check has, shared by the judges and the re-judging;
 - required: what a report must hold (Required, Due: what each check's `required` is asked with);
@@ -13,8 +13,12 @@
 - profiles: the profiles' names, the run's shape a profile's defaults are taken for, and CheckProfile (what a
   check's package says of its defaults: checks/<name>/profile.py).
 
-Imports: pydantic and the standard library only, and nothing of this package outside contract/ at import time; the
-check names are the registry's (checks/registry.py), which results.check_names finds by name on first use, as a
-plugin host finds its plugins (every check imports the contract, so the registry cannot be imported here). The
-operator imports these modules (it has no torch), so nothing here imports torch, kopf or the Kubernetes client.
+- rejudging: a check's own part of the operator's re-judging (Rejudging: its CHECK's `rejudge` hook) and the
+  Judgement it gives.
+
+Imports: pydantic and the standard library only, and nothing of this package outside contract/, ever (nothing is
+imported by name at first use either); the check names are the registry's (checks/registry.py), which hands them
+down when it is built (results.declare_checks), as a plugin registers with its host (every check imports the
+contract, so the registry cannot be imported here). The operator imports these modules (through its door,
+acceptance_operator/workload.py; it has no torch), so nothing here imports torch, kopf or the Kubernetes client.
 """

@@ -7,8 +7,7 @@ the report but this: the spec family stays below the report family.
 
 from __future__ import annotations
 
-import functools
-import importlib
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -16,18 +15,27 @@ from pydantic_core import core_schema
 
 from acceptance_workload.contract.wire import WireModel
 
-REGISTRY = "acceptance_workload.checks.registry"  # the checks, in the order they run
+# The checks' names in run order, as the registry hands them down when it is built (declare_checks); empty until then.
+_CHECK_NAMES: list[str] = []
 
 
-@functools.cache
-def check_names() -> tuple[str, ...]:
-    """The checks' names in run order: the registry's (checks/registry.py).
+def declare_checks(names: Iterable[str]) -> None:
+    """The registry (checks/registry.py) hands its names down here once it is built.
 
     The contract says what a check name is; which names exist is the registry's to say, and a new check is its
-    package and one line there. The registry sits above the contract (every check imports it), so it is found
-    by name at first use, as a plugin host finds its plugins, never while it is still being imported.
+    package and one line there. The registry sits above the contract (every check imports the contract), so the
+    contract cannot import it: the registry, which knows the names, declares them, as a plugin registers with its
+    host. Every reader of a report has it built (the report model is assembled from it), the CRD too.
     """
-    return tuple(importlib.import_module(REGISTRY).CHECK_NAMES)
+    _CHECK_NAMES[:] = names
+
+
+def check_names() -> tuple[str, ...]:
+    """The checks' names in run order: the registry's (checks/registry.py), as it declared them."""
+    if not _CHECK_NAMES:
+        raise LookupError("no check names are declared yet: they are the registry's, which declares them when "
+                          "acceptance_workload.checks.registry is imported; import it before reading a result")
+    return tuple(_CHECK_NAMES)
 
 
 def _known(name: str) -> str:

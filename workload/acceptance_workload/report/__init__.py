@@ -8,10 +8,11 @@
   message; html_base, html_nodes: what the HTML page shares (escaping, inline SVG, a part drawn on its own) and
   the nodes' facts; parts: what a check adds to the reports (ReportParts: its tables, plots, JUnit output),
   kept in the check's package; the writers that put the whole reports together are in writers/;
-- evidence: how a report is split into the run's evidence objects and assembled again;
+- evidence: how a report is split into the run's evidence objects and assembled again, as the Report it is
+  handed (checks/report_model.py's parts and assemble hand it the registry's);
 - status, delivery, kubeclient: rank 0's delivery of the report into the cluster (evidence ConfigMaps, the
   termination message) and the one rule for reaching the Kubernetes API.
 
-Imports: contract/ only (and matplotlib inside html_base.pyplot). The operator imports model, evidence, render and
-status; nothing here imports torch or the operator.
+Imports: contract/ only (and matplotlib inside html_base.pyplot), nothing by name at first use. The operator
+imports model, evidence, render and status (through its door); nothing here imports torch or the operator.
 """

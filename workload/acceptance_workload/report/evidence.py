@@ -27,7 +27,7 @@ from pydantic import Field
 from acceptance_workload.contract.results import CheckName, CheckResult, check_names
 from acceptance_workload.contract.wire import Timestamp, WireModel
 from acceptance_workload.report.details import Detail
-from acceptance_workload.report.model import Environment, ReportBase, full_model
+from acceptance_workload.report.model import Environment, ReportBase
 
 NODES_PER_SHARD = 8  # ~45 KB of evidence a node (8 GPUs): 8 nodes stay far under the 1 MiB object limit
 SHARD_BUDGET_BYTES = 900 * 1024  # a shard larger than this drops its sweep rows (and says so)
@@ -269,8 +269,9 @@ class EvidenceError(ValueError):
     """The evidence of a report cannot be put together: what is missing or does not belong."""
 
 
-def parts(status: StatusReport, read: Callable[[str], str | None]) -> Iterator[ReportBase]:
-    """Each evidence shard as a partial Report, the job-wide one first, read and parsed one at a time.
+def parts(status: StatusReport, read: Callable[[str], str | None], model: type[ReportBase]) -> Iterator[ReportBase]:
+    """Each evidence shard as a partial report of `model` (the Report of the registry's checks, assembled above this
+    family and handed in: checks/report_model.parts), the job-wide one first, read and parsed one at a time.
 
     `read` gives a shard's text by ConfigMap name. One at a time, so a reader that
     judges each part as it comes (the operator) never holds a 1,000-node report
@@ -286,7 +287,7 @@ def parts(status: StatusReport, read: Callable[[str], str | None]) -> Iterator[R
         if not text:
             raise EvidenceError(f"evidence ConfigMap {name} is missing or empty")
         try:
-            part = full_model().model_validate_json(text)
+            part = model.model_validate_json(text)
         except ValueError as e:
             raise EvidenceError(f"evidence ConfigMap {name} could not be read: {str(e)[:300]}") from e
         if (part.generation, part.run, part.uid) != (status.generation, status.run, status.uid):
@@ -299,9 +300,9 @@ def parts(status: StatusReport, read: Callable[[str], str | None]) -> Iterator[R
         yield part
 
 
-def assemble(status: StatusReport, shards: dict[str, str | None]) -> ReportBase:
-    """The full report from its status part and its evidence shards (every one listed must be there)."""
-    each = parts(status, shards.get)
+def assemble(status: StatusReport, shards: dict[str, str | None], model: type[ReportBase]) -> ReportBase:
+    """The full report of `model` from its status part and its evidence shards (every one listed must be there)."""
+    each = parts(status, shards.get, model)
     full = next(each)
     for part in each:
         full.results += part.results

@@ -13,7 +13,6 @@ with any failed result, has not passed.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
@@ -28,7 +27,6 @@ from acceptance_workload.contract.wire import Timestamp, WireModel
 from acceptance_workload.report.details import Detail
 
 REPORT_VERSION = "v1"
-REPORT_MODEL = "acceptance_workload.checks.report_model"  # where the Report of the registry's checks is assembled
 # Names of the headline results, as the checks write them (job-wide: no node).
 ALL_REDUCE_BUSBW = "all_reduce_busbw"
 THROUGHPUT_PER_GPU = "throughput_per_gpu"
@@ -448,9 +446,3 @@ class ReportBase(WireModel):
         self.failed_nodes = self.blamed_nodes()
         return self
 
-
-def full_model() -> type[ReportBase]:
-    """The Report of the registry's checks (checks/report_model.py), for what reads a report here, below the checks
-    (the evidence's shards): it is assembled above this family, so it is found by name, as a plugin host finds its
-    plugins, once the registry has been imported."""
-    return importlib.import_module(REPORT_MODEL).Report

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from acceptance_workload.contract import rules
 from acceptance_workload.contract.profiles import CheckProfile
+from acceptance_workload.contract.rejudging import Rejudging
 from acceptance_workload.contract.required import Due, Required
 from acceptance_workload.contract.results import CheckName, CheckResult
 from acceptance_workload.contract.wire import WireModel
@@ -121,6 +122,7 @@ class Check:
     profile: CheckProfile | None = None  # its defaults per profile (contract/profiles.py); None: it has none
     details: tuple[Detail, ...] = ()  # its fields of the report (report/details.py; checks/report_model.py)
     watch: Callable[[StageRunner, Session], Any] | None = None  # started before the first check; its stage ends it
+    rejudge: Rejudging | None = None  # its own part of the operator's re-judging (contract/rejudging.py)
 
 
 class StageBroken(RuntimeError):

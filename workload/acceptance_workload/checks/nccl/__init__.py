@@ -7,7 +7,8 @@
 - nccltests: nccl-tests' binaries run beside the sweep as a cross-check.
 - spec: its spec model (spec.checks.nccl); rules: its rows of the rule table (how each result it writes is judged);
   profile: its share of the profiles' defaults (busbw floors and latency ceilings per GPU model, which are estimates,
-  what holds for one node or several, a GPU count and a fabric, its cut for a CPU smoke run).
+  what holds for one node or several, a GPU count and a fabric, its cut for a CPU smoke run); rejudge: its part of
+  the operator's re-judging (its inter-node rows from the pair rows; which failure says the job failed).
 """
 
 from acceptance_workload.checks.nccl.details import DETAILS
@@ -15,10 +16,11 @@ from acceptance_workload.checks.nccl.ncclstage import stage
 from acceptance_workload.checks.nccl.parts import PARTS
 from acceptance_workload.checks.nccl.profile import PROFILE
 from acceptance_workload.checks.nccl.quick import quick
+from acceptance_workload.checks.nccl.rejudge import REJUDGE
 from acceptance_workload.checks.nccl.required import required
 from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("nccl", stage, RULES, spec=NcclCheck, parts=PARTS, required=required, quick=quick,
-              profile=PROFILE, details=DETAILS)
+              profile=PROFILE, details=DETAILS, rejudge=REJUDGE)
