@@ -8,8 +8,9 @@ operator does with them:
 - the wire: WireModel (the camelCase base of every model that travels as Kubernetes JSON), Timestamp and the value
   parsers `byte_size`, `text`, `version_tuple`;
 - the run's terms: Fabric, CONFIG_ENV (where the workload reads its config), PodLimits, TestRef; the profiles
-  (CPU_SMOKE, PROFILE_NAMES, ProfileName) and `cpu_smoke_checks`; WorkloadConfig (the config the operator builds
-  for the workload, and judges its report against);
+  (CPU_SMOKE, PROFILE_NAMES, ProfileName), `cpu_smoke_checks` and `profile_for_gpu` (a GPU's product name to
+  its profile: the nodes' nvidia.com/gpu.product label read as `local` reads NVML's name); WorkloadConfig (the
+  config the operator builds for the workload, and judges its report against);
 - the checks: the registry (CHECKS, CHECK_NAMES: every hook the operator walks is a field of a Check), the spec
   (ChecksSpec, OPT_IN_CHECKS, SoakCheck), the rule table (`table`, `rules`), a check's part of the re-judging
   (Judgement: contract/rejudging.py) and a check's detail fields of the report (Detail: where its node rows are);
@@ -41,7 +42,7 @@ from acceptance_workload.checks.registry import CHECK_NAMES, CHECKS
 from acceptance_workload.checks.report_model import Report, assemble, parts
 from acceptance_workload.checks.soak.spec import SoakCheck
 from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec
-from acceptance_workload.configuration.profiles import cpu_smoke_checks
+from acceptance_workload.configuration.profiles import cpu_smoke_checks, profile_for_gpu
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import exits, rules
 from acceptance_workload.contract.config import CONFIG_ENV, Fabric, PodLimits, TestRef
@@ -91,6 +92,6 @@ __all__ = [
     "ChecksSpec", "Comparison", "Detail", "Due", "EvidenceError", "ExportError", "Fabric", "Judgement", "PodLimits",
     "ProfileName", "Report", "Required", "SoakCheck", "StatusReport", "TestRef", "Timestamp", "WireModel",
     "WorkloadConfig", "__version__", "assemble", "byte_size", "cpu_smoke_checks", "delivery", "evidence", "exits",
-    "exit_code_signal", "judge", "kubeclient", "parts", "require_exports", "rules", "signal_name", "table", "text",
-    "threshold_text", "value_text", "version_tuple", "write_exports", *LAZY,
+    "exit_code_signal", "judge", "kubeclient", "parts", "profile_for_gpu", "require_exports", "rules", "signal_name",
+    "table", "text", "threshold_text", "value_text", "version_tuple", "write_exports", *LAZY,
 ]

@@ -21,10 +21,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from acceptance_workload.configuration.profiles import profile_for_gpu
-from acceptance_workload.contract.profiles import PROFILE_NAMES
-
 from acceptance_operator.resource.api import ASSUMED_BACKEND, ASSUMED_PROFILE, GPU_RESOURCE, AcceptanceTest, Backend
+from acceptance_operator.workload import PROFILE_NAMES, profile_for_gpu
 
 KubeDict = dict[str, Any]
 
