@@ -16,6 +16,7 @@ ends the command quietly with exit 2 (the answer was not read whole).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import traceback
@@ -48,7 +49,11 @@ def _cmd_local(args: argparse.Namespace) -> int:
     from acceptance_operator.manifest_file import manifest_spec
     from acceptance_operator.workload import run_local
 
-    return run_local(args, manifest_spec)  # -f is read as `render` reads it: one verdict on a manifest
+    # -f is read as `render` reads it (one verdict on a manifest), with the checks this command line turns on
+    # (--soak, --fsdp) on, as the run will have them: a manifest that switches every other check off is valid then.
+    turn_on = {**({"soak": {"durationSeconds": args.soak}} if args.soak is not None else {}),
+               **({"fsdp": {}} if args.fsdp else {})}
+    return run_local(args, functools.partial(manifest_spec, turn_on=turn_on))
 
 
 # `local`'s counts at most: a node has 8 GPUs (16 at the very most); a CPU smoke run of more gloo processes than

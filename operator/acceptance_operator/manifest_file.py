@@ -9,6 +9,7 @@ without -f needs neither pyyaml nor the operator's extra.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,9 @@ def read_manifest(path: str) -> bytes:
         return f.read(MAX_MANIFEST_BYTES + 1)
 
 
-def manifest_spec(path: str) -> dict[str, Any]:
-    """`local -f`: the manifest read and validated as `render` reads it, its spec as written (unset fields left out).
+def manifest_spec(path: str, turn_on: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """`local -f`: the manifest read and validated as `render` reads it, its spec as written (unset fields left out);
+    `turn_on`: checks the command line enables (`--soak` with its duration, `--fsdp`), judged as the run has them.
 
     ValueError with the message to print, naming the file, when it cannot be read or is not a valid AcceptanceTest.
     """
@@ -38,7 +40,7 @@ def manifest_spec(path: str) -> dict[str, Any]:
                          f"{e}") from None
     source = "standard input" if path == "-" else path
     try:
-        test = parse_test(read_manifest(path))
+        test = parse_test(read_manifest(path), turn_on=turn_on)
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e}") from None
     except RenderError as e:

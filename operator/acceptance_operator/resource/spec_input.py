@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -116,10 +117,25 @@ def read_documents(source: str | bytes) -> list[Any]:
         raise RenderError(e.lines) from e
 
 
-def parse_test(source: str | bytes) -> AcceptanceTest:
+def _turn_on(spec: Any, checks_on: Mapping[str, Mapping[str, Any]] | None) -> None:
+    """spec.checks.<name> enabled, with the fields given, for each name, where the spec and its checks are objects
+    (else left to the models to refuse)."""
+    if not checks_on or not isinstance(spec, dict):
+        return
+    checks = spec.setdefault("checks", {})
+    if not isinstance(checks, dict):
+        return
+    for name, fields in checks_on.items():
+        entry = checks.get(name)
+        if entry is None or isinstance(entry, dict):
+            checks[name] = {**(entry or {}), **fields, "enabled": True}
+
+
+def parse_test(source: str | bytes, turn_on: Mapping[str, Mapping[str, Any]] | None = None) -> AcceptanceTest:
     """The one AcceptanceTest in a manifest, validated as the API server and the operator would; RenderError says
     what is wrong, field by field: the bytes and YAML (yamlread), apiVersion, kind and metadata (objectmeta), the
-    spec (the models, with nulls read as the API server reads them)."""
+    spec (the models, with nulls read as the API server reads them). `turn_on`: checks a command line enables
+    (`local --soak`), set in spec.checks before the spec is judged."""
     docs = read_documents(source)
     if len(docs) != 1:
         raise RenderError([f"expected exactly one AcceptanceTest document, found {len(docs)}"])
@@ -133,6 +149,7 @@ def parse_test(source: str | bytes) -> AcceptanceTest:
     data = {"apiVersion": API_VERSION, "kind": KIND,
             "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k) is not None},
             "spec": without_nulls(spec, _spec_schema()) if spec is not None else {}}
+    _turn_on(data["spec"], turn_on)
     try:
         test = AcceptanceTest.model_validate(data)
     except ValidationError as e:
