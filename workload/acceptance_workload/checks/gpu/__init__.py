@@ -6,6 +6,7 @@ is judged), profile.py its share of the profiles' defaults (its floors per GPU m
 what holds for the run's shape and sizes, its cut for a CPU smoke run).
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.gpu.details import DETAILS
 from acceptance_workload.checks.gpu.parts import PARTS
 from acceptance_workload.checks.gpu.profile import PROFILE
@@ -14,7 +15,6 @@ from acceptance_workload.checks.gpu.required import required
 from acceptance_workload.checks.gpu.rules import RULES
 from acceptance_workload.checks.gpu.spec import GpuCheck
 from acceptance_workload.checks.gpu.stage import stage
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("gpu", stage, RULES, spec=GpuCheck, parts=PARTS, required=required, quick=quick,
               profile=PROFILE, details=DETAILS)

@@ -10,6 +10,7 @@
   what holds for one node or several, a GPU count and a fabric, its cut for a CPU smoke run).
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.nccl.details import DETAILS
 from acceptance_workload.checks.nccl.ncclstage import stage
 from acceptance_workload.checks.nccl.parts import PARTS
@@ -18,7 +19,6 @@ from acceptance_workload.checks.nccl.quick import quick
 from acceptance_workload.checks.nccl.required import required
 from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.checks.nccl.spec import NcclCheck
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("nccl", stage, RULES, spec=NcclCheck, parts=PARTS, required=required, quick=quick,
               profile=PROFILE, details=DETAILS)
