@@ -10,8 +10,6 @@ from acceptance_workload.contract.required import Due, Required
 
 def required(due: Due) -> list[Required]:
     config = due.config
-    if not config.checks.gpu.enabled:
-        return []
     return [Required("gpu", name, n, "every GPU's measurements", g) for n in sorted(due.nodes)
             for g in range(config.gpus_per_node)
             for m in METRICS if not (due.cpu and m.host) for name in (m.name, m.name + RATIO_SUFFIX)]
