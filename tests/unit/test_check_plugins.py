@@ -8,13 +8,14 @@ import ast
 import dataclasses
 import importlib
 import inspect
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from acceptance_operator.judging import rejudge
 from acceptance_workload import local
-from acceptance_workload.checks import registry, table
+from acceptance_workload.checks import contract, registry, table
 from acceptance_workload.checks.gpu.spec import GpuThresholds
 from acceptance_workload.checks.registry import CHECK_NAMES
 from acceptance_workload.checks.report_model import report_model
@@ -60,6 +61,17 @@ def test_every_part_and_hook_comes_from_its_own_checks_package() -> None:
         hooks = [getattr(check.parts, h) for h in HOOKS] + [check.required, check.quick]
         for hook in (h for h in hooks if h is not None):
             assert in_package(hook.__module__, check.name), (check.name, hook)
+
+
+def test_one_module_states_every_hook_of_a_check() -> None:
+    """checks/contract.py's table names each field of Check (a hook added to Check is a row there too), and each hook
+    that is a function has its signature there, as a Protocol with its docstring."""
+    header, *rows = [line.split("|")[1].strip() for line in contract.__doc__.splitlines() if line.startswith("| ")]
+    assert header == "hook" and rows == [f.name for f in dataclasses.fields(contract.Check)]
+    for name in ("stage", "required", "quick", "watch"):
+        hook = typing.get_type_hints(contract.Check)[name]
+        protocol = next(a for a in typing.get_args(hook) or (hook,) if a is not type(None))
+        assert typing.Protocol in protocol.__mro__ and protocol.__call__.__doc__, name
 
 
 def test_the_writers_name_no_check() -> None:
