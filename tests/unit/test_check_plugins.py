@@ -7,13 +7,15 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import inspect
+import typing
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from acceptance_operator.judging import rejudge
 from acceptance_workload import local
-from acceptance_workload.checks import registry, table
+from acceptance_workload.checks import contract, registry, table
 from acceptance_workload.checks.gpu.spec import GpuThresholds
 from acceptance_workload.checks.registry import CHECK_NAMES
 from acceptance_workload.checks.report_model import report_model
@@ -48,11 +50,28 @@ def with_gpu(monkeypatch: pytest.MonkeyPatch, modules: tuple, **changes: object)
         monkeypatch.setattr(module, "CHECKS", checks)
 
 
+def in_package(module: str, name: str) -> bool:
+    """`module` is check `name`'s package or one of its modules: a check may keep small hooks in its __init__."""
+    package = f"acceptance_workload.checks.{name}"
+    return module == package or module.startswith(package + ".")
+
+
 def test_every_part_and_hook_comes_from_its_own_checks_package() -> None:
     for check in registry.CHECKS:
         hooks = [getattr(check.parts, h) for h in HOOKS] + [check.required, check.quick]
         for hook in (h for h in hooks if h is not None):
-            assert hook.__module__.startswith(f"acceptance_workload.checks.{check.name}."), (check.name, hook)
+            assert in_package(hook.__module__, check.name), (check.name, hook)
+
+
+def test_one_module_states_every_hook_of_a_check() -> None:
+    """checks/contract.py's table names each field of Check (a hook added to Check is a row there too), and each hook
+    that is a function has its signature there, as a Protocol with its docstring."""
+    header, *rows = [line.split("|")[1].strip() for line in contract.__doc__.splitlines() if line.startswith("| ")]
+    assert header == "hook" and rows == [f.name for f in dataclasses.fields(contract.Check)]
+    for name in ("stage", "required", "quick", "watch"):
+        hook = typing.get_type_hints(contract.Check)[name]
+        protocol = next(a for a in typing.get_args(hook) or (hook,) if a is not type(None))
+        assert typing.Protocol in protocol.__mro__ and protocol.__call__.__doc__, name
 
 
 def test_the_writers_name_no_check() -> None:
@@ -122,6 +141,22 @@ def test_the_operator_asks_each_check_in_the_registry_what_a_report_must_hold(mo
     missing = rejudge.missing_required(present, report, cfg, nodes)
     assert [(r.name, r.node, r.passed) for r in missing] == [("marker", n, False) for n in nodes]
     assert missing[0].message == "the report has no marker result for node gpu-node-0000 (the marker is judged)"
+
+
+def test_the_operator_asks_nothing_of_a_disabled_check_and_no_check_asks_itself(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host skips a disabled check's `required` (it is never called); so no check's hook reads `enabled`."""
+    called: list[str] = []
+    with_gpu(monkeypatch, (rejudge,), required=lambda due: called.append("gpu") or [Required("gpu", "marker")])
+    off = config().model_copy(update={"checks": ChecksSpec.model_validate({"soak": {"enabled": True},
+                                                                            "gpu": {"enabled": False}})})
+    required = rejudge.required_results(off, node_names(2))
+    assert called == [] and "gpu" not in {r.check for r in required}
+    assert {r.check for r in required} >= {"preflight", "nccl", "ddp"}
+    for check in registry.CHECKS:
+        for hook in (h for h in (check.required, check.quick, check.watch) if h is not None):
+            names = {n.attr for n in ast.walk(ast.parse(inspect.getsource(hook))) if isinstance(n, ast.Attribute)}
+            assert "enabled" not in names, (check.name, hook)
 
 
 def test_local_quick_takes_each_checks_cut_from_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:

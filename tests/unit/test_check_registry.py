@@ -9,6 +9,7 @@ from acceptance_workload import run
 from acceptance_workload.checks import registry
 from acceptance_workload.checks.registry import CHECK_NAMES
 from acceptance_workload.checks.report_model import Report
+from acceptance_workload.configuration.checks import OPT_IN_CHECKS, ChecksSpec
 from acceptance_workload.contract import results
 from pydantic import ValidationError
 
@@ -31,7 +32,17 @@ def test_each_entry_is_its_own_packages_check() -> None:
     for check in registry.CHECKS:
         package = importlib.import_module(f"acceptance_workload.checks.{check.name}")
         assert package.CHECK is check
-        assert check.stage.__module__.startswith(f"acceptance_workload.checks.{check.name}.")
+        module = check.stage.__module__  # the package itself or a module of it: a check may be one module
+        assert module == package.__name__ or module.startswith(package.__name__ + "."), (check.name, module)
+
+
+def test_the_enabled_checks_are_those_the_spec_turns_on_in_run_order() -> None:
+    """registry.enabled is what the hosts walk for a check's stage, watch and required results."""
+    default = ChecksSpec()
+    assert [c.name for c in registry.enabled(default)] == [n for n in CHECK_NAMES if n not in OPT_IN_CHECKS]
+    flipped = ChecksSpec.model_validate({n: {"enabled": n in OPT_IN_CHECKS} for n in CHECK_NAMES})
+    assert [c.name for c in registry.enabled(flipped)] == list(OPT_IN_CHECKS)
+    assert [c.enabled_in(flipped) for c in registry.CHECKS] == [n in OPT_IN_CHECKS for n in CHECK_NAMES]
 
 
 def test_only_preflight_gates_the_checks_after_it() -> None:

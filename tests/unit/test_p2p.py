@@ -20,6 +20,8 @@ from acceptance_workload.contract.rules import Run
 from acceptance_workload.report.model import Environment
 from acceptance_workload.writers.junit import junit_xml
 
+from tests.checks import only
+
 TH = P2pThresholds(min_ratio_to_node_median=RATIO_TO_NODE_MEDIAN)
 # 8x H100 SXM through NVSwitch as nvbandwidth's memcpy_ce tests show such a node: every pair alike, within ~2%.
 COPY, BIDIR, LATENCY = 380.0, 740.0, 12.0
@@ -124,9 +126,8 @@ def report_of(node: P2pNode, config: WorkloadConfig) -> Report:
 
 @pytest.mark.parametrize("case", ["healthy", "slow GPU", "slow pair", "broken pair"])
 def test_the_operator_rejudges_the_matrix_as_the_workload_does(case: str) -> None:
-    config = WorkloadConfig.build(checks=ChecksSpec.model_validate(
-        {c: {"enabled": c == "p2p"} for c in ("preflight", "gpu", "nccl", "ddp", "p2p", "signals")}),
-        profile="h100-sxm", nodes=1, gpus_per_node=8)
+    config = WorkloadConfig.build(checks=ChecksSpec.model_validate(only("p2p")), profile="h100-sxm", nodes=1,
+                                  gpus_per_node=8)
     node = {"healthy": matrix(), "slow GPU": matrix(slow={(i, 3): 0.5 for i in range(8) if i != 3}
                                                      | {(3, j): 0.5 for j in range(8) if j != 3}),
             "slow pair": matrix(slow={(2, 5): 0.4}), "broken pair": matrix(broken={(1, 4)})}[case]

@@ -12,6 +12,8 @@ from acceptance_operator.resource.api import AcceptanceTest, AcceptanceTestSpec
 from acceptance_operator.resource.spec_input import RenderError, parse_test
 from acceptance_workload.report.evidence import PROGRESS_KEY, STATUS_KEY
 
+from tests.checks import off
+
 
 def manifest(spec: dict) -> str:
     return yaml.safe_dump({"apiVersion": "gpu-acceptance.io/v1alpha1", "kind": "AcceptanceTest",
@@ -102,7 +104,7 @@ def test_a_sweeps_single_node_tests_burn_in_and_its_inter_node_stage_does_not():
 
 
 def test_a_soak_alone_stays_in_the_inter_node_stage():
-    parent = burn_in({c: {"enabled": False} for c in ("preflight", "gpu", "p2p", "nccl", "ddp")})
+    parent = burn_in(off(but=("soak", "signals")))
     stage = sweep.child(parent, "g1", "burn-in", ["n1", "n2"], sweep.INTER_NODE)["spec"]
     assert stage["checks"]["soak"]["enabled"] is True
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from acceptance_operator.building.job_builders import torchrun_command
 from acceptance_workload.checks.report_model import Report
-from acceptance_workload.configuration.checks import HEARTBEAT_TIMEOUT_SECONDS
+from acceptance_workload.configuration.checks import HEARTBEAT_TIMEOUT_SECONDS, OPT_IN_CHECKS
 from acceptance_workload.configuration.profiles import cpu_smoke_checks
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import exits
@@ -32,6 +32,7 @@ from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.runtime import deaths
 from acceptance_workload.runtime.deaths import DEATHS_ENV
 
+from tests.checks import local_manifest
 from tests.unit.test_manifests import make
 from tests.workload.multiproc import free_port, rank_env
 from tests.workload.test_localize_faults import node_pid, run_local
@@ -42,14 +43,11 @@ EXIT_WITHIN = NAMED_WITHIN + 5  # and to the CLI's exit: the report is written, 
 
 
 def _manifest(only: tuple[str, ...]) -> str:
-    """Preflight and the checks in `only`: what leads up to the stage is kept short."""
-    lines = [f"    {c}: {{enabled: {'true' if c in only else 'false'}}}"
-             for c in ("gpu", "p2p", "nccl", "ddp", "signals")]
-    return ("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
-            "spec:\n  checks:\n" + "\n".join(lines) + "\n")
+    """Preflight and the checks in `only`: what leads up to the stage is kept short (the opt-in checks are left to
+    their flags: --fsdp, --storage, --soak)."""
+    return local_manifest("preflight", *only, but=OPT_IN_CHECKS)
 
 
-# stage: rank 0's line that starts it, how long after it the victim is killed, the checks enabled besides
 # preflight, extra CLI flags, and the checks the culprit may be filed under. A CPU preflight takes milliseconds:
 # the victim may be in the gpu check when killed.
 STAGES = {

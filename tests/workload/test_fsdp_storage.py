@@ -12,27 +12,14 @@ from pathlib import Path
 
 from acceptance_workload.checks.report_model import Report
 
+from tests.checks import enable_only, local_manifest
 from tests.workload.test_local import cli
 
-ONLY_NEW = """apiVersion: gpu-acceptance.io/v1alpha1
-kind: AcceptanceTest
-metadata: {name: t}
-spec:
-  checks:
-    preflight: {enabled: false}
-    gpu: {enabled: false}
-    p2p: {enabled: false}
-    nccl: {enabled: false}
-    ddp: {enabled: false}
-    fsdp: {enabled: %s}
-    storage: {enabled: true}
-    signals: {enabled: false}
-  storage: {volume: {persistentVolumeClaim: {claimName: shared}}}
-"""
+VOLUME = "  storage: {volume: {persistentVolumeClaim: {claimName: shared}}}\n"
 
 
 def run(tmp_path: Path, *args: str, fsdp: bool = False) -> tuple[int, Report, str]:
-    (tmp_path / "only.yaml").write_text(ONLY_NEW % ("true" if fsdp else "false"))
+    (tmp_path / "only.yaml").write_text(local_manifest("storage", *(("fsdp",) if fsdp else ()), spec=VOLUME))
     proc = cli("--cpu", "-f", "only.yaml", "--json", "r.json", *args, cwd=tmp_path)
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
     return proc.returncode, report, proc.stdout + proc.stderr
@@ -98,9 +85,8 @@ def test_a_rank_frozen_in_fsdp_is_named_by_its_heartbeat(tmp_path: Path) -> None
     from tests.workload.multiproc import free_port, rank_env, start
 
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    for name in ("preflight", "gpu", "p2p", "nccl", "ddp", "signals"):
-        getattr(checks, name).enabled = False
-    checks.fsdp.enabled, checks.fsdp.steps = True, 200
+    enable_only(checks, "fsdp")
+    checks.fsdp.steps = 200
     checks.heartbeat_timeout_seconds = 10
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=2, gpus_per_node=2, fabric="ethernet",
                             checks=checks, report_file=str(tmp_path / "report.json"))

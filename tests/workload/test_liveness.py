@@ -28,6 +28,7 @@ from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.local import cpu_smoke_checks
 
+from tests.checks import enable_only
 from tests.workload.multiproc import free_port, rank_env, start
 
 NODES = ["node-a", "node-b", "node-b"]  # rank 2 is node-b's GPU 1
@@ -40,8 +41,7 @@ def _config(tmp_path: Path, collective_timeout: int = COLLECTIVE_TIMEOUT, nodes:
             only: tuple[str, ...] | None = None) -> WorkloadConfig:
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
     if only is not None:  # the stage under test and what it needs: the checks before it would only add time
-        for name in ("preflight", "gpu", "p2p", "nccl", "ddp", "signals"):
-            getattr(checks, name).enabled = name in only
+        enable_only(checks, *only)
     if heartbeat is not None:
         checks.heartbeat_timeout_seconds = heartbeat
     # `longer`: the stage made to last seconds rather than a second, so the fault lands inside it on a loaded

@@ -26,6 +26,8 @@ from acceptance_workload.local import (
     read_manifest,
 )
 
+from tests.checks import ON_BY_DEFAULT
+
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("RANK", "WORLD_SIZE", "OMPI_", "PMI_"))}
@@ -48,7 +50,7 @@ def test_cpu_smoke_run_writes_the_report_object(cpu_smoke_run) -> None:
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
     assert report.mode == "cpu-smoke" and report.passed and report.error is None
-    assert report.checks_run == ["preflight", "gpu", "p2p", "nccl", "ddp", "signals"] and report.missing_checks() == []
+    assert report.checks_run == list(ON_BY_DEFAULT) and report.missing_checks() == []
     assert report.environment.world_size == 2
     # the per-GPU check on CPU: both processes measured, judged only against their median; host copies skipped
     assert report.gpu is not None and [r.gpu for r in report.gpu.rows] == [0, 1]

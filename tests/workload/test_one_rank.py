@@ -15,6 +15,7 @@ from acceptance_workload.checks.report_model import Report
 from acceptance_workload.report.model import ONE_RANK_BUSBW, ONE_RANK_SCALING
 from acceptance_workload.run import exit_code
 
+from tests.checks import ON_BY_DEFAULT
 from tests.workload.test_local import cli
 
 
@@ -26,8 +27,7 @@ def test_one_rank_exports_its_page_says_why_busbw_and_scaling_are_not_measured(t
     report = Report.model_validate(json.loads((tmp_path / "r.json").read_text()))
     # The exit code is the verdict's, whatever the exports did (the JSON and text came first).
     assert proc.returncode == exit_code(report) and report.error is None, out[-4000:]
-    assert report.environment.world_size == 1 and report.checks_run == ["preflight", "gpu", "p2p", "nccl", "ddp",
-                                                                      "signals"]
+    assert report.environment.world_size == 1 and report.checks_run == list(ON_BY_DEFAULT)
     assert "gpu-acceptance local: could not write the JUnit XML to blocked.xml: Is a directory" in proc.stderr
     assert "gpu-acceptance local: wrote the HTML report to r.html" in proc.stderr
     page = (tmp_path / "r.html").read_text()

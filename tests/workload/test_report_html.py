@@ -24,6 +24,7 @@ from acceptance_workload.local import build_config, write_files
 from acceptance_workload.report.render import CPU_BANNER, verdict_line
 from acceptance_workload.writers.html import HEATMAP_ID
 
+from tests.checks import ON_BY_DEFAULT
 from tests.reports import junit_cases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -130,4 +131,4 @@ def test_a_run_that_wrote_no_report_gives_a_failing_junit_file(tmp_path: Path, s
     run = next(c for c in cases if c.name == "run")
     assert run.is_error and "ended with exit code 2 and no report was written" in run.result[0].message
     assert {c.name for c in cases if c.is_failure} == {
-        f"{c} (no result)" for c in ("preflight", "gpu", "p2p", "nccl", "ddp", "signals")}
+        f"{c} (no result)" for c in ON_BY_DEFAULT}

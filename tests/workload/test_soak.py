@@ -22,9 +22,12 @@ from acceptance_workload.checks.soak.nvmlwatch import Watch, Watched
 from acceptance_workload.checks.soak.profile import SOAK
 from acceptance_workload.checks.soak.soakjudge import Who, Window
 from acceptance_workload.checks.soak.spec import SoakThresholds
+from acceptance_workload.configuration.checks import OPT_IN_CHECKS
 from acceptance_workload.contract.results import CheckResult
 from acceptance_workload.report import evidence
 from acceptance_workload.report.model import SoakDetail
+
+from tests.checks import local_manifest
 
 HERE = Path(__file__).parent
 FIXTURE = HERE / "fixtures" / "nvml_soak.json"
@@ -387,9 +390,7 @@ def test_local_cpu_soak_runs_end_to_end(tmp_path: Path) -> None:
     one judged minute), judged, never a hardware pass. It runs in the lane that waits on the cluster tests' lane
     (hack/test.sh), so its 30 s do not lengthen the suite."""
     manifest = tmp_path / "soak.yaml"
-    manifest.write_text("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
-                        "spec:\n  checks:\n" + "".join(
-        f"    {c}: {{enabled: false}}\n" for c in ("preflight", "gpu", "p2p", "nccl", "ddp", "signals")))
+    manifest.write_text(local_manifest(but=OPT_IN_CHECKS))
     started = time.monotonic()
     out = cli("local", "--cpu", "--soak", "30", "-f", str(manifest), "--json", "report.json", "--html",
               "report.html", "--junit", "junit.xml", cwd=tmp_path)
@@ -418,9 +419,7 @@ def test_a_one_gpu_node_says_its_gpu_was_not_compared_with_a_node_median(tmp_pat
     no tflops_ratio_to_node_median result, and a skip that says why, never a silent pass (seen on a 1x H100 machine,
     docs/benchmarks.md)."""
     manifest = tmp_path / "soak.yaml"
-    manifest.write_text("apiVersion: gpu-acceptance.io/v1alpha1\nkind: AcceptanceTest\nmetadata: {name: t}\n"
-                        "spec:\n  checks:\n" + "".join(
-        f"    {c}: {{enabled: false}}\n" for c in ("preflight", "gpu", "p2p", "nccl", "ddp", "signals")))
+    manifest.write_text(local_manifest(but=OPT_IN_CHECKS))
     out = cli("local", "--cpu", "--gpus", "1", "--soak", "10", "-f", str(manifest), "--json", "report.json",
               cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

@@ -18,6 +18,7 @@ from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract.config import CONFIG_ENV
 from acceptance_workload.local import cpu_smoke_checks
 
+from tests.checks import enable_only
 from tests.workload.multiproc import run_with_a_slowed_rank
 
 STRAGGLER = 1.5  # the profiles' FSDP ceiling; DDP's is 1.10 on GPUs, too tight for 3 ranks sharing 2 CPU cores
@@ -30,8 +31,7 @@ STAGE = {"ddp": "ddp gpt: one-GPU baseline", "fsdp": "fsdp: unsharded baseline, 
 
 def _slowed_training(tmp_path: Path, check: str) -> tuple[Report, list[int], str]:
     checks = cpu_smoke_checks(WorkloadConfig().checks).model_copy(deep=True)
-    for name in ("preflight", "gpu", "p2p", "nccl", "ddp", "fsdp", "signals"):
-        getattr(checks, name).enabled = name == check
+    enable_only(checks, check)
     training = getattr(checks, check)
     training.thresholds.max_straggler_ratio = STRAGGLER
     config = WorkloadConfig(mode="cpu-smoke", profile="custom", nodes=2, gpus_per_node=2, fabric="ethernet",

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from acceptance_workload.checks.nccl.nccltests import DIR_ENV as NCCL_TESTS_DIR_ENV
 from acceptance_workload.checks.preflight import nodefacts, occupancy
-from acceptance_workload.checks.registry import CHECK_NAMES, CHECKS
+from acceptance_workload.checks.registry import CHECKS, enabled
 from acceptance_workload.checks.report_model import Report
 from acceptance_workload.checks.soak.spec import SoakCheck
 from acceptance_workload.configuration.checks import ChecksSpec
@@ -203,7 +203,7 @@ def write_files(args: argparse.Namespace, config: WorkloadConfig, code: int, sta
         report = Report.model_validate_json(path.read_text())
     except (OSError, ValidationError) as e:
         reason = "no report was written" if isinstance(e, OSError) else f"its report could not be read: {str(e)[:300]}"
-        report = Report(mode=config.mode, checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
+        report = Report(mode=config.mode, checks_run=[c.name for c in enabled(config.checks)],
                         error=f"the local run ended with exit code {code} and {reason}").finalize()
     try:
         for line in write_exports(report, html=args.html, junit=args.junit):  # never changes the code
@@ -401,7 +401,7 @@ def write_unfinished(config: WorkloadConfig, node: str, how: str) -> None:
         saved = json.loads(progress.read_text())
         report, stage = Report.model_validate(saved["report"]), saved["stage"]
     except (OSError, ValueError, KeyError, TypeError):  # died before its first check (ValidationError: ValueError)
-        report = Report(mode=config.mode, checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled])
+        report = Report(mode=config.mode, checks_run=[c.name for c in enabled(config.checks)])
         stage = report.checks_run[0] if report.checks_run else "preflight"
     message = f"rank 0 on node {node}, GPU 0, died: {how}, in stage {stage}: the run could not complete"
     report.results.append(rules.liveness(stage, "rank_exited", observed="died", expected="alive and in step",

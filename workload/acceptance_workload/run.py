@@ -31,7 +31,7 @@ from acceptance_workload import __version__
 from acceptance_workload.checks import contention
 from acceptance_workload.checks.preflight import hostload, nodefacts, occupancy
 from acceptance_workload.checks.preflight.occupancy import Occupancy
-from acceptance_workload.checks.registry import CHECK_NAMES
+from acceptance_workload.checks.registry import enabled
 from acceptance_workload.checks.report_model import Report
 from acceptance_workload.configuration.workload import WorkloadConfig
 from acceptance_workload.contract import exits
@@ -84,7 +84,7 @@ class Runner:
             uid=config.test.uid if config.test else None,
             run=config.test.run if config.test else None,
             started_at=now(),
-            checks_run=[c for c in CHECK_NAMES if getattr(config.checks, c).enabled],
+            checks_run=[c.name for c in enabled(config.checks)],
         )
         # The check running now: a culprit's result goes under it.
         self.stage: CheckName = self.report.checks_run[0] if self.report.checks_run else "preflight"
@@ -98,7 +98,7 @@ class Runner:
         self.termination_log: str = TERMINATION_LOG  # where Kubernetes reads the container's termination message
         self.unreachable = False  # the API server could not be reached before the checks (delivery.probe)
         self.neighbours = occupancy.Neighbours(env.local_rank)  # the others on this GPU during the run (OOM)
-        self.watches: dict[str, Any] = {}  # each enabled check's watch of the whole run (stages.Check.watch)
+        self.watches: dict[str, Any] = {}  # each enabled check's watch of the whole run (contract.Check.watch)
 
     @property
     def is_root(self) -> bool:
@@ -301,7 +301,6 @@ class Runner:
     def checks(self, session: Session, watchdog: Watchdog) -> None:
         """Every enabled check in the registry's order, each under stages.guarded; a failed gate (preflight) skips
         the rest, and so does an API server the report cannot reach (delivery.reach_stage)."""
-        from acceptance_workload.checks import registry
         from acceptance_workload.checks.preflight import preflight
         from acceptance_workload.report import delivery
 
@@ -313,10 +312,8 @@ class Runner:
         if cfg.test is not None and not delivery.reach_stage(session, cfg.test, self.report, self.progress):
             self.unreachable = True  # no check runs; the delivery is tried briefly
             return
-        self.start_watches(registry.CHECKS)
-        for check in registry.CHECKS:
-            if not getattr(cfg.checks, check.name).enabled:
-                continue
+        self.start_watches(enabled(cfg.checks))
+        for check in enabled(cfg.checks):
             if not check.gate:
                 if not self.neighbours.noted:  # after the gates: this rank's CUDA context is on its GPU
                     self.neighbours.note_own_pids(self.occupancy)
@@ -335,10 +332,11 @@ class Runner:
                 return
 
     def start_watches(self, checks: Any) -> None:
-        """Every enabled check's watch of the whole run, started before the first check (stages.Check.watch); one
-        that raises is kept as its error, for the check's own stage to report (it never stops the run)."""
+        """The watch of the whole run of each of `checks` (the enabled ones) that has one (checks.contract.Check.watch),
+        started before the first check; one that raises is kept as its error, for the check's own stage to report (it
+        never stops the run)."""
         for check in checks:
-            if check.watch is None or not getattr(self.config.checks, check.name).enabled:
+            if check.watch is None:
                 continue
             try:
                 self.watches[check.name] = check.watch(self, self.session)
@@ -380,7 +378,7 @@ class Runner:
         from acceptance_workload.checks import registry
 
         for later in registry.after(check):
-            if getattr(self.config.checks, later.name).enabled:
+            if later.enabled_in(self.config.checks):
                 self.report.skipped.append(Skip(check=later.name, name=later.name, reason=reason))
 
 

@@ -232,7 +232,8 @@ def required_results(config: WorkloadConfig, nodes: Iterable[str], report: Repor
     says which (its CHECK's `required`), in run order. `report`: the re-judged job-wide report, where what it
     holds decides (nccl's localisation, storage's gates); None: before any report."""
     due = Due(config, sorted(nodes), report)
-    return [req for check in CHECKS if check.required for req in check.required(due)]
+    return [req for check in CHECKS if check.required and check.enabled_in(config.checks)
+            for req in check.required(due)]
 
 
 Key = tuple[str, str, str | None, int | None]  # (check, name, node, gpu) of a result

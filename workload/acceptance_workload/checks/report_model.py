@@ -1,7 +1,7 @@
 """Report: the report model of the registry's checks, what a run writes and every reader parses.
 
 report/model.ReportBase holds what every report holds; each check declares its detail fields in its package
-(runtime.stages.Check.details: report.gpu, report.nccl, ...), and this module walks the registry for them, in run
+(checks.contract.Check.details: report.gpu, report.nccl, ...), and this module walks the registry for them, in run
 order, as configuration/checks.py does for the spec: a new check's details are new fields here with no line here.
 `Report.DETAILS` lists them for the evidence (report/evidence.py), which splits and joins each as its Detail says;
 `parts` and `assemble` read the evidence as this Report (the evidence, below the checks, is handed the model).
@@ -19,7 +19,7 @@ from acceptance_workload.report import evidence
 from acceptance_workload.report.model import ReportBase
 
 if TYPE_CHECKING:
-    from acceptance_workload.runtime.stages import Check
+    from acceptance_workload.checks.contract import Check
 
 
 def report_model(checks: Iterable[Check]) -> type[ReportBase]:

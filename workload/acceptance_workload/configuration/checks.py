@@ -15,7 +15,7 @@ from acceptance_workload.checks.registry import CHECKS
 from acceptance_workload.contract.wire import WireModel
 
 if TYPE_CHECKING:
-    from acceptance_workload.runtime.stages import Check
+    from acceptance_workload.checks.contract import Check
 
 HEARTBEAT_TIMEOUT_SECONDS = 60  # default: a healthy rank beats every second, so 60 silent seconds is a frozen process
 

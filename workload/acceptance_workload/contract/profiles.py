@@ -46,7 +46,7 @@ Estimated = Callable[[ProfileName, RunShape, Any], frozenset[str]]
 
 @dataclass(frozen=True)
 class CheckProfile:
-    """One check's share of the profiles (checks/<name>/profile.py), handed to its CHECK (runtime.stages.Check).
+    """One check's share of the profiles (checks/<name>/profile.py), handed to its CHECK (checks.contract.Check).
     None: the check has no such part.
 
     - defaults: its thresholds model (spec.checks.<name>.thresholds) as the profile sets it for this run and this

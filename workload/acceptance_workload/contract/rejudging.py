@@ -4,7 +4,7 @@ The operator re-judges every report (operator judging/rejudge.py) from the rule 
 every check shares (a measured value, a version, a GPU model, a transport, a ratio to the node's GPUs, a culprit).
 What only one check knows (how nccl's inter-node rows are recomputed from its localisation pairs, which of its
 failures says the whole job failed, which of its details' node rows the verdict reads) is that check's
-`Rejudging`, its CHECK's `rejudge` hook (runtime.stages.Check), which the operator finds by walking the registry as
+`Rejudging`, its CHECK's `rejudge` hook (checks/contract.Check), which the operator finds by walking the registry as
 it does for `required`: it names no check itself.
 
 Here, in the contract, so that a check's package (below the operator) can say it in the operator's terms.
@@ -48,7 +48,7 @@ KindJudge = Callable[[Any, CheckResult, Judging], Judgement]  # (its rule-table 
 
 @dataclass(frozen=True)
 class Rejudging:
-    """A check's hook into the operator's re-judging (runtime.stages.Check.rejudge).
+    """A check's hook into the operator's re-judging (checks/contract.Check.rejudge).
 
     `kinds`: judges of the kinds of rule-table row only this check writes (rules.row(..., kind=K)), by kind.
     `job_failed`: whether a result of this check says the whole job failed; a folded judgement keeps such a

@@ -1,6 +1,6 @@
 """What a check adds to the report model: its detail fields (report.<name>), and how the evidence holds each.
 
-A check's package declares its details (runtime.stages.Check.details) beside its parts; checks/report_model.py
+A check's package declares its details (checks.contract.Check.details) beside its parts; checks/report_model.py
 walks the registry for them and assembles the Report (ReportBase with every check's details, in run order), and
 the evidence (evidence.py) splits and joins each by what its Detail says, naming no check. The detail models
 themselves may live in the check's package or, for the checks the report's own code reads (the headline's nccl and

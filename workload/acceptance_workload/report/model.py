@@ -367,7 +367,7 @@ class Headline:
 class ReportBase(WireModel):
     """What every report holds, whichever checks ran. Each check's detail fields (report.gpu, report.nccl, ...)
     come from the registry: checks/report_model.py assembles the Report, this model with every check's details
-    (runtime.stages.Check.details) in run order, which is what runs and readers build and parse; `DETAILS` lists
+    (checks.contract.Check.details) in run order, which is what runs and readers build and parse; `DETAILS` lists
     them for the evidence (evidence.py), which splits and joins each as its Detail says."""
 
     DETAILS: ClassVar[tuple[Detail, ...]] = ()

@@ -1,6 +1,6 @@
 """What a check adds to the reports people read: its text table, its parts of the HTML page, its JUnit output.
 
-A check's package makes one ReportParts and hands it to its CHECK (runtime.stages.Check) beside its stage; the
+A check's package makes one ReportParts and hands it to its CHECK (checks.contract.Check) beside its stage; the
 writers (writers/: text, HTML, JUnit) walk the registry and put each check's parts where the layout below says,
 in run order. The writers keep what no one check owns: the verdict, the failures, the nodes' heatmap and facts,
 the passed results, what was not measured. Every function takes the report and returns "" (or None) when the

@@ -6,8 +6,8 @@
 - control, bounded_store: the control store (TCPStore) that carries heartbeats, blame and stage barriers;
 - watchdog: each rank's heartbeat thread and the watchdog that names a silent or stuck rank;
 - deaths: how a rank's process ended, as its parent saw it (exit code, signal, OOM kill);
-- stages: the stage protocol (a check's stage is timed, its exceptions become results) shared by every check,
-  and a check's optional watch of the whole run (Check.watch: started before the first check, ended by its stage);
+- stages: the stage protocol (a check's stage is timed, its exceptions become results) shared by every check, and
+  the run as a check's stage and watch see it (StageRunner); the hooks a check gives are checks/contract.py's;
 - installation: `python -m acceptance_workload --check-install`: does this environment have what runs need.
 
 Imports: contract/ and report/ only; torch only inside functions (the operator image imports nothing of it, but

@@ -35,14 +35,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from acceptance_workload.contract import rules
-from acceptance_workload.contract.profiles import CheckProfile
-from acceptance_workload.contract.rejudging import Rejudging
-from acceptance_workload.contract.required import Due, Required
 from acceptance_workload.contract.results import CheckName, CheckResult
-from acceptance_workload.contract.wire import WireModel
-from acceptance_workload.report.details import Detail
 from acceptance_workload.report.model import StageError
-from acceptance_workload.report.parts import NO_PARTS, ReportParts
 from acceptance_workload.runtime.control import (
     Blamer,
     Culprit,
@@ -57,7 +51,6 @@ if TYPE_CHECKING:
     from acceptance_workload.contract.config import RunConfig
     from acceptance_workload.report.model import ReportBase
     from acceptance_workload.runtime.launch import Session
-    from acceptance_workload.runtime.watchdog import Watchdog
 
 RESULT = rules.STAGE_ERROR  # the failed result of a check whose stage raised (a liveness row of every check)
 MAX_TRACEBACK = 4000  # characters of a traceback kept (its end: where it was raised)
@@ -78,7 +71,7 @@ class StageRunner(Protocol):
     occupancy: Any  # checks.preflight.occupancy.Occupancy or None
     nccl_log: Path | None
     stage: CheckName  # the check running now (an event a watch sees is stamped with it)
-    watches: dict[str, Any]  # each watching check's watch (Check.watch), by its name, for its own stage to end
+    watches: dict[str, Any]  # each watching check's watch (checks.contract.Check.watch), by name, for its stage to end
 
     @property
     def is_root(self) -> bool: ...
@@ -90,39 +83,6 @@ class StageRunner(Protocol):
     def run_stage(self, session: Session, check: Any, line: str, measure: Callable[[], Any]) -> Any: ...
 
     def skip_after(self, check: CheckName, reason: str) -> None: ...
-
-
-Stage = Callable[[StageRunner, "Session", "Watchdog"], Any]
-
-
-@dataclass(frozen=True)
-class Check:
-    """A check as the run takes it (checks/registry.py lists them in run order): its name (spec.checks.<name>, the
-    report's `check`), its stage, what every rank runs, its spec model (spec.checks.<name>: checks/<name>/spec.py; the
-    spec's ChecksSpec and so the CRD walk the registry for it), its rows of the rule table (checks/<name>/rules.py; the
-    operator's re-judging walks the registry for them), its parts of the reports people read (report/parts.py;
-    the writers walk the registry for them), the results a report must hold of it (contract/required.py; the
-    operator's re-judging walks the registry for them), its share of the profiles' defaults
-    (checks/<name>/profile.py: its floors per profile, which are estimates, its CPU smoke cut;
-    configuration/profiles.py walks the registry for them) and its detail fields of the report (report/details.py;
-    checks/report_model.py assembles the Report from them). A check that watches the whole run (`watch`) is started
-    on every rank before the first check (the preflight's start), its watch kept in the runner's `watches` under its
-    name; its own stage ends it, so the registry lists it after the checks it watches (signals). A gate's stage
-    returns False when the check failed: the checks after it are then skipped, saying why (preflight: no collective
-    on a node known to be broken)."""
-
-    name: CheckName
-    stage: Stage
-    rules: rules.Table
-    spec: type[WireModel]
-    gate: bool = False
-    parts: ReportParts = NO_PARTS
-    required: Callable[[Due], list[Required]] | None = None
-    quick: Callable[[Any], Any] | None = None  # its spec (spec.checks.<name>) cut for `local --quick`
-    profile: CheckProfile | None = None  # its defaults per profile (contract/profiles.py); None: it has none
-    details: tuple[Detail, ...] = ()  # its fields of the report (report/details.py; checks/report_model.py)
-    watch: Callable[[StageRunner, Session], Any] | None = None  # started before the first check; its stage ends it
-    rejudge: Rejudging | None = None  # its own part of the operator's re-judging (contract/rejudging.py)
 
 
 class StageBroken(RuntimeError):

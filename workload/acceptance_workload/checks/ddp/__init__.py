@@ -7,6 +7,7 @@ what holds for the run's shape and sizes, its cut for a CPU smoke run), rejudge.
 re-judging (the ranks' rows a folded verdict keeps).
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.ddp.details import DETAILS
 from acceptance_workload.checks.ddp.parts import PARTS
 from acceptance_workload.checks.ddp.profile import PROFILE
@@ -16,7 +17,6 @@ from acceptance_workload.checks.ddp.required import required
 from acceptance_workload.checks.ddp.rules import RULES
 from acceptance_workload.checks.ddp.spec import DdpCheck
 from acceptance_workload.checks.ddp.stage import stage
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("ddp", stage, RULES, spec=DdpCheck, parts=PARTS, required=required, quick=quick,
               profile=PROFILE, details=DETAILS, rejudge=REJUDGE)

@@ -8,8 +8,6 @@ from acceptance_workload.contract.required import Due, Required
 
 def required(due: Due) -> list[Required]:
     ddp = due.config.checks.ddp
-    if not ddp.enabled:
-        return []
     out = [Required("ddp", "throughput_per_gpu"), Required("ddp", "loss_decrease")]
     if RULES.threshold("scaling_efficiency", ddp.thresholds) is not None:
         out.append(Required("ddp", "scaling_efficiency"))

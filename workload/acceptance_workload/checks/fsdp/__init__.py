@@ -6,6 +6,7 @@ is judged), profile.py its share of the profiles' defaults (its floors per GPU m
 what holds for the run's shape and sizes, its cut for a CPU smoke run).
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.fsdp.details import DETAILS
 from acceptance_workload.checks.fsdp.parts import PARTS
 from acceptance_workload.checks.fsdp.profile import PROFILE
@@ -14,7 +15,6 @@ from acceptance_workload.checks.fsdp.required import required
 from acceptance_workload.checks.fsdp.rules import RULES
 from acceptance_workload.checks.fsdp.spec import FsdpCheck
 from acceptance_workload.checks.fsdp.stage import stage
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("fsdp", stage, RULES, spec=FsdpCheck, parts=PARTS, required=required, quick=quick,
               profile=PROFILE, details=DETAILS)

@@ -11,6 +11,7 @@
   the operator's re-judging (its inter-node rows from the pair rows; which failure says the job failed).
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.nccl.details import DETAILS
 from acceptance_workload.checks.nccl.ncclstage import stage
 from acceptance_workload.checks.nccl.parts import PARTS
@@ -20,7 +21,6 @@ from acceptance_workload.checks.nccl.rejudge import REJUDGE
 from acceptance_workload.checks.nccl.required import required
 from acceptance_workload.checks.nccl.rules import RULES
 from acceptance_workload.checks.nccl.spec import NcclCheck
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("nccl", stage, RULES, spec=NcclCheck, parts=PARTS, required=required, quick=quick,
               profile=PROFILE, details=DETAILS, rejudge=REJUDGE)

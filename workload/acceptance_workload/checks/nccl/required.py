@@ -22,8 +22,6 @@ def required(due: Due) -> list[Required]:
     """localized: the stage had to run; pairs: the report has the stage's pair rows. Without them one job-wide
     result is missing, not one per node: a report that left the stage out must not put every node in failedNodes."""
     checks, nodes = due.config.checks, sorted(due.nodes)
-    if not checks.nccl.enabled:
-        return []
     th, run = checks.nccl.thresholds, rules.Run.of(due.config)
     out: list[Required] = []
     for collective in checks.nccl.collectives:

@@ -10,6 +10,7 @@ latency, with NVML's view of the path between them; a GPU whose pairs are low is
   required: the results a report must hold of it; quick: its cut for `local --quick`.
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.p2p.details import DETAILS
 from acceptance_workload.checks.p2p.parts import PARTS
 from acceptance_workload.checks.p2p.profile import PROFILE
@@ -18,7 +19,6 @@ from acceptance_workload.checks.p2p.required import required
 from acceptance_workload.checks.p2p.rules import RULES
 from acceptance_workload.checks.p2p.spec import P2pCheck
 from acceptance_workload.checks.p2p.stage import stage
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("p2p", stage, RULES, spec=P2pCheck, parts=PARTS, required=required, quick=quick, profile=PROFILE,
               details=DETAILS)

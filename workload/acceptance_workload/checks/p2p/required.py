@@ -11,8 +11,6 @@ GPU_RESULTS = ("copy_gbps", "bidir_gbps", "latency_us", *(f + RATIO_SUFFIX for f
 
 def required(due: Due) -> list[Required]:
     config, nodes = due.config, sorted(due.nodes)
-    if not config.checks.p2p.enabled:
-        return []
     out = [Required("p2p", PAIRS, n, "every node's pairs of GPUs") for n in nodes]
     if config.gpus_per_node < 2:
         return out

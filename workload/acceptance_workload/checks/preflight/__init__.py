@@ -10,11 +10,11 @@
   profile: its share of the profiles' defaults (each GPU model's node limits, its cut for a CPU smoke run).
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.preflight.profile import PROFILE
 from acceptance_workload.checks.preflight.required import required
 from acceptance_workload.checks.preflight.rules import RULES
 from acceptance_workload.checks.preflight.spec import PreflightCheck
 from acceptance_workload.checks.preflight.stage import stage
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("preflight", stage, RULES, spec=PreflightCheck, gate=True, required=required, profile=PROFILE)

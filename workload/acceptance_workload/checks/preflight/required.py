@@ -10,8 +10,6 @@ from acceptance_workload.contract.required import Due, Required
 
 def required(due: Due) -> list[Required]:
     config, nodes = due.config, sorted(due.nodes)
-    if not config.checks.preflight.enabled:
-        return []
     th, run = config.checks.preflight.thresholds, rules.Run.of(config)
     gpus = range(config.gpus_per_node)
     out = [] if due.cpu else [Required("preflight", "gpu_count", n, "GPUs of every node") for n in nodes]

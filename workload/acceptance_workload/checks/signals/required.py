@@ -9,6 +9,4 @@ from acceptance_workload.contract.required import Due, Required
 
 
 def required(due: Due) -> list[Required]:
-    if not due.config.checks.signals.enabled:
-        return []
     return [Required("signals", WATCHED, n, "every node's watch of its GPUs and ports") for n in sorted(due.nodes)]

@@ -1,4 +1,4 @@
-"""One rank's watch of the run, from the preflight's start (runtime.stages.Check.watch: the run starts it before the
+"""One rank's watch of the run, from the preflight's start (checks.contract.Check.watch: the run starts it before the
 first check) to the signals stage after the last check, which ends it (stop()).
 
 At the start: this rank's GPU through NVML (signals.nvml.Reader: its identity, fabric state and error counters) and,
@@ -97,5 +97,5 @@ class Watch:
 
 
 def start(runner: StageRunner, session: Session) -> Watch:
-    """The hook the run calls before the first check (runtime.stages.Check.watch)."""
+    """The hook the run calls before the first check (checks.contract.Check.watch)."""
     return Watch(runner, session).start()

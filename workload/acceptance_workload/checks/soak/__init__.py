@@ -6,12 +6,12 @@
   profile: its share of the profiles' defaults (the burn-in's thresholds, all estimates; its cut for a CPU smoke run).
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.soak.details import DETAILS
 from acceptance_workload.checks.soak.parts import PARTS
 from acceptance_workload.checks.soak.profile import PROFILE
 from acceptance_workload.checks.soak.rules import RULES
 from acceptance_workload.checks.soak.soak import stage
 from acceptance_workload.checks.soak.spec import SoakCheck
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("soak", stage, RULES, spec=SoakCheck, parts=PARTS, profile=PROFILE, details=DETAILS)

@@ -5,6 +5,7 @@ spec.py holds its spec model (spec.checks.storage), rules.py its rows of the rul
 is judged), profile.py its share of the profiles (no floors: only its cut for a CPU smoke run).
 """
 
+from acceptance_workload.checks.contract import Check
 from acceptance_workload.checks.storage.details import DETAILS
 from acceptance_workload.checks.storage.parts import PARTS
 from acceptance_workload.checks.storage.profile import PROFILE
@@ -13,7 +14,6 @@ from acceptance_workload.checks.storage.required import required
 from acceptance_workload.checks.storage.rules import RULES
 from acceptance_workload.checks.storage.spec import StorageCheck
 from acceptance_workload.checks.storage.stage import stage
-from acceptance_workload.runtime.stages import Check
 
 CHECK = Check("storage", stage, RULES, spec=StorageCheck, parts=PARTS, required=required, quick=quick,
               profile=PROFILE, details=DETAILS)

@@ -10,7 +10,7 @@ from acceptance_workload.contract.required import Due, Required
 
 def required(due: Due) -> list[Required]:
     config, nodes = due.config, sorted(due.nodes)
-    if not (config.checks.storage.enabled and config.storage_path):
+    if not config.storage_path:
         return []
     out = [Required("storage", name, n, "every node's room on and access to the volume") for n in nodes
            for name in storage.GATES]
