@@ -78,23 +78,10 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
     first_step = begun is None or begun[0] != run_id
     if first_step:
         stopped = stop_other_runs(k, test, generation)
-        missing = crd_gap(k)
-        if missing:
-            conclude(k, obj, test, RunState("Failed", CRD_OUTDATED, crdcheck.outdated_message(missing)), now=now,
-                     logger=logger)
-            return None
-    test, decided, refusal = decide_unset(k, obj, test)
-    if refusal is not None:
-        conclude(k, obj, test, RunState("Failed", PROFILE_UNKNOWN, refusal), now=now, logger=logger)
+    ready = _startable(k, obj, test, now, logger, first_step)
+    if ready is None:
         return None
-    if first_step:
-        problem = k.backend_problem(test.spec.backend)
-        if problem:
-            conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
-                                            f"{problem}; then delete and re-create the AcceptanceTest, "
-                                            "or change its spec (a new generation is a new run)"), now=now,
-                     logger=logger)
-            return None
+    test, decided = ready
     children = _built(k, obj, test, now, logger)
     if children is None:
         return None
@@ -124,6 +111,32 @@ def start_run(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime,
         kept.begun = None
     _started(k, obj, test, now, logger, start, adopted, stopped, decided)
     return None
+
+
+def _startable(k: Kube, obj: KubeDict, test: AcceptanceTest, now: datetime, logger: logging.Logger,
+               first_step: bool) -> tuple[AcceptanceTest, list[str]] | None:
+    """The test with its backend and profile decided, and what was decided; None when the run ended before anything
+    was built: the installed CRD lacks this operator's fields, the profile cannot be known, or the backend is not
+    installed (the first two a run's first step asks; the profile every step, as the test is rebuilt)."""
+    if first_step:
+        missing = crd_gap(k)
+        if missing:
+            conclude(k, obj, test, RunState("Failed", CRD_OUTDATED, crdcheck.outdated_message(missing)), now=now,
+                     logger=logger)
+            return None
+    test, decided, refusal = decide_unset(k, obj, test)
+    if refusal is not None:
+        conclude(k, obj, test, RunState("Failed", PROFILE_UNKNOWN, refusal), now=now, logger=logger)
+        return None
+    if first_step:
+        problem = k.backend_problem(test.spec.backend)
+        if problem:
+            conclude(k, obj, test, RunState("Failed", BACKEND_NOT_INSTALLED,
+                                            f"{problem}; then delete and re-create the AcceptanceTest, "
+                                            "or change its spec (a new generation is a new run)"), now=now,
+                     logger=logger)
+            return None
+    return test, decided
 
 
 def decide_unset(k: Kube, obj: KubeDict, test: AcceptanceTest) -> tuple[AcceptanceTest, list[str], str | None]:

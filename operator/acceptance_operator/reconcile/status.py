@@ -32,6 +32,15 @@ KubeDict = dict[str, Any]
 log = logging.getLogger("gpu_acceptance.operator")
 
 
+def _job_of(test: AcceptanceTest, state: RunState) -> tuple[KubeDict | None, str]:
+    """status.job (None before the job, and for a sweep) and how the conditions name it."""
+    if state.before_job or test.spec.sweep:
+        return None, "the sweep's tests" if test.spec.sweep else "the job"
+    job_name = manifests.job_name(test)
+    job = JobRef(api_version=backend_of(test.spec.backend).api_version, kind=test.spec.backend, name=job_name)
+    return job.to_wire(), f"{test.spec.backend} {job_name}"
+
+
 def write_status(
     k: Kube,
     obj: KubeDict,
@@ -56,13 +65,7 @@ def write_status(
     meta = obj["metadata"]
     status = obj.get("status") or {}
     generation = meta.get("generation") or 1
-    if not state.before_job and not test.spec.sweep:
-        job_name = manifests.job_name(test)
-        job: KubeDict | None = JobRef(api_version=backend_of(test.spec.backend).api_version, kind=test.spec.backend,
-                                      name=job_name).to_wire()
-        job_text = f"{test.spec.backend} {job_name}"
-    else:
-        job, job_text = None, "the sweep's tests" if test.spec.sweep else "the job"
+    job, job_text = _job_of(test, state)
     state = replace(state, message=clip_message(state.message))
     conditions = conditions_for(state, job_text, conditions_of(status), generation, now)
     desired: KubeDict = {
