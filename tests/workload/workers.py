@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import acceptance_workload.checks.registry  # noqa: F401  # first, as every entry point: it declares the checks' names
 from acceptance_workload.checks.nccl.nccl import OPS, run_sweeps
 from acceptance_workload.checks.nccl.spec import NcclCheck
 from acceptance_workload.runtime import launch
