@@ -226,7 +226,8 @@ def test_a_cpu_smoke_run_compares_at_its_largest_size() -> None:
 def test_local_takes_the_mode_from_the_flag_or_the_example() -> None:
     import argparse
 
-    from acceptance_workload.local import build_config
+    from acceptance_operator.manifest_file import manifest_spec
+    from acceptance_workload.local import build_config, read_manifest
 
     def args(**kw) -> argparse.Namespace:
         return argparse.Namespace(**{"cpu": False, "json": None, "file": None, "profile": "h100-sxm", "gpus": None,
@@ -234,7 +235,8 @@ def test_local_takes_the_mode_from_the_flag_or_the_example() -> None:
 
     assert not build_config(args(), 4).checks.nccl.cross_check
     assert build_config(args(nccl_tests="build"), 4).checks.nccl.cross_check
-    example = build_config(args(file=str(REPO / "examples" / "cross-check.yaml"), quick=True), 4).checks
+    path = str(REPO / "examples" / "cross-check.yaml")  # read as `gpu-acceptance local -f` reads it
+    example = build_config(args(file=path, quick=True), 4, manifest=read_manifest(path, manifest_spec)).checks
     assert example.nccl.cross_check and not example.gpu.enabled and not example.ddp.enabled
     assert example.nccl.cross_check_sizes() == [GIB]  # --quick: its sweep stops at the 1 GiB reference size
     assert example.nccl.thresholds.cross_check_limit() == 0.1
