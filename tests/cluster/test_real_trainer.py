@@ -35,13 +35,6 @@ def real(trainer_cluster: Real, start_operator: StartOperator) -> Cluster:
     return operator_in_new_namespace(trainer_cluster, start_operator, REAL_ENV)
 
 
-@pytest.fixture
-def real_quick(trainer_cluster: Real, start_operator: StartOperator) -> Cluster:
-    """An operator that waits only briefly for a report after a job failed (no workload writes one here)."""
-    return operator_in_new_namespace(trainer_cluster, start_operator,
-                                     {**REAL_ENV, "GPU_ACCEPTANCE_REPORT_GRACE_SECONDS": "3"})
-
-
 def trainjob_condition(cluster: Cluster, name: str, type_: str) -> bool:
     job = cluster.job("TrainJob", name) or {}
     return any(c["type"] == type_ and c["status"] == "True" for c in job.get("status", {}).get("conditions", []))
@@ -94,21 +87,6 @@ def test_trainjob_fails_through_the_real_trainer(real: Cluster, trainer_cluster:
     succeeded = real.condition("badtrain", "Succeeded")
     assert succeeded["reason"] == "ChecksFailed"
     assert f"preflight/gpu_count on {nodes[1]}: 7 < 8 GPUs" in succeeded["message"]
-
-
-def test_a_rank_that_dies_fails_the_run_naming_its_pod(real_quick: Cluster, trainer_cluster: Real):
-    """A pod deleted mid-run (its rank killed from outside), no report: JobFailed, naming the pod and its node."""
-    real = real_quick
-    _, gpu_nodes, _ = trainer_cluster
-    pods, _ = trainjob_run(real, "killed", gpu_nodes)
-    victim = sorted(pods, key=lambda p: p["metadata"]["name"])[1]
-    real.server.request("DELETE", f"/api/v1/namespaces/{real.ns}/pods/{victim['metadata']['name']}")
-    status = real.wait_phase("killed", "Failed", timeout=180)
-    succeeded = real.condition("killed", "Succeeded")
-    assert succeeded["reason"] == "JobFailed", succeeded
-    assert f"pod {victim['metadata']['name']} on node {victim['spec']['nodeName']}" in succeeded["message"], \
-        succeeded["message"]
-    assert status["summary"]["result"] == "Failed"
 
 
 def test_a_pod_that_cannot_start_quotes_the_real_scheduler(real: Cluster, trainer_cluster: Real):
